@@ -1,0 +1,5 @@
+"""``python -m hami_web`` is the ``hami-web`` command."""
+
+from hami_web.cli import main
+
+raise SystemExit(main())

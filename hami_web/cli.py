@@ -1,0 +1,64 @@
+"""The ``hami-web`` command: ``serve`` (production), ``demo`` (no cluster needed) and ``certs`` (TLS bootstrap)."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from collections.abc import Sequence
+
+from hami_web import __version__
+from hami_web.settings import SettingsError, add_arguments, build_settings
+
+LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser with one sub-parser per subcommand."""
+    parser = argparse.ArgumentParser(prog="hami-web", description=__doc__)
+    parser.add_argument("--version", action="version", version=f"hami-web {__version__}")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    serve = commands.add_parser("serve", help="run the webhook and scheduler extender under gunicorn")
+    add_arguments(serve)
+    serve.set_defaults(handler=_serve)
+
+    _add_later_commands(commands)
+    return parser
+
+
+def _add_later_commands(commands: argparse._SubParsersAction) -> None:
+    """Subcommands whose modules are optional at import time (demo, certs)."""
+    try:
+        from hami_web import demo
+    except ImportError:
+        pass
+    else:
+        demo.add_command(commands)
+    try:
+        from hami_web import certs
+    except ImportError:
+        pass
+    else:
+        certs.add_command(commands)
+
+
+def _serve(arguments: argparse.Namespace) -> int:
+    settings = build_settings(arguments)
+    logging.getLogger().setLevel(settings.log_level)
+    from hami_web.serving import serve
+
+    return serve(settings)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point; returns the process exit status (2 for a bad flag value, as argparse does)."""
+    logging.basicConfig(level=logging.INFO, format=LOG_FORMAT, stream=sys.stderr)
+    parser = build_parser()
+    arguments = parser.parse_args(argv)
+    try:
+        return int(arguments.handler(arguments) or 0)
+    except SettingsError as error:
+        parser.exit(2, f"hami-web: error: {error}\n")
+    except KeyboardInterrupt:
+        return 130

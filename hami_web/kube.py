@@ -1,0 +1,241 @@
+"""Kubernetes adapter: the only module that uses the official ``kubernetes`` client.
+
+Objects travel as plain JSON dicts (the wire form): deserialising thousands of nodes and pods into the
+client's models on every refresh would cost more than the scheduling itself, and our code reads
+annotations, not typed fields. Errors from the API become `KubeError` subclasses so callers never import
+the client to tell a 409 from a 404.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import kubernetes.client
+import kubernetes.config
+import kubernetes.watch
+from kubernetes.client.exceptions import ApiException
+from kubernetes.config.config_exception import ConfigException
+
+log = logging.getLogger(__name__)
+
+JsonObject = dict[str, Any]
+
+MERGE_PATCH = "application/merge-patch+json"
+JSON_PATCH = "application/json-patch+json"
+
+# Seconds: a request to the API server that takes longer than this is a failure, not a hang.
+REQUEST_TIMEOUT_SECONDS = 10.0
+
+
+class KubeError(Exception):
+    """An API request failed; ``status`` is the HTTP status (0 when the server was not reached)."""
+
+    def __init__(self, message: str, *, status: int = 0, reason: str = "") -> None:
+        super().__init__(message)
+        self.status = status
+        self.reason = reason
+
+
+class NotFoundError(KubeError):
+    """The object does not exist (HTTP 404)."""
+
+
+class ConflictError(KubeError):
+    """The write lost a race: stale resourceVersion or already exists (HTTP 409)."""
+
+
+class GoneError(KubeError):
+    """A watch asked for a resourceVersion the server no longer has (HTTP 410)."""
+
+
+def _error_from(error: Exception, what: str) -> KubeError:
+    if isinstance(error, ApiException):
+        status = int(error.status or 0)
+        message = error.reason or ""
+        body = getattr(error, "body", None)
+        if body:
+            try:
+                message = json.loads(body).get("message") or message
+            except (ValueError, AttributeError):
+                pass
+        kind = {404: NotFoundError, 409: ConflictError, 410: GoneError}.get(status, KubeError)
+        return kind(f"{what}: HTTP {status}: {message}", status=status, reason=error.reason or "")
+    return KubeError(f"{what}: {error}")
+
+
+@dataclass(frozen=True, slots=True)
+class WatchEvent:
+    """One event of a watch stream: ``ADDED``, ``MODIFIED``, ``DELETED`` or ``BOOKMARK``."""
+
+    type: str
+    object: JsonObject
+
+
+def load_client_configuration(kubeconfig: str = "") -> kubernetes.client.Configuration:
+    """Resolve how to reach the API: ``--kubeconfig``, else in-cluster, else ``~/.kube/config``."""
+    configuration = kubernetes.client.Configuration()
+    if kubeconfig:
+        kubernetes.config.load_kube_config(config_file=kubeconfig, client_configuration=configuration)
+        return configuration
+    try:
+        kubernetes.config.load_incluster_config(client_configuration=configuration)
+        return configuration
+    except ConfigException:
+        pass
+    default_path = os.path.expanduser("~/.kube/config")
+    if not os.path.exists(default_path):
+        raise KubeError("no Kubernetes API configured: not in a cluster, no --kubeconfig, no ~/.kube/config")
+    kubernetes.config.load_kube_config(config_file=default_path, client_configuration=configuration)
+    return configuration
+
+
+class Kube:
+    """Thin, typed wrapper over the official client for exactly the calls hami-web makes."""
+
+    def __init__(self, configuration: kubernetes.client.Configuration) -> None:
+        self._api_client = kubernetes.client.ApiClient(configuration)
+        self._core = kubernetes.client.CoreV1Api(self._api_client)
+        self._admission = kubernetes.client.AdmissionregistrationV1Api(self._api_client)
+
+    @classmethod
+    def for_url(cls, url: str) -> Kube:
+        """Client for a plain-HTTP API server at ``url`` (the in-process test/demo server)."""
+        configuration = kubernetes.client.Configuration()
+        configuration.host = url
+        return cls(configuration)
+
+    @classmethod
+    def from_kubeconfig(cls, kubeconfig: str = "") -> Kube:
+        """Client configured as `load_client_configuration` resolves it."""
+        return cls(load_client_configuration(kubeconfig))
+
+    def close(self) -> None:
+        """Release the client's connection pool."""
+        self._api_client.close()
+
+    # -- plumbing ---------------------------------------------------------------------------------
+
+    @staticmethod
+    def _read(response: Any) -> JsonObject:
+        try:
+            return json.loads(response.data or b"{}")
+        finally:
+            response.release_conn()
+
+    def _call(self, what: str, method: Any, *args: Any, **kwargs: Any) -> JsonObject:
+        kwargs.setdefault("_request_timeout", REQUEST_TIMEOUT_SECONDS)
+        try:
+            return self._read(method(*args, _preload_content=False, **kwargs))
+        except (ApiException, OSError, ValueError) as error:
+            raise _error_from(error, what) from error
+        except Exception as error:  # urllib3 raises its own hierarchy for connection problems
+            if type(error).__module__.startswith("urllib3"):
+                raise _error_from(error, what) from error
+            raise
+
+    # -- nodes ------------------------------------------------------------------------------------
+
+    def list_nodes(self, *, label_selector: str = "") -> tuple[list[JsonObject], str]:
+        """All nodes (optionally by label selector) and the list's resourceVersion."""
+        body = self._call("list nodes", self._core.list_node, label_selector=label_selector or None)
+        return body.get("items") or [], str(body.get("metadata", {}).get("resourceVersion", ""))
+
+    def get_node(self, name: str) -> JsonObject:
+        """One node; `NotFoundError` when it does not exist."""
+        return self._call(f"get node {name}", self._core.read_node, name)
+
+    def patch_node(self, name: str, patch: JsonObject) -> JsonObject:
+        """JSON merge patch a node; a ``metadata.resourceVersion`` in ``patch`` makes it a compare-and-swap."""
+        return self._call(f"patch node {name}", self._core.patch_node, name, patch, _content_type=MERGE_PATCH)
+
+    # -- pods -------------------------------------------------------------------------------------
+
+    def list_pods(self) -> tuple[list[JsonObject], str]:
+        """Pods of every namespace and the list's resourceVersion."""
+        body = self._call("list pods", self._core.list_pod_for_all_namespaces)
+        return body.get("items") or [], str(body.get("metadata", {}).get("resourceVersion", ""))
+
+    def get_pod(self, namespace: str, name: str) -> JsonObject:
+        """One pod; `NotFoundError` when it does not exist."""
+        return self._call(f"get pod {namespace}/{name}", self._core.read_namespaced_pod, name, namespace)
+
+    def patch_pod(self, namespace: str, name: str, patch: JsonObject) -> JsonObject:
+        """JSON merge patch a pod (annotations and labels)."""
+        return self._call(f"patch pod {namespace}/{name}", self._core.patch_namespaced_pod, name, namespace,
+                          patch, _content_type=MERGE_PATCH)
+
+    def bind_pod(self, namespace: str, name: str, node: str, *, uid: str = "") -> None:
+        """Create the pod's Binding to ``node``. The API answers a Status, so the body is read raw."""
+        metadata: JsonObject = {"name": name, "namespace": namespace}
+        if uid:
+            metadata["uid"] = uid
+        binding = {"apiVersion": "v1", "kind": "Binding", "metadata": metadata,
+                   "target": {"apiVersion": "v1", "kind": "Node", "name": node}}
+        self._call(f"bind pod {namespace}/{name} to {node}", self._core.create_namespaced_pod_binding,
+                   name, namespace, binding)
+
+    # -- watches ----------------------------------------------------------------------------------
+
+    def watch_pods(self, *, resource_version: str, timeout_seconds: int) -> Iterator[WatchEvent]:
+        """Pod events after ``resource_version``; ends after ``timeout_seconds``; `GoneError` when too old."""
+        return self._watch("watch pods", self._core.list_pod_for_all_namespaces,
+                           resource_version=resource_version, timeout_seconds=timeout_seconds)
+
+    def watch_nodes(self, *, resource_version: str, timeout_seconds: int,
+                    label_selector: str = "") -> Iterator[WatchEvent]:
+        """Node events after ``resource_version``; ends after ``timeout_seconds``; `GoneError` when too old."""
+        return self._watch("watch nodes", self._core.list_node, resource_version=resource_version,
+                           timeout_seconds=timeout_seconds, label_selector=label_selector or None)
+
+    def _watch(self, what: str, method: Any, **kwargs: Any) -> Iterator[WatchEvent]:
+        watch = kubernetes.watch.Watch()
+        kwargs["_request_timeout"] = (REQUEST_TIMEOUT_SECONDS, kwargs["timeout_seconds"] + REQUEST_TIMEOUT_SECONDS)
+        try:
+            for event in watch.stream(method, deserialize=False, allow_watch_bookmarks=True, **kwargs):
+                yield WatchEvent(type=str(event.get("type", "")), object=event.get("object") or {})
+        except ApiException as error:
+            raise _error_from(error, what) from error
+        except Exception as error:
+            if isinstance(error, OSError | ValueError) or type(error).__module__.startswith("urllib3"):
+                raise _error_from(error, what) from error
+            raise
+        finally:
+            watch.stop()
+
+    # -- events -----------------------------------------------------------------------------------
+
+    def create_event(self, event: JsonObject) -> None:
+        """Record a core/v1 Event in the event's namespace."""
+        namespace = event.get("metadata", {}).get("namespace") or "default"
+        self._call("create event", self._core.create_namespaced_event, namespace, event)
+
+    # -- secrets and webhook configuration (certificate bootstrap) -----------------------------------
+
+    def get_secret(self, namespace: str, name: str) -> JsonObject:
+        """One Secret; `NotFoundError` when it does not exist."""
+        return self._call(f"get secret {namespace}/{name}", self._core.read_namespaced_secret, name, namespace)
+
+    def create_secret(self, namespace: str, secret: JsonObject) -> JsonObject:
+        """Create a Secret; `ConflictError` when it already exists."""
+        return self._call(f"create secret in {namespace}", self._core.create_namespaced_secret, namespace, secret)
+
+    def replace_secret(self, namespace: str, name: str, secret: JsonObject) -> JsonObject:
+        """Replace a Secret (its ``metadata.resourceVersion`` makes it a compare-and-swap)."""
+        return self._call(f"replace secret {namespace}/{name}", self._core.replace_namespaced_secret,
+                          name, namespace, secret)
+
+    def get_mutating_webhook_configuration(self, name: str) -> JsonObject:
+        """One MutatingWebhookConfiguration; `NotFoundError` when it does not exist."""
+        return self._call(f"get mutatingwebhookconfiguration {name}",
+                          self._admission.read_mutating_webhook_configuration, name)
+
+    def patch_mutating_webhook_configuration(self, name: str, patch: list[JsonObject]) -> JsonObject:
+        """JSON patch (RFC 6902) a MutatingWebhookConfiguration, e.g. to set each webhook's caBundle."""
+        return self._call(f"patch mutatingwebhookconfiguration {name}",
+                          self._admission.patch_mutating_webhook_configuration, name, patch,
+                          _content_type=JSON_PATCH)

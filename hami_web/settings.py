@@ -1,0 +1,269 @@
+"""Service configuration: one frozen object built once from flags and ``HAMI_…`` environment variables.
+
+Every knob in SPEC.md §9 lives here so that the rest of the code receives its configuration explicitly
+(no module-level globals) and a bad value fails at start-up with a message naming the flag, instead of
+surfacing later as a confusing scheduling decision.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+NODE_POLICIES = ("binpack", "spread")
+GPU_POLICIES = ("binpack", "spread", "topology-aware")
+PRIVILEGED_POLICIES = ("deny", "skip")
+ENV_PREFIX = "HAMI_"
+
+
+class SettingsError(ValueError):
+    """A configuration value is invalid; the message names the flag."""
+
+
+@dataclass(frozen=True, slots=True)
+class ResourceNames:
+    """Extended-resource names the webhook and the extender look for in a container's resources."""
+
+    count: str = "nvidia.com/gpu"
+    memory: str = "nvidia.com/gpumem"
+    memory_percentage: str = "nvidia.com/gpumem-percentage"
+    cores: str = "nvidia.com/gpucores"
+    priority: str = "nvidia.com/priority"
+
+    def managed(self) -> tuple[str, ...]:
+        """The names that make a container a GPU container (priority alone does not)."""
+        return (self.count, self.memory, self.memory_percentage, self.cores)
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    """Validated configuration of one hami-web process."""
+
+    scheduler_name: str = "hami-scheduler"
+    node_scheduler_policy: str = "binpack"
+    gpu_scheduler_policy: str = "spread"
+    default_mem_mib: int = 0
+    default_cores: int = 0
+    default_gpu: int = 1
+    node_label_selector: str = ""
+    node_lock_timeout_seconds: float = 300.0
+    overwrite_env: bool = False
+    resources: ResourceNames = field(default_factory=ResourceNames)
+    cert_file: str = ""
+    key_file: str = ""
+    bind: str = "0.0.0.0:8443"
+    refresh_interval_seconds: float = 15.0
+    privileged_policy: str = "deny"
+    kubeconfig: str = ""
+    insecure_http: bool = False
+    threads: int = 8
+    log_level: str = "INFO"
+
+    @property
+    def bind_host_port(self) -> tuple[str, int]:
+        """``--bind`` split into host and port (validated at construction)."""
+        host, _, port = self.bind.rpartition(":")
+        return host.strip("[]") or "0.0.0.0", int(port)
+
+
+_DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h)")
+_DURATION_UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
+
+
+def parse_duration_seconds(text: str) -> float:
+    """Parse ``15``, ``15s``, ``5m``, ``1h30m`` or ``500ms`` (Go-style, as HAMi's flags) into seconds."""
+    value = text.strip()
+    if not value:
+        raise ValueError("empty duration")
+    try:
+        return float(value)
+    except ValueError:
+        pass
+    position, total = 0, 0.0
+    for match in _DURATION_PART.finditer(value):
+        if match.start() != position:
+            break
+        total += float(match.group(1)) * _DURATION_UNIT_SECONDS[match.group(2)]
+        position = match.end()
+    if position != len(value):
+        raise ValueError(f"{text!r} is not a duration (examples: 30, 30s, 5m, 1h)")
+    return total
+
+
+def _parse_bool(text: str) -> bool:
+    lowered = text.strip().lower()
+    if lowered in ("1", "true", "yes", "on"):
+        return True
+    if lowered in ("0", "false", "no", "off", ""):
+        return False
+    raise ValueError(f"{text!r} is not a boolean (true/false)")
+
+
+def _non_negative_int(text: str) -> int:
+    value = int(text.strip())
+    if value < 0:
+        raise ValueError("must not be negative")
+    return value
+
+
+def _positive_int(text: str) -> int:
+    value = int(text.strip())
+    if value < 1:
+        raise ValueError("must be at least 1")
+    return value
+
+
+def _positive_duration(text: str) -> float:
+    seconds = parse_duration_seconds(text)
+    if seconds <= 0:
+        raise ValueError("must be greater than zero")
+    return seconds
+
+
+def _choice(options: Sequence[str]) -> Callable[[str], str]:
+    def parse(text: str) -> str:
+        value = text.strip()
+        if value not in options:
+            raise ValueError(f"{text!r} is not one of {', '.join(options)}")
+        return value
+
+    return parse
+
+
+def _cores(text: str) -> int:
+    value = _non_negative_int(text)
+    if value > 100:
+        raise ValueError("must be between 0 and 100")
+    return value
+
+
+def _bind_address(text: str) -> str:
+    host, sep, port = text.strip().rpartition(":")
+    if not sep or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError(f"{text!r} is not HOST:PORT")
+    return f"{host}:{port}"
+
+
+def _resource_name(text: str) -> str:
+    value = text.strip()
+    if not re.fullmatch(r"[A-Za-z0-9.\-]+/[A-Za-z0-9.\-_]+", value):
+        raise ValueError(f"{text!r} is not an extended resource name like nvidia.com/gpu")
+    return value
+
+
+def _text(text: str) -> str:
+    return text.strip()
+
+
+@dataclass(frozen=True, slots=True)
+class _Option:
+    flag: str
+    target: str
+    parse: Callable[[str], Any]
+    help: str
+    is_switch: bool = False
+
+
+_OPTIONS: tuple[_Option, ...] = (
+    _Option("--scheduler-name", "scheduler_name", _text, "scheduler name set on GPU pods (hami-scheduler)"),
+    _Option("--node-scheduler-policy", "node_scheduler_policy", _choice(NODE_POLICIES),
+            "default node policy: binpack or spread (binpack)"),
+    _Option("--gpu-scheduler-policy", "gpu_scheduler_policy", _choice(GPU_POLICIES),
+            "default GPU policy: binpack, spread or topology-aware (spread)"),
+    _Option("--default-mem", "default_mem_mib", _non_negative_int,
+            "MiB booked when a container asks for neither gpumem nor gpumem-percentage; 0 = whole card (0)"),
+    _Option("--default-cores", "default_cores", _cores, "percent of a GPU booked when gpucores is absent (0)"),
+    _Option("--default-gpu", "default_gpu", _positive_int,
+            "GPU count added when a container asks for gpumem/gpucores without a count (1)"),
+    _Option("--node-label-selector", "node_label_selector", _text,
+            "only nodes matching this label selector are GPU candidates (all nodes)"),
+    _Option("--node-lock-timeout", "node_lock_timeout_seconds", _positive_duration,
+            "age after which a node lock is stale, e.g. 5m (5m)"),
+    _Option("--overwrite-env", "overwrite_env", _parse_bool,
+            "give containers without a GPU NVIDIA_VISIBLE_DEVICES=none", is_switch=True),
+    _Option("--resource-name", "resources.count", _resource_name, "GPU count resource (nvidia.com/gpu)"),
+    _Option("--resource-mem", "resources.memory", _resource_name, "GPU memory resource, MiB (nvidia.com/gpumem)"),
+    _Option("--resource-mem-percentage", "resources.memory_percentage", _resource_name,
+            "GPU memory percentage resource (nvidia.com/gpumem-percentage)"),
+    _Option("--resource-cores", "resources.cores", _resource_name, "GPU cores resource (nvidia.com/gpucores)"),
+    _Option("--resource-priority", "resources.priority", _resource_name,
+            "task priority resource (nvidia.com/priority)"),
+    _Option("--cert-file", "cert_file", _text, "TLS certificate (PEM), re-read when it changes"),
+    _Option("--key-file", "key_file", _text, "TLS private key (PEM)"),
+    _Option("--bind", "bind", _bind_address, "listen address HOST:PORT (0.0.0.0:8443)"),
+    _Option("--refresh-interval", "refresh_interval_seconds", _positive_duration,
+            "full resync period of the cluster cache, e.g. 15s (15s)"),
+    _Option("--privileged-policy", "privileged_policy", _choice(PRIVILEGED_POLICIES),
+            "deny GPU pods with privileged containers, or skip them as HAMi v2.4 did (deny)"),
+    _Option("--kubeconfig", "kubeconfig", _text, "kubeconfig path (in-cluster config, else ~/.kube/config)"),
+    _Option("--insecure-http", "insecure_http", _parse_bool,
+            "serve plain HTTP instead of TLS (local use only)", is_switch=True),
+    _Option("--threads", "threads", _positive_int, "gunicorn worker threads (8)"),
+    _Option("--log-level", "log_level", _choice(("DEBUG", "INFO", "WARNING", "ERROR")), "log level (INFO)"),
+)
+
+
+def _env_name(flag: str) -> str:
+    return ENV_PREFIX + flag.lstrip("-").upper().replace("-", "_")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Register every settings flag on ``parser`` (values stay strings; `build_settings` validates)."""
+    group = parser.add_argument_group("settings (each also read from HAMI_<FLAG> in the environment)")
+    for option in _OPTIONS:
+        dest = option.target.replace(".", "__")
+        if option.is_switch:
+            group.add_argument(option.flag, dest=dest, nargs="?", const="true", default=None,
+                               metavar="BOOL", help=f"{option.help} [{_env_name(option.flag)}]")
+        else:
+            group.add_argument(option.flag, dest=dest, default=None,
+                               help=f"{option.help} [{_env_name(option.flag)}]")
+
+
+def build_settings(namespace: argparse.Namespace | None = None,
+                   environ: Mapping[str, str] | None = None) -> Settings:
+    """Build `Settings` from parsed flags, falling back to ``HAMI_…`` variables, then defaults.
+
+    Raises `SettingsError` naming the flag when a value does not parse or is out of range.
+    """
+    env = os.environ if environ is None else environ
+    top: dict[str, Any] = {}
+    resources: dict[str, Any] = {}
+    for option in _OPTIONS:
+        raw = getattr(namespace, option.target.replace(".", "__"), None) if namespace else None
+        source = option.flag
+        if raw is None:
+            raw = env.get(_env_name(option.flag))
+            source = f"{option.flag} (from {_env_name(option.flag)})"
+        if raw is None:
+            continue
+        try:
+            value = option.parse(raw)
+        except ValueError as error:
+            raise SettingsError(f"invalid value for {source}: {error}") from None
+        if option.target.startswith("resources."):
+            resources[option.target.split(".", 1)[1]] = value
+        else:
+            top[option.target] = value
+    settings = Settings(resources=ResourceNames(**resources), **top)
+    _check_consistency(settings)
+    return settings
+
+
+def _check_consistency(settings: Settings) -> None:
+    names = settings.resources.managed() + (settings.resources.priority,)
+    if len(set(names)) != len(names):
+        raise SettingsError("invalid value for --resource-*: the resource names must all differ")
+    if bool(settings.cert_file) != bool(settings.key_file):
+        raise SettingsError("invalid value for --cert-file/--key-file: give both or neither")
+    if not settings.scheduler_name:
+        raise SettingsError("invalid value for --scheduler-name: must not be empty")
+
+
+def settings_field_names() -> tuple[str, ...]:
+    """Names of the `Settings` fields (used by tests to check every field has a flag)."""
+    return tuple(f.name for f in fields(Settings))
