@@ -1,0 +1,199 @@
+"""Fitting a pod's containers onto one node's GPUs (SPEC.md §5.1 GPU policies, §5.2 checks).
+
+Every GPU is run through the checks in a fixed order and the first failing check is that GPU's reason, so
+a refusal tells the operator how many GPUs failed for which cause (``1/2 CardInsufficientCore, …``).
+Containers book cumulatively on a private working copy of the node's usage; the shared state is never
+touched here.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+from itertools import combinations
+
+from hami_web.core import names
+from hami_web.core.devices import Device, NodeInventory
+from hami_web.core.grants import DeviceGrant, PodGrants
+from hami_web.core.options import BINPACK, TOPOLOGY_AWARE, PodOptions
+from hami_web.core.requests import ContainerRequest, PodRequest
+from hami_web.core.usage import NodeView
+
+EXCLUSIVE_CORES = 100
+
+# Working usage of one GPU: [tasks, memory MiB, cores]; lists so a container's booking is an in-place add.
+WorkingUsage = list[list[int]]
+
+
+@dataclass(frozen=True, slots=True)
+class FitFailure:
+    """Why a node cannot take a pod: per reason, how many of its ``total`` GPUs failed for it."""
+
+    reasons: tuple[tuple[str, int], ...]
+    total: int
+
+    def summary(self) -> str:
+        """``"<n>/<total> <Reason>"`` per reason, sorted by reason name, joined with ``", "``."""
+        return ", ".join(f"{count}/{self.total} {reason}" for reason, count in sorted(self.reasons))
+
+
+@dataclass(frozen=True, slots=True)
+class PodFit:
+    """The GPUs each container (init containers first) gets on one node."""
+
+    grants: PodGrants
+
+
+def _failure(reasons: Counter[str], total: int) -> FitFailure:
+    return FitFailure(reasons=tuple(sorted(reasons.items())), total=total)
+
+
+def check_device(device: Device, used: Sequence[int], request: ContainerRequest, booked_memory_mib: int,
+                 options: PodOptions, cordoned: frozenset[str]) -> str:
+    """The first check ``device`` fails for ``request`` given its working usage, or ``""`` when it fits."""
+    if not device.healthy:
+        return names.CARD_NOT_HEALTH
+    if device.uuid in cordoned:
+        return names.CARD_CORDONED
+    if not options.type_allowed(device.type):
+        return names.CARD_TYPE_MISMATCH
+    if not options.uuid_allowed(device.uuid):
+        return names.CARD_UUID_MISMATCH
+    tasks, memory_mib, cores = used
+    if tasks >= device.count:
+        return names.CARD_TIME_SLICING_EXHAUSTED
+    if device.memory_mib - memory_mib < booked_memory_mib:
+        return names.CARD_INSUFFICIENT_MEMORY
+    if device.cores - cores < request.cores:
+        return names.CARD_INSUFFICIENT_CORE
+    if request.cores == EXCLUSIVE_CORES and device.cores == EXCLUSIVE_CORES and tasks > 0:
+        return names.EXCLUSIVE_DEVICE_ALLOCATE_CONFLICT
+    if request.cores == 0 and device.cores != 0 and cores >= device.cores:
+        return names.CARD_COMPUTE_UNITS_EXHAUSTED
+    return ""
+
+
+def device_score(device: Device, used: Sequence[int], request: ContainerRequest) -> float:
+    """``10 × ((1+used)/count + (cores+usedcores)/totalcore + (mem+usedmem)/totalmem)`` for this request."""
+    tasks, memory_mib, cores = used
+    score = (1 + tasks) / device.count if device.count else 0.0
+    if device.cores:
+        score += (request.cores + cores) / device.cores
+    if device.memory_mib:
+        score += (request.booked_memory_mib(device.memory_mib) + memory_mib) / device.memory_mib
+    return 10 * score
+
+
+def _policy_order(positions: list[int], inventory: NodeInventory, work: WorkingUsage,
+                  request: ContainerRequest, policy: str) -> list[int]:
+    devices = inventory.devices
+    sign = -1 if policy == BINPACK else 1
+    return sorted(positions, key=lambda p: (sign * device_score(devices[p], work[p], request),
+                                            devices[p].numa, devices[p].index, devices[p].uuid))
+
+
+def _pair_score(inventory: NodeInventory, first: str, second: str) -> int:
+    return inventory.pair_scores.get(first, {}).get(second, 0)
+
+
+def _topology_pick(positions: list[int], inventory: NodeInventory, count: int) -> list[int]:
+    """HAMi's topology-aware choice; candidates visited from the highest GPU index down, first best wins."""
+    devices = inventory.devices
+    ordered = sorted(positions, key=lambda p: (-devices[p].index, devices[p].uuid))
+    if len(ordered) == count:
+        return ordered
+    uuids = {p: devices[p].uuid for p in ordered}
+    if count == 1:
+        # One GPU: the one with the weakest links to the others, keeping well-linked groups free.
+        def links(p: int) -> int:
+            return sum(_pair_score(inventory, uuids[p], uuids[q]) for q in ordered if q != p)
+
+        best = ordered[0]
+        best_links = links(best)
+        for p in ordered[1:]:
+            if (candidate := links(p)) < best_links:
+                best, best_links = p, candidate
+        return [best]
+    best_group: tuple[int, ...] = ()
+    best_total = -1
+    for group in combinations(ordered, count):
+        total = sum(_pair_score(inventory, uuids[a], uuids[b]) for a, b in combinations(group, 2))
+        if total > best_total:
+            best_group, best_total = group, total
+    return list(best_group)
+
+
+def fit_container(request: ContainerRequest, inventory: NodeInventory, work: WorkingUsage,
+                  options: PodOptions) -> tuple[DeviceGrant, ...] | FitFailure:
+    """Pick GPUs for one container on ``work`` and book them there, or say why it cannot fit."""
+    devices = inventory.devices
+    total = len(devices)
+    if request.count > total:
+        return FitFailure(reasons=((names.NODE_INSUFFICIENT_DEVICE, request.count),), total=total)
+    reasons: Counter[str] = Counter()
+    passing: list[int] = []
+    booked = [request.booked_memory_mib(device.memory_mib) for device in devices]
+    for position, device in enumerate(devices):
+        reason = check_device(device, work[position], request, booked[position], options, inventory.cordoned)
+        if reason:
+            reasons[reason] += 1
+        else:
+            passing.append(position)
+    pool = passing
+    if options.numa_bind:
+        groups: dict[int, list[int]] = {}
+        for position in passing:
+            groups.setdefault(devices[position].numa, []).append(position)
+        pool = next((groups[numa] for numa in sorted(groups) if len(groups[numa]) >= request.count), [])
+        if not pool and len(passing) >= request.count:
+            reasons[names.NUMA_NOT_FIT] += len(passing)
+            return _failure(reasons, total)
+    if len(pool) < request.count:
+        if passing:
+            reasons[names.ALLOCATED_CARDS_INSUFFICIENT_REQUEST] += len(passing)
+        return _failure(reasons, total)
+    if options.gpu_policy == TOPOLOGY_AWARE:
+        chosen = _topology_pick(pool, inventory, request.count)
+    else:
+        chosen = _policy_order(pool, inventory, work, request, options.gpu_policy)[:request.count]
+    grants = []
+    for position in chosen:
+        used = work[position]
+        used[0] += 1
+        used[1] += booked[position]
+        used[2] += request.cores
+        grants.append(DeviceGrant(uuid=devices[position].uuid, memory_mib=booked[position], cores=request.cores))
+    return tuple(grants)
+
+
+def fit_pod(request: PodRequest, view: NodeView, options: PodOptions) -> PodFit | FitFailure:
+    """Fit every container of the pod on ``view`` (SPEC.md §3): each init container alone on the node's
+    usage, the regular containers one after another on one working copy."""
+    base = [[u.tasks, u.memory_mib, u.cores] for u in view.usage]
+    shared = [list(u) for u in base]
+    grants: list[tuple[DeviceGrant, ...]] = []
+    for container in request.containers:
+        if container.count == 0:
+            grants.append(())
+            continue
+        work = [list(u) for u in base] if container.init else shared
+        result = fit_container(container, view.inventory, work, options)
+        if isinstance(result, FitFailure):
+            return result
+        grants.append(result)
+    return PodFit(grants=tuple(grants))
+
+
+def may_fit(request: PodRequest, view: NodeView, options: PodOptions) -> bool:
+    """Cheap necessary condition for `fit_pod` from the node's aggregates (False = certainly no fit)."""
+    if not any(options.type_allowed(device_type) for device_type in view.device_types):
+        return False
+    for container in request.containers:
+        if container.count == 0:
+            continue
+        if container.count > view.usable_devices or container.cores > view.max_free_cores:
+            return False
+        if container.memory_mib > view.max_free_memory_mib:
+            return False
+    return True

@@ -1,0 +1,70 @@
+"""Which GPUs a pod's containers were given, and HAMi's pod annotation encoding of it.
+
+``hami.io/vgpu-devices-allocated`` is positional: one ``;``-terminated entry per container (init
+containers first), each device ``UUID,NVIDIA,<mem MiB>,<cores>:``. The device plugin maps entries to
+containers by position, so an empty container must still produce its (empty) entry, and decoding is strict:
+a pod whose annotation is garbage has unknown usage and is reported, not silently counted as zero.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from hami_web.core.devices import AnnotationError
+from hami_web.core.names import VENDOR
+
+_MIN_FIELDS = 4
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceGrant:
+    """One GPU given to one container, with the memory (MiB) and cores (percent) booked on it."""
+
+    uuid: str
+    memory_mib: int
+    cores: int
+    vendor: str = VENDOR
+
+
+ContainerGrants = tuple[DeviceGrant, ...]
+PodGrants = tuple[ContainerGrants, ...]
+
+
+def encode_pod_devices(grants: Sequence[Sequence[DeviceGrant]]) -> str:
+    """Encode per-container grants (init containers first) as the pod device annotation."""
+    return "".join(
+        "".join(f"{g.uuid},{g.vendor},{g.memory_mib},{g.cores}:" for g in container) + ";"
+        for container in grants
+    )
+
+
+def decode_pod_devices(text: str) -> PodGrants:
+    """Decode the pod device annotation; raise `AnnotationError` naming the container and device on error."""
+    if not text:
+        return ()
+    entries = text.split(";")
+    if entries[-1].strip():
+        raise AnnotationError(f"container {len(entries) - 1}: entry does not end with ';'")
+    containers: list[ContainerGrants] = []
+    for container_position, entry in enumerate(entries[:-1]):
+        grants: list[DeviceGrant] = []
+        for device_position, item in enumerate(entry.split(":")):
+            if not item.strip():
+                continue
+            where = f"container {container_position} device {device_position}"
+            fields = item.split(",")
+            if len(fields) < _MIN_FIELDS:
+                raise AnnotationError(f"{where}: expected UUID,vendor,memory,cores, got {item.strip()!r}")
+            uuid = fields[0].strip()
+            if not uuid:
+                raise AnnotationError(f"{where}: empty UUID")
+            try:
+                memory_mib, cores = int(fields[2]), int(fields[3])
+            except ValueError:
+                raise AnnotationError(f"{where}: memory and cores must be integers in {item.strip()!r}") from None
+            if memory_mib < 0 or cores < 0:
+                raise AnnotationError(f"{where}: negative memory or cores in {item.strip()!r}")
+            grants.append(DeviceGrant(uuid=uuid, memory_mib=memory_mib, cores=cores, vendor=fields[1].strip()))
+        containers.append(tuple(grants))
+    return tuple(containers)

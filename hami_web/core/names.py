@@ -1,0 +1,50 @@
+"""Wire names shared with HAMi: annotation keys, label keys and filter reason names.
+
+They are HAMi's exact strings, because HAMi's device plugin on each node reads what we write and writes
+what we read.
+"""
+
+from __future__ import annotations
+
+# Node annotations written by HAMi's device plugin (and the handshake we answer).
+NODE_REGISTER = "hami.io/node-nvidia-register"
+NODE_PAIR_SCORES = "hami.io/node-nvidia-score"
+NODE_DEVICE_CORDON = "hami.io/device-cordon"
+NODE_HANDSHAKE = "hami.io/node-handshake"
+NODE_LOCK = "hami.io/mutex.lock"
+
+# Pod annotations the extender writes and the device plugin reads.
+POD_ASSIGNED_NODE = "hami.io/vgpu-node"
+POD_ASSIGNED_TIME = "hami.io/vgpu-time"
+POD_DEVICES_TO_ALLOCATE = "hami.io/vgpu-devices-to-allocate"
+POD_DEVICES_ALLOCATED = "hami.io/vgpu-devices-allocated"
+POD_BIND_PHASE = "hami.io/bind-phase"
+POD_BIND_TIME = "hami.io/bind-time"
+
+# Pod annotations a user sets to steer placement.
+POD_NODE_POLICY = "hami.io/node-scheduler-policy"
+POD_GPU_POLICY = "hami.io/gpu-scheduler-policy"
+POD_NUMA_BIND = "nvidia.com/numa-bind"
+POD_USE_GPU_TYPE = "nvidia.com/use-gputype"
+POD_NOUSE_GPU_TYPE = "nvidia.com/nouse-gputype"
+POD_USE_GPU_UUID = "nvidia.com/use-gpuuuid"
+POD_NOUSE_GPU_UUID = "nvidia.com/nouse-gpuuuid"
+
+# Label set with the assigned node so operators can select a node's vGPU pods.
+LABEL_ASSIGNED_NODE = "hami.io/vgpu-node"
+
+VENDOR = "NVIDIA"
+
+# Why a GPU (or a node) could not take a container: HAMi's reason names.
+CARD_TYPE_MISMATCH = "CardTypeMismatch"
+CARD_UUID_MISMATCH = "CardUuidMismatch"
+CARD_NOT_HEALTH = "CardNotHealth"
+CARD_CORDONED = "CardCordoned"
+NUMA_NOT_FIT = "NumaNotFit"
+CARD_TIME_SLICING_EXHAUSTED = "CardTimeSlicingExhausted"
+EXCLUSIVE_DEVICE_ALLOCATE_CONFLICT = "ExclusiveDeviceAllocateConflict"
+CARD_INSUFFICIENT_MEMORY = "CardInsufficientMemory"
+CARD_INSUFFICIENT_CORE = "CardInsufficientCore"
+CARD_COMPUTE_UNITS_EXHAUSTED = "CardComputeUnitsExhausted"
+NODE_INSUFFICIENT_DEVICE = "NodeInsufficientDevice"
+ALLOCATED_CARDS_INSUFFICIENT_REQUEST = "AllocatedCardsInsufficientRequest"

@@ -1,0 +1,115 @@
+"""GPU usage: what a pod holds on each GPU, and a node's inventory joined with its usage (`NodeView`).
+
+A `NodeView` is immutable and carries the aggregates the filter needs to rank and pre-screen nodes
+(node score, usable GPUs, largest free memory and cores), computed once when the node's usage changes, not
+on every filter: at thousands of nodes, recomputing usage per request is what makes a scheduler slow.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from hami_web.core.devices import NodeInventory
+from hami_web.core.grants import PodGrants
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceUsage:
+    """What is booked on one GPU: tasks sharing it, memory (MiB) and cores (percent)."""
+
+    tasks: int = 0
+    memory_mib: int = 0
+    cores: int = 0
+
+    def __add__(self, other: DeviceUsage) -> DeviceUsage:
+        return DeviceUsage(self.tasks + other.tasks, self.memory_mib + other.memory_mib, self.cores + other.cores)
+
+    def __sub__(self, other: DeviceUsage) -> DeviceUsage:
+        return DeviceUsage(self.tasks - other.tasks, self.memory_mib - other.memory_mib, self.cores - other.cores)
+
+
+NO_USAGE = DeviceUsage()
+
+
+def pod_booking(grants: PodGrants, *, init_count: int, init_finished: bool = False) -> dict[str, DeviceUsage]:
+    """Per GPU UUID, what a pod holds (SPEC.md §3).
+
+    Init containers run one at a time before the others and release what they held, so a GPU carries the
+    larger of the peak init container and the sum of the regular containers; once the init containers have
+    finished only the regular containers count.
+    """
+    init_peak: dict[str, DeviceUsage] = {}
+    if not init_finished:
+        for container in grants[:init_count]:
+            for grant in container:
+                peak = init_peak.get(grant.uuid, NO_USAGE)
+                init_peak[grant.uuid] = DeviceUsage(1, max(peak.memory_mib, grant.memory_mib),
+                                                    max(peak.cores, grant.cores))
+    regular: dict[str, DeviceUsage] = {}
+    for container in grants[init_count:]:
+        for grant in container:
+            regular[grant.uuid] = regular.get(grant.uuid, NO_USAGE) + DeviceUsage(1, grant.memory_mib, grant.cores)
+    booking: dict[str, DeviceUsage] = {}
+    for uuid in init_peak.keys() | regular.keys():
+        peak, total = init_peak.get(uuid, NO_USAGE), regular.get(uuid, NO_USAGE)
+        booking[uuid] = DeviceUsage(max(peak.tasks, total.tasks), max(peak.memory_mib, total.memory_mib),
+                                    max(peak.cores, total.cores))
+    return booking
+
+
+@dataclass(frozen=True, slots=True)
+class NodeView:
+    """A node's GPUs with their usage (``usage[i]`` belongs to ``inventory.devices[i]``) and aggregates."""
+
+    inventory: NodeInventory
+    usage: tuple[DeviceUsage, ...]
+    score: float
+    usable_devices: int
+    max_free_memory_mib: int
+    max_free_cores: int
+    device_types: frozenset[str]
+
+    @property
+    def name(self) -> str:
+        """The node's name."""
+        return self.inventory.name
+
+
+def node_score(inventory: NodeInventory, usage: tuple[DeviceUsage, ...]) -> float:
+    """``10 × (Σused/Σcount + Σusedcores/Σtotalcore + Σusedmem/Σtotalmem)`` over healthy, uncordoned GPUs."""
+    used = count = used_cores = total_cores = used_mem = total_mem = 0
+    for device, booked in zip(inventory.devices, usage, strict=True):
+        if not device.healthy or device.uuid in inventory.cordoned:
+            continue
+        used += booked.tasks
+        count += device.count
+        used_cores += booked.cores
+        total_cores += device.cores
+        used_mem += booked.memory_mib
+        total_mem += device.memory_mib
+    if count == 0 or total_cores == 0 or total_mem == 0:
+        return 0.0
+    return 10 * (used / count + used_cores / total_cores + used_mem / total_mem)
+
+
+def build_node_view(inventory: NodeInventory, usage_by_uuid: Mapping[str, DeviceUsage]) -> NodeView:
+    """Join inventory and usage (usage of UUIDs the node no longer has is ignored) and compute aggregates."""
+    usage = tuple(usage_by_uuid.get(device.uuid, NO_USAGE) for device in inventory.devices)
+    usable = 0
+    max_free_memory = max_free_cores = 0
+    for device, booked in zip(inventory.devices, usage, strict=True):
+        if not device.healthy or device.uuid in inventory.cordoned or booked.tasks >= device.count:
+            continue
+        usable += 1
+        max_free_memory = max(max_free_memory, device.memory_mib - booked.memory_mib)
+        max_free_cores = max(max_free_cores, device.cores - booked.cores)
+    return NodeView(
+        inventory=inventory,
+        usage=usage,
+        score=node_score(inventory, usage),
+        usable_devices=usable,
+        max_free_memory_mib=max_free_memory,
+        max_free_cores=max_free_cores,
+        device_types=frozenset(device.type for device in inventory.devices),
+    )
