@@ -8,6 +8,7 @@ the client to tell a 409 from a 404.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -59,10 +60,8 @@ def _error_from(error: Exception, what: str) -> KubeError:
         message = error.reason or ""
         body = getattr(error, "body", None)
         if body:
-            try:
+            with contextlib.suppress(ValueError, AttributeError):
                 message = json.loads(body).get("message") or message
-            except (ValueError, AttributeError):
-                pass
         kind = {404: NotFoundError, 409: ConflictError, 410: GoneError}.get(status, KubeError)
         return kind(f"{what}: HTTP {status}: {message}", status=status, reason=error.reason or "")
     return KubeError(f"{what}: {error}")

@@ -255,7 +255,7 @@ def build_settings(namespace: argparse.Namespace | None = None,
 
 
 def _check_consistency(settings: Settings) -> None:
-    names = settings.resources.managed() + (settings.resources.priority,)
+    names = (*settings.resources.managed(), settings.resources.priority)
     if len(set(names)) != len(names):
         raise SettingsError("invalid value for --resource-*: the resource names must all differ")
     if bool(settings.cert_file) != bool(settings.key_file):

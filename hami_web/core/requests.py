@@ -8,7 +8,7 @@ would send the pod to a node where it cannot run.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from hami_web.core.quantities import QuantityError, parse_whole_quantity
@@ -61,7 +61,7 @@ class PodRequest:
 class RequestDefaults:
     """The flags that fill in what a container leaves out (``--default-mem``, ``--default-cores``)."""
 
-    resources: ResourceNames = ResourceNames()
+    resources: ResourceNames = field(default_factory=ResourceNames)
     default_mem_mib: int = 0
     default_cores: int = 0
 
