@@ -1,5 +1,61 @@
-"""Placeholder until the extender lands (issue 4)."""
+"""``/filter`` and ``/bind``: kube-scheduler's extender calls.
 
-from flask import Blueprint
+kube-scheduler expects HTTP 200 with a non-empty ``Error`` for any failure, so every problem — an unreadable
+body, a body over 4 MiB, an unexpected exception — is answered that way, with a log line, never a 500.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+from flask import Blueprint, Response, jsonify, request
+from werkzeug.exceptions import HTTPException
+
+from hami_web.services import services
+
+log = logging.getLogger(__name__)
 
 blueprint = Blueprint("extender", __name__)
+
+
+def _serve(route: str, handler: Callable[[Any, object], dict[str, Any]]) -> Response:
+    started = time.perf_counter()
+    extender = services().extender
+    try:
+        if extender is None:
+            answer: dict[str, Any] = {"Error": "scheduler extender is not configured in this process"}
+        else:
+            body = request.get_json(force=True, silent=True)
+            answer = {"Error": f"{route}: request body is not JSON"} if body is None else handler(extender, body)
+    finally:
+        metrics = services().metrics
+        if metrics is not None:
+            metrics.observe_request(route, time.perf_counter() - started)
+    return jsonify(answer)
+
+
+@blueprint.post("/filter")
+def filter_nodes() -> Response:
+    """ExtenderArgs in, ExtenderFilterResult out."""
+    return _serve("filter", lambda extender, body: extender.filter(body))
+
+
+@blueprint.post("/bind")
+def bind_pod() -> Response:
+    """ExtenderBindingArgs in, ExtenderBindingResult out."""
+    return _serve("bind", lambda extender, body: extender.bind(body))
+
+
+@blueprint.errorhandler(HTTPException)
+def _http_error(error: HTTPException) -> tuple[Response, int]:
+    log.warning("%s: HTTP %s: %s", request.path, error.code, error.description)
+    return jsonify(Error=f"{request.path}: {error.description}"), 200
+
+
+@blueprint.errorhandler(Exception)
+def _unexpected(error: Exception) -> tuple[Response, int]:
+    log.exception("%s failed", request.path)
+    return jsonify(Error=f"{request.path}: internal error: {type(error).__name__}: {error}"), 200

@@ -1,0 +1,90 @@
+"""``/bind``: lock the node, mark the pod allocating, create the Binding (SPEC.md §6).
+
+On failure the pod is marked ``bind-phase=failed``, our lock (only ours) is released and the filter's
+booking is dropped, so kube-scheduler's retry starts from a clean slate.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+from hami_web.core import names
+from hami_web.extender.events import EventRecorder
+from hami_web.extender.nodelock import NodeLock, NodeLockError
+from hami_web.extender.wire import ExtenderBindingResult, WireError, binding_target, require_object
+from hami_web.kube import Kube, KubeError
+from hami_web.state.cache import ClusterCache
+
+log = logging.getLogger(__name__)
+
+
+class Binder:
+    """Answers kube-scheduler's bind calls."""
+
+    def __init__(self, *, cache: ClusterCache, kube: Kube, events: EventRecorder, node_lock: NodeLock,
+                 metrics: Any = None, clock: Callable[[], float] = time.time) -> None:
+        self._cache = cache
+        self._kube = kube
+        self._events = events
+        self._lock = node_lock
+        self._metrics = metrics
+        self._clock = clock
+
+    def bind(self, body: object) -> ExtenderBindingResult:
+        """Bind one pod to the node kube-scheduler picked; failures come back in ``Error``."""
+        try:
+            namespace, name, uid, node = binding_target(require_object(body, "ExtenderBindingArgs"))
+        except WireError as error:
+            log.warning("bind: bad request: %s", error)
+            return {"Error": f"bad ExtenderBindingArgs: {error}"}
+        held = self._cache.held_by(uid) if uid else None
+        if held is not None and held.node != node:
+            message = f"pod {namespace}/{name} was given GPUs on node {held.node}, not {node}; filter it again"
+            return self._fail(namespace, name, uid, node, message, locked=False)
+        try:
+            self._lock.acquire(node, namespace, name)
+        except NodeLockError as error:
+            # Nothing was changed: kube-scheduler retries the pod later, and its booking stays until then.
+            log.info("bind pod=%s/%s node=%s: %s", namespace, name, node, error)
+            self._count("locked")
+            return {"Error": str(error)}
+        except KubeError as error:
+            return self._fail(namespace, name, uid, node, f"cannot lock node {node}: {error}", locked=False)
+        try:
+            self._kube.patch_pod(namespace, name, {"metadata": {"annotations": {
+                names.POD_BIND_PHASE: "allocating", names.POD_BIND_TIME: str(int(self._clock()))}}})
+            self._kube.bind_pod(namespace, name, node, uid=uid)
+        except KubeError as error:
+            return self._fail(namespace, name, uid, node, str(error), locked=True)
+        devices = held.devices_text if held else "?"
+        log.info("bind pod=%s/%s node=%s devices=%s bound", namespace, name, node, devices)
+        self._events.record(namespace=namespace, name=name, uid=uid, reason="BindingSucceed",
+                            message=f"bound to node {node}")
+        self._count("bound")
+        return {"Error": ""}
+
+    def _fail(self, namespace: str, name: str, uid: str, node: str, reason: str, *,
+              locked: bool) -> ExtenderBindingResult:
+        try:
+            self._kube.patch_pod(namespace, name, {"metadata": {"annotations": {names.POD_BIND_PHASE: "failed"}}})
+        except KubeError as error:
+            log.warning("bind pod=%s/%s: cannot mark bind-phase=failed: %s", namespace, name, error)
+        if locked:
+            try:
+                self._lock.release(node, namespace, name)
+            except KubeError as error:
+                log.warning("bind pod=%s/%s node=%s: cannot release our lock: %s", namespace, name, node, error)
+        if uid:
+            self._cache.forget(uid)
+        log.warning("bind pod=%s/%s node=%s failed: %s", namespace, name, node, reason)
+        self._events.record(namespace=namespace, name=name, uid=uid, reason="BindingFailed", message=reason,
+                            warning=True)
+        self._count("failed")
+        return {"Error": reason}
+
+    def _count(self, outcome: str) -> None:
+        if self._metrics is not None:
+            self._metrics.observe_bind(outcome)

@@ -1,0 +1,142 @@
+"""``/filter``: choose a node and GPUs for a pod, book them, and write the choice onto the pod (SPEC.md §5).
+
+The decision and the booking happen atomically in the cache; this module does what surrounds it — reading
+kube-scheduler's request, patching the pod's annotations (undoing the booking if that fails), events,
+metrics and the one log line per decision.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from hami_web.core import names
+from hami_web.core.choose import Placement
+from hami_web.core.grants import encode_pod_devices
+from hami_web.core.options import OptionsError, pod_options
+from hami_web.core.requests import RequestDefaults, RequestError, pod_request
+from hami_web.extender.events import EventRecorder
+from hami_web.extender.wire import ExtenderFilterResult, WireError, filter_candidates, filter_pod, require_object
+from hami_web.kube import Kube, KubeError
+from hami_web.settings import Settings
+from hami_web.state.cache import ClusterCache
+
+log = logging.getLogger(__name__)
+
+SYNC_WAIT_SECONDS = 10.0
+
+
+def _describe_grants(grants: tuple[tuple[Any, ...], ...]) -> str:
+    return ";".join(",".join(f"{g.uuid}({g.memory_mib}MiB,{g.cores}%)" for g in container) for container in grants)
+
+
+class Filter:
+    """Answers kube-scheduler's filter calls."""
+
+    def __init__(self, *, settings: Settings, cache: ClusterCache, kube: Kube, events: EventRecorder,
+                 metrics: Any = None, clock: Callable[[], float] = time.time,
+                 sync_wait_seconds: float = SYNC_WAIT_SECONDS) -> None:
+        self._settings = settings
+        self._cache = cache
+        self._kube = kube
+        self._events = events
+        self._metrics = metrics
+        self._clock = clock
+        self._sync_wait_seconds = sync_wait_seconds
+        self._defaults = RequestDefaults(resources=settings.resources, default_mem_mib=settings.default_mem_mib,
+                                         default_cores=settings.default_cores)
+
+    def filter(self, body: object) -> ExtenderFilterResult:
+        """One scheduling cycle's filter for one pod; errors are answered in ``Error``, never raised."""
+        try:
+            args = require_object(body, "ExtenderArgs")
+            pod = filter_pod(args)
+            candidates, node_objects = filter_candidates(args)
+        except WireError as error:
+            log.warning("filter: bad request: %s", error)
+            self._count("error", {})
+            return {"NodeNames": None, "FailedNodes": {}, "Error": f"bad ExtenderArgs: {error}"}
+        metadata = pod["metadata"]
+        namespace, name, uid = str(metadata.get("namespace") or "default"), str(metadata["name"]), str(metadata["uid"])
+        try:
+            request = pod_request(pod, self._defaults)
+        except RequestError as error:
+            return self._refuse(namespace, name, uid, f"pod {namespace}/{name}: {error}")
+        if not request.asks_for_gpu:
+            self._count("passthrough", {})
+            return self._answer(candidates, node_objects, failed={})
+        try:
+            options = pod_options(metadata.get("annotations") or {},
+                                  node_policy=self._settings.node_scheduler_policy,
+                                  gpu_policy=self._settings.gpu_scheduler_policy)
+        except OptionsError as error:
+            return self._refuse(namespace, name, uid, str(error))
+        if not self._cache.wait_synced(self._sync_wait_seconds):
+            self._count("error", {})
+            return {"NodeNames": None, "FailedNodes": {},
+                    "Error": "cluster cache has not completed its first sync yet; retry later"}
+        result = self._cache.place(uid=uid, namespace=namespace, name=name, request=request, options=options,
+                                   candidates=candidates, container_names=[c.name for c in request.containers])
+        if not isinstance(result, Placement):
+            return self._unschedulable(namespace, name, uid, dict(result.reasons))
+        return self._commit(namespace, name, uid, result, node_objects)
+
+    def _commit(self, namespace: str, name: str, uid: str, placement: Placement,
+                node_objects: Mapping[str, Any] | None) -> ExtenderFilterResult:
+        encoded = encode_pod_devices(placement.grants)
+        patch = {"metadata": {
+            "annotations": {
+                names.POD_ASSIGNED_NODE: placement.node,
+                names.POD_ASSIGNED_TIME: str(int(self._clock())),
+                names.POD_DEVICES_TO_ALLOCATE: encoded,
+                names.POD_DEVICES_ALLOCATED: encoded,
+                names.POD_BIND_PHASE: None,  # a failure from an earlier attempt no longer applies
+            },
+            "labels": {names.LABEL_ASSIGNED_NODE: placement.node},
+        }}
+        try:
+            self._kube.patch_pod(namespace, name, patch)
+        except KubeError as error:
+            self._cache.forget(uid)
+            log.warning("filter pod=%s/%s node=%s: placement dropped, cannot annotate pod: %s",
+                        namespace, name, placement.node, error)
+            self._count("error", {})
+            return {"NodeNames": None, "FailedNodes": {},
+                    "Error": f"cannot annotate pod {namespace}/{name} with its GPUs: {error}"}
+        devices = _describe_grants(placement.grants)
+        log.info("filter pod=%s/%s node=%s devices=%s score=%.3f", namespace, name, placement.node, devices,
+                 placement.node_score)
+        self._events.record(namespace=namespace, name=name, uid=uid, reason="FilteringSucceed",
+                            message=f"placed on node {placement.node} with devices {devices}")
+        self._count("placed", {})
+        return self._answer([placement.node], node_objects, failed={})
+
+    def _unschedulable(self, namespace: str, name: str, uid: str, reasons: dict[str, str]) -> ExtenderFilterResult:
+        summary = "; ".join(f"{node}: {reason}" for node, reason in sorted(reasons.items()))
+        log.info("filter pod=%s/%s node=- no node fits: %s", namespace, name, summary)
+        self._events.record(namespace=namespace, name=name, uid=uid, reason="FilteringFailed",
+                            message=f"no node fits: {summary}", warning=True)
+        self._count("unschedulable", reasons)
+        return {"NodeNames": [], "Nodes": None, "FailedNodes": reasons, "Error": ""}
+
+    def _refuse(self, namespace: str, name: str, uid: str, message: str) -> ExtenderFilterResult:
+        log.warning("filter pod=%s/%s node=- refused: %s", namespace, name, message)
+        self._events.record(namespace=namespace, name=name, uid=uid, reason="FilteringFailed", message=message,
+                            warning=True)
+        self._count("error", {})
+        return {"NodeNames": None, "FailedNodes": {}, "Error": message}
+
+    @staticmethod
+    def _answer(chosen: list[str], node_objects: Mapping[str, Any] | None,
+                failed: dict[str, str]) -> ExtenderFilterResult:
+        if node_objects is None:
+            return {"NodeNames": chosen, "FailedNodes": failed, "Error": ""}
+        items = [node_objects[node] for node in chosen]
+        return {"Nodes": {"apiVersion": "v1", "kind": "NodeList", "metadata": {}, "items": items},
+                "NodeNames": None, "FailedNodes": failed, "Error": ""}
+
+    def _count(self, outcome: str, reasons: Mapping[str, str]) -> None:
+        if self._metrics is not None:
+            self._metrics.observe_filter(outcome, reasons)

@@ -1,0 +1,96 @@
+"""kube-scheduler extender wire format (``k8s.io/kube-scheduler/extender/v1``).
+
+The Go structs carry no JSON tags, so field names are Go names (``Pod``, ``NodeNames``); Go's decoder matches
+them case-insensitively, and so do we.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, TypedDict
+
+
+class WireError(ValueError):
+    """The request body is not the shape kube-scheduler sends; the message says what is wrong."""
+
+
+class ExtenderFilterResult(TypedDict, total=False):
+    """What `/filter` answers."""
+
+    Nodes: dict[str, Any] | None
+    NodeNames: list[str] | None
+    FailedNodes: dict[str, str]
+    FailedAndUnresolvableNodes: dict[str, str]
+    Error: str
+
+
+class ExtenderBindingResult(TypedDict):
+    """What `/bind` answers; an empty ``Error`` is success."""
+
+    Error: str
+
+
+def field(body: Mapping[str, Any], name: str) -> Any:
+    """``body[name]`` matched case-insensitively, as Go's encoding/json does; None when absent."""
+    if name in body:
+        return body[name]
+    lowered = name.lower()
+    for key, value in body.items():
+        if isinstance(key, str) and key.lower() == lowered:
+            return value
+    return None
+
+
+def require_object(body: object, what: str) -> Mapping[str, Any]:
+    """``body`` as a JSON object, or `WireError` naming ``what``."""
+    if not isinstance(body, Mapping):
+        raise WireError(f"{what} must be a JSON object, got {type(body).__name__}")
+    return body
+
+
+def filter_candidates(args: Mapping[str, Any]) -> tuple[list[str], dict[str, Mapping[str, Any]] | None]:
+    """Candidate node names, and the node objects by name when kube-scheduler sent full ``Nodes``."""
+    node_names = field(args, "NodeNames")
+    if node_names is not None:
+        if not isinstance(node_names, list) or not all(isinstance(n, str) for n in node_names):
+            raise WireError("NodeNames must be a list of strings")
+        return list(node_names), None
+    nodes = field(args, "Nodes")
+    if nodes is None:
+        raise WireError("ExtenderArgs has neither NodeNames nor Nodes")
+    items = field(require_object(nodes, "Nodes"), "items") or []
+    if not isinstance(items, list):
+        raise WireError("Nodes.items must be a list")
+    by_name: dict[str, Mapping[str, Any]] = {}
+    for position, node in enumerate(items):
+        metadata = field(require_object(node, f"Nodes.items[{position}]"), "metadata") or {}
+        name = metadata.get("name") if isinstance(metadata, Mapping) else None
+        if not isinstance(name, str) or not name:
+            raise WireError(f"Nodes.items[{position}] has no metadata.name")
+        by_name[name] = node
+    return list(by_name), by_name
+
+
+def filter_pod(args: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The pod of an ExtenderArgs, checked for the fields we need."""
+    pod = field(args, "Pod")
+    if pod is None:
+        raise WireError("ExtenderArgs has no Pod")
+    pod = require_object(pod, "Pod")
+    metadata = pod.get("metadata")
+    if not isinstance(metadata, Mapping) or not metadata.get("name") or not metadata.get("uid"):
+        raise WireError("Pod has no metadata.name or metadata.uid")
+    if not isinstance(pod.get("spec"), Mapping):
+        raise WireError("Pod has no spec")
+    return pod
+
+
+def binding_target(args: Mapping[str, Any]) -> tuple[str, str, str, str]:
+    """``(namespace, name, uid, node)`` of an ExtenderBindingArgs."""
+    values = []
+    for key in ("PodNamespace", "PodName", "PodUID", "Node"):
+        value = field(args, key)
+        if value is None or not isinstance(value, str) or (key != "PodUID" and not value):
+            raise WireError(f"ExtenderBindingArgs.{key} is missing or not a string")
+        values.append(value)
+    return values[0], values[1], values[2], values[3]

@@ -1,0 +1,70 @@
+"""Assembling one hami-web process: adapter, cache, sync loops, extender, metrics and the Flask app.
+
+`serve`, the demo and the end-to-end tests all build the process the same way, so what the tests exercise is
+what production runs. Background threads are started by `Runtime.start`, separately from construction,
+because under gunicorn they must start inside the worker process (threads do not survive a fork).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from flask import Flask
+
+from hami_web.app import create_app
+from hami_web.extender.binding import Binder
+from hami_web.extender.events import EventRecorder
+from hami_web.extender.filtering import Filter
+from hami_web.extender.nodelock import NodeLock
+from hami_web.extender.service import Extender
+from hami_web.kube import Kube
+from hami_web.metrics import Metrics
+from hami_web.settings import Settings
+from hami_web.state.cache import ClusterCache
+from hami_web.state.sync import ClusterSync
+
+
+@dataclass(slots=True)
+class Runtime:
+    """Everything one process runs; `start`/`stop` manage the background threads."""
+
+    settings: Settings
+    kube: Kube
+    cache: ClusterCache
+    sync: ClusterSync
+    events: EventRecorder
+    extender: Extender
+    metrics: Metrics
+    app: Flask
+
+    def start(self) -> None:
+        """Start the event sender and the list/watch loops."""
+        self.events.start()
+        self.sync.start()
+
+    def stop(self) -> None:
+        """Stop the loops, send queued events, close the client."""
+        self.sync.stop()
+        self.events.stop()
+        self.kube.close()
+
+
+def build_runtime(settings: Settings, *, kube: Kube | None = None, clock: Callable[[], float] = time.time) -> Runtime:
+    """Build the process from settings; ``kube`` defaults to the client ``--kubeconfig`` resolves."""
+    kube = kube or Kube.from_kubeconfig(settings.kubeconfig)
+    cache = ClusterCache(count_resource=settings.resources.count, clock=clock)
+    sync = ClusterSync(cache, kube, refresh_interval_seconds=settings.refresh_interval_seconds,
+                       node_label_selector=settings.node_label_selector, clock=clock)
+    metrics = Metrics(cache, sync)
+    events = EventRecorder(kube)
+    node_lock = NodeLock(kube, timeout_seconds=settings.node_lock_timeout_seconds, clock=clock)
+    extender = Extender(
+        filterer=Filter(settings=settings, cache=cache, kube=kube, events=events, metrics=metrics, clock=clock),
+        binder=Binder(cache=cache, kube=kube, events=events, node_lock=node_lock, metrics=metrics, clock=clock),
+        events=events,
+    )
+    app = create_app(settings, readiness=sync, extender=extender, metrics=metrics)
+    return Runtime(settings=settings, kube=kube, cache=cache, sync=sync, events=events, extender=extender,
+                   metrics=metrics, app=app)

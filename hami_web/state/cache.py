@@ -1,0 +1,273 @@
+"""The cluster cache: node inventories and GPU usage, the only place in hami-web with a lock.
+
+Usage is kept per pod UID and folded into per-node totals incrementally, so a filter never recomputes usage
+from every pod. A filter's decision and the booking of its result happen under one lock acquisition
+(`place`), which is what guarantees that two concurrent filters never promise the same GPU capacity.
+
+Filter-time assumptions (pods we placed whose annotations the API has not echoed back yet) are usage like any
+other; a later observation of the pod confirms or replaces them. A full list only overrides an assumption
+that is older than the list, because a list that started before our patch cannot know about it.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from hami_web.core.choose import NoPlacement, Placement, choose_node
+from hami_web.core.devices import AnnotationError, NodeInventory
+from hami_web.core.grants import encode_pod_devices
+from hami_web.core.options import PodOptions
+from hami_web.core.requests import PodRequest
+from hami_web.core.usage import NO_USAGE, DeviceUsage, NodeView, build_node_view, pod_booking
+from hami_web.state.nodes import NodeState, node_state
+from hami_web.state.pods import PodUsage, pod_key, pod_usage
+
+log = logging.getLogger(__name__)
+
+Clock = Callable[[], float]
+
+
+@dataclass(slots=True)
+class _Held:
+    """A pod's usage plus where we learned it: the API, or our own filter (``assumed_at`` set)."""
+
+    usage: PodUsage
+    assumed_at: float | None = None
+
+
+@dataclass(slots=True)
+class CacheStats:
+    """Counters the metrics endpoint reads; plain ints updated under the cache lock."""
+
+    pod_annotation_errors: int = 0
+    node_annotation_errors: int = 0
+    broken_pods: dict[str, str] = field(default_factory=dict)
+
+
+class ClusterCache:
+    """Thread-safe inventory and usage of every GPU node, fed by lists and watches (see `state.sync`)."""
+
+    def __init__(self, *, count_resource: str = "nvidia.com/gpu", clock: Clock = time.time) -> None:
+        self._lock = threading.RLock()
+        self._synced = threading.Event()
+        self._count_resource = count_resource
+        self._clock = clock
+        self._nodes: dict[str, NodeState] = {}
+        self._views: dict[str, NodeView] = {}
+        self._broken_nodes: dict[str, str] = {}
+        self._held: dict[str, _Held] = {}
+        self._node_usage: dict[str, dict[str, DeviceUsage]] = {}
+        self.stats = CacheStats()
+
+    # -- readiness --------------------------------------------------------------------------------
+
+    def mark_synced(self) -> None:
+        """Called once both nodes and pods have been listed; releases waiting filters."""
+        self._synced.set()
+
+    def wait_synced(self, timeout_seconds: float) -> bool:
+        """Block until the first full sync, at most ``timeout_seconds``; True when synced."""
+        return self._synced.wait(timeout_seconds)
+
+    @property
+    def synced(self) -> bool:
+        """Whether the first full sync has completed."""
+        return self._synced.is_set()
+
+    # -- nodes ------------------------------------------------------------------------------------
+
+    def replace_nodes(self, nodes: Iterable[Mapping[str, Any]]) -> list[str]:
+        """Replace every node from a full list; returns the names whose handshake we should answer."""
+        now = self._clock()
+        states = [node_state(node, count_resource=self._count_resource, now=now) for node in nodes]
+        with self._lock:
+            for name in set(self._nodes) - {state.name for state in states}:
+                self._drop_node_locked(name)
+            for state in states:
+                self._set_node_locked(state)
+        return [state.name for state in states if state.handshake_due]
+
+    def observe_node(self, event_type: str, node: Mapping[str, Any]) -> None:
+        """Apply one watch event for a node."""
+        name = str((node.get("metadata") or {}).get("name") or "")
+        with self._lock:
+            if event_type == "DELETED":
+                self._drop_node_locked(name)
+            else:
+                self._set_node_locked(node_state(node, count_resource=self._count_resource, now=self._clock()))
+
+    def _set_node_locked(self, state: NodeState) -> None:
+        previous = self._nodes.get(state.name)
+        self._nodes[state.name] = state
+        if state.error and (previous is None or previous.error != state.error):
+            self.stats.node_annotation_errors += 1
+            log.warning("node %s: cannot read GPU annotations: %s", state.name, state.error)
+        if state.inventory is None:
+            self._views.pop(state.name, None)
+            if state.error:
+                self._broken_nodes[state.name] = state.error
+            else:
+                self._broken_nodes.pop(state.name, None)
+            return
+        self._broken_nodes.pop(state.name, None)
+        if previous is not None and previous.inventory == state.inventory and state.name in self._views:
+            return
+        self._rebuild_view_locked(state.name)
+
+    def _drop_node_locked(self, name: str) -> None:
+        self._nodes.pop(name, None)
+        self._views.pop(name, None)
+        self._broken_nodes.pop(name, None)
+
+    def _rebuild_view_locked(self, name: str) -> None:
+        state = self._nodes.get(name)
+        if state is None or state.inventory is None:
+            return
+        self._views[name] = build_node_view(state.inventory, self._node_usage.get(name, {}))
+
+    # -- pods -------------------------------------------------------------------------------------
+
+    def replace_pods(self, pods: Iterable[Mapping[str, Any]], *, listed_at: float) -> None:
+        """Replace all API-derived usage from a full pod list started at ``listed_at`` (clock seconds)."""
+        observed: dict[str, PodUsage] = {}
+        errors: dict[str, str] = {}
+        for pod in pods:
+            uid, usage, error = self._read_pod(pod)
+            if error:
+                errors[uid] = error
+            elif usage is not None:
+                observed[uid] = usage
+        with self._lock:
+            for uid, held in list(self._held.items()):
+                if held.assumed_at is not None and held.assumed_at >= listed_at and uid not in observed:
+                    continue  # our placement is newer than this list
+                if uid not in observed:
+                    self._release_locked(uid)
+            for uid, usage in observed.items():
+                held = self._held.get(uid)
+                if held is not None and held.assumed_at is not None and held.assumed_at >= listed_at \
+                        and held.usage.devices_text != usage.devices_text:
+                    continue
+                self._hold_locked(uid, usage, assumed_at=None)
+            self._note_errors_locked(errors, replace=True)
+
+    def observe_pod(self, event_type: str, pod: Mapping[str, Any]) -> None:
+        """Apply one watch event for a pod: a deleted or finished pod frees its GPUs at once."""
+        uid, usage, error = self._read_pod(pod)
+        with self._lock:
+            held = self._held.get(uid)
+            if event_type == "DELETED":
+                self._release_locked(uid)
+                self.stats.broken_pods.pop(uid, None)
+                return
+            if error:
+                self._note_errors_locked({uid: error}, replace=False)
+                return
+            self.stats.broken_pods.pop(uid, None)
+            if usage is None:
+                finished = (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")
+                if held is not None and (held.assumed_at is None or finished):
+                    self._release_locked(uid)
+                return
+            if held is not None and held.assumed_at is not None and held.usage.devices_text != usage.devices_text:
+                return  # an event from before our patch; the assumption stands until the API shows it
+            self._hold_locked(uid, usage, assumed_at=None)
+
+    def _read_pod(self, pod: Mapping[str, Any]) -> tuple[str, PodUsage | None, str]:
+        uid, namespace, name = pod_key(pod)
+        try:
+            return uid, pod_usage(pod), ""
+        except AnnotationError as error:
+            return uid, None, f"pod {namespace}/{name}: {error}"
+
+    def _note_errors_locked(self, errors: Mapping[str, str], *, replace: bool) -> None:
+        for uid, message in errors.items():
+            if self.stats.broken_pods.get(uid) != message:
+                self.stats.pod_annotation_errors += 1
+                log.warning("%s; its GPU usage is unknown and not counted", message)
+            # The old usage of a pod whose annotation became unreadable is no longer trustworthy either.
+            self._release_locked(uid)
+        if replace:
+            self.stats.broken_pods = dict(errors)
+        else:
+            self.stats.broken_pods.update(errors)
+
+    def _hold_locked(self, uid: str, usage: PodUsage, *, assumed_at: float | None) -> None:
+        self._release_locked(uid)
+        self._held[uid] = _Held(usage=usage, assumed_at=assumed_at)
+        self._apply_locked(usage.node, usage.booking, sign=1)
+
+    def _release_locked(self, uid: str) -> PodUsage | None:
+        held = self._held.pop(uid, None)
+        if held is None:
+            return None
+        self._apply_locked(held.usage.node, held.usage.booking, sign=-1)
+        return held.usage
+
+    def _apply_locked(self, node: str, booking: Mapping[str, DeviceUsage], *, sign: int) -> None:
+        totals = self._node_usage.setdefault(node, {})
+        for uuid, amount in booking.items():
+            current = totals.get(uuid, NO_USAGE)
+            updated = current + amount if sign > 0 else current - amount
+            if updated == NO_USAGE:
+                totals.pop(uuid, None)
+            else:
+                totals[uuid] = updated
+        if not totals:
+            self._node_usage.pop(node, None)
+        self._rebuild_view_locked(node)
+
+    # -- scheduling -------------------------------------------------------------------------------
+
+    def place(self, *, uid: str, namespace: str, name: str, request: PodRequest, options: PodOptions,
+              candidates: Sequence[str], container_names: Sequence[str] = ()) -> Placement | NoPlacement:
+        """Forget the pod's earlier usage, choose a node, and book the result — atomically."""
+        with self._lock:
+            self._release_locked(uid)
+            result = choose_node(request, options, candidates, self._views, self._broken_nodes)
+            if isinstance(result, Placement):
+                booking = pod_booking(result.grants, init_count=request.init_count)
+                usage = PodUsage(uid=uid, namespace=namespace, name=name, node=result.node, grants=result.grants,
+                                 booking=booking, devices_text=encode_pod_devices(result.grants),
+                                 container_names=tuple(container_names))
+                self._hold_locked(uid, usage, assumed_at=self._clock())
+            return result
+
+    def forget(self, uid: str) -> PodUsage | None:
+        """Drop whatever the pod holds (its placement was abandoned); returns what it held."""
+        with self._lock:
+            return self._release_locked(uid)
+
+    def held_by(self, uid: str) -> PodUsage | None:
+        """What a pod holds according to the cache, if anything."""
+        with self._lock:
+            held = self._held.get(uid)
+            return held.usage if held else None
+
+    # -- read-only views (metrics, tests, demo) ------------------------------------------------------
+
+    def node_views(self) -> dict[str, NodeView]:
+        """A consistent snapshot of every GPU node's view (views are immutable)."""
+        with self._lock:
+            return dict(self._views)
+
+    def broken_nodes(self) -> dict[str, str]:
+        """Nodes whose register annotation does not parse, with the error."""
+        with self._lock:
+            return dict(self._broken_nodes)
+
+    def pod_usages(self) -> list[PodUsage]:
+        """Every pod's usage (API-confirmed and assumed)."""
+        with self._lock:
+            return [held.usage for held in self._held.values()]
+
+    def inventory(self, node: str) -> NodeInventory | None:
+        """A node's GPU inventory, if it is a GPU node."""
+        with self._lock:
+            state = self._nodes.get(node)
+            return state.inventory if state else None
