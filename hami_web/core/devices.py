@@ -131,11 +131,18 @@ def _json_int(entry: Mapping[str, object], key: str, where: str, default: int | 
     raise AnnotationError(f"{where}: field {key!r} is not an integer")
 
 
-def _decode_register_json(text: str) -> tuple[Device, ...]:
+def _load_json(text: str) -> object:
     try:
-        document = json.loads(text)
+        return json.loads(text)
     except json.JSONDecodeError as error:
         raise AnnotationError(f"character {error.pos}: invalid JSON: {error.msg}") from None
+    except (ValueError, RecursionError) as error:
+        # Nesting deeper than the recursion limit, or an integer longer than Python converts: not a crash.
+        raise AnnotationError(f"invalid JSON: {str(error)[:80]}") from None
+
+
+def _decode_register_json(text: str) -> tuple[Device, ...]:
+    document = _load_json(text)
     if not isinstance(document, list):
         raise AnnotationError("JSON register annotation must be a list of devices")
     devices: list[Device] = []
@@ -190,10 +197,7 @@ def decode_pair_scores(text: str) -> dict[str, dict[str, int]]:
     """Decode ``hami.io/node-nvidia-score``: per GPU, its link score to each other GPU (higher = faster)."""
     if not text.strip():
         return {}
-    try:
-        document = json.loads(text)
-    except json.JSONDecodeError as error:
-        raise AnnotationError(f"character {error.pos}: invalid JSON: {error.msg}") from None
+    document = _load_json(text)
     if not isinstance(document, list):
         raise AnnotationError("score annotation must be a list of {uuid, score} objects")
     scores: dict[str, dict[str, int]] = {}

@@ -1,0 +1,57 @@
+"""Small builders for the core tests: GPUs, nodes, views, container asks and the booking of a placement."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from hami_web.core.devices import Device, NodeInventory
+from hami_web.core.grants import DeviceGrant
+from hami_web.core.requests import ContainerRequest, PodRequest
+from hami_web.core.usage import DeviceUsage, NodeView, build_node_view, pod_booking
+
+A40 = "NVIDIA-NVIDIA A40"
+
+
+def gpu(index: int, *, uuid: str | None = None, count: int = 10, memory_mib: int = 8000, cores: int = 100,
+        type: str = A40, numa: int = 0, healthy: bool = True) -> Device:
+    """A GPU named ``GPU-<index>`` unless ``uuid`` is given."""
+    return Device(uuid=uuid or f"GPU-{index}", index=index, count=count, memory_mib=memory_mib, cores=cores,
+                  type=type, numa=numa, healthy=healthy)
+
+
+def inventory(name: str, devices: Sequence[Device], *, pair_scores: Mapping[str, Mapping[str, int]] | None = None,
+              cordoned: Sequence[str] = ()) -> NodeInventory:
+    """A node's inventory."""
+    return NodeInventory(name=name, devices=tuple(devices), pair_scores=pair_scores or {},
+                         cordoned=frozenset(cordoned))
+
+
+def view(node: NodeInventory, usage: Mapping[str, DeviceUsage] | None = None) -> NodeView:
+    """The node joined with ``usage`` (by UUID)."""
+    return build_node_view(node, usage or {})
+
+
+def ask(count: int = 1, *, memory_mib: int = 0, memory_percent: int = 100, cores: int = 0, name: str = "main",
+        init: bool = False) -> ContainerRequest:
+    """One container's ask."""
+    return ContainerRequest(name=name, init=init, count=count, memory_mib=memory_mib,
+                            memory_percent=memory_percent, cores=cores)
+
+
+def pod(*containers: ContainerRequest) -> PodRequest:
+    """A pod of ``containers`` (init containers must come first)."""
+    return PodRequest(containers=tuple(containers))
+
+
+def grant(uuid: str, memory_mib: int, cores: int) -> DeviceGrant:
+    """One device grant."""
+    return DeviceGrant(uuid=uuid, memory_mib=memory_mib, cores=cores)
+
+
+def book(node_view: NodeView, grants: Sequence[Sequence[DeviceGrant]], *, init_count: int) -> NodeView:
+    """``node_view`` after a pod holding ``grants`` is added to its usage, as the cache would rebuild it."""
+    usage = {device.uuid: used for device, used in zip(node_view.inventory.devices, node_view.usage, strict=True)}
+    booking = pod_booking(tuple(tuple(c) for c in grants), init_count=init_count)
+    for uuid, held in booking.items():
+        usage[uuid] = usage.get(uuid, DeviceUsage()) + held
+    return build_node_view(node_view.inventory, usage)
