@@ -1,0 +1,289 @@
+"""``hami-web demo``: the whole service on one machine with no cluster.
+
+It starts the in-process Kubernetes API server seeded with GPU nodes as HAMi's device plugin registers them,
+starts the real server (``hami-web serve``, gunicorn over TLS with a throwaway certificate, talking to that
+API server through a kubeconfig), then plays kube-apiserver and kube-scheduler for a list of pods: each pod
+goes through ``/webhook``, is created, goes through ``/filter`` and ``/bind`` over HTTPS, and the demo prints
+what happened and the GPU usage the server reports on ``/metrics``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import contextlib
+import copy
+import json
+import logging
+import os
+import socket
+import ssl
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import jsonpatch
+import yaml
+from prometheus_client.parser import text_string_to_metric_families
+
+from hami_web.certs.command import make_local_certificates
+from hami_web.core import names
+from hami_web.kube import Kube, KubeError
+from hami_web.localcluster import LocalCluster
+
+EXPECT_ANNOTATION = "demo.hami.io/expect"
+READY_TIMEOUT_SECONDS = 30.0
+
+
+@dataclass(slots=True)
+class Outcome:
+    """One row of the demo's table."""
+
+    pod: str
+    verdict: str
+    node: str = "-"
+    gpus: str = "-"
+    reason: str = ""
+    expect: str = ""
+
+
+def _example(name: str) -> Path:
+    return Path(str(resources.files("hami_web") / "examples" / name))
+
+
+def add_command(commands: argparse._SubParsersAction) -> None:
+    """Register ``hami-web demo``."""
+    parser = commands.add_parser("demo", help="run the service against an in-process cluster and show decisions",
+                                 description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--cluster", type=Path, default=None, help="nodes and pods to seed (YAML)")
+    parser.add_argument("--pods", type=Path, default=None, help="pods to submit, in order (YAML)")
+    parser.add_argument("--port", type=int, default=0, help="HTTPS port of the server (default: a free port)")
+    parser.add_argument("--keep-serving", action="store_true",
+                        help="keep the server and API server up after the run and print curl examples")
+    parser.set_defaults(handler=run_demo)
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def _write_kubeconfig(directory: Path, server: str) -> Path:
+    config = {
+        "apiVersion": "v1", "kind": "Config", "current-context": "demo",
+        "clusters": [{"name": "demo", "cluster": {"server": server}}],
+        "users": [{"name": "demo", "user": {}}],
+        "contexts": [{"name": "demo", "context": {"cluster": "demo", "user": "demo"}}],
+    }
+    path = directory / "kubeconfig"
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+class _Https:
+    """Minimal HTTPS JSON client that trusts only the demo's CA, as kube-apiserver trusts the caBundle."""
+
+    def __init__(self, base_url: str, ca_file: Path) -> None:
+        self.base_url = base_url
+        self._context = ssl.create_default_context(cafile=str(ca_file))
+
+    def get(self, path: str) -> tuple[int, bytes]:
+        try:
+            with urllib.request.urlopen(self.base_url + path, context=self._context, timeout=10) as response:
+                return response.status, response.read()
+        except urllib.error.HTTPError as error:
+            return error.code, error.read()
+
+    def post(self, path: str, body: Any) -> Any:
+        request = urllib.request.Request(self.base_url + path, data=json.dumps(body).encode(), method="POST",
+                                         headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(request, context=self._context, timeout=35) as response:
+            return json.loads(response.read())
+
+
+@contextlib.contextmanager
+def _server(kubeconfig: Path, cert: Path, key: Path, port: int, log_path: Path) -> Iterator[subprocess.Popen[bytes]]:
+    command = [sys.executable, "-m", "hami_web", "serve", "--kubeconfig", str(kubeconfig), "--cert-file", str(cert),
+               "--key-file", str(key), "--bind", f"127.0.0.1:{port}", "--refresh-interval", "10s", "--threads", "4"]
+    with open(log_path, "wb") as log_file:
+        process = subprocess.Popen(command, stdout=log_file, stderr=subprocess.STDOUT,
+                                   env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        try:
+            yield process
+        finally:
+            process.terminate()
+            try:
+                process.wait(15)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+
+
+def _wait_ready(client: _Https, process: subprocess.Popen[bytes], log_path: Path) -> None:
+    deadline = time.monotonic() + READY_TIMEOUT_SECONDS
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"server exited with {process.returncode}:\n{log_path.read_text()[-3000:]}")
+        with contextlib.suppress(OSError):
+            status, _ = client.get("/readyz")
+            if status == 200:
+                return
+        time.sleep(0.2)
+    raise RuntimeError(f"server not ready after {READY_TIMEOUT_SECONDS:.0f}s:\n{log_path.read_text()[-3000:]}")
+
+
+def _admission_review(pod: dict[str, Any]) -> dict[str, Any]:
+    metadata = pod.get("metadata") or {}
+    return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {
+        "uid": str(uuid.uuid4()), "kind": {"group": "", "version": "v1", "kind": "Pod"},
+        "resource": {"group": "", "version": "v1", "resource": "pods"}, "operation": "CREATE",
+        "name": metadata.get("name", ""), "namespace": metadata.get("namespace", "default"), "object": pod}}
+
+
+def _gpus(annotation: str) -> str:
+    return " ; ".join(
+        " ".join(f"{entry.split(',')[0]}({entry.split(',')[2]}MiB,{entry.split(',')[3]}%)"
+                 for entry in container.split(":") if entry)
+        for container in annotation.rstrip(";").split(";") if container) or "-"
+
+
+def _play(pod: dict[str, Any], *, client: _Https, cluster: LocalCluster, kube: Kube,
+          node_names: list[str]) -> Outcome:
+    name = pod["metadata"]["name"]
+    namespace = pod["metadata"].setdefault("namespace", "default")
+    expect = (pod["metadata"].get("annotations") or {}).get(EXPECT_ANNOTATION, "")
+    outcome = Outcome(pod=name, verdict="", expect=expect)
+    review = client.post("/webhook", _admission_review(pod))["response"]
+    if not review.get("allowed"):
+        outcome.verdict, outcome.reason = "denied", review.get("status", {}).get("message", "")
+        return outcome
+    admitted = copy.deepcopy(pod)
+    if review.get("patch"):
+        admitted = jsonpatch.apply_patch(admitted, json.loads(base64.b64decode(review["patch"])))
+    cluster.load([admitted])
+    created = cluster.get("pods", name, namespace) or admitted
+    if created["spec"].get("schedulerName") != "hami-scheduler":
+        outcome.verdict, outcome.reason = "admitted", "not a GPU pod: left to the default scheduler"
+        return outcome
+    result = client.post("/filter", {"Pod": created, "Nodes": None, "NodeNames": node_names})
+    if result.get("Error"):
+        outcome.verdict, outcome.reason = "error", result["Error"]
+        return outcome
+    if not result.get("NodeNames"):
+        failed = result.get("FailedNodes") or {}
+        outcome.verdict = "unschedulable"
+        outcome.reason = "; ".join(f"{node}: {reason}" for node, reason in sorted(failed.items()))
+        return outcome
+    node = result["NodeNames"][0]
+    bound = client.post("/bind", {"PodName": name, "PodNamespace": namespace,
+                                  "PodUID": created["metadata"]["uid"], "Node": node})
+    if bound.get("Error"):
+        outcome.verdict, outcome.node, outcome.reason = "bind failed", node, bound["Error"]
+        return outcome
+    annotations = (cluster.get("pods", name, namespace) or {})["metadata"].get("annotations") or {}
+    # Play HAMi's device plugin: it sets the container up, marks the bind done and releases the node lock.
+    kube.patch_pod(namespace, name, {"metadata": {"annotations": {names.POD_BIND_PHASE: "success"}},
+                                     "status": {"phase": "Running"}})
+    kube.patch_node(node, {"metadata": {"annotations": {names.NODE_LOCK: None}}})
+    outcome.verdict, outcome.node = "scheduled", node
+    outcome.gpus = _gpus(annotations.get(names.POD_DEVICES_ALLOCATED, ""))
+    return outcome
+
+
+def _print_table(rows: list[list[str]], headers: list[str]) -> None:
+    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(headers)]
+    print("  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True)))
+    print("  ".join("-" * w for w in widths))
+    for row in rows:
+        print("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)))
+
+
+def _print_outcomes(outcomes: list[Outcome]) -> None:
+    _print_table([[o.pod, o.verdict, o.node, o.gpus] for o in outcomes], ["POD", "VERDICT", "NODE", "GPUS"])
+    print()
+    for o in outcomes:
+        print(f"- {o.pod}: {o.expect}")
+        if o.reason:
+            print(f"    {o.verdict}: {o.reason}")
+
+
+def _print_usage(metrics_text: str) -> None:
+    rows: dict[tuple[str, str], dict[str, float]] = {}
+    types: dict[tuple[str, str], str] = {}
+    for family in text_string_to_metric_families(metrics_text):
+        if not family.name.startswith("hami_gpu_"):
+            continue
+        for sample in family.samples:
+            key = (sample.labels["node"], sample.labels["device_uuid"])
+            rows.setdefault(key, {})[sample.name] = sample.value
+            types[key] = sample.labels["device_type"]
+    table = []
+    for (node, device), values in sorted(rows.items()):
+        mib = 1024 * 1024
+        table.append([node, device, types[(node, device)],
+                      f"{values.get('hami_gpu_shared_count', 0):.0f}",
+                      f"{values.get('hami_gpu_memory_allocated_bytes', 0) / mib:.0f}/"
+                      f"{values.get('hami_gpu_memory_limit_bytes', 0) / mib:.0f}",
+                      f"{values.get('hami_gpu_core_allocated_ratio', 0) * 100:.0f}/"
+                      f"{values.get('hami_gpu_core_limit_ratio', 0) * 100:.0f}"])
+    print("GPU usage as the server reports it on /metrics:")
+    _print_table(table, ["NODE", "GPU", "TYPE", "TASKS", "MEM MiB", "CORES %"])
+
+
+def run_demo(arguments: argparse.Namespace) -> int:
+    """Run the demo; exit status 0 when every pod was processed (whatever its verdict)."""
+    logging.getLogger("hami_web").setLevel(logging.WARNING)  # the table is the output; the server logs to a file
+    cluster_file = arguments.cluster or _example("cluster.yaml")
+    pods = [p for p in yaml.safe_load_all((arguments.pods or _example("pods.yaml")).read_text()) if p]
+    with tempfile.TemporaryDirectory(prefix="hami-web-demo-") as scratch, LocalCluster() as cluster:
+        directory = Path(scratch)
+        cluster.load_file(cluster_file)
+        certificates = make_local_certificates(directory / "certs")
+        kubeconfig = _write_kubeconfig(directory, cluster.url)
+        port = arguments.port or _free_port()
+        log_path = directory / "server.log"
+        print(f"API server (in-process): {cluster.url}   hami-web (gunicorn, TLS): https://127.0.0.1:{port}")
+        with _server(kubeconfig, certificates.cert_path, certificates.key_path, port, log_path) as process:
+            client = _Https(f"https://127.0.0.1:{port}", certificates.ca_path)
+            _wait_ready(client, process, log_path)
+            kube = Kube.for_url(cluster.url)
+            node_names = [n["metadata"]["name"] for n in cluster.list("nodes")]
+            outcomes = []
+            try:
+                for pod in pods:
+                    outcomes.append(_play(pod, client=client, cluster=cluster, kube=kube, node_names=node_names))
+            except (OSError, KubeError, KeyError, ValueError) as error:
+                print(f"demo failed: {error}\n--- server log ---\n{log_path.read_text()[-3000:]}", file=sys.stderr)
+                return 1
+            _print_outcomes(outcomes)
+            print()
+            _print_usage(client.get("/metrics")[1].decode())
+            if arguments.keep_serving:
+                _keep_serving(client.base_url, certificates.ca_path, cluster.url)
+    return 0
+
+
+def _keep_serving(base_url: str, ca_file: Path, api_url: str) -> None:
+    ca_copy = Path(tempfile.gettempdir()) / "hami-web-demo-ca.crt"
+    ca_copy.write_bytes(ca_file.read_bytes())
+    print(f"\nServing until Ctrl-C. The API server is {api_url}. Try:\n"
+          f"  curl --cacert {ca_copy} {base_url}/readyz\n"
+          f"  curl --cacert {ca_copy} {base_url}/metrics | grep ^hami_gpu\n"
+          f"  curl --cacert {ca_copy} -X POST {base_url}/filter -H 'Content-Type: application/json' \\\n"
+          f"       -d '{{\"Pod\": {{\"metadata\": {{\"name\": \"x\", \"uid\": \"1\"}}, \"spec\": {{\"containers\": "
+          f"[{{\"name\": \"c\", \"resources\": {{\"limits\": {{\"nvidia.com/gpu\": \"1\"}}}}}}]}}}}, "
+          f"\"NodeNames\": [\"gpu-a40-2\"]}}'\n"
+          f"  curl {api_url}/api/v1/pods | python -m json.tool | grep vgpu")
+    with contextlib.suppress(KeyboardInterrupt):
+        while True:
+            time.sleep(3600)
