@@ -75,6 +75,25 @@ class WatchEvent:
     object: JsonObject
 
 
+class _RawWatch(kubernetes.watch.Watch):
+    """A `Watch` whose events keep their objects as dicts.
+
+    The client's own ``deserialize=False`` path leaves out ``raw_object``, which its ERROR handling then
+    reads, so a ``410 Expired`` surfaced as ``KeyError('raw_object')`` instead of an `ApiException`. Parsing
+    here (the deserialising path, minus the model conversion) keeps both the cheap dicts and the 410.
+    """
+
+    def unmarshal_event(self, data: str, return_type: Any) -> JsonObject | None:
+        if not data or data.isspace():
+            return None
+        event = json.loads(data)
+        event["raw_object"] = event.get("object")
+        metadata = (event.get("object") or {}).get("metadata") if event.get("type") != "ERROR" else None
+        if isinstance(metadata, dict) and metadata.get("resourceVersion"):
+            self.resource_version = metadata["resourceVersion"]
+        return event
+
+
 def load_client_configuration(kubeconfig: str = "") -> kubernetes.client.Configuration:
     """Resolve how to reach the API: ``--kubeconfig``, else in-cluster, else ``~/.kube/config``."""
     configuration = kubernetes.client.Configuration()
@@ -192,10 +211,10 @@ class Kube:
                            timeout_seconds=timeout_seconds, label_selector=label_selector or None)
 
     def _watch(self, what: str, method: Any, **kwargs: Any) -> Iterator[WatchEvent]:
-        watch = kubernetes.watch.Watch()
+        watch = _RawWatch()
         kwargs["_request_timeout"] = (REQUEST_TIMEOUT_SECONDS, kwargs["timeout_seconds"] + REQUEST_TIMEOUT_SECONDS)
         try:
-            for event in watch.stream(method, deserialize=False, allow_watch_bookmarks=True, **kwargs):
+            for event in watch.stream(method, allow_watch_bookmarks=True, **kwargs):
                 yield WatchEvent(type=str(event.get("type", "")), object=event.get("object") or {})
         except ApiException as error:
             raise _error_from(error, what) from error

@@ -1,0 +1,145 @@
+"""`LocalCluster`: the in-process Kubernetes API server that tests, the demo and the simulator start.
+
+It owns the `Store` and serves `ApiServer` on 127.0.0.1 with a threaded keep-alive server (one thread per
+connection, so an open watch never blocks other requests). The methods besides start/stop are for tests:
+seeding state, reading it back without going through HTTP, failing chosen requests to exercise retry paths,
+and a log of what was called.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+import yaml
+
+from hami_web.localcluster.errors import ApiError
+from hami_web.localcluster.httpserver import WsgiHttpServer
+from hami_web.localcluster.objects import clone_json
+from hami_web.localcluster.resources import resource_for_kind, resource_type
+from hami_web.localcluster.server import ApiServer, InjectedFailure
+from hami_web.localcluster.store import Store
+
+JsonObject = dict[str, Any]
+
+log = logging.getLogger(__name__)
+
+DEFAULT_HISTORY_SIZE = 10_000
+
+
+class LocalCluster:
+    """A kube-apiserver stand-in with real state: ``with LocalCluster() as cluster: Kube.for_url(cluster.url)``."""
+
+    def __init__(self, objects: list[JsonObject] | None = None, *, history_size: int = DEFAULT_HISTORY_SIZE,
+                 bookmark_interval_seconds: float = 2.0) -> None:
+        self._store = Store(history_size=history_size)
+        self._api = ApiServer(self._store, bookmark_interval_seconds=bookmark_interval_seconds)
+        self._server: WsgiHttpServer | None = None
+        self._thread: threading.Thread | None = None
+        self.url = ""
+        if objects:
+            self.load(objects)
+
+    # -- lifecycle --------------------------------------------------------------------------------
+
+    def start(self) -> str:
+        """Serve on a free 127.0.0.1 port from a daemon thread; returns the base URL."""
+        if self._server is not None:
+            return self.url
+        self._api.stopping.clear()
+        server = WsgiHttpServer(("127.0.0.1", 0), self._api)
+        self._server = server
+        self.url = f"http://127.0.0.1:{server.server_port}"
+        self._thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05},
+                                        name=f"localcluster-{server.server_port}", daemon=True)
+        self._thread.start()
+        return self.url
+
+    def stop(self) -> None:
+        """Stop serving; open watch streams end within a poll interval."""
+        if self._server is None:
+            return
+        self._api.stopping.set()
+        with self._store.condition:
+            self._store.condition.notify_all()
+        self._server.shutdown()
+        self._server.server_close()
+        self._server.close_connections()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+        self._server = None
+        self._thread = None
+
+    def __enter__(self) -> LocalCluster:
+        self.start()
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 traceback: TracebackType | None) -> None:
+        self.stop()
+
+    # -- seeding and inspection -------------------------------------------------------------------
+
+    def load(self, objects: list[JsonObject]) -> None:
+        """Create each object (wire JSON with ``kind``) as a POST would, keeping a given pod status."""
+        for obj in objects:
+            rt = resource_for_kind(str(obj.get("kind", "")))
+            namespace = (obj.get("metadata") or {}).get("namespace") or ("default" if rt.namespaced else "")
+            self._store.create(rt, namespace, clone_json(obj))
+
+    def load_file(self, path: str | Path) -> None:
+        """Load a JSON or YAML file: a ``kind: List`` with ``items``, or (YAML) several documents."""
+        text = Path(path).read_text()
+        if str(path).endswith(".json"):
+            documents = [json.loads(text)]
+        else:
+            documents = [doc for doc in yaml.safe_load_all(text) if doc]
+        objects: list[JsonObject] = []
+        for document in documents:
+            if str(document.get("kind", "")).endswith("List") and "items" in document:
+                objects.extend(document["items"] or [])
+            else:
+                objects.append(document)
+        self.load(objects)
+
+    def get(self, resource: str, name: str, namespace: str | None = None) -> JsonObject | None:
+        """A deep copy of the stored object, or None."""
+        rt = resource_type(resource)
+        key_namespace = (namespace or "default") if rt.namespaced else ""
+        try:
+            return clone_json(self._store.get(rt, key_namespace, name))
+        except ApiError as error:
+            if error.code == 404:
+                return None
+            raise
+
+    def list(self, resource: str, namespace: str | None = None) -> list[JsonObject]:
+        """Deep copies of the stored objects of a type (one namespace, or all when None)."""
+        items, _ = self._store.list(resource_type(resource), namespace)
+        return [clone_json(item) for item in items]
+
+    @property
+    def resource_version(self) -> int:
+        """The current global resourceVersion."""
+        return self._store.resource_version
+
+    def inject_failure(self, method: str, resource: str, *, name: str | None = None, status: int = 409,
+                       count: int = 1, subresource: str | None = None) -> None:
+        """Answer the next ``count`` matching requests with a ``Status`` of ``status``, changing nothing.
+
+        ``subresource`` None matches requests to the object or collection itself, not its subresources
+        (fail a binding with ``subresource="binding"``).
+        """
+        resource_type(resource)
+        with self._api._lock:
+            self._api.failures.append(InjectedFailure(method.upper(), resource, name, subresource, status, count))
+
+    @property
+    def request_log(self) -> list[tuple[str, str]]:
+        """``(method, path)`` of every request served so far (path without the query string)."""
+        with self._api._lock:
+            return list(self._api.request_log)

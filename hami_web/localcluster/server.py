@@ -1,0 +1,307 @@
+"""The WSGI application: kube-apiserver's REST paths over the `Store`, JSON only.
+
+Plain werkzeug rather than Flask: the routes are kube's path grammar (``/api/v1/namespaces/{ns}/{plural}/
+{name}/{subresource}``), parsed once, and watches are chunked responses fed by a generator that sleeps on
+the store's condition with a short timeout, so it notices new writes, its ``timeoutSeconds`` and the
+server stopping without holding a thread forever.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from werkzeug.wrappers import Request, Response
+
+from hami_web.localcluster import selectors
+from hami_web.localcluster.errors import ApiError, bad_request, conflict, success_status
+from hami_web.localcluster.resources import RESOURCE_TYPES, ResourceType, resource_type
+from hami_web.localcluster.store import Change, Expired, Store
+
+JsonObject = dict[str, Any]
+
+SUBRESOURCES = {"pods": ("binding", "status"), "nodes": ("status",)}
+# Without timeoutSeconds the real server ends a watch after 30-60 minutes; one bound is enough here.
+DEFAULT_WATCH_TIMEOUT_SECONDS = 1800.0
+POLL_SECONDS = 0.05
+VERSION = {"major": "1", "minor": "31", "gitVersion": "v1.31.0-hami-web-localcluster", "platform": "linux/amd64",
+           "goVersion": "go1.22", "compiler": "gc", "buildDate": "2024-01-01T00:00:00Z", "gitCommit": "",
+           "gitTreeState": "clean"}
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    """What a request path names: a collection (``name`` None), an object, or an object's subresource."""
+
+    rt: ResourceType
+    namespace: str | None
+    name: str | None = None
+    subresource: str | None = None
+
+
+@dataclass(slots=True)
+class InjectedFailure:
+    """The next ``remaining`` requests matching these fields are answered with ``status``."""
+
+    method: str
+    resource: str
+    name: str | None
+    subresource: str | None
+    status: int
+    remaining: int
+
+
+@dataclass
+class ApiServer:
+    """WSGI callable serving `store`; also keeps the request log and the injected failures."""
+
+    store: Store
+    bookmark_interval_seconds: float = 2.0
+    stopping: threading.Event = field(default_factory=threading.Event)
+    request_log: list[tuple[str, str]] = field(default_factory=list)
+    failures: list[InjectedFailure] = field(default_factory=list)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def __call__(self, environ: dict[str, Any], start_response: Any) -> Any:
+        request = Request(environ)
+        with self._lock:
+            self.request_log.append((request.method, request.path))
+        try:
+            response = self._dispatch(request)
+        except ApiError as error:
+            response = _json(error.status_body(), error.code)
+        return response(environ, start_response)
+
+    # -- routing ----------------------------------------------------------------------------------
+
+    def _dispatch(self, request: Request) -> Response:
+        parts = [part for part in request.path.split("/") if part]
+        discovery = _discovery(parts)
+        if discovery is not None:
+            return _json(discovery, 200)
+        target = _parse_target(parts)
+        if target is None:
+            raise ApiError(404, "the server could not find the requested resource")
+        self._raise_injected(request.method, target)
+        if target.subresource == "binding":
+            return self._bind(request, target)
+        if target.name is None:
+            return self._collection(request, target)
+        return self._object(request, target)
+
+    def _raise_injected(self, method: str, target: Target) -> None:
+        with self._lock:
+            for failure in self.failures:
+                if failure.remaining > 0 and failure.method == method and failure.resource == target.rt.plural \
+                        and failure.name in (None, target.name) and failure.subresource == target.subresource:
+                    failure.remaining -= 1
+                    break
+            else:
+                return
+        name = target.name or ""
+        if failure.status == 409:
+            raise conflict(target.rt.plural, name, "the object has been modified; please apply your changes to "
+                                                   "the latest version and try again (injected)", target.rt.group)
+        raise ApiError(failure.status, f"injected failure for {method} {target.rt.plural} {name}".rstrip(),
+                       name=name, kind=target.rt.plural, group=target.rt.group)
+
+    def _collection(self, request: Request, target: Target) -> Response:
+        rt = target.rt
+        if request.method == "GET":
+            if request.args.get("watch", "").lower() in ("true", "1"):
+                return self._watch(request, target)
+            return self._list(request, target)
+        if request.method == "POST" and (target.namespace is not None or not rt.namespaced):
+            created = self.store.create(rt, target.namespace or "", _body(request))
+            return _json(created, 201)
+        raise ApiError(405, f"the server does not allow this method on the requested resource ({rt.plural})")
+
+    def _object(self, request: Request, target: Target) -> Response:
+        rt, namespace, name = target.rt, target.namespace or "", target.name or ""
+        if request.method == "GET":
+            return _json(self.store.get(rt, namespace, name), 200)
+        if request.method == "PUT":
+            body = _body(request)
+            return _json(self.store.replace(rt, namespace, name, body, subresource=target.subresource), 200)
+        if request.method == "PATCH":
+            patched = self.store.patch(rt, namespace, name, request.headers.get("Content-Type"),
+                                       request.get_data(), subresource=target.subresource)
+            return _json(patched, 200)
+        if request.method == "DELETE" and target.subresource is None:
+            deleted = self.store.delete(rt, namespace, name)
+            if rt.delete_returns_object:
+                return _json(deleted, 200)
+            return _json(success_status(200, name=name, kind=rt.plural, uid=deleted["metadata"]["uid"]), 200)
+        raise ApiError(405, f"the server does not allow this method on the requested resource ({rt.plural})")
+
+    def _bind(self, request: Request, target: Target) -> Response:
+        if request.method != "POST":
+            raise ApiError(405, "the server does not allow this method on the requested resource (pods/binding)")
+        self.store.bind(target.rt, target.namespace or "", target.name or "", _body(request))
+        return _json(success_status(201), 201)
+
+    # -- list and watch ---------------------------------------------------------------------------
+
+    def _list(self, request: Request, target: Target) -> Response:
+        rt = target.rt
+        predicate = _predicate(request, rt)
+        items, resource_version = self.store.list(rt, target.namespace, predicate)
+        # Items of a typed list carry no kind/apiVersion on the wire; the list does.
+        stripped = [{k: v for k, v in item.items() if k not in ("kind", "apiVersion")} for item in items]
+        return _json({"kind": f"{rt.kind}List", "apiVersion": rt.api_version,
+                      "metadata": {"resourceVersion": str(resource_version)}, "items": stripped}, 200)
+
+    def _watch(self, request: Request, target: Target) -> Response:
+        predicate = _predicate(request, target.rt)
+        since_text = request.args.get("resourceVersion", "")
+        if since_text not in ("", "0") and not since_text.isdigit():
+            raise bad_request(f"invalid resource version: {since_text!r}")
+        timeout_text = request.args.get("timeoutSeconds", "")
+        try:
+            timeout_seconds = float(timeout_text) if timeout_text else DEFAULT_WATCH_TIMEOUT_SECONDS
+        except ValueError:
+            raise bad_request(f"invalid timeoutSeconds: {timeout_text!r}") from None
+        bookmarks = request.args.get("allowWatchBookmarks", "").lower() in ("true", "1")
+        since = int(since_text) if since_text not in ("", "0") else None
+        stream = self._watch_stream(target, predicate, since=since, timeout_seconds=timeout_seconds,
+                                    bookmarks=bookmarks)
+        return Response(stream, status=200, content_type="application/json", direct_passthrough=True)
+
+    def _watch_stream(self, target: Target, predicate: selectors.Predicate, *, since: int | None,
+                      timeout_seconds: float, bookmarks: bool) -> Iterator[bytes]:
+        rt, store = target.rt, self.store
+        deadline = time.monotonic() + timeout_seconds
+        yield b""  # sends the headers now, as the real server does, so the client's call returns
+        if since is None:
+            items, cursor = store.list(rt, target.namespace, predicate)
+            yield b"".join(_event_line("ADDED", item) for item in items)
+        else:
+            cursor = since
+        last_sent = time.monotonic()
+        while not self.stopping.is_set():
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return
+            changes: list[Change] = []
+            expired: Expired | None = None
+            with store.condition:
+                try:
+                    changes = store.changes_since(cursor)
+                except Expired as error:
+                    expired = error
+                else:
+                    if not changes:
+                        store.condition.wait(min(POLL_SECONDS, remaining))
+            if expired is not None:
+                yield _event_line("ERROR", ApiError(410, str(expired), reason="Expired").status_body())
+                return
+            if changes:
+                cursor = changes[-1].resource_version
+                lines = [_event_line(kind, obj) for kind, obj in _visible(changes, target, predicate)]
+                if lines:
+                    last_sent = time.monotonic()
+                    yield b"".join(lines)
+                    continue
+            if bookmarks and time.monotonic() - last_sent >= self.bookmark_interval_seconds:
+                last_sent = time.monotonic()
+                yield _event_line("BOOKMARK", {"kind": rt.kind, "apiVersion": rt.api_version,
+                                               "metadata": {"resourceVersion": str(cursor)}})
+
+
+def _visible(changes: list[Change], target: Target, predicate: selectors.Predicate) -> Iterator[tuple[str, Any]]:
+    """The events a filtered watch reports: moving into the selection is ADDED, out of it DELETED."""
+    for change in changes:
+        if change.resource != target.rt.plural:
+            continue
+        if target.namespace is not None and change.object["metadata"].get("namespace") != target.namespace:
+            continue
+        now = predicate(change.object)
+        before = change.previous is not None and predicate(change.previous)
+        if change.type == "MODIFIED":
+            if now and before:
+                yield "MODIFIED", change.object
+            elif now:
+                yield "ADDED", change.object
+            elif before:
+                yield "DELETED", change.object
+        elif now:
+            yield change.type, change.object
+
+
+def _event_line(kind: str, obj: JsonObject) -> bytes:
+    return json.dumps({"type": kind, "object": obj}, separators=(",", ":")).encode() + b"\n"
+
+
+def _predicate(request: Request, rt: ResourceType) -> selectors.Predicate:
+    labels = selectors.parse_label_selector(request.args.get("labelSelector"))
+    fields = selectors.parse_field_selector(request.args.get("fieldSelector"), rt.field_selectors)
+    return lambda obj: labels(obj) and fields(obj)
+
+
+def _body(request: Request) -> JsonObject:
+    try:
+        body = json.loads(request.get_data() or b"null")
+    except ValueError as error:
+        raise bad_request(f"error decoding request body: {error}") from None
+    if not isinstance(body, dict):
+        raise bad_request("the request body is not a JSON object")
+    return body
+
+
+def _json(body: Any, status: int) -> Response:
+    return Response(json.dumps(body, separators=(",", ":")), status=status, content_type="application/json")
+
+
+def _parse_target(parts: list[str]) -> Target | None:
+    """Map a path to its target, or None for a path kube-apiserver would not serve (404)."""
+    if parts[:2] == ["api", "v1"]:
+        group, version, rest = "", "v1", parts[2:]
+    elif len(parts) >= 3 and parts[0] == "apis":
+        group, version, rest = parts[1], parts[2], parts[3:]
+    else:
+        return None
+    namespace: str | None = None
+    if len(rest) >= 3 and rest[0] == "namespaces":
+        namespace, rest = rest[1], rest[2:]
+    if not rest or len(rest) > 3:
+        return None
+    rt = RESOURCE_TYPES.get(rest[0])
+    if rt is None or rt.group != group or rt.version != version:
+        return None
+    if namespace is not None and not rt.namespaced:
+        return None
+    if len(rest) >= 2 and rt.namespaced and namespace is None:
+        return None
+    name = rest[1] if len(rest) >= 2 else None
+    subresource = rest[2] if len(rest) == 3 else None
+    if subresource is not None and subresource not in SUBRESOURCES.get(rt.plural, ()):
+        return None
+    return Target(rt=resource_type(rt.plural), namespace=namespace, name=name, subresource=subresource)
+
+
+def _discovery(parts: list[str]) -> JsonObject | None:
+    """Minimal discovery documents for ``/api``, ``/apis``, ``/version`` and the group versions."""
+    if parts == ["version"]:
+        return VERSION
+    if parts == ["api"]:
+        return {"kind": "APIVersions", "versions": ["v1"],
+                "serverAddressByClientCIDRs": [{"clientCIDR": "0.0.0.0/0", "serverAddress": "127.0.0.1"}]}
+    groups = sorted({(rt.group, rt.version) for rt in RESOURCE_TYPES.values() if rt.group})
+    if parts == ["apis"]:
+        return {"kind": "APIGroupList", "apiVersion": "v1", "groups": [
+            {"name": group, "versions": [{"groupVersion": f"{group}/{version}", "version": version}],
+             "preferredVersion": {"groupVersion": f"{group}/{version}", "version": version}}
+            for group, version in groups]}
+    if parts == ["api", "v1"] or (len(parts) == 3 and parts[0] == "apis" and (parts[1], parts[2]) in groups):
+        group = "" if parts[0] == "api" else parts[1]
+        return {"kind": "APIResourceList", "apiVersion": "v1",
+                "groupVersion": "v1" if not group else f"{parts[1]}/{parts[2]}",
+                "resources": [{"name": rt.plural, "singularName": rt.kind.lower(), "namespaced": rt.namespaced,
+                               "kind": rt.kind, "verbs": ["create", "delete", "get", "list", "patch", "update",
+                                                          "watch"]}
+                              for rt in RESOURCE_TYPES.values() if rt.group == group]}
+    return None
