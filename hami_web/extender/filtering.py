@@ -80,7 +80,7 @@ class Filter:
         result = self._cache.place(uid=uid, namespace=namespace, name=name, request=request, options=options,
                                    candidates=candidates, container_names=[c.name for c in request.containers])
         if not isinstance(result, Placement):
-            return self._unschedulable(namespace, name, uid, dict(result.reasons))
+            return self._unschedulable(namespace, name, uid, dict(result.reasons), node_objects)
         return self._commit(namespace, name, uid, result, node_objects)
 
     def _commit(self, namespace: str, name: str, uid: str, placement: Placement,
@@ -113,13 +113,14 @@ class Filter:
         self._count("placed", {})
         return self._answer([placement.node], node_objects, failed={})
 
-    def _unschedulable(self, namespace: str, name: str, uid: str, reasons: dict[str, str]) -> ExtenderFilterResult:
+    def _unschedulable(self, namespace: str, name: str, uid: str, reasons: dict[str, str],
+                       node_objects: Mapping[str, Any] | None) -> ExtenderFilterResult:
         summary = "; ".join(f"{node}: {reason}" for node, reason in sorted(reasons.items()))
         log.info("filter pod=%s/%s node=- no node fits: %s", namespace, name, summary)
         self._events.record(namespace=namespace, name=name, uid=uid, reason="FilteringFailed",
                             message=f"no node fits: {summary}", warning=True)
         self._count("unschedulable", reasons)
-        return {"NodeNames": [], "Nodes": None, "FailedNodes": reasons, "Error": ""}
+        return self._answer([], node_objects, failed=reasons)
 
     def _refuse(self, namespace: str, name: str, uid: str, message: str) -> ExtenderFilterResult:
         log.warning("filter pod=%s/%s node=- refused: %s", namespace, name, message)
