@@ -1,5 +1,77 @@
-"""Placeholder until the admission webhook lands (issue 5)."""
+"""``POST /webhook``: the mutating admission webhook's HTTP shell (SPEC.md §2).
 
-from flask import Blueprint
+Decode the body, hand it to `review_admission`, log one line per decision, encode. kube-apiserver
+appends ``?timeout=10s``; the review is fast and bounded, so it is ignored. A failed webhook call
+blocks pod creation cluster-wide (or is silently skipped, depending on ``failurePolicy``), so every
+failure here — unreadable body, oversized body, even a bug — answers a JSON message, never an HTML page
+or a traceback.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+
+from flask import Blueprint, Response, g, jsonify, request
+from werkzeug.exceptions import HTTPException, RequestEntityTooLarge
+
+from hami_web.admission import AdmissionAnswer, reject_unreadable_body, review_admission
+from hami_web.services import services
+
+log = logging.getLogger(__name__)
 
 blueprint = Blueprint("webhook", __name__)
+
+
+@blueprint.post("/webhook")
+def admission_webhook() -> tuple[Response, int]:
+    """Answer one AdmissionReview."""
+    g.webhook_started = time.perf_counter()
+    raw = request.get_data(cache=False)
+    try:
+        body = json.loads(raw)
+    except (ValueError, RecursionError) as error:
+        # ValueError covers JSONDecodeError and bytes that are not UTF-8/16/32.
+        answer = reject_unreadable_body(f"the body is not JSON: {error}")
+    else:
+        answer = review_admission(body, services().settings)
+    _log_answer(answer)
+    _observe(allowed=answer.allowed)
+    return jsonify(answer.body), answer.http_status
+
+
+@blueprint.errorhandler(RequestEntityTooLarge)
+def _body_too_large(error: RequestEntityTooLarge) -> tuple[Response, int]:
+    limit = request.max_content_length
+    message = f"the AdmissionReview is larger than the {limit} bytes this webhook accepts"
+    log.warning("admission rejected: HTTP 413: %s (Content-Length %s)", message, request.content_length)
+    _observe(allowed=False)
+    return jsonify(error="Request Entity Too Large", message=message), 413
+
+
+@blueprint.errorhandler(Exception)
+def _unexpected_error(error: Exception) -> tuple[Response, int]:
+    if isinstance(error, HTTPException):
+        log.warning("admission rejected: HTTP %s: %s", error.code, error.description)
+        return jsonify(error=error.name, message=error.description), error.code or 400
+    # The traceback goes to the operator's log; the API server (and the user) get a one-line message.
+    log.exception("admission failed unexpectedly")
+    _observe(allowed=False)
+    return jsonify(error="Bad Request",
+                   message=f"the webhook could not review this request: {type(error).__name__}: {error}"), 400
+
+
+def _log_answer(answer: AdmissionAnswer) -> None:
+    log.info("admission %s uid=%s allowed=%s patch_ops=%d http=%d: %s", answer.pod or "-", answer.uid or "-",
+             answer.allowed, len(answer.patch), answer.http_status, answer.message)
+
+
+def _observe(*, allowed: bool) -> None:
+    """Report latency to the metrics collaborator when there is one that knows webhooks."""
+    metrics = services().metrics
+    observe = getattr(metrics, "observe_webhook", None) if metrics is not None else None
+    if observe is None:
+        return
+    started = g.get("webhook_started")
+    observe(time.perf_counter() - started if started is not None else 0.0, allowed)

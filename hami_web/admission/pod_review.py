@@ -1,0 +1,208 @@
+"""The admission rules for one pod (SPEC.md §2, steps 2–8), as a pure function.
+
+The pod is never edited in place: the rules mutate a deep copy and the answer is
+``jsonpatch.make_patch(original, mutated)``, so the patch holds only operations that really change
+something, and running the rules on the patched pod yields no patch (every mutation first checks
+whether its result is already there).
+
+Privileged containers are never mutated. A privileged container sees every GPU of the node whatever
+its limits say, so sharing limits on it would be a lie; with ``--privileged-policy=deny`` a GPU pod
+holding one is refused, with ``skip`` (HAMi v2.4) the container is left out as if it asked for
+nothing, and the rest of the pod is reviewed normally. Either way its environment is not touched:
+device plugins and GPU exporters run privileged and rely on ``NVIDIA_VISIBLE_DEVICES``.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+from typing import Any, cast
+
+import jsonpatch
+
+from hami_web.admission.pod_shape import PodShapeError, check_pod_shape, iter_containers
+from hami_web.core.quantities import QuantityError, parse_whole_quantity
+from hami_web.settings import Settings
+
+DEFAULT_SCHEDULER = "default-scheduler"
+TASK_PRIORITY_ENV = "CUDA_TASK_PRIORITY"
+VISIBLE_DEVICES_ENV = "NVIDIA_VISIBLE_DEVICES"
+WHOLE_CARD_PERCENT = 100
+MAX_CORES_PERCENT = 100
+
+# Status codes carried in a denied AdmissionReview: 400 = the pod is malformed (the user must fix a
+# value), 403 = the pod is well-formed but our policy refuses it.
+MALFORMED = 400
+FORBIDDEN = 403
+
+MESSAGE_NO_CONTAINERS = "pod has no containers"
+MESSAGE_OTHER_SCHEDULER = "pod already has different scheduler assigned"
+MESSAGE_NODE_ASSIGNED = "pod has node assigned"
+
+
+@dataclass(frozen=True, slots=True)
+class AdmissionDecision:
+    """What the webhook answers for one pod.
+
+    ``patch`` is an RFC 6902 operation list (empty when nothing changes, always empty when denied);
+    ``code`` is 200 when allowed, else 400 (malformed pod) or 403 (refused by policy).
+    """
+
+    allowed: bool
+    message: str
+    patch: list[dict[str, Any]] = field(default_factory=list)
+    code: int = 200
+
+
+def review_pod(pod: object, settings: Settings) -> AdmissionDecision:
+    """Apply SPEC.md §2 steps 2–8 to a pod object from a CREATE request.
+
+    Never raises for bad input: a value that is not pod-shaped, or a resource value that is not a
+    valid whole quantity, is a denial whose message names what is wrong.
+    """
+    try:
+        check_pod_shape(pod)
+    except PodShapeError as error:
+        return _deny(MALFORMED, f"object is not a valid pod: {error}")
+    pod = cast(dict[str, Any], pod)  # check_pod_shape has made sure of it
+    spec = pod["spec"]
+    if not spec.get("containers"):
+        return _deny(MALFORMED, MESSAGE_NO_CONTAINERS)
+    if (spec.get("schedulerName") or DEFAULT_SCHEDULER) not in (DEFAULT_SCHEDULER, settings.scheduler_name):
+        return AdmissionDecision(allowed=True, message=MESSAGE_OTHER_SCHEDULER)
+
+    mutated = copy.deepcopy(pod)
+    gpu_containers: list[str] = []
+    privileged_containers: list[str] = []
+    for slot, container in iter_containers(mutated):
+        target = container
+        if _is_privileged(container):
+            privileged_containers.append(slot.name)
+            if settings.privileged_policy == "skip":
+                continue
+            # Still read (and validate) what it asks for, so a GPU pod is refused below, but mutate
+            # a throw-away copy: a privileged container is never changed.
+            target = copy.deepcopy(container)
+        try:
+            asks_gpu = _mutate_container(target, slot.name, settings)
+        except QuantityError as error:
+            return _deny(MALFORMED, str(error))
+        if asks_gpu:
+            gpu_containers.append(slot.name)
+
+    if not gpu_containers:
+        message = "pod asks for no GPU"
+        if privileged_containers and settings.privileged_policy == "skip":
+            message += f" (privileged containers left alone: {', '.join(privileged_containers)})"
+        return _allow(pod, mutated, message)
+    if privileged_containers and settings.privileged_policy == "deny":
+        return _deny(FORBIDDEN, f"container {privileged_containers[0]} is privileged")
+    if spec.get("nodeName"):
+        return _deny(FORBIDDEN, MESSAGE_NODE_ASSIGNED)
+    mutated["spec"]["schedulerName"] = settings.scheduler_name
+    return _allow(pod, mutated, f"scheduled by {settings.scheduler_name}: GPU containers "
+                                f"{', '.join(gpu_containers)}")
+
+
+def _mutate_container(container: dict[str, Any], name: str, settings: Settings) -> bool:
+    """Validate one container's GPU resources and apply the per-container mutations of step 4.
+
+    Returns whether the container asks for a GPU after defaulting. Raises `QuantityError` naming the
+    container and resource for a value that is not a whole number or is out of range.
+    """
+    names = settings.resources
+    asked = _read_quantities(container, name, settings)
+    count = asked.get(names.count)
+    if count is None and any(asked.get(r) is not None for r in (names.memory, names.memory_percentage,
+                                                                  names.cores)):
+        count = settings.default_gpu
+        _limits(container)[names.count] = str(count)
+    asks_gpu = count is not None and count > 0
+    if asks_gpu and asked.get(names.cores) is None and _asks_whole_card(asked, settings):
+        # A task that wants all of a card's memory gets all of its compute too (newer HAMi does the
+        # same): the booking then shows the card as fully taken, and the extender's exclusive-card
+        # check keeps it off cards that already run a task.
+        _limits(container)[names.cores] = str(MAX_CORES_PERCENT)
+    if names.priority in ((container.get("resources") or {}).get("limits") or {}):
+        # HAMi reads the priority from limits only; _read_quantities took the limits value first.
+        _set_env(container, TASK_PRIORITY_ENV, str(asked[names.priority]))
+    if not asks_gpu and settings.overwrite_env:
+        _set_env(container, VISIBLE_DEVICES_ENV, "none")
+    return asks_gpu
+
+
+def _read_quantities(container: dict[str, Any], name: str, settings: Settings) -> dict[str, int]:
+    """Each managed resource's value, from limits else requests; every present value is validated.
+
+    Values in both limits and requests are checked, so a bad value cannot hide behind a good one.
+    """
+    names = settings.resources
+    resources = container.get("resources") or {}
+    sections = [resources.get("limits") or {}, resources.get("requests") or {}]
+    values: dict[str, int] = {}
+    for resource in (*names.managed(), names.priority):
+        for section in sections:
+            if resource not in section:
+                continue
+            raw = section[resource]
+            value = parse_whole_quantity(raw, container=name, resource=resource)
+            if resource == names.memory_percentage and value > WHOLE_CARD_PERCENT:
+                raise QuantityError(f"container {name}: {resource}: {raw!r} is outside 0..100")
+            if resource == names.cores and value > MAX_CORES_PERCENT:
+                raise QuantityError(f"container {name}: {resource}: {raw!r} is over 100 (100 = one whole GPU)")
+            values.setdefault(resource, value)
+    return values
+
+
+def _asks_whole_card(asked: dict[str, int], settings: Settings) -> bool:
+    """Whether the memory ask is the whole card: percentage 100, or neither memory nor percentage.
+
+    A value of 0 counts as unset for both (SPEC.md §3, as HAMi does).
+    """
+    names = settings.resources
+    percent = asked.get(names.memory_percentage) or 0
+    memory_mib = asked.get(names.memory) or 0
+    return percent == WHOLE_CARD_PERCENT or (percent == 0 and memory_mib == 0)
+
+
+def _is_privileged(container: dict[str, Any]) -> bool:
+    return (container.get("securityContext") or {}).get("privileged") is True
+
+
+def _limits(container: dict[str, Any]) -> dict[str, Any]:
+    """The container's ``resources.limits``, created when absent or null."""
+    if not isinstance(container.get("resources"), dict):
+        container["resources"] = {}
+    resources = container["resources"]
+    if not isinstance(resources.get("limits"), dict):
+        resources["limits"] = {}
+    return resources["limits"]
+
+
+def _set_env(container: dict[str, Any], name: str, value: str) -> None:
+    """Make ``name=value`` the container's setting for ``name``, without adding a second entry.
+
+    Every existing entry of that name (Kubernetes allows duplicates; the last wins) becomes the plain
+    value, dropping any ``valueFrom``; when there is none, one entry is appended.
+    """
+    wanted = {"name": name, "value": value}
+    env = container.get("env")
+    if env is None:
+        env = container["env"] = []
+    found = False
+    for index, variable in enumerate(env):
+        if variable.get("name") == name:
+            found = True
+            if variable != wanted:
+                env[index] = dict(wanted)
+    if not found:
+        env.append(wanted)
+
+
+def _allow(original: dict[str, Any], mutated: dict[str, Any], message: str) -> AdmissionDecision:
+    operations = jsonpatch.make_patch(original, mutated).patch
+    return AdmissionDecision(allowed=True, message=message, patch=operations)
+
+
+def _deny(code: int, message: str) -> AdmissionDecision:
+    return AdmissionDecision(allowed=False, message=message, code=code)
