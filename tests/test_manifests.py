@@ -1,0 +1,337 @@
+"""Deployment artefacts: the manifests in ``k8s/``, the Dockerfile and the certificate script.
+
+Covers: every manifest validates against the official client's models (kinds, required fields, no unknown
+fields); the kustomization lists every file; names, ports, paths, namespace, Secret and scheduler name agree
+across files and with the code (Service → container port, webhook → Service and ``/webhook``, the
+KubeSchedulerConfiguration → the extender routes, the ``--scheduler-name`` default and the resource names,
+the Secret the Job writes → the Secret the pod mounts → the files ``serve`` reads); RBAC subjects, roles and
+resource names point at objects that exist; containers are non-root, read-only, capability-free and sized;
+the webhook's selectors, versions and failure policy; the Dockerfile's user, entrypoint and port.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from kubernetes import client
+
+from hami_web import __version__
+from hami_web.app import create_app
+from hami_web.settings import ResourceNames, Settings
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+K8S = REPO_ROOT / "k8s"
+NAMESPACE = "hami-system"
+
+API_VERSIONS = {
+    "Namespace": "v1", "ServiceAccount": "v1", "Service": "v1", "ConfigMap": "v1",
+    "Deployment": "apps/v1", "Job": "batch/v1", "CronJob": "batch/v1",
+    "ClusterRole": "rbac.authorization.k8s.io/v1", "ClusterRoleBinding": "rbac.authorization.k8s.io/v1",
+    "Role": "rbac.authorization.k8s.io/v1", "RoleBinding": "rbac.authorization.k8s.io/v1",
+    "MutatingWebhookConfiguration": "admissionregistration.k8s.io/v1",
+}
+CLUSTER_SCOPED = {"Namespace", "ClusterRole", "ClusterRoleBinding", "MutatingWebhookConfiguration"}
+
+# Field names of kubescheduler.config.k8s.io/v1 that this configuration may use (upstream Go json tags).
+SCHEDULER_CONFIG_FIELDS = {"apiVersion", "kind", "leaderElection", "profiles", "extenders", "clientConnection",
+                           "parallelism", "percentageOfNodesToScore", "podInitialBackoffSeconds",
+                           "podMaxBackoffSeconds", "delayCacheUntilActive"}
+LEADER_ELECTION_FIELDS = {"leaderElect", "leaseDuration", "renewDeadline", "retryPeriod", "resourceLock",
+                          "resourceName", "resourceNamespace"}
+EXTENDER_FIELDS = {"urlPrefix", "filterVerb", "preemptVerb", "prioritizeVerb", "weight", "bindVerb", "enableHTTPS",
+                   "tlsConfig", "httpTimeout", "nodeCacheCapable", "managedResources", "ignorable"}
+EXTENDER_TLS_FIELDS = {"insecure", "serverName", "certFile", "keyFile", "caFile", "certData", "keyData", "caData"}
+
+
+def _manifest_files() -> list[Path]:
+    return sorted(path for path in K8S.glob("*.yaml") if path.name != "kustomization.yaml")
+
+
+def _documents() -> list[tuple[str, dict[str, Any]]]:
+    found = []
+    for path in _manifest_files():
+        for document in yaml.safe_load_all(path.read_text()):
+            if document:
+                found.append((path.name, document))
+    return found
+
+
+DOCUMENTS = _documents()
+
+
+def _one(kind: str, name: str) -> dict[str, Any]:
+    matches = [doc for _, doc in DOCUMENTS if doc["kind"] == kind and doc["metadata"]["name"] == name]
+    assert len(matches) == 1, f"expected one {kind} {name}, found {len(matches)}"
+    return matches[0]
+
+
+def _container(pod_spec: dict[str, Any], name: str) -> dict[str, Any]:
+    return next(c for c in pod_spec["containers"] if c["name"] == name)
+
+
+def _flag(arguments: list[str], flag: str) -> str:
+    """Value of ``--flag=value`` or ``--flag value`` in a container's args."""
+    for index, argument in enumerate(arguments):
+        if argument.startswith(flag + "="):
+            return argument.split("=", 1)[1]
+        if argument == flag:
+            return arguments[index + 1]
+    raise AssertionError(f"{flag} not in {arguments}")
+
+
+def _mount_path_of_volume(container: dict[str, Any], volume: str) -> str:
+    return next(m["mountPath"] for m in container["volumeMounts"] if m["name"] == volume)
+
+
+def _volume(pod_spec: dict[str, Any], name: str) -> dict[str, Any]:
+    return next(v for v in pod_spec["volumes"] if v["name"] == name)
+
+
+DEPLOYMENT = _one("Deployment", "hami-web")
+POD = DEPLOYMENT["spec"]["template"]["spec"]
+SERVER = _container(POD, "hami-web")
+SCHEDULER = _container(POD, "kube-scheduler")
+JOB_POD = _one("Job", "hami-web-certs")["spec"]["template"]["spec"]
+CRON_POD = _one("CronJob", "hami-web-certs-renew")["spec"]["jobTemplate"]["spec"]["template"]["spec"]
+SCHEDULER_CONFIG = yaml.safe_load(_one("ConfigMap", "hami-scheduler-config")["data"]["config.yaml"])
+EXTENDER = SCHEDULER_CONFIG["extenders"][0]
+
+
+# -- shape --------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("file_name", "document"), DOCUMENTS,
+                         ids=[f"{f}:{d['kind']}/{d['metadata']['name']}" for f, d in DOCUMENTS])
+def test_manifest_validates_against_the_client_model(file_name: str, document: dict[str, Any]) -> None:
+    kind = document["kind"]
+    assert document["apiVersion"] == API_VERSIONS[kind], file_name
+    model = getattr(client, f"V1{kind}")
+    # Strict: required fields present, types right, and unknown (misspelt) fields rejected at any depth.
+    model.model_validate(document)
+    namespace = document["metadata"].get("namespace")
+    if kind in CLUSTER_SCOPED:
+        assert namespace is None
+    else:
+        assert namespace in (NAMESPACE, "kube-system")
+
+
+def test_kustomization_lists_every_manifest_file() -> None:
+    kustomization = yaml.safe_load((K8S / "kustomization.yaml").read_text())
+    assert kustomization["kind"] == "Kustomization"
+    assert sorted(kustomization["resources"]) == [path.name for path in _manifest_files()]
+    assert "namespace" not in kustomization  # it would move the kube-system RoleBinding
+
+
+def test_object_names_are_unique_per_kind_and_namespace() -> None:
+    keys = [(d["kind"], d["metadata"].get("namespace"), d["metadata"]["name"]) for _, d in DOCUMENTS]
+    assert len(keys) == len(set(keys))
+
+
+# -- the Service, the webhook and the server agree ----------------------------------------------------------
+
+
+def test_service_reaches_the_server_container_port() -> None:
+    service = _one("Service", "hami-web")
+    port = service["spec"]["ports"][0]
+    container_ports = {p["name"]: p["containerPort"] for p in SERVER["ports"]}
+    target = port["targetPort"]
+    assert container_ports.get(target, target) == 8443 == Settings(bind="0.0.0.0:8443").bind_host_port[1]
+    assert _flag(SERVER["args"], "--bind").endswith(":8443")
+    assert port["port"] == 443
+    labels = DEPLOYMENT["spec"]["template"]["metadata"]["labels"]
+    assert service["spec"]["selector"].items() <= labels.items()
+    assert DEPLOYMENT["spec"]["selector"]["matchLabels"].items() <= labels.items()
+
+
+def test_webhook_calls_the_service_on_the_webhook_route() -> None:
+    service = _one("Service", "hami-web")
+    webhook = _one("MutatingWebhookConfiguration", "hami-web")["webhooks"][0]
+    target = webhook["clientConfig"]["service"]
+    assert (target["name"], target["namespace"]) == (service["metadata"]["name"], service["metadata"]["namespace"])
+    assert target.get("port", 443) == service["spec"]["ports"][0]["port"]
+    assert target["path"] == "/webhook"
+    assert "caBundle" not in webhook["clientConfig"]  # the certificate job owns it
+    routes = {rule.rule: rule.methods for rule in create_app(Settings()).url_map.iter_rules()}
+    assert "POST" in routes["/webhook"]
+
+
+def test_webhook_admission_settings() -> None:
+    webhook = _one("MutatingWebhookConfiguration", "hami-web")["webhooks"][0]
+    assert webhook["admissionReviewVersions"] == ["v1", "v1beta1"]
+    assert webhook["sideEffects"] == "None"
+    assert webhook["timeoutSeconds"] == 10
+    assert webhook["failurePolicy"] == "Ignore"
+    assert webhook["rules"] == [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"],
+                                 "resources": ["pods"], "scope": "Namespaced"}]
+    ignore = {"key": "hami.io/webhook", "operator": "NotIn", "values": ["ignore"]}
+    assert ignore in webhook["namespaceSelector"]["matchExpressions"]
+    assert {"key": "kubernetes.io/metadata.name", "operator": "NotIn",
+            "values": [NAMESPACE]} in webhook["namespaceSelector"]["matchExpressions"]
+    assert webhook["objectSelector"]["matchExpressions"] == [ignore]
+    assert _one("Namespace", NAMESPACE)["metadata"]["labels"]["hami.io/webhook"] == "ignore"
+
+
+def test_probes_use_the_health_routes_over_https() -> None:
+    routes = {rule.rule for rule in create_app(Settings()).url_map.iter_rules()}
+    for probe, path in (("livenessProbe", "/healthz"), ("readinessProbe", "/readyz")):
+        check = SERVER[probe]["httpGet"]
+        assert (check["path"], check["scheme"], check["port"]) == (path, "HTTPS", "https")
+        assert path in routes
+    for probe in ("livenessProbe", "readinessProbe"):
+        assert SCHEDULER[probe]["httpGet"]["scheme"] == "HTTPS"
+
+
+# -- kube-scheduler and the extender agree -----------------------------------------------------------------
+
+
+def test_scheduler_configuration_uses_only_known_fields() -> None:
+    assert SCHEDULER_CONFIG["apiVersion"] == "kubescheduler.config.k8s.io/v1"
+    assert SCHEDULER_CONFIG["kind"] == "KubeSchedulerConfiguration"
+    assert set(SCHEDULER_CONFIG) <= SCHEDULER_CONFIG_FIELDS
+    assert set(SCHEDULER_CONFIG["leaderElection"]) <= LEADER_ELECTION_FIELDS
+    assert set(EXTENDER) <= EXTENDER_FIELDS
+    assert set(EXTENDER["tlsConfig"]) <= EXTENDER_TLS_FIELDS
+    assert re.fullmatch(r"\d+(ms|s|m)", EXTENDER["httpTimeout"])
+
+
+def test_profile_scheduler_name_is_the_one_the_webhook_sets() -> None:
+    assert [p["schedulerName"] for p in SCHEDULER_CONFIG["profiles"]] == [Settings().scheduler_name]
+    assert _flag(SERVER["args"], "--scheduler-name") == Settings().scheduler_name
+
+
+def test_extender_points_at_the_server_in_the_same_pod() -> None:
+    assert EXTENDER["urlPrefix"] == "https://127.0.0.1:8443"
+    assert EXTENDER["enableHTTPS"] is True
+    assert (EXTENDER["filterVerb"], EXTENDER["bindVerb"]) == ("filter", "bind")
+    assert EXTENDER["nodeCacheCapable"] is True and EXTENDER["weight"] == 1 and EXTENDER["httpTimeout"] == "30s"
+    routes = {rule.rule: rule.methods for rule in create_app(Settings()).url_map.iter_rules()}
+    assert "POST" in routes["/filter"] and "POST" in routes["/bind"]
+
+
+def test_extender_manages_every_vgpu_resource_name() -> None:
+    names = ResourceNames()
+    managed = {entry["name"]: entry["ignoredByScheduler"] for entry in EXTENDER["managedResources"]}
+    assert managed == dict.fromkeys((*names.managed(), names.priority), True)
+
+
+def test_scheduler_reads_its_config_and_the_ca_it_verifies_the_extender_with() -> None:
+    config_path = _flag(SCHEDULER["command"], "--config")
+    volume = next(v for v in POD["volumes"] if v.get("configMap", {}).get("name") == "hami-scheduler-config")
+    assert config_path == f"{_mount_path_of_volume(SCHEDULER, volume['name'])}/config.yaml"
+    assert EXTENDER["tlsConfig"]["insecure"] is False
+    ca_dir, ca_file = EXTENDER["tlsConfig"]["caFile"].rsplit("/", 1)
+    ca_mount = next((m for m in SCHEDULER["volumeMounts"] if m["mountPath"] == ca_dir), None)
+    assert ca_mount is not None, f"kube-scheduler does not mount {ca_dir}"
+    ca_volume = _volume(POD, ca_mount["name"])
+    assert ca_volume["secret"]["secretName"] == _volume(POD, "tls")["secret"]["secretName"]
+    assert [item["path"] for item in ca_volume["secret"]["items"]] == [ca_file] == ["ca.crt"]
+
+
+def test_leader_election_lease_is_granted() -> None:
+    election = SCHEDULER_CONFIG["leaderElection"]
+    assert election["leaderElect"] is True
+    assert (election["resourceName"], election["resourceNamespace"]) == ("hami-scheduler", NAMESPACE)
+    role = _one("Role", "hami-web-leader-election")
+    named = [rule for rule in role["rules"] if rule.get("resourceNames")]
+    assert named[0]["resourceNames"] == ["hami-scheduler"] and "update" in named[0]["verbs"]
+
+
+# -- the certificate: job writes, pod mounts, server reads ----------------------------------------------------
+
+
+def test_the_secret_the_job_writes_is_the_one_the_server_reads() -> None:
+    tls_volume = _volume(POD, "tls")
+    mount = _mount_path_of_volume(SERVER, "tls")
+    assert "subPath" not in next(m for m in SERVER["volumeMounts"] if m["name"] == "tls")  # or no hot reload
+    assert _flag(SERVER["args"], "--cert-file") == f"{mount}/tls.crt"
+    assert _flag(SERVER["args"], "--key-file") == f"{mount}/tls.key"
+    for pod in (JOB_POD, CRON_POD):
+        arguments = _container(pod, "certs")["args"]
+        assert arguments[0] == "certs" and "--in-cluster" in arguments
+        assert _flag(arguments, "--secret") == tls_volume["secret"]["secretName"]
+        assert _flag(arguments, "--service") == _one("Service", "hami-web")["metadata"]["name"]
+        assert _flag(arguments, "--namespace") == NAMESPACE
+        assert _flag(arguments, "--webhook-config") == _one("MutatingWebhookConfiguration", "hami-web")[
+            "metadata"]["name"]
+    assert JOB_POD["containers"] == CRON_POD["containers"]
+
+
+def test_the_job_may_write_exactly_its_secrets_and_webhook() -> None:
+    arguments = _container(JOB_POD, "certs")["args"]
+    role = _one("Role", "hami-web-certs")
+    named = next(rule for rule in role["rules"] if rule.get("resourceNames"))
+    assert sorted(named["resourceNames"]) == sorted([_flag(arguments, "--secret"), _flag(arguments, "--ca-secret")])
+    assert {"get", "update"} <= set(named["verbs"])
+    webhook_rule = _one("ClusterRole", "hami-web-certs")["rules"][0]
+    assert webhook_rule["resourceNames"] == [_flag(arguments, "--webhook-config")]
+    assert set(webhook_rule["verbs"]) == {"get", "patch"}
+
+
+# -- RBAC ----------------------------------------------------------------------------------------------------
+
+
+def test_bindings_point_at_existing_service_accounts_and_roles() -> None:
+    accounts = {(d["metadata"]["namespace"], d["metadata"]["name"]) for _, d in DOCUMENTS
+                if d["kind"] == "ServiceAccount"}
+    built_in = {"system:kube-scheduler", "system:volume-scheduler", "extension-apiserver-authentication-reader"}
+    for _, binding in DOCUMENTS:
+        if binding["kind"] not in ("ClusterRoleBinding", "RoleBinding"):
+            continue
+        for subject in binding["subjects"]:
+            assert (subject["namespace"], subject["name"]) in accounts
+        reference = binding["roleRef"]
+        if reference["name"] not in built_in:
+            _one(reference["kind"], reference["name"])
+    assert (NAMESPACE, POD["serviceAccountName"]) in accounts
+    assert (NAMESPACE, JOB_POD["serviceAccountName"]) in accounts
+    assert POD["serviceAccountName"] != JOB_POD["serviceAccountName"]  # the server cannot write Secrets
+
+
+def test_server_role_is_least_privilege() -> None:
+    rules = {(rule["apiGroups"][0], resource): set(rule["verbs"])
+             for rule in _one("ClusterRole", "hami-web")["rules"] for resource in rule["resources"]}
+    assert rules == {("", "nodes"): {"get", "list", "watch", "patch"},
+                     ("", "pods"): {"get", "list", "watch", "patch"},
+                     ("", "pods/binding"): {"create"},
+                     ("", "events"): {"create"},
+                     ("events.k8s.io", "events"): {"create"}}
+
+
+# -- containers ----------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("pod", [POD, JOB_POD, CRON_POD], ids=["deployment", "job", "cronjob"])
+def test_containers_are_locked_down_and_sized(pod: dict[str, Any]) -> None:
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    for container in pod["containers"]:
+        security = container["securityContext"]
+        assert security["readOnlyRootFilesystem"] is True
+        assert security["allowPrivilegeEscalation"] is False
+        assert security["capabilities"]["drop"] == ["ALL"]
+        assert {"cpu", "memory"} <= set(container["resources"]["requests"])
+        assert "memory" in container["resources"]["limits"]
+
+
+def test_one_replica_and_the_images_of_this_release() -> None:
+    assert DEPLOYMENT["spec"]["replicas"] == 1
+    assert SERVER["image"] == f"hami-web:{__version__}" == _container(JOB_POD, "certs")["image"]
+    assert SCHEDULER["image"] == "registry.k8s.io/kube-scheduler:v1.32.0"
+    assert SERVER["args"][0] == "serve"
+
+
+# -- Dockerfile ------------------------------------------------------------------------------------------------
+
+
+def test_dockerfile_runs_hami_web_serve_as_a_non_root_user() -> None:
+    dockerfile = (REPO_ROOT / "Dockerfile").read_text()
+    assert re.search(r"^FROM python:3\.11-slim AS build", dockerfile, re.MULTILINE)
+    assert re.search(r"^USER 10001", dockerfile, re.MULTILINE)
+    assert 'ENTRYPOINT ["hami-web"]' in dockerfile
+    assert 'CMD ["serve"]' in dockerfile
+    assert re.search(r"^EXPOSE 8443$", dockerfile, re.MULTILINE)
+    ignored = (REPO_ROOT / ".dockerignore").read_text().split()
+    assert ".git" in ignored and ".venv" in ignored

@@ -1,0 +1,318 @@
+"""Serving: gunicorn over TLS, certificate hot reload, and the rules for plain HTTP.
+
+Covers: a real gunicorn (one gthread worker, in a subprocess) answering /healthz over HTTPS; a certificate
+replaced on disk served to the next connection without a restart (new serial); plain HTTP only with
+``--insecure-http`` (and a TLS port refusing it); start-up errors naming ``--cert-file``/``--key-file``;
+the gunicorn options (one worker, threads, keep-alive); `ReloadingTLSContext` on its own — the SNI swap
+for servers that keep one context, the re-check interval, and a broken renewal keeping the old certificate.
+"""
+
+from __future__ import annotations
+
+import http.client
+import importlib
+import os
+import socket
+import ssl
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import replace
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+from cryptography import x509
+
+from hami_web.certs import KeyPair, ServingIdentity, make_local_certificates
+from hami_web.certs.pki import create_serving_certificate
+from hami_web.certs.stores import write_file_atomically
+from hami_web.cli import main
+from hami_web.serving import gunicorn_options, load_tls
+from hami_web.settings import Settings, SettingsError
+from hami_web.tlsreload import ReloadingTLSContext
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+LOCAL_IDENTITY = ServingIdentity(common_name="localhost", dns_names=("localhost",), ip_addresses=("127.0.0.1",))
+
+SERVER_SCRIPT = """
+import sys
+from dataclasses import replace
+from hami_web.app import create_app
+from hami_web.serving import run_gunicorn
+from hami_web.settings import Settings
+from hami_web.tlsreload import ReloadingTLSContext
+
+cert_file, key_file, bind, insecure = sys.argv[1:5]
+settings = replace(Settings(), bind=bind, threads=2, insecure_http=insecure == "1", cert_file=cert_file,
+                   key_file=key_file)
+tls = None if settings.insecure_http else ReloadingTLSContext(cert_file, key_file, check_interval_seconds=0.2)
+sys.exit(run_gunicorn(create_app(settings), settings, tls=tls))
+"""
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def _wait_for_port(port: int, process: subprocess.Popen, timeout_seconds: float = 15.0) -> None:
+    deadline = time.monotonic() + timeout_seconds
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise AssertionError(f"server exited with {process.returncode}: {process.stderr.read().decode()}")
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+            return
+        except OSError:
+            time.sleep(0.05)
+    raise AssertionError(f"server did not listen on {port} within {timeout_seconds} s")
+
+
+@pytest.fixture
+def start_server() -> Iterator[Callable[..., int]]:
+    """Start ``run_gunicorn`` in a subprocess; returns its port. Stopped (SIGINT, quick) after the test."""
+    processes: list[subprocess.Popen] = []
+
+    def start(cert_file: str = "", key_file: str = "", *, insecure: bool = False) -> int:
+        port = _free_port()
+        environment = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
+        process = subprocess.Popen(
+            [sys.executable, "-c", SERVER_SCRIPT, cert_file, key_file, f"127.0.0.1:{port}", "1" if insecure else "0"],
+            env=environment, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        processes.append(process)
+        _wait_for_port(port, process)
+        return port
+
+    yield start
+    for process in processes:
+        process.send_signal(2)
+    for process in processes:
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+        process.stderr.close()
+
+
+def _get_over_https(port: int, ca_path: Path, path: str = "/healthz") -> tuple[int, bytes, int]:
+    """(status, body, serial of the certificate the server presented) on a brand-new connection."""
+    context = ssl.create_default_context(cafile=str(ca_path))
+    connection = http.client.HTTPSConnection("127.0.0.1", port, context=context, timeout=5)
+    try:
+        connection.request("GET", path)
+        response = connection.getresponse()
+        der = connection.sock.getpeercert(binary_form=True)
+        return response.status, response.read(), x509.load_der_x509_certificate(der).serial_number
+    finally:
+        connection.close()
+
+
+def _renew_in_place(directory: Path) -> int:
+    """Replace tls.crt/tls.key with a new certificate from the same CA, as the cert job would; its serial."""
+    ca = KeyPair((directory / "ca.crt").read_bytes(), (directory / "ca.key").read_bytes())
+    serving = create_serving_certificate(ca, LOCAL_IDENTITY, now=datetime.now(UTC), days=2)
+    write_file_atomically(directory / "tls.key", serving.key_pem, mode=0o600)
+    write_file_atomically(directory / "tls.crt", serving.cert_pem, mode=0o644)
+    return serving.certificate().serial_number
+
+
+def _serial(path: Path) -> int:
+    return x509.load_pem_x509_certificate(path.read_bytes()).serial_number
+
+
+# -- gunicorn ---------------------------------------------------------------------------------------------
+
+
+def test_healthz_over_https_then_a_renewed_certificate_without_restart(tmp_path: Path,
+                                                                        start_server: Callable[..., int]) -> None:
+    ca_path, cert_path, key_path = make_local_certificates(tmp_path)
+    port = start_server(str(cert_path), str(key_path))
+
+    status, body, serial = _get_over_https(port, ca_path)
+    assert (status, serial) == (200, _serial(cert_path))
+    assert b'"ok"' in body
+
+    new_serial = _renew_in_place(tmp_path)
+    deadline = time.monotonic() + 10
+    while serial != new_serial and time.monotonic() < deadline:
+        time.sleep(0.1)
+        status, _, serial = _get_over_https(port, ca_path)
+        assert status == 200
+    assert serial == new_serial
+
+
+def test_plain_http_is_served_only_with_insecure_http(tmp_path: Path, start_server: Callable[..., int]) -> None:
+    _, cert_path, key_path = make_local_certificates(tmp_path)
+    plain_port = start_server(insecure=True)
+    tls_port = start_server(str(cert_path), str(key_path))
+
+    connection = http.client.HTTPConnection("127.0.0.1", plain_port, timeout=5)
+    connection.request("GET", "/healthz")
+    assert connection.getresponse().status == 200
+    connection.close()
+
+    refused = http.client.HTTPConnection("127.0.0.1", tls_port, timeout=5)
+    with pytest.raises((http.client.HTTPException, OSError)):
+        refused.request("GET", "/healthz")
+        refused.getresponse()
+    refused.close()
+
+
+# -- start-up errors ----------------------------------------------------------------------------------------
+
+
+def test_missing_certificate_file_names_the_flag(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    _, _, key_path = make_local_certificates(tmp_path)
+    with pytest.raises(SystemExit) as stopped:
+        main(["serve", "--cert-file", str(tmp_path / "missing.crt"), "--key-file", str(key_path)])
+    assert stopped.value.code == 2
+    error = capsys.readouterr().err
+    assert "--cert-file" in error and "missing.crt" in error
+
+
+def test_unreadable_key_file_names_the_flag(tmp_path: Path) -> None:
+    _, cert_path, _ = make_local_certificates(tmp_path)
+    settings = replace(Settings(), cert_file=str(cert_path), key_file=str(tmp_path / "absent.key"))
+    with pytest.raises(SettingsError, match="--key-file"):
+        load_tls(settings)
+
+
+def test_certificate_that_does_not_load_names_both_flags(tmp_path: Path) -> None:
+    _, cert_path, _ = make_local_certificates(tmp_path)
+    (tmp_path / "other.key").write_bytes((tmp_path / "ca.key").read_bytes())
+    settings = replace(Settings(), cert_file=str(cert_path), key_file=str(tmp_path / "other.key"))
+    with pytest.raises(SettingsError, match="--cert-file/--key-file"):
+        load_tls(settings)
+
+
+def test_no_certificate_and_no_insecure_flag_is_refused() -> None:
+    with pytest.raises(SettingsError, match="--insecure-http"):
+        load_tls(Settings())
+
+
+def test_insecure_http_needs_no_certificate() -> None:
+    assert load_tls(replace(Settings(), insecure_http=True)) is None
+
+
+# -- options ----------------------------------------------------------------------------------------------
+
+
+def test_one_gthread_worker_with_threads_and_keepalive(tmp_path: Path) -> None:
+    _, cert_path, key_path = make_local_certificates(tmp_path)
+    settings = replace(Settings(), cert_file=str(cert_path), key_file=str(key_path), threads=12,
+                       bind="[::1]:9443")
+    tls = load_tls(settings)
+
+    options = gunicorn_options(settings, tls=tls)
+
+    assert (options["workers"], options["worker_class"], options["threads"]) == (1, "gthread", 12)
+    assert options["keepalive"] > 0 and options["max_requests"] == 0
+    assert options["bind"] == ["[::1]:9443"]
+    assert options["ssl_context"](None, None) is tls.current()
+
+
+def test_gunicorn_config_file_has_the_serve_options(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HAMI_INSECURE_HTTP", "true")
+    monkeypatch.setenv("HAMI_THREADS", "3")
+    import hami_web.gunicorn_conf as conf
+
+    conf = importlib.reload(conf)
+    assert (conf.workers, conf.worker_class, conf.threads) == (1, "gthread", 3)
+    assert conf.wsgi_app == "hami_web.gunicorn_conf:application"
+
+
+# -- the reloading context on its own ------------------------------------------------------------------------
+
+
+class _FakeClock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _serve_handshakes(context: ssl.SSLContext) -> tuple[int, threading.Thread]:
+    """A TLS server that wraps every connection with this one context object (never asks for a new one)."""
+    listener = socket.create_server(("127.0.0.1", 0))
+
+    def accept_loop() -> None:
+        with listener:
+            for _ in range(2):
+                connection, _ = listener.accept()
+                try:
+                    with context.wrap_socket(connection, server_side=True) as tls:
+                        tls.recv(1)
+                except (ssl.SSLError, OSError):
+                    pass
+
+    thread = threading.Thread(target=accept_loop, daemon=True)
+    thread.start()
+    return listener.getsockname()[1], thread
+
+
+def _peer_serial(port: int, ca_path: Path) -> int:
+    context = ssl.create_default_context(cafile=str(ca_path))
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as raw, \
+            context.wrap_socket(raw, server_hostname="127.0.0.1") as tls:
+        return x509.load_der_x509_certificate(tls.getpeercert(binary_form=True)).serial_number
+
+
+def test_a_server_holding_one_context_still_gets_the_renewed_certificate(tmp_path: Path) -> None:
+    ca_path, cert_path, key_path = make_local_certificates(tmp_path)
+    clock = _FakeClock()
+    reloading = ReloadingTLSContext(str(cert_path), str(key_path), check_interval_seconds=5, clock=clock)
+    port, thread = _serve_handshakes(reloading.current())
+
+    assert _peer_serial(port, ca_path) == _serial(cert_path)
+    new_serial = _renew_in_place(tmp_path)
+    clock.now += 6
+    assert _peer_serial(port, ca_path) == new_serial
+    thread.join(timeout=5)
+
+
+def test_files_are_looked_at_no_more_than_once_per_interval(tmp_path: Path) -> None:
+    _, cert_path, key_path = make_local_certificates(tmp_path)
+    clock = _FakeClock()
+    reloading = ReloadingTLSContext(str(cert_path), str(key_path), check_interval_seconds=5, clock=clock)
+    before = reloading.current()
+
+    _renew_in_place(tmp_path)
+    clock.now += 4
+    assert reloading.current() is before
+    clock.now += 2
+    assert reloading.current() is not before
+
+
+def test_unchanged_files_keep_the_same_context(tmp_path: Path) -> None:
+    _, cert_path, key_path = make_local_certificates(tmp_path)
+    clock = _FakeClock()
+    reloading = ReloadingTLSContext(str(cert_path), str(key_path), check_interval_seconds=1, clock=clock)
+    before = reloading.current()
+    clock.now += 10
+    assert reloading.current() is before
+
+
+def test_a_broken_renewal_keeps_serving_the_previous_certificate(tmp_path: Path,
+                                                                 caplog: pytest.LogCaptureFixture) -> None:
+    _, cert_path, key_path = make_local_certificates(tmp_path)
+    clock = _FakeClock()
+    reloading = ReloadingTLSContext(str(cert_path), str(key_path), check_interval_seconds=1, clock=clock)
+    before = reloading.current()
+
+    write_file_atomically(cert_path, b"half a certificate", mode=0o644)
+    clock.now += 2
+    assert reloading.current() is before
+    clock.now += 2
+    assert reloading.current() is before
+    warnings = [r for r in caplog.records if "previous" in r.getMessage()]
+    assert len(warnings) == 1  # logged once per broken version, not at every look
+
+    _renew_in_place(tmp_path)
+    clock.now += 2
+    assert reloading.current() is not before  # the next good renewal is picked up
