@@ -187,7 +187,7 @@ def fit_pod(request: PodRequest, view: NodeView, options: PodOptions) -> PodFit 
 
 def may_fit(request: PodRequest, view: NodeView, options: PodOptions) -> bool:
     """Cheap necessary condition for `fit_pod` from the node's aggregates (False = certainly no fit)."""
-    if not any(options.type_allowed(device_type) for device_type in view.device_types):
+    if request.asks_for_gpu and not any(options.type_allowed(device_type) for device_type in view.device_types):
         return False
     for container in request.containers:
         if container.count == 0:

@@ -109,3 +109,12 @@ def test_duplicate_candidates_are_considered_once() -> None:
 
 def test_no_candidates_no_placement() -> None:
     assert choose_node(SMALL, PodOptions(), [], _nodes()) == NoPlacement(reasons={})
+
+
+def test_pod_asking_for_no_gpu_follows_rank_order_despite_type_rules() -> None:
+    """Type rules only matter for GPUs a pod asks for; found by test_properties (may_fit said no to such a pod)."""
+    nodes = {"busy-t4": view(inventory("busy-t4", [gpu(0, type="NVIDIA-Tesla T4")]), {"GPU-0": DeviceUsage(1, 10, 10)}),
+             "idle-a40": view(inventory("idle-a40", [gpu(0)]))}
+    placement = choose_node(pod(ask(0)), PodOptions(use_types=("A40",)), ["idle-a40", "busy-t4"], nodes)
+    assert isinstance(placement, Placement)
+    assert placement.node == "busy-t4"
