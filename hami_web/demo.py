@@ -192,8 +192,7 @@ def _play(pod: dict[str, Any], *, client: _Https, cluster: LocalCluster, kube: K
         return outcome
     annotations = (cluster.get("pods", name, namespace) or {})["metadata"].get("annotations") or {}
     # Play HAMi's device plugin: it sets the container up, marks the bind done and releases the node lock.
-    kube.patch_pod(namespace, name, {"metadata": {"annotations": {names.POD_BIND_PHASE: "success"}},
-                                     "status": {"phase": "Running"}})
+    kube.patch_pod(namespace, name, {"metadata": {"annotations": {names.POD_BIND_PHASE: "success"}}})
     kube.patch_node(node, {"metadata": {"annotations": {names.NODE_LOCK: None}}})
     outcome.verdict, outcome.node = "scheduled", node
     outcome.gpus = _gpus(annotations.get(names.POD_DEVICES_ALLOCATED, ""))
