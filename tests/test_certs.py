@@ -4,7 +4,8 @@ Covers: the CA and serving certificate as a client would check them (chain, SANs
 private keys written 0600; idempotency (kept serials, nothing rewritten); renewal of a certificate with
 10 days left, with wrong names or unparsable, reusing a CA that is still good; CA rotation keeping the old
 CA in the trust bundle; the kubernetes.io/tls Secret and every webhook's caBundle through the in-process
-API server; the CLI with ``--out-dir``; throwaway local certificates usable by the ``ssl`` module.
+API server; the CLI with ``--out-dir`` and the ``certs/bootstrap.sh`` wrapper; throwaway local
+certificates usable by the ``ssl`` module.
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ import base64
 import ipaddress
 import ssl
 import stat
+import subprocess
+import sys
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -306,3 +309,12 @@ def test_local_certificates_serve_127_0_0_1_and_localhost(tmp_path: Path) -> Non
     assert names.get_values_for_type(x509.DNSName) == ["localhost"]
     assert names.get_values_for_type(x509.IPAddress) == [ipaddress.ip_address("127.0.0.1")]
     _certificate(cert_path).verify_directly_issued_by(_certificate(ca_path))
+
+
+def test_bootstrap_script_runs_the_certs_command(tmp_path: Path) -> None:
+    script = Path(__file__).resolve().parents[1] / "certs" / "bootstrap.sh"
+    environment = {"PATH": "/usr/bin:/bin", "PYTHON": sys.executable}  # no hami-web on PATH: source tree
+    result = subprocess.run(["sh", str(script), "--out-dir", str(tmp_path / "tls")], env=environment,
+                            capture_output=True, text=True, timeout=60, check=False)
+    assert result.returncode == 0, result.stderr
+    _certificate(tmp_path / "tls" / "tls.crt").verify_directly_issued_by(_certificate(tmp_path / "tls" / "ca.crt"))

@@ -4,14 +4,18 @@ Covers: a real gunicorn (one gthread worker, in a subprocess) answering /healthz
 replaced on disk served to the next connection without a restart (new serial); plain HTTP only with
 ``--insecure-http`` (and a TLS port refusing it); start-up errors naming ``--cert-file``/``--key-file``;
 the gunicorn options (one worker, threads, keep-alive); `ReloadingTLSContext` on its own — the SNI swap
-for servers that keep one context, the re-check interval, and a broken renewal keeping the old certificate.
+for servers that keep one context, the re-check interval, and a broken renewal keeping the old certificate;
+``hami-web serve`` end to end against the in-process API server (runtime started in the worker: /readyz 200,
+clean exit on SIGTERM).
 """
 
 from __future__ import annotations
 
 import http.client
 import importlib
+import json
 import os
+import signal
 import socket
 import ssl
 import subprocess
@@ -30,6 +34,7 @@ from hami_web.certs import KeyPair, ServingIdentity, make_local_certificates
 from hami_web.certs.pki import create_serving_certificate
 from hami_web.certs.stores import write_file_atomically
 from hami_web.cli import main
+from hami_web.localcluster import LocalCluster
 from hami_web.serving import gunicorn_options, load_tls
 from hami_web.settings import Settings, SettingsError
 from hami_web.tlsreload import ReloadingTLSContext
@@ -74,7 +79,7 @@ def _wait_for_port(port: int, process: subprocess.Popen, timeout_seconds: float 
 
 @pytest.fixture
 def start_server() -> Iterator[Callable[..., int]]:
-    """Start ``run_gunicorn`` in a subprocess; returns its port. Stopped (SIGINT, quick) after the test."""
+    """Start ``run_gunicorn`` in a subprocess; returns its port. Stopped with SIGTERM, as kubelet does."""
     processes: list[subprocess.Popen] = []
 
     def start(cert_file: str = "", key_file: str = "", *, insecure: bool = False) -> int:
@@ -89,7 +94,7 @@ def start_server() -> Iterator[Callable[..., int]]:
 
     yield start
     for process in processes:
-        process.send_signal(2)
+        process.send_signal(signal.SIGTERM)
     for process in processes:
         try:
             process.wait(timeout=10)
@@ -316,3 +321,33 @@ def test_a_broken_renewal_keeps_serving_the_previous_certificate(tmp_path: Path,
     _renew_in_place(tmp_path)
     clock.now += 2
     assert reloading.current() is not before  # the next good renewal is picked up
+
+
+# -- the production command end to end --------------------------------------------------------------------------
+
+
+def test_serve_starts_the_runtime_in_the_worker_and_becomes_ready(tmp_path: Path, apiserver: LocalCluster) -> None:
+    ca_path, cert_path, key_path = make_local_certificates(tmp_path)
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(json.dumps({
+        "apiVersion": "v1", "kind": "Config", "current-context": "local",
+        "clusters": [{"name": "local", "cluster": {"server": apiserver.url}}],
+        "users": [{"name": "local", "user": {"token": "unused"}}],
+        "contexts": [{"name": "local", "context": {"cluster": "local", "user": "local"}}]}))
+    port = _free_port()
+    process = subprocess.Popen(
+        [sys.executable, "-m", "hami_web", "serve", "--cert-file", str(cert_path), "--key-file", str(key_path),
+         "--bind", f"127.0.0.1:{port}", "--kubeconfig", str(kubeconfig), "--threads", "2"],
+        env={**os.environ, "PYTHONPATH": str(REPO_ROOT)}, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        _wait_for_port(port, process)
+        deadline = time.monotonic() + 10
+        status = 0
+        while status != 200 and time.monotonic() < deadline:
+            status, _, _ = _get_over_https(port, ca_path, "/readyz")  # 200 only once the cache synced
+            time.sleep(0.1)
+        assert status == 200
+    finally:
+        process.send_signal(signal.SIGTERM)  # what kubelet sends: graceful stop, runtime stopped in the worker
+        assert process.wait(timeout=15) == 0
+        process.stderr.close()
