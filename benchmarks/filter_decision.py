@@ -1,0 +1,138 @@
+"""Time the filter decision (`choose_node`) on generated clusters of 1,000 and 5,000 nodes × 8 GPUs.
+
+Run from anywhere: ``python benchmarks/filter_decision.py [--pods N] [--sizes 1000,5000] [--seed S]``.
+
+Each cluster mixes GPU types (A40, A100, T4, L4), has random prior usage and some full nodes. A few hundred
+typical pods (1 GPU with gpumem, 2 GPUs with percentage, type-restricted, node binpack and spread, GPU binpack
+and spread) are placed one after another; after each placement the pod's booking is added to that node's usage
+and its `NodeView` rebuilt, as the cluster cache does. Printed per size: median / p95 / max ms per pod, and the
+all-fail path (a pod no node can take, with a reason computed for every node). Not a test: no assertions.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from hami_web.core.choose import NoPlacement, Placement, choose_node
+from hami_web.core.devices import Device, NodeInventory
+from hami_web.core.options import PodOptions
+from hami_web.core.requests import ContainerRequest, PodRequest
+from hami_web.core.usage import DeviceUsage, NodeView, build_node_view, pod_booking
+
+GPUS_PER_NODE = 8
+CARD_MODELS = (  # type, memory MiB
+    ("NVIDIA-NVIDIA A40", 46068),
+    ("NVIDIA-NVIDIA A100-SXM4-80GB", 81920),
+    ("NVIDIA-Tesla T4", 15360),
+    ("NVIDIA-NVIDIA L4", 23034),
+)
+FULL_NODE_SHARE = 0.1
+BUSY_GPU_SHARE = 0.4
+
+
+def generate_cluster(size: int, rng: random.Random) -> tuple[dict[str, NodeView], dict[str, dict[str, DeviceUsage]]]:
+    """``size`` nodes of 8 GPUs each: their views and their usage by GPU UUID."""
+    views: dict[str, NodeView] = {}
+    usages: dict[str, dict[str, DeviceUsage]] = {}
+    for number in range(size):
+        name = f"gpu-node-{number:05d}"
+        card_type, memory_mib = rng.choice(CARD_MODELS)
+        devices = tuple(Device(uuid=f"GPU-{number:05d}-{index}", index=index, count=10, memory_mib=memory_mib,
+                               cores=100, type=card_type, numa=index // 4) for index in range(GPUS_PER_NODE))
+        full = rng.random() < FULL_NODE_SHARE
+        usage: dict[str, DeviceUsage] = {}
+        for device in devices:
+            if full:
+                usage[device.uuid] = DeviceUsage(device.count, device.memory_mib, device.cores)
+            elif rng.random() < BUSY_GPU_SHARE:
+                tasks = rng.randint(1, 4)
+                usage[device.uuid] = DeviceUsage(tasks, rng.randint(0, device.memory_mib * 3 // 4),
+                                                 rng.randint(0, 80))
+        inventory = NodeInventory(name=name, devices=devices)
+        views[name] = build_node_view(inventory, usage)
+        usages[name] = usage
+    return views, usages
+
+
+def ask(count: int, *, memory_mib: int = 0, memory_percent: int = 100, cores: int = 0) -> PodRequest:
+    """A one-container pod."""
+    return PodRequest(containers=(ContainerRequest(name="main", init=False, count=count, memory_mib=memory_mib,
+                                                   memory_percent=memory_percent, cores=cores),))
+
+
+TYPICAL_PODS: tuple[tuple[str, PodRequest, PodOptions], ...] = (
+    ("1 GPU 4000 MiB, node binpack / GPU spread", ask(1, memory_mib=4000, cores=20), PodOptions()),
+    ("2 GPUs 30 %, node binpack / GPU spread", ask(2, memory_percent=30, cores=10), PodOptions()),
+    ("1 GPU 10000 MiB on A100 only", ask(1, memory_mib=10000, cores=30), PodOptions(use_types=("A100",))),
+    ("1 GPU 2000 MiB, node spread", ask(1, memory_mib=2000, cores=10), PodOptions(node_policy="spread")),
+    ("1 GPU 20 %, GPU binpack", ask(1, memory_percent=20, cores=20), PodOptions(gpu_policy="binpack")),
+)
+IMPOSSIBLE_POD = ask(1, memory_mib=200_000)
+
+
+def timed(call: Callable[[], object]) -> tuple[float, object]:
+    """Milliseconds taken by ``call`` and its result."""
+    start = time.perf_counter()
+    result = call()
+    return (time.perf_counter() - start) * 1000, result
+
+
+def percentile(samples: list[float], share: float) -> float:
+    """The ``share`` quantile (nearest rank) of ``samples``."""
+    ordered = sorted(samples)
+    return ordered[min(len(ordered) - 1, int(share * len(ordered)))]
+
+
+def run(size: int, pods: int, seed: int) -> None:
+    """Generate one cluster, place ``pods`` pods, time the all-fail path, print the figures."""
+    rng = random.Random(seed)
+    build_ms, (views, usages) = timed(lambda: generate_cluster(size, rng))
+    candidates = list(views)
+    per_pod: list[float] = []
+    unplaced = 0
+    for number in range(pods):
+        _, request, options = TYPICAL_PODS[number % len(TYPICAL_PODS)]
+        elapsed, result = timed(lambda request=request, options=options: choose_node(request, options, candidates,
+                                                                                     views))
+        per_pod.append(elapsed)
+        if isinstance(result, Placement):
+            usage = usages[result.node]
+            for uuid, held in pod_booking(result.grants, init_count=request.init_count).items():
+                usage[uuid] = usage.get(uuid, DeviceUsage()) + held
+            views[result.node] = build_node_view(views[result.node].inventory, usage)
+        else:
+            unplaced += 1
+    fail_runs = []
+    for _ in range(5):
+        elapsed, result = timed(lambda: choose_node(IMPOSSIBLE_POD, PodOptions(), candidates, views))
+        assert isinstance(result, NoPlacement) and len(result.reasons) == size
+        fail_runs.append(elapsed)
+    print(f"{size} nodes x {GPUS_PER_NODE} GPUs (cluster generated and views built in {build_ms:.0f} ms)")
+    print(f"  {pods} typical pods: median {statistics.median(per_pod):.3f} ms, p95 {percentile(per_pod, 0.95):.3f} ms,"
+          f" max {max(per_pod):.3f} ms per pod ({unplaced} not placed)")
+    print(f"  all-fail path (reason for every node), 5 runs: median {statistics.median(fail_runs):.1f} ms,"
+          f" max {max(fail_runs):.1f} ms")
+
+
+def main() -> None:
+    """Parse the options and run each cluster size."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--pods", type=int, default=300, help="typical pods to place per cluster size")
+    parser.add_argument("--sizes", default="1000,5000", help="comma list of node counts")
+    parser.add_argument("--seed", type=int, default=7, help="random seed for the generated clusters")
+    arguments = parser.parse_args()
+    print(f"python {sys.version.split()[0]}, choose_node per pod, candidates = every node")
+    for size in (int(part) for part in arguments.sizes.split(",")):
+        run(size, arguments.pods, arguments.seed)
+
+
+if __name__ == "__main__":
+    main()
