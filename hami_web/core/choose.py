@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from operator import attrgetter
 
 from hami_web.core.fit import PodFit, fit_pod, may_fit
 from hami_web.core.grants import PodGrants
@@ -17,6 +18,7 @@ from hami_web.core.requests import PodRequest
 from hami_web.core.usage import NodeView
 
 NODE_UNREGISTERED = "node unregistered"
+MEMO_ENTRIES_PER_NODE = 16
 INVALID_REGISTER = "InvalidRegisterAnnotation"
 
 
@@ -36,11 +38,46 @@ class NoPlacement:
     reasons: Mapping[str, str]
 
 
+_BY_NAME = attrgetter("inventory.name")
+_BY_SCORE = attrgetter("score")
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class _Ask:
+    """The pod-side inputs of a fit, hashed once per decision: the key of a node's failure memo."""
+
+    request: PodRequest
+    options: PodOptions
+    digest: int
+
+    def __hash__(self) -> int:
+        return self.digest
+
+    def __eq__(self, other: object) -> bool:
+        return self is other or (isinstance(other, _Ask) and self.digest == other.digest
+                                 and self.request == other.request and self.options == other.options)
+
+
+def _fit_or_reason(ask: _Ask, view: NodeView) -> PodFit | str:
+    """`fit_pod`, or the node's reason, remembered on the (immutable) view for the next identical ask."""
+    known = view.failures.get(ask)
+    if known is not None:
+        return known
+    result = fit_pod(ask.request, view, ask.options)
+    if isinstance(result, PodFit):
+        return result
+    if len(view.failures) >= MEMO_ENTRIES_PER_NODE:
+        view.failures.clear()
+    summary = view.failures[ask] = result.summary()
+    return summary
+
+
 def rank_nodes(views: Sequence[NodeView], policy: str) -> list[NodeView]:
     """Binpack: highest score first (fill nodes up); spread: lowest first; ties by node name ascending."""
-    if policy == SPREAD:
-        return sorted(views, key=lambda view: (view.score, view.name))
-    return sorted(views, key=lambda view: (-view.score, view.name))
+    # Two stable sorts with C-level keys: by name, then by score (reverse keeps equal scores in name order).
+    ranked = sorted(views, key=_BY_NAME)
+    ranked.sort(key=_BY_SCORE, reverse=policy != SPREAD)
+    return ranked
 
 
 def choose_node(request: PodRequest, options: PodOptions, candidates: Sequence[str],
@@ -62,20 +99,21 @@ def choose_node(request: PodRequest, options: PodOptions, candidates: Sequence[s
         else:
             reasons[name] = NODE_UNREGISTERED
     ranked = rank_nodes(known, options.node_policy)
+    ask = _Ask(request=request, options=options, digest=hash((request, options)))
     skipped: list[NodeView] = []
     for view in ranked:
         if not may_fit(request, view, options):
             skipped.append(view)
             continue
-        result = fit_pod(request, view, options)
+        result = _fit_or_reason(ask, view)
         if isinstance(result, PodFit):
             return Placement(node=view.name, grants=result.grants, node_score=view.score)
-        reasons[view.name] = result.summary()
+        reasons[view.name] = result
     for view in skipped:
         # The full fit is the authority on the reason (may_fit is only a necessary condition); should it
         # ever disagree, the skipped nodes are still in rank order, so the first fit is the right answer.
-        result = fit_pod(request, view, options)
+        result = _fit_or_reason(ask, view)
         if isinstance(result, PodFit):
             return Placement(node=view.name, grants=result.grants, node_score=view.score)
-        reasons[view.name] = result.summary()
+        reasons[view.name] = result
     return NoPlacement(reasons={name: reasons[name] for name in dict.fromkeys(candidates)})

@@ -8,7 +8,6 @@ touched here.
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import combinations
@@ -22,8 +21,9 @@ from hami_web.core.usage import NodeView
 
 EXCLUSIVE_CORES = 100
 
-# Working usage of one GPU: [tasks, memory MiB, cores]; lists so a container's booking is an in-place add.
-WorkingUsage = list[list[int]]
+# Working usage per GPU position: (tasks, memory MiB, cores). Booking replaces an entry with a new tuple, so a
+# working copy is one list of references and a node that fails allocates nothing more.
+WorkingUsage = list[Sequence[int]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,7 +45,7 @@ class PodFit:
     grants: PodGrants
 
 
-def _failure(reasons: Counter[str], total: int) -> FitFailure:
+def _failure(reasons: dict[str, int], total: int) -> FitFailure:
     return FitFailure(reasons=tuple(sorted(reasons.items())), total=total)
 
 
@@ -131,13 +131,17 @@ def fit_container(request: ContainerRequest, inventory: NodeInventory, work: Wor
     total = len(devices)
     if request.count > total:
         return FitFailure(reasons=((names.NODE_INSUFFICIENT_DEVICE, request.count),), total=total)
-    reasons: Counter[str] = Counter()
+    reasons: dict[str, int] = {}
     passing: list[int] = []
-    booked = [request.booked_memory_mib(device.memory_mib) for device in devices]
+    if request.memory_mib > 0:
+        booked = [request.memory_mib] * total
+    else:
+        booked = [request.booked_memory_mib(device.memory_mib) for device in devices]
+    cordoned = inventory.cordoned
     for position, device in enumerate(devices):
-        reason = check_device(device, work[position], request, booked[position], options, inventory.cordoned)
+        reason = check_device(device, work[position], request, booked[position], options, cordoned)
         if reason:
-            reasons[reason] += 1
+            reasons[reason] = reasons.get(reason, 0) + 1
         else:
             passing.append(position)
     pool = passing
@@ -147,11 +151,11 @@ def fit_container(request: ContainerRequest, inventory: NodeInventory, work: Wor
             groups.setdefault(devices[position].numa, []).append(position)
         pool = next((groups[numa] for numa in sorted(groups) if len(groups[numa]) >= request.count), [])
         if not pool and len(passing) >= request.count:
-            reasons[names.NUMA_NOT_FIT] += len(passing)
+            reasons[names.NUMA_NOT_FIT] = len(passing)
             return _failure(reasons, total)
     if len(pool) < request.count:
         if passing:
-            reasons[names.ALLOCATED_CARDS_INSUFFICIENT_REQUEST] += len(passing)
+            reasons[names.ALLOCATED_CARDS_INSUFFICIENT_REQUEST] = len(passing)
         return _failure(reasons, total)
     if options.gpu_policy == TOPOLOGY_AWARE:
         chosen = _topology_pick(pool, inventory, request.count)
@@ -159,10 +163,8 @@ def fit_container(request: ContainerRequest, inventory: NodeInventory, work: Wor
         chosen = _policy_order(pool, inventory, work, request, options.gpu_policy)[:request.count]
     grants = []
     for position in chosen:
-        used = work[position]
-        used[0] += 1
-        used[1] += booked[position]
-        used[2] += request.cores
+        tasks, memory_mib, cores = work[position]
+        work[position] = (tasks + 1, memory_mib + booked[position], cores + request.cores)
         grants.append(DeviceGrant(uuid=devices[position].uuid, memory_mib=booked[position], cores=request.cores))
     return tuple(grants)
 
@@ -170,14 +172,14 @@ def fit_container(request: ContainerRequest, inventory: NodeInventory, work: Wor
 def fit_pod(request: PodRequest, view: NodeView, options: PodOptions) -> PodFit | FitFailure:
     """Fit every container of the pod on ``view`` (SPEC.md §3): each init container alone on the node's
     usage, the regular containers one after another on one working copy."""
-    base = [[u.tasks, u.memory_mib, u.cores] for u in view.usage]
-    shared = [list(u) for u in base]
+    base = view.usage_rows
+    shared = list(base)
     grants: list[tuple[DeviceGrant, ...]] = []
     for container in request.containers:
         if container.count == 0:
             grants.append(())
             continue
-        work = [list(u) for u in base] if container.init else shared
+        work = list(base) if container.init else shared
         result = fit_container(container, view.inventory, work, options)
         if isinstance(result, FitFailure):
             return result

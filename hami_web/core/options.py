@@ -7,7 +7,7 @@ like ``binpak`` silently falling back to the default would place the pod against
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from hami_web.core import names
 
@@ -34,17 +34,30 @@ class PodOptions:
     use_uuids: frozenset[str] = frozenset()
     nouse_uuids: frozenset[str] = frozenset()
 
+    # Verdicts per card type, filled on first use: a node list holds few distinct types but many GPUs.
+    _type_verdicts: dict[str, bool] = field(default_factory=dict, init=False, compare=False, repr=False)
+
     def type_allowed(self, device_type: str) -> bool:
         """Whether a card of ``device_type`` passes the NVIDIA and use/nouse-gputype rules (substring match)."""
+        verdict = self._type_verdicts.get(device_type)
+        if verdict is None:
+            verdict = self._type_verdicts[device_type] = self._judge_type(device_type)
+        return verdict
+
+    def _judge_type(self, device_type: str) -> bool:
         upper = device_type.upper()
         if names.VENDOR not in upper:
             return False
+        if not self.use_types and not self.nouse_types:
+            return True
         if self.use_types and not any(wanted in upper for wanted in self.use_types):
             return False
         return not any(unwanted in upper for unwanted in self.nouse_types)
 
     def uuid_allowed(self, uuid: str) -> bool:
         """Whether a GPU passes the use/nouse-gpuuuid rules (exact match)."""
+        if not self.use_uuids and not self.nouse_uuids:
+            return True
         if self.use_uuids and uuid not in self.use_uuids:
             return False
         return uuid not in self.nouse_uuids

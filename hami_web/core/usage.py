@@ -8,7 +8,7 @@ on every filter: at thousands of nodes, recomputing usage per request is what ma
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from hami_web.core.devices import NodeInventory
 from hami_web.core.grants import PodGrants
@@ -60,15 +60,22 @@ def pod_booking(grants: PodGrants, *, init_count: int, init_finished: bool = Fal
 
 @dataclass(frozen=True, slots=True)
 class NodeView:
-    """A node's GPUs with their usage (``usage[i]`` belongs to ``inventory.devices[i]``) and aggregates."""
+    """A node's GPUs with their usage (``usage[i]`` belongs to ``inventory.devices[i]``) and aggregates.
+
+    ``usage_rows`` is the same usage as plain ``(tasks, memory MiB, cores)`` tuples, the form the fit works on.
+    """
 
     inventory: NodeInventory
     usage: tuple[DeviceUsage, ...]
+    usage_rows: tuple[tuple[int, int, int], ...]
     score: float
     usable_devices: int
     max_free_memory_mib: int
     max_free_cores: int
     device_types: frozenset[str]
+    # Failure summaries of asks that did not fit this exact state. The view is immutable and replaced when
+    # its usage changes, so entries never go stale; a pod kube-scheduler keeps retrying costs one fit per node.
+    failures: dict[object, str] = field(default_factory=dict, compare=False, repr=False)
 
     @property
     def name(self) -> str:
@@ -107,6 +114,7 @@ def build_node_view(inventory: NodeInventory, usage_by_uuid: Mapping[str, Device
     return NodeView(
         inventory=inventory,
         usage=usage,
+        usage_rows=tuple((u.tasks, u.memory_mib, u.cores) for u in usage),
         score=node_score(inventory, usage),
         usable_devices=usable,
         max_free_memory_mib=max_free_memory,
