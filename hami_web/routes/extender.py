@@ -11,8 +11,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from flask import Blueprint, Response, jsonify, request
-from werkzeug.exceptions import HTTPException
+from flask import Blueprint, Response, current_app, jsonify, request
+from werkzeug.exceptions import HTTPException, RequestEntityTooLarge
 
 from hami_web.services import services
 
@@ -52,6 +52,9 @@ def bind_pod() -> Response:
 @blueprint.errorhandler(HTTPException)
 def _http_error(error: HTTPException) -> tuple[Response, int]:
     log.warning("%s: HTTP %s: %s", request.path, error.code, error.description)
+    if isinstance(error, RequestEntityTooLarge):
+        limit_mib = (current_app.config.get("MAX_CONTENT_LENGTH") or 0) / (1024 * 1024)
+        return jsonify(Error=f"{request.path}: request body is larger than the {limit_mib:g} MiB limit"), 200
     return jsonify(Error=f"{request.path}: {error.description}"), 200
 
 

@@ -6,7 +6,8 @@ from every pod. A filter's decision and the booking of its result happen under o
 
 Filter-time assumptions (pods we placed whose annotations the API has not echoed back yet) are usage like any
 other; a later observation of the pod confirms or replaces them. A full list only overrides an assumption
-that is older than the list, because a list that started before our patch cannot know about it.
+made more than `ASSUMPTION_GRACE_SECONDS` before the list started: the assumption is booked *before* the pod
+patch is sent, so a list that starts a moment after the booking may still miss the patch.
 """
 
 from __future__ import annotations
@@ -30,6 +31,11 @@ from hami_web.state.pods import PodUsage, pod_key, pod_usage
 log = logging.getLogger(__name__)
 
 Clock = Callable[[], float]
+
+# How long after booking a placement a full list may still not show the pod patch: longer than the patch can
+# take (the adapter's request timeout is 10 s). A failed patch drops its booking itself, so this only delays
+# forgetting an assumption whose annotations were removed by someone else.
+ASSUMPTION_GRACE_SECONDS = 30.0
 
 
 @dataclass(slots=True)
@@ -144,17 +150,20 @@ class ClusterCache:
                 observed[uid] = usage
         with self._lock:
             for uid, held in list(self._held.items()):
-                if held.assumed_at is not None and held.assumed_at >= listed_at and uid not in observed:
-                    continue  # our placement is newer than this list
-                if uid not in observed:
+                if uid not in observed and not self._assumed_since_locked(held, listed_at):
                     self._release_locked(uid)
             for uid, usage in observed.items():
                 held = self._held.get(uid)
-                if held is not None and held.assumed_at is not None and held.assumed_at >= listed_at \
+                if held is not None and self._assumed_since_locked(held, listed_at) \
                         and held.usage.devices_text != usage.devices_text:
-                    continue
+                    continue  # our placement may be newer than what this list saw
                 self._hold_locked(uid, usage, assumed_at=None)
             self._note_errors_locked(errors, replace=True)
+
+    @staticmethod
+    def _assumed_since_locked(held: _Held, listed_at: float) -> bool:
+        """Whether ``held`` is an assumption whose pod patch a list started at ``listed_at`` may not show."""
+        return held.assumed_at is not None and held.assumed_at + ASSUMPTION_GRACE_SECONDS >= listed_at
 
     def observe_pod(self, event_type: str, pod: Mapping[str, Any]) -> None:
         """Apply one watch event for a pod: a deleted or finished pod frees its GPUs at once."""

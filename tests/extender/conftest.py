@@ -1,0 +1,63 @@
+"""Fixtures of the extender tests: a fast API server, running runtimes, a `Scheduler` on the default runtime."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import replace
+from typing import Any
+
+import pytest
+
+from hami_web.kube import Kube
+from hami_web.localcluster import LocalCluster
+from hami_web.runtime import Runtime, build_runtime
+from hami_web.settings import Settings
+
+from .helpers import SYNC_TIMEOUT_SECONDS, RuntimeFactory, Scheduler
+
+# -- fixtures ---------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def apiserver() -> Iterator[LocalCluster]:
+    """The in-process API server, with frequent watch bookmarks so the runtime's watch loops stop quickly."""
+    with LocalCluster(bookmark_interval_seconds=0.1) as cluster:
+        yield cluster
+
+
+
+@pytest.fixture
+def make_runtime(apiserver: LocalCluster) -> Iterator[RuntimeFactory]:
+    """Build, start and sync a runtime against ``apiserver``: ``make_runtime(clock=..., **settings_fields)``.
+
+    Every runtime made gets its own client and is stopped at the end of the test.
+    """
+    started: list[Runtime] = []
+
+    def make(*, clock: Callable[[], float] | None = None, start: bool = True, **overrides: Any) -> Runtime:
+        settings = replace(Settings(refresh_interval_seconds=300.0), **overrides)
+        kwargs: dict[str, Any] = {} if clock is None else {"clock": clock}
+        runtime = build_runtime(settings, kube=Kube.for_url(apiserver.url), **kwargs)
+        started.append(runtime)
+        if start:
+            runtime.start()
+            assert runtime.cache.wait_synced(SYNC_TIMEOUT_SECONDS), "runtime did not complete its first sync"
+        return runtime
+
+    yield make
+    for runtime in started:
+        runtime.stop()
+
+
+@pytest.fixture
+def runtime(make_runtime: RuntimeFactory) -> Runtime:
+    """A running runtime with default settings (refresh every 300 s: only the watches keep it current)."""
+    return make_runtime()
+
+
+@pytest.fixture
+def scheduler(runtime: Runtime, apiserver: LocalCluster) -> Scheduler:
+    """A `Scheduler` on the default `runtime`."""
+    return Scheduler(runtime.app.test_client(), apiserver)
+
+

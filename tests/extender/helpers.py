@@ -1,0 +1,247 @@
+"""Builders and stand-ins shared by the extender tests.
+
+Node and pod builders; `Scheduler`, which plays kube-scheduler (reads the pod from the API server as its
+informer would, POSTs ``/filter`` with ``NodeNames``, then ``/bind``, through the app's HTTP routes);
+`release_lock`, which plays HAMi's device plugin after a bind (pod ``bind-phase=success``, node lock removed);
+and readers of what ended up in the API server.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+import requests
+from flask.testing import FlaskClient
+
+from hami_web.core import names
+from hami_web.core.devices import Device, encode_register_json
+from hami_web.kube import ConflictError, Kube
+from hami_web.localcluster import LocalCluster
+from hami_web.runtime import Runtime
+
+A40 = "NVIDIA-NVIDIA A40"
+NAMESPACE = "default"
+SYNC_TIMEOUT_SECONDS = 5.0
+
+RuntimeFactory = Callable[..., Runtime]
+"""``make_runtime(clock=..., start=True, **settings_fields)`` (the fixture in conftest)."""
+
+
+# -- builders --------------------------------------------------------------------------------------
+
+
+def gpus(node: str, how_many: int = 4, *, count: int = 10, memory_mib: int = 8000, cores: int = 100,
+         type: str = A40, numa: int = 0) -> list[Device]:
+    """``how_many`` identical GPUs named ``<node>-gpu<i>``."""
+    return [Device(uuid=f"{node}-gpu{i}", index=i, count=count, memory_mib=memory_mib, cores=cores, type=type,
+                   numa=numa) for i in range(how_many)]
+
+
+def gpu_node(name: str, devices: Sequence[Device] | None = None, *, register: str | None = None,
+             handshake: str | None = "Requesting_2099-01-01 00:00:00", allocatable_gpus: int | None = None,
+             annotations: dict[str, str] | None = None, labels: dict[str, str] | None = None) -> dict[str, Any]:
+    """A Node object as HAMi's device plugin leaves it: register annotation, handshake, allocatable GPUs.
+
+    The default handshake is a fresh ``Requesting_`` (in the future, so never stale) so the cache does not
+    write a handshake back, which would change the node's resourceVersion under a test's feet.
+    """
+    devices = list(gpus(name) if devices is None else devices)
+    node_annotations: dict[str, str] = {}
+    if register is not None:
+        node_annotations[names.NODE_REGISTER] = register
+    elif devices:
+        node_annotations[names.NODE_REGISTER] = encode_register_json(devices)
+    if handshake is not None:
+        node_annotations[names.NODE_HANDSHAKE] = handshake
+    node_annotations.update(annotations or {})
+    allocatable = len(devices) if allocatable_gpus is None else allocatable_gpus
+    return {"apiVersion": "v1", "kind": "Node",
+            "metadata": {"name": name, "annotations": node_annotations, "labels": labels or {}},
+            "status": {"allocatable": {"nvidia.com/gpu": str(allocatable), "cpu": "8"}}}
+
+
+def plain_node(name: str) -> dict[str, Any]:
+    """A node without GPUs (no register annotation)."""
+    return {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name}, "status": {"allocatable": {"cpu": "8"}}}
+
+
+def gpu_limits(count: int = 1, *, memory_mib: int | str | None = None, memory_percent: int | None = None,
+               cores: int | None = None) -> dict[str, str]:
+    """Container limits asking for GPUs, as the webhook leaves them."""
+    limits = {"nvidia.com/gpu": str(count)}
+    if memory_mib is not None:
+        limits["nvidia.com/gpumem"] = str(memory_mib)
+    if memory_percent is not None:
+        limits["nvidia.com/gpumem-percentage"] = str(memory_percent)
+    if cores is not None:
+        limits["nvidia.com/gpucores"] = str(cores)
+    return limits
+
+
+def container(name: str = "main", limits: dict[str, str] | None = None) -> dict[str, Any]:
+    """A container; ``limits`` None asks for nothing."""
+    body: dict[str, Any] = {"name": name, "image": "busybox"}
+    if limits:
+        body["resources"] = {"limits": dict(limits), "requests": dict(limits)}
+    return body
+
+
+def gpu_pod(name: str, limits: dict[str, str] | None = None, *, containers: Sequence[dict[str, Any]] | None = None,
+            init_containers: Sequence[dict[str, Any]] = (), annotations: dict[str, str] | None = None,
+            namespace: str = NAMESPACE) -> dict[str, Any]:
+    """A pending pod for hami-scheduler; by default one container asking for ``limits`` (1 whole GPU)."""
+    if containers is None:
+        containers = [container("main", gpu_limits() if limits is None else limits)]
+    spec: dict[str, Any] = {"schedulerName": "hami-scheduler", "containers": list(containers)}
+    if init_containers:
+        spec["initContainers"] = list(init_containers)
+    return {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "namespace": namespace, "annotations": dict(annotations or {})},
+            "spec": spec}
+
+
+# -- clock and polling ------------------------------------------------------------------------------
+
+
+@dataclass
+class FakeClock:
+    """A clock tests move by hand (`advance`); callable like `time.time`."""
+
+    now: float = field(default_factory=time.time)
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
+def wait_for(condition: Callable[[], Any], *, timeout_seconds: float = 3.0, what: str = "condition") -> Any:
+    """Poll ``condition`` every 10 ms until it is truthy; fail the test after ``timeout_seconds``."""
+    deadline = time.monotonic() + timeout_seconds
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {timeout_seconds}s waiting for {what}")
+        time.sleep(0.01)
+
+
+# -- kube-scheduler and device plugin stand-ins ------------------------------------------------------
+
+
+class Scheduler:
+    """Drives ``/filter`` and ``/bind`` the way kube-scheduler does, through the app's HTTP routes."""
+
+    def __init__(self, client: FlaskClient, apiserver: LocalCluster) -> None:
+        self.client = client
+        self.apiserver = apiserver
+
+    def pod(self, name: str, namespace: str = NAMESPACE) -> dict[str, Any]:
+        """The pod as stored in the API server (what kube-scheduler's informer hands to the extender)."""
+        pod = self.apiserver.get("pods", name, namespace)
+        assert pod is not None, f"pod {namespace}/{name} does not exist"
+        return pod
+
+    def post(self, path: str, body: Any) -> dict[str, Any]:
+        """POST ``body`` as JSON; the extender must always answer HTTP 200 with a JSON object."""
+        response = self.client.post(path, data=json.dumps(body), content_type="application/json")
+        assert response.status_code == 200, response.get_data(as_text=True)
+        answer = response.get_json()
+        assert isinstance(answer, dict)
+        return answer
+
+    def filter(self, name: str, node_names: Sequence[str], namespace: str = NAMESPACE) -> dict[str, Any]:
+        """``/filter`` with the ``NodeNames`` form (``nodeCacheCapable: true``)."""
+        return self.post("/filter", {"Pod": self.pod(name, namespace), "Nodes": None,
+                                     "NodeNames": list(node_names)})
+
+    def bind(self, name: str, node: str, namespace: str = NAMESPACE) -> dict[str, Any]:
+        """``/bind`` of the pod to ``node``."""
+        pod = self.pod(name, namespace)
+        return self.post("/bind", {"PodName": name, "PodNamespace": namespace,
+                                   "PodUID": pod["metadata"]["uid"], "Node": node})
+
+    def schedule(self, name: str, node_names: Sequence[str], namespace: str = NAMESPACE) -> str:
+        """Filter then bind; returns the node. Fails the test when either step answers an error."""
+        answer = self.filter(name, node_names, namespace)
+        assert answer["Error"] == "", answer
+        assert answer["NodeNames"] and len(answer["NodeNames"]) == 1, answer
+        node = answer["NodeNames"][0]
+        bound = self.bind(name, node, namespace)
+        assert bound == {"Error": ""}, bound
+        return node
+
+
+def release_lock(kube: Kube, name: str, node: str, *, namespace: str = NAMESPACE, phase: str = "success") -> None:
+    """What HAMi's device plugin does once it has set up the pod: node lock removed, bind-phase ``phase``.
+
+    The lock goes first and only if it is this pod's (compare-and-swap on the node's resourceVersion): once the
+    phase is ``success`` another binder may take the lock over, and removing it after that would free its lock.
+    """
+    while True:
+        current = kube.get_node(node)
+        lock = str(((current["metadata"].get("annotations") or {}).get(names.NODE_LOCK)) or "")
+        if not lock.endswith(f",{namespace},{name}"):
+            break
+        try:
+            kube.patch_node(node, {"metadata": {"resourceVersion": current["metadata"]["resourceVersion"],
+                                                "annotations": {names.NODE_LOCK: None}}})
+            break
+        except ConflictError:
+            continue
+    kube.patch_pod(namespace, name, {"metadata": {"annotations": {names.POD_BIND_PHASE: phase}}})
+
+
+def devices_of(apiserver: LocalCluster, name: str, namespace: str = NAMESPACE) -> str:
+    """The pod's ``hami.io/vgpu-devices-allocated`` annotation as stored in the API server."""
+    pod = apiserver.get("pods", name, namespace) or {}
+    return ((pod.get("metadata") or {}).get("annotations") or {}).get(names.POD_DEVICES_ALLOCATED, "")
+
+
+def annotations_of(apiserver: LocalCluster, resource: str, name: str, namespace: str | None = None) -> dict[str, str]:
+    """An object's annotations as stored in the API server ({} when it does not exist)."""
+    obj = apiserver.get(resource, name, namespace) or {}
+    return dict((obj.get("metadata") or {}).get("annotations") or {})
+
+
+def events_for(apiserver: LocalCluster, pod: str, namespace: str = NAMESPACE) -> list[dict[str, Any]]:
+    """Events recorded about ``pod``, oldest first (call ``runtime.events.flush()`` first)."""
+    events = [event for event in apiserver.list("events", namespace)
+              if (event.get("involvedObject") or {}).get("name") == pod]
+    return sorted(events, key=lambda event: int(event["metadata"]["resourceVersion"]))
+
+
+def reasons_for(apiserver: LocalCluster, pod: str, namespace: str = NAMESPACE) -> list[str]:
+    """The reasons of the events about ``pod``, oldest first."""
+    return [str(event.get("reason")) for event in events_for(apiserver, pod, namespace)]
+
+
+def usage_by_gpu(runtime: Runtime) -> dict[str, tuple[int, int, int]]:
+    """``uuid -> (tasks, memory MiB, cores)`` for every GPU with usage, from the cache's node views."""
+    booked: dict[str, tuple[int, int, int]] = {}
+    for view in runtime.cache.node_views().values():
+        for device, usage in zip(view.inventory.devices, view.usage, strict=True):
+            if usage.tasks or usage.memory_mib or usage.cores:
+                booked[device.uuid] = (usage.tasks, usage.memory_mib, usage.cores)
+    return booked
+
+
+def delete_pod(apiserver: LocalCluster, name: str, namespace: str = NAMESPACE) -> None:
+    """DELETE the pod through the API server's REST interface (as kubectl would)."""
+    response = requests.delete(f"{apiserver.url}/api/v1/namespaces/{namespace}/pods/{name}", timeout=5)
+    assert response.status_code == 200, response.text
+
+
+def patch_pod_status(apiserver: LocalCluster, name: str, status: dict[str, Any], namespace: str = NAMESPACE) -> None:
+    """Merge-patch the pod's status through ``/status`` (what the kubelet does)."""
+    response = requests.patch(f"{apiserver.url}/api/v1/namespaces/{namespace}/pods/{name}/status",
+                              data=json.dumps({"status": status}), timeout=5,
+                              headers={"Content-Type": "application/merge-patch+json"})
+    assert response.status_code == 200, response.text

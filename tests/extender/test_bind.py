@@ -1,0 +1,227 @@
+"""``/bind``: the node lock, bind phases, the Binding, and failures (SPEC.md §6), through the HTTP routes.
+
+Covers: a second pod on a node is refused (``node <n> is locked by <ns>/<pod>``) while the lock is fresh and
+its holder is allocating, and nothing is changed by the refusal; it is accepted once the holder is deleted,
+has bind-phase success or failed, or the lock is older than ``--node-lock-timeout`` (fake clock, and an old
+timestamp written into the annotation); a 409 on the node patch is retried and succeeds, five are an error;
+the lock is re-entrant for the same pod; a failing Binding or bind-phase patch answers ``Error``, marks the
+pod ``bind-phase=failed``, releases our lock, drops the pod's GPUs from the cache and records BindingFailed,
+and the pod can then be filtered and bound again; another pod's lock is never released; a bind to another
+node than the filter chose is refused; a failing pod patch in ``/filter`` answers ``Error`` without leaking
+capacity.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from hami_web.core import names
+from hami_web.extender.nodelock import NodeLock
+from hami_web.kube import Kube
+from hami_web.localcluster import LocalCluster
+from hami_web.runtime import Runtime
+
+from .helpers import (
+    FakeClock,
+    RuntimeFactory,
+    Scheduler,
+    annotations_of,
+    delete_pod,
+    gpu_limits,
+    gpu_node,
+    gpu_pod,
+    gpus,
+    reasons_for,
+    release_lock,
+    usage_by_gpu,
+    wait_for,
+)
+
+SMALL = gpu_limits(1, memory_mib=1000, cores=10)
+
+
+@pytest.fixture
+def cluster(apiserver: LocalCluster) -> None:
+    """``node1`` and ``node2`` (4 GPUs each) and three small pods."""
+    apiserver.load([gpu_node("node1"), gpu_node("node2"), gpu_pod("pod1", SMALL), gpu_pod("pod2", SMALL),
+                    gpu_pod("pod3", SMALL)])
+
+
+def _lock(apiserver: LocalCluster, node: str = "node1") -> str:
+    return annotations_of(apiserver, "nodes", node).get(names.NODE_LOCK, "")
+
+
+def _phase(apiserver: LocalCluster, pod: str) -> str | None:
+    return annotations_of(apiserver, "pods", pod, "default").get(names.POD_BIND_PHASE)
+
+
+def _pod1_holds_node1(scheduler: Scheduler) -> None:
+    scheduler.schedule("pod1", ["node1"])
+    assert scheduler.filter("pod2", ["node1"])["NodeNames"] == ["node1"]
+
+
+# -- the node lock ---------------------------------------------------------------------------------------
+
+
+def test_a_second_pod_is_refused_while_the_lock_is_fresh_and_held_by_an_allocating_pod(
+        cluster: None, scheduler: Scheduler, apiserver: LocalCluster, runtime: Runtime) -> None:
+    _pod1_holds_node1(scheduler)
+    lock_before = _lock(apiserver)
+
+    answer = scheduler.bind("pod2", "node1")
+
+    assert answer == {"Error": "node node1 is locked by default/pod1"}
+    assert _lock(apiserver) == lock_before
+    pod2 = scheduler.pod("pod2")
+    assert "nodeName" not in pod2["spec"] and names.POD_BIND_PHASE not in pod2["metadata"]["annotations"]
+    # Its booking stays: kube-scheduler retries the bind of the same placement.
+    assert runtime.cache.held_by(pod2["metadata"]["uid"]) is not None
+
+
+@pytest.mark.parametrize("how", ["deleted", "success", "failed"])
+def test_the_lock_is_taken_over_once_its_holder_is_gone_or_finished(cluster: None, scheduler: Scheduler,
+                                                                    apiserver: LocalCluster, kube: Kube,
+                                                                    how: str) -> None:
+    _pod1_holds_node1(scheduler)
+    if how == "deleted":
+        delete_pod(apiserver, "pod1")
+    else:
+        kube.patch_pod("default", "pod1", {"metadata": {"annotations": {names.POD_BIND_PHASE: how}}})
+
+    assert scheduler.bind("pod2", "node1") == {"Error": ""}
+    assert _lock(apiserver).endswith(",default,pod2")
+    assert scheduler.pod("pod2")["spec"]["nodeName"] == "node1"
+
+
+def test_a_lock_older_than_the_timeout_is_taken_over(cluster: None, apiserver: LocalCluster,
+                                                     make_runtime: RuntimeFactory) -> None:
+    clock = FakeClock()
+    runtime = make_runtime(clock=clock, node_lock_timeout_seconds=60.0)
+    scheduler = Scheduler(runtime.app.test_client(), apiserver)
+    _pod1_holds_node1(scheduler)
+
+    clock.advance(59)
+    assert scheduler.bind("pod2", "node1") == {"Error": "node node1 is locked by default/pod1"}
+    clock.advance(2)
+    assert scheduler.bind("pod2", "node1") == {"Error": ""}
+    assert _lock(apiserver).endswith(",default,pod2")
+
+
+def test_a_lock_with_an_old_timestamp_is_stale(cluster: None, scheduler: Scheduler, apiserver: LocalCluster,
+                                               kube: Kube) -> None:
+    _pod1_holds_node1(scheduler)
+    kube.patch_node("node1", {"metadata": {"annotations": {
+        names.NODE_LOCK: "2020-01-01T00:00:00Z,default,pod1"}}})
+    assert scheduler.bind("pod2", "node1") == {"Error": ""}
+
+
+def test_a_conflict_on_the_node_patch_is_retried(cluster: None, scheduler: Scheduler,
+                                                 apiserver: LocalCluster) -> None:
+    assert scheduler.filter("pod1", ["node1"])["NodeNames"] == ["node1"]
+    apiserver.inject_failure("PATCH", "nodes", name="node1", status=409, count=2)
+
+    assert scheduler.bind("pod1", "node1") == {"Error": ""}
+    assert apiserver.request_log.count(("PATCH", "/api/v1/nodes/node1")) == 3
+    assert _lock(apiserver).endswith(",default,pod1")
+    assert scheduler.pod("pod1")["spec"]["nodeName"] == "node1"
+
+
+def test_a_lock_that_stays_contended_is_an_error_that_changes_nothing(cluster: None, scheduler: Scheduler,
+                                                                      apiserver: LocalCluster) -> None:
+    assert scheduler.filter("pod1", ["node1"])["NodeNames"] == ["node1"]
+    apiserver.inject_failure("PATCH", "nodes", name="node1", status=409, count=5)
+
+    answer = scheduler.bind("pod1", "node1")
+
+    assert "node1" in answer["Error"] and "contended" in answer["Error"]
+    assert _lock(apiserver) == ""
+    assert "nodeName" not in scheduler.pod("pod1")["spec"]
+
+
+def test_the_lock_is_reentrant_for_the_same_pod(cluster: None, scheduler: Scheduler, apiserver: LocalCluster,
+                                                kube: Kube) -> None:
+    assert scheduler.filter("pod1", ["node1"])["NodeNames"] == ["node1"]
+    kube.patch_node("node1", {"metadata": {"annotations": {names.NODE_LOCK: "2099-01-01T00:00:00Z,default,pod1"}}})
+
+    assert scheduler.bind("pod1", "node1") == {"Error": ""}
+    assert scheduler.pod("pod1")["spec"]["nodeName"] == "node1"
+
+
+# -- failures ----------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("failing", ["binding", "bind-phase patch"])
+def test_a_failed_bind_marks_the_pod_releases_our_lock_and_frees_its_gpus(cluster: None, scheduler: Scheduler,
+                                                                          apiserver: LocalCluster,
+                                                                          runtime: Runtime, kube: Kube,
+                                                                          failing: str) -> None:
+    assert scheduler.filter("pod1", ["node1"])["NodeNames"] == ["node1"]
+    uid = scheduler.pod("pod1")["metadata"]["uid"]
+    if failing == "binding":
+        apiserver.inject_failure("POST", "pods", name="pod1", subresource="binding", status=500)
+    else:
+        apiserver.inject_failure("PATCH", "pods", name="pod1", status=500)
+
+    answer = scheduler.bind("pod1", "node1")
+
+    assert "injected failure" in answer["Error"]
+    assert _phase(apiserver, "pod1") == "failed"
+    assert _lock(apiserver) == ""
+    assert "nodeName" not in scheduler.pod("pod1")["spec"]
+    assert runtime.cache.held_by(uid) is None
+    wait_for(lambda: usage_by_gpu(runtime) == {}, what="the failed pod's GPUs to stay free")
+    runtime.events.flush()
+    assert reasons_for(apiserver, "pod1") == ["FilteringSucceed", "BindingFailed"]
+
+    # kube-scheduler retries the pod: filtered and bound again from a clean slate.
+    node = scheduler.schedule("pod1", ["node1"])
+    assert _phase(apiserver, "pod1") == "allocating"
+    release_lock(kube, "pod1", node)
+    wait_for(lambda: usage_by_gpu(runtime) == {"node1-gpu0": (1, 1000, 10)}, what="pod1's GPUs booked once")
+
+
+def test_releasing_never_touches_another_pods_lock(cluster: None, scheduler: Scheduler, apiserver: LocalCluster,
+                                                   kube: Kube) -> None:
+    _pod1_holds_node1(scheduler)
+    lock = _lock(apiserver)
+    assert NodeLock(kube, timeout_seconds=300).release("node1", "default", "pod2") is False
+    assert _lock(apiserver) == lock
+
+
+def test_a_bind_to_another_node_than_the_filter_chose_is_refused_and_keeps_others_locks(
+        cluster: None, scheduler: Scheduler, apiserver: LocalCluster, runtime: Runtime) -> None:
+    _pod1_holds_node1(scheduler)
+    lock = _lock(apiserver)
+    assert scheduler.filter("pod3", ["node2"])["NodeNames"] == ["node2"]
+
+    answer = scheduler.bind("pod3", "node1")
+
+    assert "node2" in answer["Error"] and "filter it again" in answer["Error"]
+    assert _lock(apiserver) == lock
+    assert _lock(apiserver, "node2") == ""
+    assert _phase(apiserver, "pod3") == "failed"
+    assert runtime.cache.held_by(scheduler.pod("pod3")["metadata"]["uid"]) is None
+
+
+def test_a_failed_filter_patch_is_an_error_and_leaks_no_capacity(apiserver: LocalCluster, runtime: Runtime,
+                                                                 scheduler: Scheduler) -> None:
+    apiserver.load([gpu_node("node1", gpus("node1", 1, count=1)), gpu_pod("pod1"), gpu_pod("pod2")])
+    runtime.sync.sync_now()
+    apiserver.inject_failure("PATCH", "pods", name="pod1", status=500)
+
+    answer = scheduler.filter("pod1", ["node1"])
+
+    assert answer["Error"].startswith("cannot annotate pod default/pod1 with its GPUs:")
+    assert not answer.get("NodeNames")
+    assert usage_by_gpu(runtime) == {}
+    assert names.POD_ASSIGNED_NODE not in scheduler.pod("pod1")["metadata"]["annotations"]
+    assert scheduler.filter("pod2", ["node1"])["NodeNames"] == ["node1"]
+    assert usage_by_gpu(runtime) == {"node1-gpu0": (1, 8000, 0)}
+
+
+def test_binding_a_pod_that_does_not_exist_leaves_no_lock_behind(cluster: None, scheduler: Scheduler,
+                                                                 apiserver: LocalCluster) -> None:
+    answer = scheduler.post("/bind", {"PodName": "ghost", "PodNamespace": "default", "PodUID": "0000",
+                                      "Node": "node1"})
+    assert "ghost" in answer["Error"]
+    assert _lock(apiserver) == ""
