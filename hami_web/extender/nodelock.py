@@ -86,7 +86,8 @@ class NodeLock:
                     return
                 stale_because = self._stale_reason(lock)
                 if not stale_because:
-                    raise NodeLockError(f"node {node} is locked by {lock.namespace}/{lock.pod}")
+                    owner = f"{lock.namespace}/{lock.pod}" if lock.pod else f"an unnamed owner since {value}"
+                    raise NodeLockError(f"node {node} is locked by {owner}")
                 log.info("node %s: taking over stale lock of %s/%s (%s)", node, lock.namespace, lock.pod,
                          stale_because)
             patch = {"metadata": {"resourceVersion": metadata.get("resourceVersion"),

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import io
 import socket
+import sys
 import threading
 from collections.abc import Callable, Iterable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -104,6 +105,12 @@ class WsgiHttpServer(ThreadingHTTPServer):
         self.app = app
         self._connections: set[socket.socket] = set()
         self._connections_lock = threading.Lock()
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        # A client that goes away mid-stream (a watch it stopped reading) is routine, not an error to print.
+        if isinstance(sys.exc_info()[1], ConnectionError):
+            return
+        super().handle_error(request, client_address)
 
     def track(self, connection: socket.socket, *, open_: bool) -> None:
         with self._connections_lock:

@@ -10,6 +10,7 @@ resource is older than three refresh periods.
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
 from collections.abc import Callable
@@ -142,9 +143,10 @@ class ClusterSync:
     def _watch_until_refresh(self, resource: str, version: str) -> None:
         deadline = time.monotonic() + self._interval
         while not self._stopping.is_set():
-            remaining = int(deadline - time.monotonic())
-            if remaining < 1:
+            left = deadline - time.monotonic()
+            if left <= 0:
                 return
+            remaining = max(1, math.ceil(left))  # the API takes whole seconds
             if resource == "nodes":
                 events = self._kube.watch_nodes(resource_version=version, timeout_seconds=remaining,
                                                 label_selector=self._selector)
