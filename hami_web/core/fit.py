@@ -52,26 +52,48 @@ def _failure(reasons: dict[str, int], total: int) -> FitFailure:
 def check_device(device: Device, used: Sequence[int], request: ContainerRequest, booked_memory_mib: int,
                  options: PodOptions, cordoned: frozenset[str]) -> str:
     """The first check ``device`` fails for ``request`` given its working usage, or ``""`` when it fits."""
-    if not device.healthy:
-        return names.CARD_NOT_HEALTH
-    if device.uuid in cordoned:
-        return names.CARD_CORDONED
-    if not options.type_allowed(device.type):
-        return names.CARD_TYPE_MISMATCH
-    if not options.uuid_allowed(device.uuid):
-        return names.CARD_UUID_MISMATCH
-    tasks, memory_mib, cores = used
-    if tasks >= device.count:
-        return names.CARD_TIME_SLICING_EXHAUSTED
-    if device.memory_mib - memory_mib < booked_memory_mib:
-        return names.CARD_INSUFFICIENT_MEMORY
-    if device.cores - cores < request.cores:
-        return names.CARD_INSUFFICIENT_CORE
-    if request.cores == EXCLUSIVE_CORES and device.cores == EXCLUSIVE_CORES and tasks > 0:
-        return names.EXCLUSIVE_DEVICE_ALLOCATE_CONFLICT
-    if request.cores == 0 and device.cores != 0 and cores >= device.cores:
-        return names.CARD_COMPUTE_UNITS_EXHAUSTED
-    return ""
+    return device_reasons((device,), [used], request, [booked_memory_mib], options, cordoned)[0]
+
+
+def device_reasons(devices: Sequence[Device], work: Sequence[Sequence[int]], request: ContainerRequest,
+                   booked: Sequence[int], options: PodOptions, cordoned: frozenset[str]) -> list[str]:
+    """For each device, the first check of SPEC §5.2 it fails (``""`` when it fits), in SPEC order.
+
+    One loop per node rather than one call per GPU: at thousands of nodes the per-call overhead is a large
+    share of a filter that has to explain every GPU of every node.
+    """
+    wanted_cores = request.cores
+    exclusive = wanted_cores == EXCLUSIVE_CORES
+    type_allowed, uuid_allowed = options.type_allowed, options.uuid_allowed
+    type_verdicts: dict[str, bool] = {}
+    selects_uuids = bool(options.use_uuids or options.nouse_uuids)
+    reasons: list[str] = []
+    for device, (tasks, memory_mib, cores), booked_memory_mib in zip(devices, work, booked, strict=True):
+        type_ok = type_verdicts.get(device.type)
+        if type_ok is None:
+            type_ok = type_verdicts[device.type] = type_allowed(device.type)
+        if not device.healthy:
+            reason = names.CARD_NOT_HEALTH
+        elif device.uuid in cordoned:
+            reason = names.CARD_CORDONED
+        elif not type_ok:
+            reason = names.CARD_TYPE_MISMATCH
+        elif selects_uuids and not uuid_allowed(device.uuid):
+            reason = names.CARD_UUID_MISMATCH
+        elif tasks >= device.count:
+            reason = names.CARD_TIME_SLICING_EXHAUSTED
+        elif device.memory_mib - memory_mib < booked_memory_mib:
+            reason = names.CARD_INSUFFICIENT_MEMORY
+        elif device.cores - cores < wanted_cores:
+            reason = names.CARD_INSUFFICIENT_CORE
+        elif exclusive and device.cores == EXCLUSIVE_CORES and tasks > 0:
+            reason = names.EXCLUSIVE_DEVICE_ALLOCATE_CONFLICT
+        elif wanted_cores == 0 and device.cores != 0 and cores >= device.cores:
+            reason = names.CARD_COMPUTE_UNITS_EXHAUSTED
+        else:
+            reason = ""
+        reasons.append(reason)
+    return reasons
 
 
 def device_score(device: Device, used: Sequence[int], request: ContainerRequest) -> float:
@@ -137,9 +159,7 @@ def fit_container(request: ContainerRequest, inventory: NodeInventory, work: Wor
         booked = [request.memory_mib] * total
     else:
         booked = [request.booked_memory_mib(device.memory_mib) for device in devices]
-    cordoned = inventory.cordoned
-    for position, device in enumerate(devices):
-        reason = check_device(device, work[position], request, booked[position], options, cordoned)
+    for position, reason in enumerate(device_reasons(devices, work, request, booked, options, inventory.cordoned)):
         if reason:
             reasons[reason] = reasons.get(reason, 0) + 1
         else:
