@@ -220,7 +220,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
             group.add_argument(option.flag, dest=dest, nargs="?", const="true", default=None,
                                metavar="BOOL", help=f"{option.help} [{_env_name(option.flag)}]")
         else:
-            group.add_argument(option.flag, dest=dest, default=None,
+            group.add_argument(option.flag, dest=dest, default=None, metavar="VALUE",
                                help=f"{option.help} [{_env_name(option.flag)}]")
 
 
