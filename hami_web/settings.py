@@ -11,7 +11,7 @@ import argparse
 import os
 import re
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from typing import Any
 
 NODE_POLICIES = ("binpack", "spread")
@@ -263,7 +263,3 @@ def _check_consistency(settings: Settings) -> None:
     if not settings.scheduler_name:
         raise SettingsError("invalid value for --scheduler-name: must not be empty")
 
-
-def settings_field_names() -> tuple[str, ...]:
-    """Names of the `Settings` fields (used by tests to check every field has a flag)."""
-    return tuple(f.name for f in fields(Settings))
