@@ -20,13 +20,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from hami_web.core.choose import NoPlacement, Placement, choose_node
-from hami_web.core.devices import AnnotationError, NodeInventory
+from hami_web.core.devices import AnnotationError
 from hami_web.core.grants import encode_pod_devices
 from hami_web.core.options import PodOptions
 from hami_web.core.requests import PodRequest
 from hami_web.core.usage import NO_USAGE, DeviceUsage, NodeView, build_node_view, pod_booking
 from hami_web.state.nodes import NodeState, node_state
-from hami_web.state.pods import PodUsage, pod_key, pod_usage
+from hami_web.state.pods import FINISHED_PHASES, PodUsage, pod_key, pod_usage
 
 log = logging.getLogger(__name__)
 
@@ -179,7 +179,7 @@ class ClusterCache:
                 return
             self.stats.broken_pods.pop(uid, None)
             if usage is None:
-                finished = (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")
+                finished = (pod.get("status") or {}).get("phase") in FINISHED_PHASES
                 if held is not None and (held.assumed_at is None or finished):
                     self._release_locked(uid)
                 return
@@ -275,8 +275,3 @@ class ClusterCache:
         with self._lock:
             return [held.usage for held in self._held.values()]
 
-    def inventory(self, node: str) -> NodeInventory | None:
-        """A node's GPU inventory, if it is a GPU node."""
-        with self._lock:
-            state = self._nodes.get(node)
-            return state.inventory if state else None
