@@ -37,6 +37,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from hami_web.certs.command import make_local_certificates
 from hami_web.core import names
+from hami_web.core.grants import decode_pod_devices, describe_grants
 from hami_web.kube import Kube, KubeError
 from hami_web.localcluster import LocalCluster
 
@@ -150,13 +151,6 @@ def _admission_review(pod: dict[str, Any]) -> dict[str, Any]:
         "name": metadata.get("name", ""), "namespace": metadata.get("namespace", "default"), "object": pod}}
 
 
-def _gpus(annotation: str) -> str:
-    return " ; ".join(
-        " ".join(f"{entry.split(',')[0]}({entry.split(',')[2]}MiB,{entry.split(',')[3]}%)"
-                 for entry in container.split(":") if entry)
-        for container in annotation.rstrip(";").split(";") if container) or "-"
-
-
 def _play(pod: dict[str, Any], *, client: _Https, cluster: LocalCluster, kube: Kube,
           node_names: list[str]) -> Outcome:
     name = pod["metadata"]["name"]
@@ -195,7 +189,7 @@ def _play(pod: dict[str, Any], *, client: _Https, cluster: LocalCluster, kube: K
     kube.patch_pod(namespace, name, {"metadata": {"annotations": {names.POD_BIND_PHASE: "success"}}})
     kube.patch_node(node, {"metadata": {"annotations": {names.NODE_LOCK: None}}})
     outcome.verdict, outcome.node = "scheduled", node
-    outcome.gpus = _gpus(annotations.get(names.POD_DEVICES_ALLOCATED, ""))
+    outcome.gpus = describe_grants(decode_pod_devices(annotations.get(names.POD_DEVICES_ALLOCATED, ""))) or "-"
     return outcome
 
 

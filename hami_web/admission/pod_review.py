@@ -22,13 +22,12 @@ import jsonpatch
 
 from hami_web.admission.pod_shape import PodShapeError, check_pod_shape, iter_containers
 from hami_web.core.quantities import QuantityError, parse_whole_quantity
+from hami_web.core.requests import FULL_CARD_PERCENT, MAX_CORES
 from hami_web.settings import Settings
 
 DEFAULT_SCHEDULER = "default-scheduler"
 TASK_PRIORITY_ENV = "CUDA_TASK_PRIORITY"
 VISIBLE_DEVICES_ENV = "NVIDIA_VISIBLE_DEVICES"
-WHOLE_CARD_PERCENT = 100
-MAX_CORES_PERCENT = 100
 
 # Status codes carried in a denied AdmissionReview: 400 = the pod is malformed (the user must fix a
 # value), 403 = the pod is well-formed but our policy refuses it.
@@ -122,7 +121,7 @@ def _mutate_container(container: dict[str, Any], name: str, settings: Settings) 
         # A task that wants all of a card's memory gets all of its compute too (newer HAMi does the
         # same): the booking then shows the card as fully taken, and the extender's exclusive-card
         # check keeps it off cards that already run a task.
-        _limits(container)[names.cores] = str(MAX_CORES_PERCENT)
+        _limits(container)[names.cores] = str(MAX_CORES)
     if names.priority in ((container.get("resources") or {}).get("limits") or {}):
         # HAMi reads the priority from limits only; _read_quantities took the limits value first.
         _set_env(container, TASK_PRIORITY_ENV, str(asked[names.priority]))
@@ -146,9 +145,9 @@ def _read_quantities(container: dict[str, Any], name: str, settings: Settings) -
                 continue
             raw = section[resource]
             value = parse_whole_quantity(raw, container=name, resource=resource)
-            if resource == names.memory_percentage and value > WHOLE_CARD_PERCENT:
+            if resource == names.memory_percentage and value > FULL_CARD_PERCENT:
                 raise QuantityError(f"container {name}: {resource}: {raw!r} is outside 0..100")
-            if resource == names.cores and value > MAX_CORES_PERCENT:
+            if resource == names.cores and value > MAX_CORES:
                 raise QuantityError(f"container {name}: {resource}: {raw!r} is over 100 (100 = one whole GPU)")
             values.setdefault(resource, value)
     return values
@@ -162,7 +161,7 @@ def _asks_whole_card(asked: dict[str, int], settings: Settings) -> bool:
     names = settings.resources
     percent = asked.get(names.memory_percentage) or 0
     memory_mib = asked.get(names.memory) or 0
-    return percent == WHOLE_CARD_PERCENT or (percent == 0 and memory_mib == 0)
+    return percent == FULL_CARD_PERCENT or (percent == 0 and memory_mib == 0)
 
 
 def _is_privileged(container: dict[str, Any]) -> bool:

@@ -39,6 +39,11 @@ def encode_pod_devices(grants: Sequence[Sequence[DeviceGrant]]) -> str:
     )
 
 
+def describe_grants(grants: Sequence[Sequence[DeviceGrant]]) -> str:
+    """Human-readable grants for logs, events and the demo: ``uuid(3000MiB,20%),…`` per container, ``;`` between."""
+    return ";".join(",".join(f"{g.uuid}({g.memory_mib}MiB,{g.cores}%)" for g in container) for container in grants)
+
+
 def decode_pod_devices(text: str) -> PodGrants:
     """Decode the pod device annotation; raise `AnnotationError` naming the container and device on error."""
     if not text:

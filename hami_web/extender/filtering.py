@@ -14,7 +14,7 @@ from typing import Any
 
 from hami_web.core import names
 from hami_web.core.choose import Placement
-from hami_web.core.grants import encode_pod_devices
+from hami_web.core.grants import describe_grants, encode_pod_devices
 from hami_web.core.options import OptionsError, pod_options
 from hami_web.core.requests import RequestDefaults, RequestError, pod_request
 from hami_web.extender.events import EventRecorder
@@ -26,10 +26,6 @@ from hami_web.state.cache import ClusterCache
 log = logging.getLogger(__name__)
 
 SYNC_WAIT_SECONDS = 10.0
-
-
-def _describe_grants(grants: tuple[tuple[Any, ...], ...]) -> str:
-    return ";".join(",".join(f"{g.uuid}({g.memory_mib}MiB,{g.cores}%)" for g in container) for container in grants)
 
 
 class Filter:
@@ -105,7 +101,7 @@ class Filter:
             self._count("error", {})
             return {"NodeNames": None, "FailedNodes": {},
                     "Error": f"cannot annotate pod {namespace}/{name} with its GPUs: {error}"}
-        devices = _describe_grants(placement.grants)
+        devices = describe_grants(placement.grants)
         log.info("filter pod=%s/%s node=%s devices=%s score=%.3f", namespace, name, placement.node, devices,
                  placement.node_score)
         self._events.record(namespace=namespace, name=name, uid=uid, reason="FilteringSucceed",
