@@ -46,7 +46,7 @@ def _add_later_commands(commands: argparse._SubParsersAction) -> None:
 def _serve(arguments: argparse.Namespace) -> int:
     settings = build_settings(arguments)
     logging.getLogger().setLevel(settings.log_level)
-    from hami_web.serving import serve
+    from hami_web.server.serving import serve
 
     return serve(settings)
 

@@ -8,9 +8,9 @@ import pytest
 from flask import Flask
 from flask.testing import FlaskClient
 
-from hami_web.app import create_app
 from hami_web.kube import Kube
 from hami_web.localcluster import LocalCluster
+from hami_web.server.app import create_app
 from hami_web.settings import Settings
 
 

@@ -15,8 +15,8 @@ import sys
 import pytest
 from flask.testing import FlaskClient
 
-from hami_web.app import create_app
 from hami_web.cli import build_parser, main
+from hami_web.server.app import create_app
 from hami_web.settings import Settings, SettingsError, build_settings, parse_duration_seconds
 
 SPEC_FLAGS = ("--scheduler-name", "--node-scheduler-policy", "--gpu-scheduler-policy", "--default-mem",

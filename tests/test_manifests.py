@@ -20,7 +20,7 @@ import yaml
 from kubernetes import client
 
 from hami_web import __version__
-from hami_web.app import create_app
+from hami_web.server.app import create_app
 from hami_web.settings import ResourceNames, Settings
 
 REPO_ROOT = Path(__file__).resolve().parents[1]

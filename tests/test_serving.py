@@ -35,9 +35,9 @@ from hami_web.certs.pki import create_serving_certificate
 from hami_web.certs.stores import write_file_atomically
 from hami_web.cli import main
 from hami_web.localcluster import LocalCluster
-from hami_web.serving import gunicorn_options, load_tls
+from hami_web.server.serving import gunicorn_options, load_tls
+from hami_web.server.tlsreload import ReloadingTLSContext
 from hami_web.settings import Settings, SettingsError
-from hami_web.tlsreload import ReloadingTLSContext
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 LOCAL_IDENTITY = ServingIdentity(common_name="localhost", dns_names=("localhost",), ip_addresses=("127.0.0.1",))
@@ -45,10 +45,10 @@ LOCAL_IDENTITY = ServingIdentity(common_name="localhost", dns_names=("localhost"
 SERVER_SCRIPT = """
 import sys
 from dataclasses import replace
-from hami_web.app import create_app
-from hami_web.serving import run_gunicorn
+from hami_web.server.app import create_app
+from hami_web.server.serving import run_gunicorn
 from hami_web.settings import Settings
-from hami_web.tlsreload import ReloadingTLSContext
+from hami_web.server.tlsreload import ReloadingTLSContext
 
 cert_file, key_file, bind, insecure = sys.argv[1:5]
 settings = replace(Settings(), bind=bind, threads=2, insecure_http=insecure == "1", cert_file=cert_file,
@@ -224,11 +224,11 @@ def test_one_gthread_worker_with_threads_and_keepalive(tmp_path: Path) -> None:
 def test_gunicorn_config_file_has_the_serve_options(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("HAMI_INSECURE_HTTP", "true")
     monkeypatch.setenv("HAMI_THREADS", "3")
-    import hami_web.gunicorn_conf as conf
+    import hami_web.server.gunicorn_conf as conf
 
     conf = importlib.reload(conf)
     assert (conf.workers, conf.worker_class, conf.threads) == (1, "gthread", 3)
-    assert conf.wsgi_app == "hami_web.gunicorn_conf:application"
+    assert conf.wsgi_app == "hami_web.server.gunicorn_conf:application"
 
 
 # -- the reloading context on its own ------------------------------------------------------------------------

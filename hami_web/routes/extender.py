@@ -14,7 +14,7 @@ from typing import Any
 from flask import Blueprint, Response, current_app, jsonify, request
 from werkzeug.exceptions import HTTPException, RequestEntityTooLarge
 
-from hami_web.services import services
+from hami_web.server.services import services
 
 log = logging.getLogger(__name__)
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from flask import Blueprint, Response, jsonify
 
-from hami_web.services import services
+from hami_web.server.services import services
 
 blueprint = Blueprint("health", __name__)
 

@@ -17,7 +17,7 @@ from flask import Blueprint, Response, g, jsonify, request
 from werkzeug.exceptions import HTTPException, RequestEntityTooLarge
 
 from hami_web.admission import AdmissionAnswer, reject_unreadable_body, review_admission
-from hami_web.services import services
+from hami_web.server.services import services
 
 log = logging.getLogger(__name__)
 

@@ -10,7 +10,7 @@ import pytest
 
 from hami_web.kube import Kube
 from hami_web.localcluster import LocalCluster
-from hami_web.runtime import Runtime, build_runtime
+from hami_web.server.runtime import Runtime, build_runtime
 from hami_web.settings import Settings
 
 from .helpers import SYNC_TIMEOUT_SECONDS, RuntimeFactory, Scheduler

@@ -22,7 +22,7 @@ from hami_web.core import names
 from hami_web.core.devices import Device, encode_register_json
 from hami_web.kube import ConflictError, Kube
 from hami_web.localcluster import LocalCluster
-from hami_web.runtime import Runtime
+from hami_web.server.runtime import Runtime
 
 A40 = "NVIDIA-NVIDIA A40"
 NAMESPACE = "default"

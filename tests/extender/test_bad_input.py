@@ -14,7 +14,7 @@ import json
 import pytest
 
 from hami_web.localcluster import LocalCluster
-from hami_web.runtime import Runtime
+from hami_web.server.runtime import Runtime
 
 from .helpers import Scheduler, gpu_limits, gpu_node, gpu_pod, usage_by_gpu
 

@@ -18,7 +18,7 @@ from hami_web.core import names
 from hami_web.core.devices import encode_register_json
 from hami_web.kube import Kube
 from hami_web.localcluster import LocalCluster
-from hami_web.runtime import Runtime
+from hami_web.server.runtime import Runtime
 
 from .helpers import (
     RuntimeFactory,

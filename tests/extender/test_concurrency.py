@@ -28,7 +28,7 @@ from hami_web.core.requests import RequestDefaults, pod_request
 from hami_web.core.usage import pod_booking
 from hami_web.kube import Kube
 from hami_web.localcluster import LocalCluster
-from hami_web.runtime import Runtime
+from hami_web.server.runtime import Runtime
 
 from .helpers import gpu_limits, gpu_node, gpu_pod, gpus, release_lock, usage_by_gpu
 

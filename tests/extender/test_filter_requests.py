@@ -14,7 +14,7 @@ from pathlib import Path
 
 from hami_web.core import names
 from hami_web.localcluster import LocalCluster
-from hami_web.runtime import Runtime
+from hami_web.server.runtime import Runtime
 
 from .helpers import (
     Scheduler,

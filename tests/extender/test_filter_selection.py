@@ -16,7 +16,7 @@ import pytest
 from hami_web.core import names
 from hami_web.core.devices import Device, encode_register_text
 from hami_web.localcluster import LocalCluster
-from hami_web.runtime import Runtime
+from hami_web.server.runtime import Runtime
 
 from .helpers import (
     Scheduler,

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from hami_web.core import names
 from hami_web.localcluster import LocalCluster
-from hami_web.runtime import Runtime
+from hami_web.server.runtime import Runtime
 
 from .helpers import (
     RuntimeFactory,

@@ -20,7 +20,7 @@ import pytest
 from hami_web.core import names
 from hami_web.extender.filtering import Filter
 from hami_web.localcluster import LocalCluster
-from hami_web.runtime import Runtime
+from hami_web.server.runtime import Runtime
 
 from .helpers import (
     FakeClock,

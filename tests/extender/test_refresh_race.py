@@ -14,7 +14,7 @@ from typing import Any
 
 from hami_web.kube import Kube
 from hami_web.localcluster import LocalCluster
-from hami_web.runtime import build_runtime
+from hami_web.server.runtime import build_runtime
 from hami_web.settings import Settings
 from hami_web.state.cache import ASSUMPTION_GRACE_SECONDS
 

@@ -13,7 +13,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from hami_web.kube import Kube
 from hami_web.localcluster import LocalCluster
-from hami_web.runtime import Runtime
+from hami_web.server.runtime import Runtime
 
 from .helpers import (
     RuntimeFactory,

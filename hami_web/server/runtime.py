@@ -13,7 +13,6 @@ from dataclasses import dataclass
 
 from flask import Flask
 
-from hami_web.app import create_app
 from hami_web.extender.binding import Binder
 from hami_web.extender.events import EventRecorder
 from hami_web.extender.filtering import Filter
@@ -21,6 +20,7 @@ from hami_web.extender.nodelock import NodeLock
 from hami_web.extender.service import Extender
 from hami_web.kube import Kube
 from hami_web.metrics import Metrics
+from hami_web.server.app import create_app
 from hami_web.settings import Settings
 from hami_web.state.cache import ClusterCache
 from hami_web.state.sync import ClusterSync

@@ -24,8 +24,8 @@ from typing import Any
 from flask import Flask
 from gunicorn.app.base import BaseApplication
 
+from hami_web.server.tlsreload import CertificateLoadError, ReloadingTLSContext
 from hami_web.settings import Settings, SettingsError
-from hami_web.tlsreload import CertificateLoadError, ReloadingTLSContext
 
 log = logging.getLogger(__name__)
 
@@ -43,7 +43,7 @@ def serve(settings: Settings) -> int:
     Raises `SettingsError` (naming the flag) when TLS is misconfigured, before anything listens.
     """
     tls = load_tls(settings)
-    from hami_web.runtime import build_runtime
+    from hami_web.server.runtime import build_runtime
 
     runtime = build_runtime(settings)
     return run_gunicorn(runtime.app, settings, tls=tls, on_started=runtime.start, on_stopped=runtime.stop)
@@ -74,7 +74,7 @@ def load_tls(settings: Settings) -> ReloadingTLSContext | None:
 
 
 def gunicorn_options(settings: Settings, *, tls: ReloadingTLSContext | None) -> dict[str, Any]:
-    """The gunicorn settings hami-web runs with (also used by ``hami_web.gunicorn_conf``)."""
+    """The gunicorn settings hami-web runs with (also used by ``hami_web.server.gunicorn_conf``)."""
     host, port = settings.bind_host_port
     address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
     options: dict[str, Any] = {

@@ -12,7 +12,7 @@ import logging
 from flask import Flask, Response, jsonify, request
 from werkzeug.exceptions import HTTPException
 
-from hami_web.services import EXTENSION_KEY, Readiness, Services
+from hami_web.server.services import EXTENSION_KEY, Readiness, Services
 from hami_web.settings import Settings
 
 log = logging.getLogger(__name__)

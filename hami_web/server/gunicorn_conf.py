@@ -1,6 +1,6 @@
 """gunicorn configuration for running hami-web under a stock ``gunicorn`` command instead of ``hami-web serve``.
 
-    HAMI_CERT_FILE=/certs/tls.crt HAMI_KEY_FILE=/certs/tls.key gunicorn -c python:hami_web.gunicorn_conf
+    HAMI_CERT_FILE=/certs/tls.crt HAMI_KEY_FILE=/certs/tls.key gunicorn -c python:hami_web.server.gunicorn_conf
 
 Settings come from the ``HAMI_…`` environment variables (the same names as the flags). The options are
 exactly those of ``hami-web serve`` (one gthread worker, keep-alive, TLS with certificate hot reload), and
@@ -13,20 +13,20 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from hami_web.serving import gunicorn_options, load_tls
+from hami_web.server.serving import gunicorn_options, load_tls
 from hami_web.settings import build_settings
 
 _settings = build_settings(None)
 _runtime: Any = None
 
 globals().update(gunicorn_options(_settings, tls=load_tls(_settings)))
-wsgi_app = "hami_web.gunicorn_conf:application"
+wsgi_app = "hami_web.server.gunicorn_conf:application"
 
 
 def post_worker_init(_worker: object) -> None:
     """Build the app and start its background threads in the worker (threads do not survive fork)."""
     global _runtime
-    from hami_web.runtime import build_runtime
+    from hami_web.server.runtime import build_runtime
 
     _runtime = build_runtime(_settings)
     _runtime.start()
