@@ -210,8 +210,7 @@ def load_manifests(filename: str) -> list[dict[str, Any]]:
         return [document for document in yaml.safe_load_all(stream) if document]
 
 
-def scheduler_configuration(*, extender_port: int | None, ca_path: Path, kubeconfig: Path,
-                            lease_name: str | None = None) -> dict[str, Any]:
+def scheduler_configuration(*, extender_port: int | None, ca_path: Path, kubeconfig: Path) -> dict[str, Any]:
     """``k8s/scheduler-config.yaml``'s KubeSchedulerConfiguration with only local paths and ports changed.
 
     ``extender_port`` None drops the extender (the baseline scheduler of the throughput benchmark).
@@ -219,8 +218,6 @@ def scheduler_configuration(*, extender_port: int | None, ca_path: Path, kubecon
     (config_map,) = [doc for doc in load_manifests("scheduler-config.yaml") if doc["kind"] == "ConfigMap"]
     configuration = yaml.safe_load(config_map["data"]["config.yaml"])
     configuration["clientConnection"] = {"kubeconfig": str(kubeconfig)}
-    if lease_name is not None:
-        configuration["leaderElection"]["resourceName"] = lease_name
     if extender_port is None:
         configuration.pop("extenders", None)
         return configuration
@@ -270,47 +267,63 @@ class DevicePluginStandIn:
     def __init__(self, api_client: kubernetes.client.ApiClient) -> None:
         self._core = kubernetes.client.CoreV1Api(api_client)
         self._stop = threading.Event()
-        self._paused = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="device-plugin", daemon=True)
+        self._resumed = threading.Event()
+        self._resumed.set()
+        self._threads = [threading.Thread(target=self._loop, args=(self._watch_allocations,), daemon=True,
+                                          name="device-plugin-pods"),
+                         threading.Thread(target=self._loop, args=(self._answer_handshakes,), daemon=True,
+                                          name="device-plugin-handshake")]
         self.completed: list[str] = []
 
     def start(self) -> DevicePluginStandIn:
-        self._thread.start()
+        for thread in self._threads:
+            thread.start()
         return self
 
     def stop(self) -> None:
         self._stop.set()
-        self._thread.join(timeout=5)
+        self._resumed.set()
+        for thread in self._threads:
+            thread.join(timeout=5)
 
     @contextlib.contextmanager
     def paused(self) -> Iterator[None]:
-        """Leave node locks held (as a device plugin that has not set the container up yet)."""
-        self._paused.set()
+        """Leave node locks held meanwhile (as a device plugin that has not set the container up yet)."""
+        self._resumed.clear()
         try:
             yield
         finally:
-            self._paused.clear()
+            self._resumed.set()
 
-    def _run(self) -> None:
+    def _loop(self, step: Callable[[], None]) -> None:
         while not self._stop.is_set():
+            self._resumed.wait()
             try:
-                if not self._paused.is_set():
-                    self._complete_allocations()
-                    self._answer_handshakes()
-            except Exception:  # the API restarting or a race with a test's delete: try again next round
-                pass
-            self._stop.wait(0.05)
+                step()
+            except Exception:  # the API restarting, or a race with a test's delete: start over
+                self._stop.wait(0.2)
 
-    def _complete_allocations(self) -> None:
-        pods = self._core.list_pod_for_all_namespaces(field_selector="spec.nodeName!=").items
-        for pod in pods:
-            annotations = pod.metadata.annotations or {}
-            if annotations.get(names.POD_BIND_PHASE) != "allocating":
-                continue
-            self._core.patch_namespaced_pod(pod.metadata.name, pod.metadata.namespace,
-                                            {"metadata": {"annotations": {names.POD_BIND_PHASE: "success"}}})
-            self._release_lock(pod.spec.node_name, pod.metadata.namespace, pod.metadata.name)
-            self.completed.append(f"{pod.metadata.namespace}/{pod.metadata.name}")
+    def _watch_allocations(self) -> None:
+        """List, then watch bound pods; complete each allocation as soon as it is seen."""
+        listing = self._core.list_pod_for_all_namespaces(field_selector="spec.nodeName!=")
+        for pod in listing.items:
+            self._complete(pod)
+        stream = kubernetes.watch.Watch()
+        for event in stream.stream(self._core.list_pod_for_all_namespaces, field_selector="spec.nodeName!=",
+                                   resource_version=listing.metadata.resource_version, timeout_seconds=30):
+            if self._stop.is_set() or not self._resumed.is_set():
+                stream.stop()
+                return
+            if event["type"] in ("ADDED", "MODIFIED"):
+                self._complete(event["object"])
+
+    def _complete(self, pod: Any) -> None:
+        if (pod.metadata.annotations or {}).get(names.POD_BIND_PHASE) != "allocating":
+            return
+        self._core.patch_namespaced_pod(pod.metadata.name, pod.metadata.namespace,
+                                        {"metadata": {"annotations": {names.POD_BIND_PHASE: "success"}}})
+        self._release_lock(pod.spec.node_name, pod.metadata.namespace, pod.metadata.name)
+        self.completed.append(f"{pod.metadata.namespace}/{pod.metadata.name}")
 
     def _release_lock(self, node_name: str, namespace: str, pod_name: str) -> None:
         for _ in range(5):
@@ -327,6 +340,7 @@ class DevicePluginStandIn:
                     raise
 
     def _answer_handshakes(self) -> None:
+        self._stop.wait(1.0)
         for node in self._core.list_node().items:
             handshake = (node.metadata.annotations or {}).get(names.NODE_HANDSHAKE, "")
             if handshake.startswith("Requesting_"):
@@ -549,13 +563,19 @@ class ControlPlane:
     # -- kube-scheduler --------------------------------------------------------------------------------------
 
     def start_scheduler(self, name: str = "kube-scheduler", *, with_extender: bool = True,
-                        lease_name: str | None = None, profile_name: str | None = None) -> Process:
-        """kube-scheduler with the shipped configuration (or without its extender, for a baseline)."""
+                        profile_name: str | None = None, leader_elect: bool = True) -> Process:
+        """kube-scheduler with the shipped configuration (or without its extender, for a baseline).
+
+        A second scheduler with another profile runs without leader election: the shipped RBAC lets the
+        scheduler's identity hold only the ``hami-scheduler`` Lease.
+        """
         configuration = scheduler_configuration(
             extender_port=self.extender_port if with_extender else None, ca_path=self.tls_ca,
-            kubeconfig=self.scheduler_kubeconfig, lease_name=lease_name)
+            kubeconfig=self.scheduler_kubeconfig)
         if profile_name is not None:
             configuration["profiles"][0]["schedulerName"] = profile_name
+        if not leader_elect:
+            configuration["leaderElection"] = {"leaderElect": False}
         config_path = self.workdir / f"{name}.yaml"
         config_path.write_text(yaml.safe_dump(configuration))
         port = free_port()
