@@ -126,7 +126,7 @@ def run_app(app: WsgiApp, environ: dict[str, Any], body: bytes, *, close: bool) 
     return handler.response_bytes(), handler.close_connection
 
 
-def build_environ(request: CallbackRequest, *, listener: Listener, peer: Any, body_length: int | None
+def build_environ(request: CallbackRequest, *, listener: Listener, peer: Any, body_length: int
                   ) -> dict[str, Any]:
     """The CGI part of the WSGI environ of one request (wsgiref adds the ``wsgi.*`` keys)."""
     environ: dict[str, Any] = {
@@ -155,8 +155,7 @@ def build_environ(request: CallbackRequest, *, listener: Listener, peer: Any, bo
         if key != "CONTENT_TYPE":
             key = "HTTP_" + key
         environ[key] = f"{environ[key]},{value}" if key in environ else value
-    if body_length is not None:
-        environ["CONTENT_LENGTH"] = str(body_length)
+    environ["CONTENT_LENGTH"] = str(body_length)
     return environ
 
 
@@ -237,8 +236,12 @@ class Connection:
                     message.feed(data)
         too_large = declared_too_large or message.over_limit
         body = bytes(message.body)
-        # A declared length over the limit is passed on as declared, so the app refuses it without reading.
-        body_length = request.content_length if declared_too_large else (None if too_large else len(body))
+        # Over the limit, the app is told the length declared or seen so far (werkzeug then refuses it with a
+        # 413 before reading: a truncated stream alone would be read as a short body).
+        if declared_too_large:
+            body_length = request.content_length
+        else:
+            body_length = message.body_bytes_seen if too_large else len(body)
         environ = build_environ(request, listener=self._listener, peer=self._peer, body_length=body_length)
         loop = asyncio.get_running_loop()
         response, close = await loop.run_in_executor(
