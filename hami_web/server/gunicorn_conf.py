@@ -13,10 +13,12 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from hami_web.server.logs import configure_logging
 from hami_web.server.serving import gunicorn_options, load_tls
 from hami_web.settings import build_settings
 
 _settings = build_settings(None)
+configure_logging(_settings.log_level)
 _runtime: Any = None
 
 globals().update(gunicorn_options(_settings, tls=load_tls(_settings)))
