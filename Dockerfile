@@ -18,6 +18,7 @@ RUN --mount=type=bind,from=build,source=/wheels,target=/wheels \
 # Numeric, so Kubernetes' runAsNonRoot can verify it without reading /etc/passwd.
 USER 10001:10001
 EXPOSE 8443
+EXPOSE 9395
 # `hami-web serve` runs gunicorn (one gthread worker, TLS from --cert-file/--key-file); see k8s/deployment.yaml.
 ENTRYPOINT ["hami-web"]
 CMD ["serve"]
