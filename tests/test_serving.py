@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import http.client
 import importlib
-import json
 import os
 import signal
 import socket
@@ -36,6 +35,7 @@ from hami_web.certs.pki import create_serving_certificate
 from hami_web.certs.stores import write_file_atomically
 from hami_web.cli import main
 from hami_web.localcluster import LocalCluster
+from hami_web.server.local import run_local_server
 from hami_web.server.serving import gunicorn_options, load_tls
 from hami_web.server.tlsreload import ReloadingTLSContext
 from hami_web.server.worker import FrontWorker
@@ -345,27 +345,9 @@ def test_a_broken_renewal_keeps_serving_the_previous_certificate(tmp_path: Path,
 
 
 def test_serve_starts_the_runtime_in_the_worker_and_becomes_ready(tmp_path: Path, apiserver: LocalCluster) -> None:
-    ca_path, cert_path, key_path = make_local_certificates(tmp_path)
-    kubeconfig = tmp_path / "kubeconfig"
-    kubeconfig.write_text(json.dumps({
-        "apiVersion": "v1", "kind": "Config", "current-context": "local",
-        "clusters": [{"name": "local", "cluster": {"server": apiserver.url}}],
-        "users": [{"name": "local", "user": {"token": "unused"}}],
-        "contexts": [{"name": "local", "context": {"cluster": "local", "user": "local"}}]}))
-    port = _free_port()
-    process = subprocess.Popen(
-        [sys.executable, "-m", "hami_web", "serve", "--cert-file", str(cert_path), "--key-file", str(key_path),
-         "--bind", f"127.0.0.1:{port}", "--kubeconfig", str(kubeconfig), "--threads", "2"],
-        env={**os.environ, "PYTHONPATH": str(REPO_ROOT)}, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    try:
-        _wait_for_port(port, process)
-        deadline = time.monotonic() + 10
-        status = 0
-        while status != 200 and time.monotonic() < deadline:
-            status, _, _ = _get_over_https(port, ca_path, "/readyz")  # 200 only once the cache synced
-            time.sleep(0.1)
+    with run_local_server(apiserver.url, tmp_path, threads=2) as server:  # waits for /readyz 200 (cache synced)
+        port = int(server.webhook_url.rsplit(":", 1)[1])
+        status, _, _ = _get_over_https(port, server.ca_path, "/readyz")
         assert status == 200
-    finally:
-        process.send_signal(signal.SIGTERM)  # what kubelet sends: graceful stop, runtime stopped in the worker
-        assert process.wait(timeout=15) == 0
-        process.stderr.close()
+    # Stopped with SIGTERM, as kubelet does: graceful stop, runtime stopped in the worker, exit status 0.
+    assert server.process.returncode == 0

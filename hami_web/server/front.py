@@ -14,6 +14,7 @@ still sending — receives that answer instead of a connection reset.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import io
 import json
 import logging
@@ -159,6 +160,12 @@ def build_environ(request: CallbackRequest, *, listener: Listener, peer: Any, bo
     return environ
 
 
+def _expects_continue(request: CallbackRequest) -> bool:
+    """``Expect: 100-continue`` from an HTTP/1.1 client (RFC 9110 §10.1.1: ignored from HTTP/1.0)."""
+    return tuple(request.version) >= (1, 1) and any(
+        name == b"expect" and value.strip().lower() == b"100-continue" for name, value in request.headers_bytes)
+
+
 def _error_response(status: int, reason: str, message: str) -> bytes:
     body = json.dumps({"error": reason, "message": message}).encode()
     head = (f"HTTP/1.1 {status} {reason}\r\nContent-Type: application/json\r\nContent-Length: {len(body)}\r\n"
@@ -193,28 +200,35 @@ class Connection:
 
     async def serve(self) -> None:
         """Answer requests until the client closes, a deadline passes, or the answer closes the connection."""
-        leftover = b""
         try:
-            while True:
-                message = _Message(self._max_body_bytes)
-                message.feed(leftover)
-                if not message.started:
-                    first = await self._read(self._deadlines.idle_seconds)
-                    if not first:
-                        return
-                    message.feed(first)
-                self.busy = True
-                keep_open = await self._serve_one(message)
-                self.busy = False
-                if not keep_open or self.closing:
-                    return
-                leftover = message.parser.remaining()
+            await self._serve_requests()
         except ParseError as error:
-            await self._write(_parse_error_response(error))
-        except (TimeoutError, ConnectionError, OSError):
+            with contextlib.suppress(TimeoutError, OSError):
+                await self._write(_parse_error_response(error))
+                await self._drain(None)  # the client may still be sending what we refused
+        except (TimeoutError, OSError):
             pass  # a client too slow or gone: nothing to answer, nothing to log per connection
+        except Exception:
+            log.exception("connection from %s failed", self._peer)
         finally:
             self._writer.close()
+
+    async def _serve_requests(self) -> None:
+        leftover = b""
+        while True:
+            message = _Message(self._max_body_bytes)
+            message.feed(leftover)
+            if not message.started:
+                first = await self._read(self._deadlines.idle_seconds)
+                if not first:
+                    return
+                message.feed(first)
+            self.busy = True
+            keep_open = await self._serve_one(message)
+            self.busy = False
+            if not keep_open or self.closing:
+                return
+            leftover = message.parser.remaining()
 
     async def _serve_one(self, message: _Message) -> bool:
         async with asyncio.timeout(self._deadlines.header_seconds):
@@ -225,7 +239,7 @@ class Connection:
                 message.feed(data)
         request = CallbackRequest.from_parser(message.parser, is_ssl=self._listener.tls)
         declared_too_large = request.content_length > self._max_body_bytes
-        if request._expect_100_continue and not declared_too_large and not message.complete:
+        if _expects_continue(request) and not declared_too_large and not message.complete:
             self._writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
         if not declared_too_large:
             async with asyncio.timeout(self._deadlines.body_seconds):
@@ -261,16 +275,20 @@ class Connection:
         async with asyncio.timeout(self._deadlines.write_seconds):
             await self._writer.drain()
 
-    async def _drain(self, message: _Message) -> None:
-        """Read and discard what is left of an oversized body (bounded), so the answer is not lost to a reset."""
+    async def _drain(self, message: _Message | None) -> None:
+        """Read and discard what the client is still sending (bounded), so our answer is not lost to a reset.
+
+        With a message, until its body is complete; without (a request we could not parse), until EOF.
+        """
         discarded = 0
         try:
             async with asyncio.timeout(self._deadlines.drain_seconds):
-                while not message.complete and discarded < self._deadlines.drain_bytes:
+                while discarded < self._deadlines.drain_bytes and not (message is not None and message.complete):
                     data = await self._reader.read(READ_CHUNK_BYTES)
                     if not data:
                         return
                     discarded += len(data)
-                    message.feed(data)
-        except (TimeoutError, ParseError):
+                    if message is not None:
+                        message.feed(data)
+        except (TimeoutError, ParseError, ConnectionError, OSError):
             return
