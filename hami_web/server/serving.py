@@ -3,9 +3,9 @@
 Why one worker with threads: all scheduling state — the cluster cache and the filter-time assumptions
 ("this GPU is promised to pod X until its bind lands") — lives in the memory of one process. Several
 worker processes would each hold their own cache and each promise the same free GPU to a different pod;
-kube-scheduler would then bind both and the device plugin would overcommit the card. Threads (gunicorn's
-``gthread`` worker) give concurrency for slow API calls inside ``/bind`` while the cache stays shared and is
-protected by its own lock. Keep-alive is on because kube-scheduler and the API server reuse connections
+kube-scheduler would then bind both and the device plugin would overcommit the card. Threads give
+concurrency for slow API calls inside ``/bind`` while the cache stays shared and is protected by its own
+lock. Keep-alive is on because kube-scheduler and the API server reuse connections
 for every filter/bind and admission call; a TLS handshake per request would dominate the latency.
 
 The worker is ours (`hami_web.server.worker.FrontWorker`): an event loop does the TLS handshakes and reads
