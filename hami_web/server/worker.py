@@ -28,6 +28,8 @@ from hami_web.server.tlsreload import ReloadingTLSContext
 
 # Seconds between two heartbeats to the arbiter (it kills a worker silent for ``timeout``).
 HEARTBEAT_SECONDS = 1.0
+# Bytes read ahead from one client before the loop stops reading it (asyncio's flow control).
+READ_BUFFER_BYTES = 64 * 1024
 
 
 class FrontWorker(Worker):
@@ -66,7 +68,7 @@ class FrontWorker(Worker):
                 partial(self._accept, listener=listener, executor=executor, deadlines=deadlines),
                 sock=listening, ssl=context,
                 ssl_handshake_timeout=deadlines.handshake_seconds if context is not None else None,
-                limit=64 * 1024))
+                limit=READ_BUFFER_BYTES))
         try:
             while self.alive:
                 self.notify()
