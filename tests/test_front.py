@@ -5,8 +5,10 @@ route answers only on its listener (404 elsewhere); with idle TCP connections, s
 half-sent headers open on both TLS listeners, ``/webhook`` and ``/filter`` still answer (two app threads),
 and the server drops those clients on its own; an oversized body — by Content-Length or chunked — is
 answered (413 on the webhook, a "larger than" ``Error`` on the extender) and the client reads that answer
-instead of a reset; ``Expect: 100-continue``; keep-alive with pipelined requests; a malformed request line
-gets a 400; a header too large gets a 431. Timings are measured by ``benchmarks/slow_clients.py``, not here.
+instead of a reset; ``Expect: 100-continue``; keep-alive with pipelined requests; a malformed request line,
+Content-Length with chunked, or a bad chunk size gets a 400, a header too large a 431, an absurd
+Content-Length a 413 without the server waiting for the body. Timings are measured by
+``benchmarks/slow_clients.py``, not here.
 """
 
 from __future__ import annotations
@@ -245,7 +247,10 @@ def test_pipelined_requests_on_one_kept_alive_connection(server: LocalServer) ->
 @pytest.mark.parametrize(("request_bytes", "status"), [
     (b"NOT A REQUEST\r\n\r\n", 400),
     (b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * 70_000 + b"\r\n\r\n", 431),
-], ids=["malformed-request-line", "header-too-large"])
+    (b"POST /webhook HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n", 400),
+    (b"POST /webhook HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n", 400),
+    (b"POST /webhook HTTP/1.1\r\nHost: x\r\nContent-Length: 99999999999999999999\r\n\r\n", 413),
+], ids=["malformed-request-line", "header-too-large", "length-and-chunked", "bad-chunk-size", "absurd-length"])
 def test_a_malformed_request_gets_a_clear_status(server: LocalServer, request_bytes: bytes, status: int) -> None:
     with _raw_tls(server, server.webhook_url) as connection:
         connection.sendall(request_bytes)
