@@ -225,7 +225,8 @@ _OPTIONS: tuple[_Option, ...] = (
     _Option("--kubeconfig", "kubeconfig", _text, "kubeconfig path (in-cluster config, else ~/.kube/config)"),
     _Option("--insecure-http", "insecure_http", _parse_bool,
             "serve plain HTTP instead of TLS (local use only)", is_switch=True),
-    _Option("--threads", "threads", _positive_int, "gunicorn worker threads (8)"),
+    _Option("--threads", "threads", _positive_int,
+            "threads that run the app; connections are read by the event loop (8)"),
     _Option("--log-level", "log_level", _choice(("DEBUG", "INFO", "WARNING", "ERROR")), "log level (INFO)"),
 )
 
