@@ -14,8 +14,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from hami_web.core.options import parse_gpu_policy
+
 NODE_POLICIES = ("binpack", "spread")
-GPU_POLICIES = ("binpack", "spread", "topology-aware")
 PRIVILEGED_POLICIES = ("deny", "skip")
 ENV_PREFIX = "HAMI_"
 
@@ -134,6 +135,11 @@ def _choice(options: Sequence[str]) -> Callable[[str], str]:
     return parse
 
 
+def _gpu_policy(text: str) -> str:
+    # The same parser as the pod annotation, so a chain such as binpack,numa is a valid default too.
+    return parse_gpu_policy(text, source="policy")
+
+
 def _cores(text: str) -> int:
     value = _non_negative_int(text)
     if value > 100:
@@ -172,8 +178,9 @@ _OPTIONS: tuple[_Option, ...] = (
     _Option("--scheduler-name", "scheduler_name", _text, "scheduler name set on GPU pods (hami-scheduler)"),
     _Option("--node-scheduler-policy", "node_scheduler_policy", _choice(NODE_POLICIES),
             "default node policy: binpack or spread (binpack)"),
-    _Option("--gpu-scheduler-policy", "gpu_scheduler_policy", _choice(GPU_POLICIES),
-            "default GPU policy: binpack, spread or topology-aware (spread)"),
+    _Option("--gpu-scheduler-policy", "gpu_scheduler_policy", _gpu_policy,
+            "default GPU policy: binpack, spread, topology-aware, mutex, numa, or a chain such as binpack,numa "
+            "(spread)"),
     _Option("--default-mem", "default_mem_mib", _non_negative_int,
             "MiB booked when a container asks for neither gpumem nor gpumem-percentage; 0 = whole card (0)"),
     _Option("--default-cores", "default_cores", _cores, "percent of a GPU booked when gpucores is absent (0)"),
