@@ -18,6 +18,7 @@ from hami_web.core.options import parse_gpu_policy
 
 NODE_POLICIES = ("binpack", "spread")
 PRIVILEGED_POLICIES = ("deny", "skip")
+LOG_FORMATS = ("text", "json")
 ENV_PREFIX = "HAMI_"
 
 
@@ -63,6 +64,12 @@ class Settings:
     insecure_http: bool = False
     threads: int = 8
     log_level: str = "INFO"
+    # HAMi v2.10's names and meanings (see README, Compatibility with HAMi v2.10).
+    node_lock_retry_timeout_seconds: float = 28.0
+    kube_qps: float = 0.0
+    kube_burst: int = 0
+    kube_timeout_seconds: float = 10.0
+    log_format: str = "text"
 
     @property
     def bind_host_port(self) -> tuple[str, int]:
@@ -115,6 +122,20 @@ def _positive_int(text: str) -> int:
     value = int(text.strip())
     if value < 1:
         raise ValueError("must be at least 1")
+    return value
+
+
+def _non_negative_duration(text: str) -> float:
+    seconds = parse_duration_seconds(text)
+    if seconds < 0:
+        raise ValueError("must not be negative")
+    return seconds
+
+
+def _non_negative_float(text: str) -> float:
+    value = float(text.strip())
+    if not value >= 0 or value == float("inf"):
+        raise ValueError(f"{text!r} must be a number >= 0")
     return value
 
 
@@ -211,15 +232,55 @@ _OPTIONS: tuple[_Option, ...] = (
             "serve plain HTTP instead of TLS (local use only)", is_switch=True),
     _Option("--threads", "threads", _positive_int, "gunicorn worker threads (8)"),
     _Option("--log-level", "log_level", _choice(("DEBUG", "INFO", "WARNING", "ERROR")), "log level (INFO)"),
+    _Option("--node-lock-retry-timeout", "node_lock_retry_timeout_seconds", _non_negative_duration,
+            "how long a PodGroup member waits for a node lock another pod holds, e.g. 28s; 0 = fail at once "
+            "(28s, below kube-scheduler's 30s extender timeout)"),
+    _Option("--kube-qps", "kube_qps", _non_negative_float,
+            "requests per second to kube-apiserver, sustained; 0 = no client-side limit (0)"),
+    _Option("--kube-burst", "kube_burst", _non_negative_int,
+            "requests to kube-apiserver allowed at once above --kube-qps (0 = the QPS rounded up)"),
+    _Option("--kube-timeout", "kube_timeout_seconds", _positive_duration,
+            "timeout of one request to kube-apiserver, e.g. 10 or 10s (10s)"),
+    _Option("--log-format", "log_format", _choice(LOG_FORMATS), "text, or json for one JSON object per line (text)"),
 )
+
+# HAMi scheduler flags an operator may carry over, for features hami-web does not have: refused with a reason,
+# so a copied command line fails loudly instead of with argparse's bare "unrecognized arguments".
+UNSUPPORTED_HAMI_FLAGS: dict[str, str] = {
+    "--http_bind": "use --bind (TLS) instead",
+    "--cert_file": "use --cert-file instead",
+    "--key_file": "use --key-file instead",
+    "--profiling": "hami-web has no pprof endpoint",
+    "--profiling-bind-address": "hami-web has no pprof endpoint",
+    "--force-overwrite-default-scheduler": "hami-web always replaces default-scheduler on GPU pods",
+    "--device-plugin-namespace": "hami-web has no /refit endpoint",
+    "--device-plugin-service-account": "hami-web has no /refit endpoint",
+    "--leader-elect": "kube-scheduler in the same pod does the leader election",
+    "--leader-elect-resource-name": "kube-scheduler in the same pod does the leader election",
+    "--leader-elect-resource-namespace": "kube-scheduler in the same pod does the leader election",
+    "--legacy-metrics": "only HAMi's current metric names are served",
+    "--device-config-file": "hami-web reads NVIDIA devices only, from node annotations",
+    "--v": "use --log-level",
+}
 
 
 def _env_name(flag: str) -> str:
     return ENV_PREFIX + flag.lstrip("-").upper().replace("-", "_")
 
 
+class _UnsupportedHamiFlag(argparse.Action):
+    """Fails parsing with the reason hami-web does not take this HAMi flag."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
+                 option_string: str | None = None) -> None:
+        reason = UNSUPPORTED_HAMI_FLAGS.get(option_string or "", "")
+        parser.error(f"{option_string} is a HAMi scheduler flag that hami-web does not support: {reason}")
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Register every settings flag on ``parser`` (values stay strings; `build_settings` validates)."""
+    for flag in UNSUPPORTED_HAMI_FLAGS:
+        parser.add_argument(flag, nargs="?", action=_UnsupportedHamiFlag, help=argparse.SUPPRESS)
     group = parser.add_argument_group("settings (each also read from HAMI_<FLAG> in the environment)")
     for option in _OPTIONS:
         dest = option.target.replace(".", "__")
