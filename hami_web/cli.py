@@ -8,9 +8,8 @@ import sys
 from collections.abc import Sequence
 
 from hami_web import __version__
+from hami_web.server.logformat import TEXT_FORMAT
 from hami_web.settings import SettingsError, add_arguments, build_settings
-
-LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -45,15 +44,16 @@ def _add_later_commands(commands: argparse._SubParsersAction) -> None:
 
 def _serve(arguments: argparse.Namespace) -> int:
     settings = build_settings(arguments)
-    logging.getLogger().setLevel(settings.log_level)
+    from hami_web.server.logformat import configure_logging
     from hami_web.server.serving import serve
 
+    configure_logging(settings.log_format, settings.log_level)
     return serve(settings)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point; returns the process exit status (2 for a bad flag value, as argparse does)."""
-    logging.basicConfig(level=logging.INFO, format=LOG_FORMAT, stream=sys.stderr)
+    logging.basicConfig(level=logging.INFO, format=TEXT_FORMAT, stream=sys.stderr)
     parser = build_parser()
     arguments = parser.parse_args(argv)
     try:

@@ -52,7 +52,8 @@ class Binder:
             self._acquire(namespace, name, node)
         except NodeLockError as error:
             # Nothing was changed: kube-scheduler retries the pod later, and its booking stays until then.
-            log.info("bind pod=%s/%s node=%s: %s", namespace, name, node, error)
+            log.info("bind pod=%s/%s node=%s: %s", namespace, name, node, error,
+                     extra={"pod": f"{namespace}/{name}", "node": node})
             self._count("locked")
             return {"Error": str(error)}
         except KubeError as error:
@@ -64,7 +65,8 @@ class Binder:
         except KubeError as error:
             return self._fail(namespace, name, uid, node, str(error), locked=True)
         devices = held.devices_text if held else "?"
-        log.info("bind pod=%s/%s node=%s devices=%s bound", namespace, name, node, devices)
+        log.info("bind pod=%s/%s node=%s devices=%s bound", namespace, name, node, devices,
+                 extra={"pod": f"{namespace}/{name}", "node": node})
         self._events.record(namespace=namespace, name=name, uid=uid, reason="BindingSucceed",
                             message=f"bound to node {node}")
         self._count("bound")
@@ -124,7 +126,8 @@ class Binder:
                 log.warning("bind pod=%s/%s node=%s: cannot release our lock: %s", namespace, name, node, error)
         if uid:
             self._cache.forget(uid)
-        log.warning("bind pod=%s/%s node=%s failed: %s", namespace, name, node, reason)
+        log.warning("bind pod=%s/%s node=%s failed: %s", namespace, name, node, reason,
+                    extra={"pod": f"{namespace}/{name}", "node": node})
         self._events.record(namespace=namespace, name=name, uid=uid, reason="BindingFailed", message=reason,
                             warning=True)
         self._count("failed")

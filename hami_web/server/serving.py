@@ -24,6 +24,7 @@ from typing import Any
 from flask import Flask
 from gunicorn.app.base import BaseApplication
 
+from hami_web.server.logformat import gunicorn_logconfig
 from hami_web.server.tlsreload import CertificateLoadError, ReloadingTLSContext
 from hami_web.settings import Settings, SettingsError
 
@@ -95,6 +96,9 @@ def gunicorn_options(settings: Settings, *, tls: ReloadingTLSContext | None) -> 
     if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK):
         # The worker heartbeat file; tmpfs keeps it off a read-only root filesystem and off the disk.
         options["worker_tmp_dir"] = "/dev/shm"
+    logconfig = gunicorn_logconfig(settings.log_format, settings.log_level)
+    if logconfig is not None:
+        options["logconfig_dict"] = logconfig
     if tls is not None:
         options["certfile"] = tls.cert_file
         options["keyfile"] = tls.key_file
