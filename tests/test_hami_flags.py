@@ -168,15 +168,18 @@ def test_gunicorn_logconfig_turns_gunicorn_lines_into_json_once(capsys: pytest.C
     assert gunicorn_logconfig("text", "INFO") is None
     config = gunicorn_logconfig("json", "INFO")
     assert config is not None
-    root = logging.getLogger()
-    saved = (root.handlers[:], root.level)
+    touched = [logging.getLogger(name) for name in ("", "gunicorn.error", "gunicorn.access")]
+    saved = [(logger.handlers[:], logger.level, logger.propagate) for logger in touched]
     try:
         logging.config.dictConfig(config)
         logging.getLogger("gunicorn.error").info("Booting worker with pid: %d", 42)
+        logging.getLogger("gunicorn.access").info('127.0.0.1 "GET /readyz HTTP/1.1" 200')  # no access log
         logging.getLogger("hami_web.extender.filtering").info("filter pod=a/b", extra={"pod": "a/b"})
     finally:
-        root.handlers[:] = saved[0]
-        root.setLevel(saved[1])
+        for logger, (handlers, level, propagate) in zip(touched, saved, strict=True):
+            logger.handlers[:] = handlers
+            logger.setLevel(level)
+            logger.propagate = propagate
     lines = [json.loads(line) for line in capsys.readouterr().err.splitlines() if line.startswith("{")]
     assert [(line["logger"], line["message"]) for line in lines] == [
         ("gunicorn.error", "Booting worker with pid: 42"), ("hami_web.extender.filtering", "filter pod=a/b")]

@@ -58,6 +58,7 @@ def gunicorn_logconfig(log_format: str, level: str) -> dict[str, Any] | None:
         "formatters": {"json": {"()": JsonLogFormatter}},
         "handlers": {"stderr": {"class": "logging.StreamHandler", "formatter": "json", "stream": "ext://sys.stderr"}},
         "root": {"level": level, "handlers": ["stderr"]},
+        # No access log, as in text mode: the app logs one line per decision already.
         "loggers": {"gunicorn.error": {"level": level, "handlers": [], "propagate": True},
-                    "gunicorn.access": {"level": "INFO", "handlers": [], "propagate": True}},
+                    "gunicorn.access": {"level": "WARNING", "handlers": [], "propagate": False}},
     }
