@@ -162,7 +162,7 @@ class Metrics:
         self._webhook = Counter("hami_web_webhook_reviews", "admission reviews by verdict", ["allowed"],
                                 registry=self.registry)
         self._lock_waits = Counter("hami_web_node_lock_waits", "gang pods that found their node locked and waited, "
-                                   "by outcome (started, acquired, timed_out, failed)", ["outcome"],
+                                   "by outcome (started, acquired, timed_out, failed, no_slot)", ["outcome"],
                                    registry=self.registry)
         # HAMi's build metadata series; go_version and compiler name the Python that runs us.
         Gauge("hami_build_info", "hami-web build metadata as labels, value 1",
@@ -190,7 +190,7 @@ class Metrics:
         self._bind.labels(result=result).inc()
 
     def observe_lock_wait(self, outcome: str) -> None:
-        """Count a gang pod's wait for a held node lock (started, acquired, timed_out, failed)."""
+        """Count a gang pod's wait for a held node lock (started, acquired, timed_out, failed, no_slot)."""
         self._lock_waits.labels(outcome=outcome).inc()
 
     def observe_webhook(self, seconds: float, allowed: bool) -> None:

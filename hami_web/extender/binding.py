@@ -3,7 +3,8 @@
 On failure the pod is marked ``bind-phase=failed``, our lock (only ours) is released and the filter's
 booking is dropped, so kube-scheduler's retry starts from a clean slate. A member of a gang (label
 ``scheduling.x-k8s.io/pod-group`` or ``spec.schedulingGroup``) that finds the node locked waits for the lock
-for up to ``--node-lock-retry-timeout``; any other pod is answered at once, as before.
+for up to ``--node-lock-retry-timeout``; any other pod is answered at once, as before, and so is a member when
+``max_lock_waiters`` binds already wait (each holds one of the server's few request threads).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from hami_web.extender.events import EventRecorder
 from hami_web.extender.nodelock import NodeLock, NodeLockError, NodeLockHeld
 from hami_web.extender.wire import ExtenderBindingResult, WireError, binding_target, require_object
 from hami_web.kube import JsonObject, Kube, KubeError
+from hami_web.state.budget import WaitSlots
 from hami_web.state.cache import ClusterCache
 
 log = logging.getLogger(__name__)
@@ -28,9 +30,10 @@ class Binder:
 
     def __init__(self, *, cache: ClusterCache, kube: Kube, events: EventRecorder, node_lock: NodeLock,
                  metrics: Any = None, clock: Callable[[], float] = time.time,
-                 lock_wait_seconds: float = 0.0) -> None:
+                 lock_wait_seconds: float = 0.0, max_lock_waiters: int = 1) -> None:
         self._cache = cache
         self._lock_wait_seconds = lock_wait_seconds
+        self._wait_slots = WaitSlots(max_lock_waiters)
         self._kube = kube
         self._events = events
         self._lock = node_lock
@@ -81,6 +84,10 @@ class Binder:
             group = self._pod_group(namespace, name) if self._lock_wait_seconds > 0 else ""
             if not group:
                 raise
+            if not self._wait_slots.try_take():
+                # Every waiting bind holds a request thread; the filter and the webhook must keep some.
+                self._count_wait("no_slot")
+                raise
             log.info("bind pod=%s/%s node=%s: %s; pod group %s waits up to %gs", namespace, name, node, held,
                      group, self._lock_wait_seconds)
         self._count_wait("started")
@@ -92,6 +99,8 @@ class Binder:
         except (NodeLockError, KubeError):
             self._count_wait("failed")
             raise
+        finally:
+            self._wait_slots.give_back()
         self._count_wait("acquired")
         log.info("bind pod=%s/%s node=%s: lock taken after waiting (%d more looks)", namespace, name, node, looks)
 

@@ -1,8 +1,12 @@
-"""The client-side request budget to kube-apiserver (``--kube-qps`` / ``--kube-burst``, as client-go's).
+"""Budgets the process spends: requests to kube-apiserver, and request threads parked waiting for a node lock.
 
-A token bucket shared by every thread that talks to the API: ``burst`` requests may go at once, then one per
-``1/qps`` seconds. A caller over budget reserves its slot under the lock and sleeps outside it, so a waiting
-thread never blocks the others' bookkeeping, and the waits queue up in arrival order.
+`RequestBudget` is the client-side limit of ``--kube-qps`` / ``--kube-burst`` (as client-go's): a token bucket
+shared by every thread that talks to the API: ``burst`` requests may go at once, then one per ``1/qps`` seconds.
+A caller over budget reserves its slot under the lock and sleeps outside it, so a waiting thread never blocks
+the others' bookkeeping, and the waits queue up in arrival order.
+
+`WaitSlots` bounds how many ``/bind`` calls may wait for a node lock at once: each waiter holds one of the few
+gunicorn threads, and ``/filter`` and ``/webhook`` must keep some.
 """
 
 from __future__ import annotations
@@ -39,3 +43,19 @@ class RequestBudget:
         if wait_seconds > 0:
             self._sleep(wait_seconds)
         return wait_seconds
+
+
+class WaitSlots:
+    """At most ``size`` holders at once; `try_take` never blocks (a caller without a slot does not wait)."""
+
+    def __init__(self, size: int) -> None:
+        self._slots = threading.BoundedSemaphore(size) if size > 0 else None
+
+    def try_take(self) -> bool:
+        """Take a slot if one is free; True when taken (then `give_back` it)."""
+        return self._slots is not None and self._slots.acquire(blocking=False)
+
+    def give_back(self) -> None:
+        """Return a slot taken with `try_take`."""
+        if self._slots is not None:
+            self._slots.release()

@@ -4,7 +4,8 @@ Covers: a member (label ``scheduling.x-k8s.io/pod-group``, or ``spec.schedulingG
 another pod waits, and binds once another thread — playing HAMi's device plugin — releases the lock; a member
 still locked out at ``--node-lock-retry-timeout`` is answered ``node <n> is locked by <ns>/<pod> (waited …)``
 with nothing changed; a pod outside any group, and any pod under ``--node-lock-retry-timeout 0``, is refused at
-once as before; the wait backs off from 100 ms to 1 s and never sleeps past the deadline.
+once as before, and so is a member when half of ``--threads`` binds already wait; the wait backs off from 100 ms
+to 1 s and never sleeps past the deadline.
 """
 
 from __future__ import annotations
@@ -103,6 +104,26 @@ def test_other_pods_are_refused_at_once(apiserver: LocalCluster, make_runtime: R
 
     assert scheduler.bind("loner", "node1") == {"Error": "node node1 is locked by default/pod1"}
     assert _lock_waits(runtime, "started") == 0
+
+
+def test_a_member_is_refused_at_once_when_half_the_threads_already_wait(apiserver: LocalCluster,
+                                                                       make_runtime: RuntimeFactory) -> None:
+    runtime = make_runtime(threads=2)  # one bind may wait, one thread stays for /filter and /webhook
+    scheduler = _pod1_holds_node1(apiserver, runtime, _member("member1", how="label"))
+    apiserver.load([_member("member2", how="label")])
+    runtime.sync.sync_now()
+    assert scheduler.filter("member2", ["node1"])["NodeNames"] == ["node1"]
+    answers: list[dict[str, Any]] = []
+    binding = threading.Thread(target=lambda: answers.append(scheduler.bind("member1", "node1")))
+    binding.start()
+    wait_for(lambda: _lock_waits(runtime, "started") == 1, what="member1 to wait for the lock")
+
+    assert scheduler.bind("member2", "node1") == {"Error": "node node1 is locked by default/pod1"}
+    assert _lock_waits(runtime, "no_slot") == 1
+
+    release_lock(Kube.for_url(apiserver.url), "pod1", "node1")
+    binding.join(timeout=30)
+    assert answers == [{"Error": ""}]
 
 
 def test_waiting_backs_off_to_one_second_and_stops_at_the_deadline(apiserver: LocalCluster) -> None:
