@@ -26,6 +26,7 @@ from hami_web.state.cache import ClusterCache
 MIB = 1024 * 1024
 CORE_PERCENT = 100.0
 ZONE = "vGPU"
+GO_ARCH = {"x86_64": "amd64", "aarch64": "arm64"}  # hami_build_info's platform reads like Go's GOOS/GOARCH
 # Set at image build time (Dockerfile build args); "unknown" when running from a source checkout.
 REVISION = os.environ.get("HAMI_WEB_REVISION", "unknown")
 BUILD_DATE = os.environ.get("HAMI_WEB_BUILD_DATE", "unknown")
@@ -170,7 +171,7 @@ class Metrics:
               registry=self.registry).labels(
             version=__version__, revision=REVISION, build_date=BUILD_DATE,
             go_version=f"python{platform.python_version()}", compiler=platform.python_implementation(),
-            platform=f"{platform.system().lower()}/{platform.machine()}").set(1)
+            platform=f"{platform.system().lower()}/{GO_ARCH.get(platform.machine(), platform.machine())}").set(1)
         if cache is not None:
             self.registry.register(_ClusterCollector(cache, sync))
 

@@ -260,7 +260,13 @@ UNSUPPORTED_HAMI_FLAGS: dict[str, str] = {
     "--leader-elect-resource-namespace": "kube-scheduler in the same pod does the leader election",
     "--legacy-metrics": "only HAMi's current metric names are served",
     "--device-config-file": "hami-web reads NVIDIA devices only, from node annotations",
-    "--v": "use --log-level",
+    "--debug": "use --log-level DEBUG",
+    "--v": "use --log-level (klog verbosity has no equivalent)",
+    "--vmodule": "use --log-level (klog verbosity has no equivalent)",
+    "--logtostderr": "hami-web always logs to stderr",
+    "--alsologtostderr": "hami-web always logs to stderr",
+    "--log_dir": "hami-web always logs to stderr",
+    "--log_file": "hami-web always logs to stderr",
 }
 
 
