@@ -52,7 +52,7 @@ DEFAULT_WEIGHTS = ScoringWeights()
 class GpuPolicy:
     """A parsed GPU policy: which filters apply and the sort keys that order the GPUs that pass.
 
-    ``sort_keys`` never is empty: a chain without one sorts as SPEC's spread. ``spec_topology`` marks the single
+    ``sort_keys`` is never empty: a chain without one sorts as SPEC's spread. ``spec_topology`` marks the single
     value ``topology-aware``, whose GPUs are listed in HAMi's visit order rather than by sort keys.
     """
 
@@ -177,9 +177,11 @@ def parse_scoring_weights(value: str, *, source: str = names.POD_SCORING_WEIGHTS
             raise OptionsError(f'{source} "{value}": {key} is given twice')
         if not _WHOLE_NUMBER.fullmatch(number):
             raise OptionsError(f'{source} "{value}": {key} "{number}" is not a whole number >= 0')
-        weights[key] = int(number)
-        if weights[key] > MAX_SCORING_WEIGHT:
+        # Length first: int() of thousands of digits is refused by Python itself (and slow before that).
+        digits = number.lstrip("0") or "0"
+        if len(digits) > len(str(MAX_SCORING_WEIGHT)) or int(digits) > MAX_SCORING_WEIGHT:
             raise OptionsError(f'{source} "{value}": {key} is over {MAX_SCORING_WEIGHT}')
+        weights[key] = int(digits)
     missing = [key for key in SCORING_WEIGHT_KEYS if key not in weights]
     if missing:
         raise OptionsError(f'{source} "{value}": missing {", ".join(missing)} ({expected})')

@@ -95,8 +95,14 @@ KEY = names.POD_SCORING_WEIGHTS
     pytest.param("", f'{KEY} "": entry "" is not key=value (expected slot=<n>,core=<n>,memory=<n>)', id="empty"),
     pytest.param("slot=9999999,core=1,memory=1", f'{KEY} "slot=9999999,core=1,memory=1": slot is over 1000000',
                  id="too-large"),
+    pytest.param("slot=" + "9" * 5000 + ",core=1,memory=1",
+                 f'{KEY} "slot={"9" * 5000},core=1,memory=1": slot is over 1000000', id="thousands-of-digits"),
+    pytest.param("slot=0001,core=00,memory=1000000", None, id="leading-zeros-and-the-maximum-are-fine"),
 ])
-def test_bad_scoring_weights_are_refused_with_the_problem_named(value: str, message: str) -> None:
+def test_bad_scoring_weights_are_refused_with_the_problem_named(value: str, message: str | None) -> None:
+    if message is None:
+        assert parse_scoring_weights(value) == ScoringWeights(1, 0, 1_000_000)
+        return
     with pytest.raises(OptionsError) as caught:
         pod_options({KEY: value}, node_policy="binpack", gpu_policy="spread")
     assert str(caught.value) == message
