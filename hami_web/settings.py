@@ -19,6 +19,7 @@ from hami_web.core.options import parse_gpu_policy
 NODE_POLICIES = ("binpack", "spread")
 PRIVILEGED_POLICIES = ("deny", "skip")
 LOG_FORMATS = ("text", "json")
+MAX_LOCK_RETRY_SECONDS = 300.0
 ENV_PREFIX = "HAMI_"
 
 
@@ -139,6 +140,15 @@ def _non_negative_float(text: str) -> float:
     return value
 
 
+def _lock_retry_duration(text: str) -> float:
+    seconds = _non_negative_duration(text)
+    if seconds > MAX_LOCK_RETRY_SECONDS:
+        # kube-scheduler abandons a bind after its extender httpTimeout (30s as deployed); waiting longer only
+        # parks a request thread for nothing.
+        raise ValueError(f"must be at most {MAX_LOCK_RETRY_SECONDS:g}s, and below the extender's httpTimeout")
+    return seconds
+
+
 def _positive_duration(text: str) -> float:
     seconds = parse_duration_seconds(text)
     if seconds <= 0:
@@ -232,7 +242,7 @@ _OPTIONS: tuple[_Option, ...] = (
             "serve plain HTTP instead of TLS (local use only)", is_switch=True),
     _Option("--threads", "threads", _positive_int, "gunicorn worker threads (8)"),
     _Option("--log-level", "log_level", _choice(("DEBUG", "INFO", "WARNING", "ERROR")), "log level (INFO)"),
-    _Option("--node-lock-retry-timeout", "node_lock_retry_timeout_seconds", _non_negative_duration,
+    _Option("--node-lock-retry-timeout", "node_lock_retry_timeout_seconds", _lock_retry_duration,
             "how long a PodGroup member waits for a node lock another pod holds, e.g. 28s; 0 = fail at once "
             "(28s, below kube-scheduler's 30s extender timeout)"),
     _Option("--kube-qps", "kube_qps", _non_negative_float,

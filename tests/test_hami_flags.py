@@ -54,6 +54,8 @@ def test_hami_flags_parse(argv: list[str], field: str, value: object) -> None:
 @pytest.mark.parametrize(("argv", "message"), [
     pytest.param(["--node-lock-retry-timeout=-1s"], "invalid value for --node-lock-retry-timeout: "
                  "'-1s' is not a duration (examples: 30, 30s, 5m, 1h)", id="negative-retry"),
+    pytest.param(["--node-lock-retry-timeout", "6m"], "invalid value for --node-lock-retry-timeout: must be at "
+                 "most 300s, and below the extender's httpTimeout", id="retry-longer-than-any-bind"),
     pytest.param(["--kube-qps", "-5"], "invalid value for --kube-qps: '-5' must be a number >= 0", id="negative-qps"),
     pytest.param(["--kube-qps", "nan"], "invalid value for --kube-qps: 'nan' must be a number >= 0", id="nan-qps"),
     pytest.param(["--kube-burst", "x"], "invalid value for --kube-burst: invalid literal for int() with base 10: 'x'",
