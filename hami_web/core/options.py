@@ -134,6 +134,8 @@ def parse_gpu_policy(value: str, *, source: str = names.POD_GPU_POLICY) -> str:
     A value without a comma is one of SPEC's single values (or ``mutex`` / ``numa``); an unknown one gets
     SPEC's message. In a chain, the message names the entry that is not a policy.
     """
+    if not isinstance(value, str):
+        raise OptionsError(f"{source} must be a string, not {type(value).__name__}")
     if "," not in value:
         single = value.strip()
         if single in GPU_POLICY_KEYS:
@@ -165,6 +167,8 @@ def gpu_policy_of(normalised: str) -> GpuPolicy:
 
 def parse_scoring_weights(value: str, *, source: str = names.POD_SCORING_WEIGHTS) -> ScoringWeights:
     """``slot=a,core=b,memory=c``: whole numbers >= 0, all three keys, not all zero; errors name the problem."""
+    if not isinstance(value, str):
+        raise OptionsError(f"{source} must be a string, not {type(value).__name__}")
     expected = "expected slot=<n>,core=<n>,memory=<n>"
     weights: dict[str, int] = {}
     for part in value.split(","):

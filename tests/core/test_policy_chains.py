@@ -66,6 +66,13 @@ def test_scoring_weights_parse(value: str, weights: ScoringWeights) -> None:
     assert options.scoring_weights == weights
 
 
+@pytest.mark.parametrize(("key", "value"), [(names.POD_GPU_POLICY, ["mutex"]), (names.POD_SCORING_WEIGHTS, 3)])
+def test_a_non_string_annotation_is_an_options_error(key: str, value: object) -> None:
+    with pytest.raises(OptionsError) as caught:
+        pod_options({key: value}, node_policy="binpack", gpu_policy="spread")  # type: ignore[dict-item]
+    assert str(caught.value) == f"{key} must be a string, not {type(value).__name__}"
+
+
 def test_scoring_weights_default_to_one_each() -> None:
     assert pod_options({}, node_policy="binpack", gpu_policy="spread").scoring_weights == ScoringWeights(1, 1, 1)
 
