@@ -9,7 +9,6 @@ state the scheduler actually decides on. Each app gets its own registry: no proc
 
 from __future__ import annotations
 
-import math
 import os
 import platform
 import re
@@ -27,7 +26,7 @@ MIB = 1024 * 1024
 CORE_PERCENT = 100.0
 ZONE = "vGPU"
 GO_ARCH = {"x86_64": "amd64", "aarch64": "arm64"}  # hami_build_info's platform reads like Go's GOOS/GOARCH
-# Set at image build time (Dockerfile build args); "unknown" when running from a source checkout.
+# hami_build_info's revision and build date, from the environment an image build may set; else "unknown".
 REVISION = os.environ.get("HAMI_WEB_REVISION", "unknown")
 BUILD_DATE = os.environ.get("HAMI_WEB_BUILD_DATE", "unknown")
 LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
@@ -45,10 +44,13 @@ def reason_names(reason: str) -> list[str]:
 
 
 def _core_percent(used_cores: int, total_cores: int) -> float:
-    """HAMi's core unit: percent of the device's compute, rounded up (100 = the whole device, 0 if it has none)."""
+    """HAMi's core unit: percent of the device's compute, rounded up (100 = the whole device, 0 if it has none).
+
+    In whole numbers: HAMi's float ``ceil(used/total*100)`` reports 8 for 7 % (7/100*100 = 7.000000000000001).
+    """
     if total_cores <= 0:
         return 0.0
-    return float(math.ceil(used_cores / total_cores * CORE_PERCENT))
+    return float(-(-used_cores * int(CORE_PERCENT) // total_cores))
 
 
 class _ZoneGauge(GaugeMetricFamily):

@@ -3,7 +3,8 @@
 Covers: every metric HAMi's scheduler serves for NVIDIA vGPUs is there as a gauge with exactly HAMi's label
 names (``zone="vGPU"`` on all cluster series, none on ``hami_build_info``); HAMi's units on hand-worked values —
 memory in bytes, cores in percent of the device rounded up (a GPU with ``devcore`` 200 booked 50 → 25), memory
-ratio 0–1, ``device_memory_limit`` in MiB, ``container_index`` counting init containers first; MIG and quota
+ratio 0–1, ``device_memory_limit`` in MiB, ``container_index`` counting init containers first, whole-number
+percent where HAMi's float arithmetic would round 7 % up to 8; MIG and quota
 series are absent; our own ``hami_web_*`` series are still served.
 """
 
@@ -15,7 +16,7 @@ from hami_web.core.devices import Device
 from hami_web.localcluster import LocalCluster
 from hami_web.server.runtime import Runtime
 
-from .helpers import A40, Scheduler, container, gpu_limits, gpu_node, gpu_pod, gpus
+from .helpers import A40, Scheduler, container, gpu_limits, gpu_node, gpu_pod, gpus, release_lock
 
 MIB = 1024 * 1024
 GPU = ("node", "device_uuid", "device_index", "device_type", "zone")
@@ -68,10 +69,13 @@ def _placed(apiserver: LocalCluster, runtime: Runtime, scheduler: Scheduler) -> 
     apiserver.load([gpu_node("node1", gpus("node1", 2)), gpu_node("node2", [scaled]),
                     gpu_pod("pod1", containers=[container("main", gpu_limits(1, memory_mib=3000, cores=30))],
                             init_containers=[init]),
-                    gpu_pod("pod2", gpu_limits(1, memory_mib=4000, cores=50))])
+                    gpu_pod("pod2", gpu_limits(1, memory_mib=4000, cores=50)),
+                    gpu_pod("pod3", gpu_limits(1, memory_mib=1000, cores=7))])
     runtime.sync.sync_now()
     assert scheduler.schedule("pod1", ["node1"]) == "node1"
     assert scheduler.schedule("pod2", ["node2"]) == "node2"
+    release_lock(runtime.kube, "pod1", "node1")
+    assert scheduler.schedule("pod3", ["node1"]) == "node1"  # spread: the idle node1-gpu1
 
 
 def test_every_hami_scheduler_metric_is_served_with_hamis_label_names(
@@ -118,4 +122,7 @@ def test_hami_units_on_hand_worked_values(apiserver: LocalCluster, runtime: Runt
     assert _value(samples, "hami_vgpu_core_allocated_ratio", **pod1, container_index="1") == 30
     assert _value(samples, "hami_vgpu_core_allocated_ratio", namespace="default", pod="pod2",
                   container_index="0") == 25
+    # Whole-number percent: 7 % is 7 (HAMi's float ceil(7/100*100) would say 8).
+    assert _value(samples, "hami_gpu_core_allocated_ratio", node="node1", device_uuid="node1-gpu1") == 7
+    assert _value(samples, "hami_vgpu_core_allocated_ratio", pod="pod3", container_index="0") == 7
     assert _value(samples, "hami_build_info") == 1
