@@ -150,7 +150,7 @@ def test_json_log_line_has_the_fields_and_the_decision_pod_and_node() -> None:
     logger.setLevel(logging.INFO)
     try:
         logger.warning("bind pod=%s node=%s failed", "default/p", "n1", extra={"pod": "default/p", "node": "n1"})
-        logger.info("plain line")
+        logger.info("plain line with a forged\n{\"level\": \"INFO\"} record and %s", "x" * 10_000)
         try:
             raise ValueError("boom")
         except ValueError:
@@ -163,6 +163,8 @@ def test_json_log_line_has_the_fields_and_the_decision_pod_and_node() -> None:
     assert (decision["level"], decision["logger"], decision["message"], decision["pod"], decision["node"]) == (
         "WARNING", "hami_web.test.decisions", "bind pod=default/p node=n1 failed", "default/p", "n1")
     assert set(plain) == {"time", "level", "logger", "message"}
+    assert plain["message"].startswith('plain line with a forged\n{"level": "INFO"} record and xxx')
+    assert plain["message"].endswith("…[1862 more characters]")  # one line, bounded
     assert "ValueError: boom" in broken["exception"]
 
 

@@ -15,6 +15,13 @@ from typing import Any
 
 TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 DECISION_FIELDS = ("pod", "node")
+# A message carries values clients chose (pod names, annotation values): bound each line's size. JSON
+# encoding already keeps a line one line (a newline in a value is written as \n).
+MAX_MESSAGE_CHARS = 8192
+
+
+def _bounded(text: str, limit: int) -> str:
+    return text if len(text) <= limit else f"{text[:limit]}…[{len(text) - limit} more characters]"
 
 
 class JsonLogFormatter(logging.Formatter):
@@ -26,14 +33,14 @@ class JsonLogFormatter(logging.Formatter):
                     .replace("+00:00", "Z"),
             "level": record.levelname,
             "logger": record.name,
-            "message": record.getMessage(),
+            "message": _bounded(record.getMessage(), MAX_MESSAGE_CHARS),
         }
         for name in DECISION_FIELDS:
             value = getattr(record, name, None)
             if value:
-                line[name] = str(value)
+                line[name] = _bounded(str(value), MAX_MESSAGE_CHARS)
         if record.exc_info:
-            line["exception"] = self.formatException(record.exc_info)
+            line["exception"] = _bounded(self.formatException(record.exc_info), 4 * MAX_MESSAGE_CHARS)
         return json.dumps(line, ensure_ascii=False)
 
 
