@@ -234,6 +234,8 @@ def may_fit(request: PodRequest, view: NodeView, options: PodOptions) -> bool:
             continue
         if container.count > view.usable_devices or container.cores > view.max_free_cores:
             return False
+        if options.gpu.mutex and container.count > view.idle_devices:
+            return False
         if container.memory_mib > view.max_free_memory_mib:
             return False
     return True

@@ -4,7 +4,8 @@ Covers: parsing of ``hami.io/gpu-scheduler-policy`` chains (trimmed, duplicates 
 single values keep SPEC's message) and of ``hami.io/device-scoring-weights`` (all three keys, whole numbers
 >= 0, not all zero, each mistake named); the order of GPUs for each chain on a five-GPU node, checked against
 scores worked out by hand; ``mutex`` alone and in chains (only idle GPUs, ``ExclusiveDeviceAllocateConflict``
-when too few are idle, the second container of a mutex pod gets another GPU); ``numa-bind`` forcing NUMA first;
+when too few are idle — the node's aggregates already rule such a node out —, the second container of a
+mutex pod gets another GPU); ``numa-bind`` forcing NUMA first;
 ``topology-aware`` inside a chain as a filter whose GPUs the sort keys order; weights changing the GPU score
 and the choice on a two-GPU node.
 """
@@ -14,7 +15,7 @@ from __future__ import annotations
 import pytest
 
 from hami_web.core import names
-from hami_web.core.fit import FitFailure, device_score, fit_container, fit_pod
+from hami_web.core.fit import FitFailure, device_score, fit_container, fit_pod, may_fit
 from hami_web.core.options import OptionsError, ScoringWeights, parse_gpu_policy, parse_scoring_weights, pod_options
 from hami_web.core.usage import DeviceUsage
 
@@ -180,6 +181,18 @@ def test_mutex_without_enough_idle_gpus_fails_with_exclusive_conflict() -> None:
     result = fit_pod(pod(ask(3, memory_mib=1000, cores=10)), view(NODE, USAGE), options)
     assert isinstance(result, FitFailure)
     assert result.summary() == "2/5 AllocatedCardsInsufficientRequest, 3/5 ExclusiveDeviceAllocateConflict"
+
+
+@pytest.mark.parametrize(("policy", "count", "may"), [
+    pytest.param("mutex", 2, True, id="two-idle-gpus-for-two"),
+    pytest.param("mutex,binpack", 3, False, id="three-wanted-two-idle"),
+    pytest.param("binpack", 3, True, id="without-mutex-busy-gpus-count"),
+])
+def test_node_aggregates_rule_out_a_mutex_pod_without_enough_idle_gpus(policy: str, count: int, may: bool) -> None:
+    options = pod_options({names.POD_GPU_POLICY: policy}, node_policy="binpack", gpu_policy="spread")
+    node_view = view(NODE, USAGE)
+    assert node_view.idle_devices == 2
+    assert may_fit(pod(ask(count, memory_mib=1000, cores=10)), node_view, options) is may
 
 
 def test_second_container_of_a_mutex_pod_gets_another_idle_gpu() -> None:
