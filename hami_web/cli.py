@@ -43,9 +43,9 @@ def _add_later_commands(commands: argparse._SubParsersAction) -> None:
 
 def _serve(arguments: argparse.Namespace) -> int:
     settings = build_settings(arguments)
-    logging.getLogger().setLevel(settings.log_level)
     from hami_web.server.serving import serve
 
+    configure_logging(settings.log_level, settings.log_format)
     return serve(settings)
 
 

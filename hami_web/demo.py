@@ -172,8 +172,8 @@ def _print_usage(metrics_text: str) -> None:
                       f"{values.get('hami_gpu_shared_count', 0):.0f}",
                       f"{values.get('hami_gpu_memory_allocated_bytes', 0) / mib:.0f}/"
                       f"{values.get('hami_gpu_memory_limit_bytes', 0) / mib:.0f}",
-                      f"{values.get('hami_gpu_core_allocated_ratio', 0) * 100:.0f}/"
-                      f"{values.get('hami_gpu_core_limit_ratio', 0) * 100:.0f}"])
+                      f"{values.get('hami_gpu_core_allocated_ratio', 0):.0f}/"
+                      f"{values.get('hami_gpu_core_limit_ratio', 0):.0f}"])
     print("GPU usage as the server reports it on /metrics:")
     _print_table(table, ["NODE", "GPU", "TYPE", "TASKS", "MEM MiB", "CORES %"])
 

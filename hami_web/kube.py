@@ -12,7 +12,7 @@ import contextlib
 import json
 import logging
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -115,22 +115,28 @@ def load_client_configuration(kubeconfig: str = "") -> kubernetes.client.Configu
 class Kube:
     """Thin, typed wrapper over the official client for exactly the calls hami-web makes."""
 
-    def __init__(self, configuration: kubernetes.client.Configuration) -> None:
+    def __init__(self, configuration: kubernetes.client.Configuration, *,
+                 timeout_seconds: float = REQUEST_TIMEOUT_SECONDS,
+                 throttle: Callable[[], object] | None = None) -> None:
+        """``timeout_seconds`` bounds each request (``--kube-timeout``); ``throttle`` is called before each
+        request and may sleep (``--kube-qps`` / ``--kube-burst``)."""
+        self._timeout_seconds = timeout_seconds
+        self._throttle = throttle
         self._api_client = kubernetes.client.ApiClient(configuration)
         self._core = kubernetes.client.CoreV1Api(self._api_client)
         self._admission = kubernetes.client.AdmissionregistrationV1Api(self._api_client)
 
     @classmethod
-    def for_url(cls, url: str) -> Kube:
+    def for_url(cls, url: str, **options: Any) -> Kube:
         """Client for a plain-HTTP API server at ``url`` (the in-process test/demo server)."""
         configuration = kubernetes.client.Configuration()
         configuration.host = url
-        return cls(configuration)
+        return cls(configuration, **options)
 
     @classmethod
-    def from_kubeconfig(cls, kubeconfig: str = "") -> Kube:
+    def from_kubeconfig(cls, kubeconfig: str = "", **options: Any) -> Kube:
         """Client configured as `load_client_configuration` resolves it."""
-        return cls(load_client_configuration(kubeconfig))
+        return cls(load_client_configuration(kubeconfig), **options)
 
     def close(self) -> None:
         """Release the client's connection pool."""
@@ -146,7 +152,9 @@ class Kube:
             response.release_conn()
 
     def _call(self, what: str, method: Any, *args: Any, **kwargs: Any) -> JsonObject:
-        kwargs.setdefault("_request_timeout", REQUEST_TIMEOUT_SECONDS)
+        kwargs.setdefault("_request_timeout", self._timeout_seconds)
+        if self._throttle is not None:
+            self._throttle()
         try:
             return self._read(method(*args, _preload_content=False, **kwargs))
         except (ApiException, OSError, ValueError) as error:
@@ -212,7 +220,9 @@ class Kube:
 
     def _watch(self, what: str, method: Any, **kwargs: Any) -> Iterator[WatchEvent]:
         watch = _RawWatch()
-        kwargs["_request_timeout"] = (REQUEST_TIMEOUT_SECONDS, kwargs["timeout_seconds"] + REQUEST_TIMEOUT_SECONDS)
+        kwargs["_request_timeout"] = (self._timeout_seconds, kwargs["timeout_seconds"] + self._timeout_seconds)
+        if self._throttle is not None:
+            self._throttle()
         try:
             for event in watch.stream(method, allow_watch_bookmarks=True, **kwargs):
                 yield WatchEvent(type=str(event.get("type", "")), object=event.get("object") or {})

@@ -1,23 +1,34 @@
 """Prometheus metrics (SPEC.md §8), exposed with ``prometheus-client`` on ``/metrics``.
 
-GPU and container gauges use newer HAMi's names so existing dashboards keep working; they are computed from
-the cache at scrape time instead of being updated on every change, so they can never drift from the state
-the scheduler actually decides on. Each app gets its own registry: no process-global metric state.
+GPU and container gauges are HAMi v2.10's scheduler metrics exactly — names, label names, units (cores in
+percent of the device, HAMi's ``ceil``), the constant label ``zone="vGPU"`` and ``hami_build_info`` — so
+HAMi-WebUI and HAMi's Grafana dashboard work unchanged; ``hami_web_*`` are our own. The gauges are computed
+from the cache at scrape time instead of being updated on every change, so they can never drift from the
+state the scheduler actually decides on. Each app gets its own registry: no process-global metric state.
 """
 
 from __future__ import annotations
 
+import os
+import platform
 import re
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from hami_web import __version__
 from hami_web.state.cache import ClusterCache
 
 MIB = 1024 * 1024
+CORE_PERCENT = 100.0
+ZONE = "vGPU"
+GO_ARCH = {"x86_64": "amd64", "aarch64": "arm64"}  # hami_build_info's platform reads like Go's GOOS/GOARCH
+# hami_build_info's revision and build date, from the environment an image build may set; else "unknown".
+REVISION = os.environ.get("HAMI_WEB_REVISION", "unknown")
+BUILD_DATE = os.environ.get("HAMI_WEB_BUILD_DATE", "unknown")
 LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 _REASON_NAME = re.compile(r"^\d+/\d+ (\w+)$")
 
@@ -32,6 +43,27 @@ def reason_names(reason: str) -> list[str]:
     return found or ["Other"]
 
 
+def _core_percent(used_cores: int, total_cores: int) -> float:
+    """HAMi's core unit: percent of the device's compute, rounded up (100 = the whole device, 0 if it has none).
+
+    In whole numbers: HAMi's float ``ceil(used/total*100)`` reports 8 for 7 % (7/100*100 = 7.000000000000001).
+    """
+    if total_cores <= 0:
+        return 0.0
+    return float(-(-used_cores * int(CORE_PERCENT) // total_cores))
+
+
+class _ZoneGauge(GaugeMetricFamily):
+    """A gauge with HAMi's constant label ``zone="vGPU"`` after its own labels."""
+
+    def __init__(self, name: str, documentation: str, labels: list[str]) -> None:
+        super().__init__(name, documentation, labels=[*labels, "zone"])
+
+    def add(self, labels: list[str], value: float) -> None:
+        """Add one sample; ``labels`` without the zone."""
+        self.add_metric([*labels, ZONE], value)
+
+
 class _ClusterCollector(Collector):
     """Reads the cache (and the sync loops, when running) at scrape time."""
 
@@ -40,40 +72,61 @@ class _ClusterCollector(Collector):
         self._sync = sync
 
     def collect(self) -> Iterator[Metric]:
-        gpu_labels = ["node", "device_uuid", "device_index", "device_type"]
-        memory_limit = GaugeMetricFamily("hami_gpu_memory_limit_bytes", "GPU memory of the device", labels=gpu_labels)
-        memory_used = GaugeMetricFamily("hami_gpu_memory_allocated_bytes", "GPU memory booked by pods",
-                                        labels=gpu_labels)
-        core_limit = GaugeMetricFamily("hami_gpu_core_limit_ratio", "GPU compute of the device (1 = one GPU)",
-                                       labels=gpu_labels)
-        core_used = GaugeMetricFamily("hami_gpu_core_allocated_ratio", "GPU compute booked by pods",
-                                      labels=gpu_labels)
-        shared = GaugeMetricFamily("hami_gpu_shared_count", "tasks sharing the GPU", labels=gpu_labels)
+        yield from self._gpu_families()
+        yield from self._container_families()
+        yield from self._own_families()
+
+    def _gpu_families(self) -> Iterator[Metric]:
+        """Per GPU, HAMi v2.10's scheduler metrics: names, label names and units as its dashboards read them."""
+        gpu = ["node", "device_uuid", "device_index", "device_type"]
+        memory_limit = _ZoneGauge("hami_gpu_memory_limit_bytes", "GPU memory of the device, bytes", gpu)
+        memory_used = _ZoneGauge("hami_gpu_memory_allocated_bytes", "GPU memory booked by pods, bytes",
+                                 ["node", "device_uuid", "device_index", "device_cores", "device_type"])
+        core_limit = _ZoneGauge("hami_gpu_core_limit_ratio", "GPU compute of the device, percent (100 = the device)",
+                                gpu)
+        core_used = _ZoneGauge("hami_gpu_core_allocated_ratio",
+                               "GPU compute booked by pods, percent of the device, rounded up", gpu)
+        shared = _ZoneGauge("hami_gpu_shared_count", "tasks sharing the GPU", gpu)
+        overview = _ZoneGauge("hami_node_gpu_overview", "GPU memory booked by pods, bytes, with the device's size",
+                              ["node", "device_uuid", "device_index", "device_cores", "device_memory_limit",
+                               "device_type"])
+        memory_ratio = _ZoneGauge("hami_node_gpu_memory_allocated_ratio",
+                                  "share of the GPU's memory booked by pods (0-1)",
+                                  ["node", "device_uuid", "device_index"])
         for name, view in sorted(self._cache.node_views().items()):
             for device, usage in zip(view.inventory.devices, view.usage, strict=True):
-                labels = [name, device.uuid, str(device.index), device.type]
-                memory_limit.add_metric(labels, device.memory_mib * MIB)
-                memory_used.add_metric(labels, usage.memory_mib * MIB)
-                core_limit.add_metric(labels, device.cores / 100)
-                core_used.add_metric(labels, usage.cores / 100)
-                shared.add_metric(labels, usage.tasks)
-        yield from (memory_limit, memory_used, core_limit, core_used, shared)
+                index, total_cores = str(device.index), str(device.cores)
+                labels = [name, device.uuid, index, device.type]
+                memory_limit.add(labels, device.memory_mib * MIB)
+                memory_used.add([name, device.uuid, index, total_cores, device.type], usage.memory_mib * MIB)
+                core_limit.add(labels, CORE_PERCENT if device.cores > 0 else 0.0)
+                core_used.add(labels, _core_percent(usage.cores, device.cores))
+                shared.add(labels, usage.tasks)
+                overview.add([name, device.uuid, index, total_cores, str(device.memory_mib), device.type],
+                             usage.memory_mib * MIB)
+                if device.memory_mib > 0:
+                    memory_ratio.add([name, device.uuid, index], usage.memory_mib / device.memory_mib)
+        yield from (memory_limit, core_limit, memory_used, shared, core_used, overview, memory_ratio)
 
-        container_labels = ["node", "device_uuid", "pod_namespace", "pod_name", "container_name"]
-        vgpu_memory = GaugeMetricFamily("hami_vgpu_memory_allocated_bytes", "GPU memory booked by a container",
-                                        labels=container_labels)
-        vgpu_cores = GaugeMetricFamily("hami_vgpu_core_allocated_ratio", "GPU compute booked by a container",
-                                       labels=container_labels)
+    def _container_families(self) -> Iterator[Metric]:
+        """Per container and GPU it holds: HAMi's ``hami_vgpu_*`` (container_index counts init containers first)."""
+        container = ["namespace", "node", "pod", "container_index", "device_uuid"]
+        vgpu_memory = _ZoneGauge("hami_vgpu_memory_allocated_bytes", "GPU memory booked by a container, bytes",
+                                 container)
+        vgpu_cores = _ZoneGauge("hami_vgpu_core_allocated_ratio",
+                                "GPU compute booked by a container, percent of the device, rounded up", container)
+        total_cores = {device.uuid: device.cores for view in self._cache.node_views().values()
+                       for device in view.inventory.devices}
         for usage in self._cache.pod_usages():
-            for position, container in enumerate(usage.grants):
-                container_name = (usage.container_names[position] if position < len(usage.container_names)
-                                  else str(position))
-                for grant in container:
-                    labels = [usage.node, grant.uuid, usage.namespace, usage.name, container_name]
-                    vgpu_memory.add_metric(labels, grant.memory_mib * MIB)
-                    vgpu_cores.add_metric(labels, grant.cores / 100)
+            for position, grants in enumerate(usage.grants):
+                for grant in grants:
+                    labels = [usage.namespace, usage.node, usage.name, str(position), grant.uuid]
+                    vgpu_memory.add(labels, grant.memory_mib * MIB)
+                    vgpu_cores.add(labels, _core_percent(grant.cores, total_cores.get(grant.uuid, 0)))
         yield from (vgpu_memory, vgpu_cores)
 
+    def _own_families(self) -> Iterator[Metric]:
+        """hami-web's own cache and annotation health series."""
         parse_errors = CounterMetricFamily("hami_web_annotation_parse_errors", "annotations that did not parse",
                                            labels=["kind"])
         parse_errors.add_metric(["node_register"], self._cache.stats.node_annotation_errors)
@@ -111,6 +164,16 @@ class Metrics:
         self._bind = Counter("hami_web_bind_results", "bind answers by result", ["result"], registry=self.registry)
         self._webhook = Counter("hami_web_webhook_reviews", "admission reviews by verdict", ["allowed"],
                                 registry=self.registry)
+        self._lock_waits = Counter("hami_web_node_lock_waits", "gang pods that found their node locked and waited, "
+                                   "by outcome (started, acquired, timed_out, failed, no_slot)", ["outcome"],
+                                   registry=self.registry)
+        # HAMi's build metadata series; go_version and compiler name the Python that runs us.
+        Gauge("hami_build_info", "hami-web build metadata as labels, value 1",
+              ["version", "revision", "build_date", "go_version", "compiler", "platform"],
+              registry=self.registry).labels(
+            version=__version__, revision=REVISION, build_date=BUILD_DATE,
+            go_version=f"python{platform.python_version()}", compiler=platform.python_implementation(),
+            platform=f"{platform.system().lower()}/{GO_ARCH.get(platform.machine(), platform.machine())}").set(1)
         if cache is not None:
             self.registry.register(_ClusterCollector(cache, sync))
 
@@ -128,6 +191,10 @@ class Metrics:
     def observe_bind(self, result: str) -> None:
         """Count a bind answer (bound, locked, failed)."""
         self._bind.labels(result=result).inc()
+
+    def observe_lock_wait(self, outcome: str) -> None:
+        """Count a gang pod's wait for a held node lock (started, acquired, timed_out, failed, no_slot)."""
+        self._lock_waits.labels(outcome=outcome).inc()
 
     def observe_webhook(self, seconds: float, allowed: bool) -> None:
         """Count an admission review and its latency."""

@@ -14,9 +14,12 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from hami_web.core.options import parse_gpu_policy
+
 NODE_POLICIES = ("binpack", "spread")
-GPU_POLICIES = ("binpack", "spread", "topology-aware")
 PRIVILEGED_POLICIES = ("deny", "skip")
+LOG_FORMATS = ("text", "json")
+MAX_LOCK_RETRY_SECONDS = 300.0
 ENV_PREFIX = "HAMI_"
 
 
@@ -64,6 +67,12 @@ class Settings:
     insecure_http: bool = False
     threads: int = 8
     log_level: str = "INFO"
+    # HAMi v2.10's names and meanings (see README, Compatibility with HAMi v2.10).
+    node_lock_retry_timeout_seconds: float = 28.0
+    kube_qps: float = 0.0
+    kube_burst: int = 0
+    kube_timeout_seconds: float = 10.0
+    log_format: str = "text"
 
     @property
     def bind_host_port(self) -> tuple[str, int]:
@@ -134,6 +143,29 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def _non_negative_duration(text: str) -> float:
+    seconds = parse_duration_seconds(text)
+    if seconds < 0:
+        raise ValueError("must not be negative")
+    return seconds
+
+
+def _non_negative_float(text: str) -> float:
+    value = float(text.strip())
+    if not value >= 0 or value == float("inf"):
+        raise ValueError(f"{text!r} must be a number >= 0")
+    return value
+
+
+def _lock_retry_duration(text: str) -> float:
+    seconds = _non_negative_duration(text)
+    if seconds > MAX_LOCK_RETRY_SECONDS:
+        # kube-scheduler abandons a bind after its extender httpTimeout (30s as deployed); waiting longer only
+        # parks a request thread for nothing.
+        raise ValueError(f"must be at most {MAX_LOCK_RETRY_SECONDS:g}s, and below the extender's httpTimeout")
+    return seconds
+
+
 def _positive_duration(text: str) -> float:
     seconds = parse_duration_seconds(text)
     if seconds <= 0:
@@ -149,6 +181,11 @@ def _choice(options: Sequence[str]) -> Callable[[str], str]:
         return value
 
     return parse
+
+
+def _gpu_policy(text: str) -> str:
+    # The same parser as the pod annotation, so a chain such as binpack,numa is a valid default too.
+    return parse_gpu_policy(text, source="policy")
 
 
 def _cores(text: str) -> int:
@@ -189,8 +226,9 @@ _OPTIONS: tuple[_Option, ...] = (
     _Option("--scheduler-name", "scheduler_name", _text, "scheduler name set on GPU pods (hami-scheduler)"),
     _Option("--node-scheduler-policy", "node_scheduler_policy", _choice(NODE_POLICIES),
             "default node policy: binpack or spread (binpack)"),
-    _Option("--gpu-scheduler-policy", "gpu_scheduler_policy", _choice(GPU_POLICIES),
-            "default GPU policy: binpack, spread or topology-aware (spread)"),
+    _Option("--gpu-scheduler-policy", "gpu_scheduler_policy", _gpu_policy,
+            "default GPU policy: binpack, spread, topology-aware, mutex, numa, or a chain such as binpack,numa "
+            "(spread)"),
     _Option("--default-mem", "default_mem_mib", _non_negative_int,
             "MiB booked when a container asks for neither gpumem nor gpumem-percentage; 0 = whole card (0)"),
     _Option("--default-cores", "default_cores", _cores, "percent of a GPU booked when gpucores is absent (0)"),
@@ -228,15 +266,61 @@ _OPTIONS: tuple[_Option, ...] = (
     _Option("--threads", "threads", _positive_int,
             "threads that run the app; connections are read by the event loop (8)"),
     _Option("--log-level", "log_level", _choice(("DEBUG", "INFO", "WARNING", "ERROR")), "log level (INFO)"),
+    _Option("--node-lock-retry-timeout", "node_lock_retry_timeout_seconds", _lock_retry_duration,
+            "how long a PodGroup member waits for a node lock another pod holds, e.g. 28s; 0 = fail at once "
+            "(28s, below kube-scheduler's 30s extender timeout)"),
+    _Option("--kube-qps", "kube_qps", _non_negative_float,
+            "requests per second to kube-apiserver, sustained; 0 = no client-side limit (0)"),
+    _Option("--kube-burst", "kube_burst", _non_negative_int,
+            "requests to kube-apiserver allowed at once above --kube-qps (0 = the QPS rounded up)"),
+    _Option("--kube-timeout", "kube_timeout_seconds", _positive_duration,
+            "timeout of one request to kube-apiserver, e.g. 10 or 10s (10s)"),
+    _Option("--log-format", "log_format", _choice(LOG_FORMATS), "text, or json for one JSON object per line (text)"),
 )
+
+# HAMi scheduler flags an operator may carry over, for features hami-web does not have: refused with a reason,
+# so a copied command line fails loudly instead of with argparse's bare "unrecognized arguments".
+UNSUPPORTED_HAMI_FLAGS: dict[str, str] = {
+    "--http_bind": "use --bind (TLS) instead",
+    "--cert_file": "use --cert-file instead",
+    "--key_file": "use --key-file instead",
+    "--profiling": "hami-web has no pprof endpoint",
+    "--profiling-bind-address": "hami-web has no pprof endpoint",
+    "--force-overwrite-default-scheduler": "hami-web always replaces default-scheduler on GPU pods",
+    "--device-plugin-namespace": "hami-web has no /refit endpoint",
+    "--device-plugin-service-account": "hami-web has no /refit endpoint",
+    "--leader-elect": "kube-scheduler in the same pod does the leader election",
+    "--leader-elect-resource-name": "kube-scheduler in the same pod does the leader election",
+    "--leader-elect-resource-namespace": "kube-scheduler in the same pod does the leader election",
+    "--legacy-metrics": "only HAMi's current metric names are served",
+    "--device-config-file": "hami-web reads NVIDIA devices only, from node annotations",
+    "--debug": "use --log-level DEBUG",
+    "--v": "use --log-level (klog verbosity has no equivalent)",
+    "--vmodule": "use --log-level (klog verbosity has no equivalent)",
+    "--logtostderr": "hami-web always logs to stderr",
+    "--alsologtostderr": "hami-web always logs to stderr",
+    "--log_dir": "hami-web always logs to stderr",
+    "--log_file": "hami-web always logs to stderr",
+}
 
 
 def _env_name(flag: str) -> str:
     return ENV_PREFIX + flag.lstrip("-").upper().replace("-", "_")
 
 
+class _UnsupportedHamiFlag(argparse.Action):
+    """Fails parsing with the reason hami-web does not take this HAMi flag."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
+                 option_string: str | None = None) -> None:
+        reason = UNSUPPORTED_HAMI_FLAGS.get(option_string or "", "")
+        parser.error(f"{option_string} is a HAMi scheduler flag that hami-web does not support: {reason}")
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Register every settings flag on ``parser`` (values stay strings; `build_settings` validates)."""
+    for flag in UNSUPPORTED_HAMI_FLAGS:
+        parser.add_argument(flag, nargs="?", action=_UnsupportedHamiFlag, help=argparse.SUPPRESS)
     group = parser.add_argument_group("settings (each also read from HAMI_<FLAG> in the environment)")
     for option in _OPTIONS:
         dest = option.target.replace(".", "__")

@@ -10,12 +10,19 @@ the webhook's selectors, versions and failure policy; the Dockerfile's user, ent
 the Service exposes only the webhook port; kube-scheduler calls the loopback extender listener; the metrics
 port is declared and annotated for scraping. Identities: hami-web and kube-scheduler each have their own
 ServiceAccount (the pod's token reaches only the hami-web container; kube-scheduler uses its own token
-through a kubeconfig), and the server's role has only the verbs it uses.
+through a kubeconfig), and the server's role has only the verbs it uses. HAMi v2.10 conventions: the webhook's
+``matchConditions`` (nvidia.com/* in any container or init container, limits or requests),
+``system-cluster-critical`` for the scheduler pod, and the optional ``components/monitoring`` (ServiceMonitor on
+the metrics listener, a Grafana dashboard that queries only series we serve, an overlay that builds with
+``kubectl kustomize``).
 """
 
 from __future__ import annotations
 
+import json
 import re
+import shutil
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -400,3 +407,97 @@ def test_dockerfile_runs_hami_web_serve_as_a_non_root_user() -> None:
     assert re.search(r"^EXPOSE 8443$", dockerfile, re.MULTILINE)
     ignored = (REPO_ROOT / ".dockerignore").read_text().split()
     assert ".git" in ignored and ".venv" in ignored
+
+
+# -- HAMi v2.10 deployment conventions ----------------------------------------------------------------------------
+
+
+def test_webhook_only_receives_pods_asking_for_nvidia_resources() -> None:
+    # The expression itself is run by a real kube-apiserver in tests/test_webhook_match_conditions.py.
+    webhook = _one("MutatingWebhookConfiguration", "hami-web")["webhooks"][0]
+    (condition,) = webhook["matchConditions"]
+    expression = " ".join(condition["expression"].split())
+    for part in ("object.spec.containers.exists(c,", "has(object.spec.initContainers) && "
+                 "object.spec.initContainers.exists(c,", "c.resources.limits.exists(r,",
+                 "c.resources.requests.exists(r,"):
+        assert part in expression
+    prefixes = set(re.findall(r"startsWith\('([^']+)'\)", expression))
+    assert prefixes == {"nvidia.com/"}
+    names = ResourceNames()
+    assert all(name.startswith("nvidia.com/") for name in (*names.managed(), names.priority))
+
+
+def test_scheduler_pod_is_system_cluster_critical() -> None:
+    assert POD["priorityClassName"] == "system-cluster-critical"
+
+
+MONITORING = K8S / "components" / "monitoring"
+
+
+def _monitoring(name: str) -> dict[str, Any]:
+    return yaml.safe_load((MONITORING / name).read_text())
+
+
+def _exposed_metric_names() -> set[str]:
+    from hami_web.metrics import Metrics
+    from hami_web.state.cache import ClusterCache
+    from hami_web.state.sync import ResourceSync
+
+    class _Sync:
+        nodes, pods = ResourceSync("nodes"), ResourceSync("pods")
+
+        @staticmethod
+        def refresh_age_seconds(_resource: str) -> float:
+            return 1.0
+
+    registry = Metrics(ClusterCache(), _Sync()).registry
+    suffixes = ("", "_total", "_bucket", "_count", "_sum")
+    return {family.name + suffix for family in registry.collect() for suffix in suffixes}
+
+
+def test_monitoring_component_scrapes_the_metrics_listener() -> None:
+    kustomization = _monitoring("kustomization.yaml")
+    assert kustomization["kind"] == "Component"
+    assert sorted(kustomization["resources"]) == ["service.yaml", "servicemonitor.yaml"]
+    service, monitor = _monitoring("service.yaml"), _monitoring("servicemonitor.yaml")
+    client.V1Service.model_validate(service)
+    assert service["spec"]["selector"].items() <= DEPLOYMENT["spec"]["template"]["metadata"]["labels"].items()
+    (port,) = service["spec"]["ports"]
+    # The server's --metrics-bind-address as deployed (HAMi's :9395, plain HTTP), a declared container port.
+    metrics_port = split_host_port(_flag(SERVER["args"], "--metrics-bind-address"))[1]
+    assert port["targetPort"] == metrics_port == 9395
+    assert metrics_port in {container_port["containerPort"] for container_port in SERVER["ports"]}
+    assert monitor["apiVersion"] == "monitoring.coreos.com/v1" and monitor["kind"] == "ServiceMonitor"
+    assert monitor["spec"]["selector"]["matchLabels"].items() <= service["metadata"]["labels"].items()
+    (endpoint,) = monitor["spec"]["endpoints"]
+    assert (endpoint["port"], endpoint["path"], endpoint["scheme"]) == (port["name"], "/metrics", "http")
+    assert monitor["spec"]["namespaceSelector"]["matchNames"] == [service["metadata"]["namespace"]] == [NAMESPACE]
+
+
+def test_grafana_dashboard_queries_only_series_we_serve() -> None:
+    generator = _monitoring("kustomization.yaml")["configMapGenerator"][0]
+    assert generator["options"]["labels"]["grafana_dashboard"] == "1"
+    (source,) = generator["files"]
+    dashboard = json.loads((MONITORING / source.split("=", 1)[1]).read_text())
+    expressions = [target["expr"] for panel in dashboard["panels"] for target in panel["targets"]]
+    used = {name for expr in expressions for name in re.findall(r"\bhami_\w+", expr)}
+    assert used - _exposed_metric_names() == set()
+    assert {"hami_web_request_duration_seconds_bucket", "hami_web_filter_node_rejections_total",
+            "hami_gpu_memory_allocated_bytes"} <= used  # latency, rejections and usage
+    assert len({panel["id"] for panel in dashboard["panels"]}) == len(dashboard["panels"])
+
+
+@pytest.mark.skipif(shutil.which("kubectl") is None, reason="needs kubectl (kustomize built in)")
+def test_overlay_with_the_monitoring_component_builds(tmp_path: Path) -> None:
+    shutil.copytree(K8S, tmp_path / "k8s")
+    (tmp_path / "kustomization.yaml").write_text(
+        "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources: [k8s]\n"
+        "components: [k8s/components/monitoring]\n")
+    built = subprocess.run(["kubectl", "kustomize", str(tmp_path)], capture_output=True, text=True, timeout=60,
+                           check=False)
+    assert built.returncode == 0, built.stderr
+    objects = [doc for doc in yaml.safe_load_all(built.stdout) if doc]
+    kinds = {(doc["kind"], doc["metadata"]["name"]) for doc in objects}
+    assert {("ServiceMonitor", "hami-web"), ("Service", "hami-web-metrics"),
+            ("ConfigMap", "hami-web-grafana-dashboard"), ("Deployment", "hami-web")} <= kinds
+    assert len(objects) == len(DOCUMENTS) + 3

@@ -6,13 +6,15 @@ replaced on disk served to the next connection without a restart (new serial); p
 the gunicorn options (one worker, threads, keep-alive); `ReloadingTLSContext` on its own — the SNI swap
 for servers that keep one context, the re-check interval, and a broken renewal keeping the old certificate;
 ``hami-web serve`` end to end against the in-process API server (runtime started in the worker: /readyz 200,
-clean exit on SIGTERM).
+clean exit on SIGTERM); with ``--log-format json`` every line it writes, gunicorn's included, is one JSON object
+(a decision carries its pod, control characters in it escaped), and HAMi's metrics are on the metrics listener.
 """
 
 from __future__ import annotations
 
 import http.client
 import importlib
+import json
 import os
 import signal
 import socket
@@ -34,8 +36,10 @@ from hami_web.certs import KeyPair, ServingIdentity, make_local_certificates
 from hami_web.certs.pki import create_serving_certificate
 from hami_web.certs.stores import write_file_atomically
 from hami_web.cli import main
+from hami_web.core.devices import Device, encode_register_json
 from hami_web.localcluster import LocalCluster
 from hami_web.server.local import run_local_server
+from hami_web.server.logs import GunicornLogger
 from hami_web.server.serving import gunicorn_options, load_tls
 from hami_web.server.tlsreload import ReloadingTLSContext
 from hami_web.server.worker import FrontWorker
@@ -234,6 +238,7 @@ def test_one_front_worker_with_threads_keepalive_and_three_listeners(tmp_path: P
     assert options["keepalive"] > 0 and options["max_requests"] == 0
     assert options["bind"] == ["[::1]:9443", "127.0.0.1:8444", "0.0.0.0:9395"]
     assert "certfile" not in options and "ssl_context" not in options  # TLS is the worker's, per listener
+    assert options["logger_class"] is GunicornLogger and options["accesslog"] is None
 
 
 def test_gunicorn_config_file_has_the_serve_options(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -351,3 +356,52 @@ def test_serve_starts_the_runtime_in_the_worker_and_becomes_ready(tmp_path: Path
         assert status == 200
     # Stopped with SIGTERM, as kubelet does: graceful stop, runtime stopped in the worker, exit status 0.
     assert server.process.returncode == 0
+
+
+def _post_over_https(url: str, ca_path: Path, path: str, body: object) -> int:
+    parts = url.removeprefix("https://").rsplit(":", 1)
+    connection = http.client.HTTPSConnection(parts[0], int(parts[1]), timeout=10,
+                                             context=ssl.create_default_context(cafile=str(ca_path)))
+    try:
+        connection.request("POST", path, body=json.dumps(body), headers={"Content-Type": "application/json"})
+        return connection.getresponse().status
+    finally:
+        connection.close()
+
+
+def test_serve_with_json_logs_writes_only_json_lines_and_serves_hami_metrics(tmp_path: Path,
+                                                                              apiserver: LocalCluster) -> None:
+    devices = [Device(uuid="node1-gpu0", index=0, count=10, memory_mib=8000, cores=100, type="NVIDIA-NVIDIA A40",
+                      numa=0)]
+    apiserver.load([{"apiVersion": "v1", "kind": "Node",
+                     "metadata": {"name": "node1", "annotations": {
+                         "hami.io/node-nvidia-register": encode_register_json(devices),
+                         "hami.io/node-handshake": "Requesting_2099-01-01 00:00:00"}},
+                     "status": {"allocatable": {"nvidia.com/gpu": "10"}}}])
+    pod_name = "evil\nINFO forged\u2028"
+    review = {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+              "request": {"uid": "u1", "kind": {"group": "", "version": "v1", "kind": "Pod"}, "operation": "CREATE",
+                          "object": {"apiVersion": "v1", "kind": "Pod",
+                                     "metadata": {"name": pod_name, "namespace": "default"},
+                                     "spec": {"containers": [{"name": "c"}]}}}}
+    with run_local_server(apiserver.url, tmp_path, threads=2, extra_args=("--log-format", "json")) as server:
+        assert _post_over_https(server.webhook_url, server.ca_path, "/webhook", review) == 200
+        connection = http.client.HTTPConnection(*server.metrics_url.removeprefix("http://").rsplit(":", 1),
+                                                timeout=10)
+        try:
+            connection.request("GET", "/metrics")
+            metrics = connection.getresponse().read().decode()
+        finally:
+            connection.close()
+    assert server.process.returncode == 0
+    assert 'hami_gpu_memory_limit_bytes{device_index="0",device_type="NVIDIA-NVIDIA A40",device_uuid="node1-gpu0",' \
+           'node="node1",zone="vGPU"} 8.388608e+09' in metrics
+    assert "hami_build_info{" in metrics
+    raw = server.log_path.read_text()
+    assert "\u2028" not in raw
+    lines = [json.loads(line) for line in raw.splitlines()]  # every line is JSON
+    gunicorn_messages = [line["message"] for line in lines if line["logger"] == "gunicorn.error"]
+    assert any(message.startswith("Booting worker") for message in gunicorn_messages)
+    assert "Shutting down: Master" in gunicorn_messages
+    decisions = [line for line in lines if line["logger"] == "hami_web.routes.webhook"]
+    assert [line["pod"] for line in decisions] == [f"default/{pod_name}"]

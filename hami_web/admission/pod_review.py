@@ -21,6 +21,8 @@ from typing import Any, cast
 import jsonpatch
 
 from hami_web.admission.pod_shape import PodShapeError, check_pod_shape, iter_containers
+from hami_web.core import names
+from hami_web.core.options import OptionsError, parse_scoring_weights
 from hami_web.core.quantities import QuantityError, parse_whole_quantity
 from hami_web.core.requests import FULL_CARD_PERCENT, MAX_CORES
 from hami_web.settings import Settings
@@ -98,6 +100,13 @@ def review_pod(pod: object, settings: Settings) -> AdmissionDecision:
         return _deny(FORBIDDEN, f"container {privileged_containers[0]} is privileged")
     if spec.get("nodeName"):
         return _deny(FORBIDDEN, MESSAGE_NODE_ASSIGNED)
+    weights = ((pod.get("metadata") or {}).get("annotations") or {}).get(names.POD_SCORING_WEIGHTS)
+    if weights is not None:
+        # As HAMi v2.10: refused at creation, not left Pending with a filter error (the filter checks it too).
+        try:
+            parse_scoring_weights(weights)
+        except OptionsError as error:
+            return _deny(MALFORMED, str(error))
     mutated["spec"]["schedulerName"] = settings.scheduler_name
     return _allow(pod, mutated, f"scheduled by {settings.scheduler_name}: GPU containers "
                                 f"{', '.join(gpu_containers)}")

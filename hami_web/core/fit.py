@@ -15,7 +15,7 @@ from itertools import combinations
 from hami_web.core import names
 from hami_web.core.devices import Device, NodeInventory
 from hami_web.core.grants import DeviceGrant, PodGrants
-from hami_web.core.options import BINPACK, TOPOLOGY_AWARE, PodOptions
+from hami_web.core.options import BINPACK, DEFAULT_WEIGHTS, SPREAD, PodOptions, ScoringWeights
 from hami_web.core.requests import ContainerRequest, PodRequest
 from hami_web.core.usage import NodeView
 
@@ -64,6 +64,7 @@ def device_reasons(devices: Sequence[Device], work: Sequence[Sequence[int]], req
     """
     wanted_cores = request.cores
     exclusive = wanted_cores == EXCLUSIVE_CORES
+    mutex = options.gpu.mutex
     type_allowed, uuid_allowed = options.type_allowed, options.uuid_allowed
     type_verdicts: dict[str, bool] = {}
     selects_uuids = bool(options.use_uuids or options.nouse_uuids)
@@ -82,6 +83,8 @@ def device_reasons(devices: Sequence[Device], work: Sequence[Sequence[int]], req
             reason = names.CARD_UUID_MISMATCH
         elif tasks >= device.count:
             reason = names.CARD_TIME_SLICING_EXHAUSTED
+        elif mutex and tasks > 0:
+            reason = names.EXCLUSIVE_DEVICE_ALLOCATE_CONFLICT  # mutex: only GPUs nobody uses
         elif device.memory_mib - memory_mib < booked_memory_mib:
             reason = names.CARD_INSUFFICIENT_MEMORY
         elif device.cores - cores < wanted_cores:
@@ -96,23 +99,35 @@ def device_reasons(devices: Sequence[Device], work: Sequence[Sequence[int]], req
     return reasons
 
 
-def device_score(device: Device, used: Sequence[int], request: ContainerRequest) -> float:
-    """``10 × ((1+used)/count + (cores+usedcores)/totalcore + (mem+usedmem)/totalmem)`` for this request."""
+def device_score(device: Device, used: Sequence[int], request: ContainerRequest,
+                 weights: ScoringWeights = DEFAULT_WEIGHTS) -> float:
+    """``10 × (a·(1+used)/count + b·(cores+usedcores)/totalcore + c·(mem+usedmem)/totalmem)`` for this request,
+    with ``a, b, c`` the pod's slot, core and memory weights (1, 1, 1 unless ``hami.io/device-scoring-weights``)."""
     tasks, memory_mib, cores = used
-    score = (1 + tasks) / device.count if device.count else 0.0
+    score = weights.slot * (1 + tasks) / device.count if device.count else 0.0
     if device.cores:
-        score += (request.cores + cores) / device.cores
+        score += weights.core * (request.cores + cores) / device.cores
     if device.memory_mib:
-        score += (request.booked_memory_mib(device.memory_mib) + memory_mib) / device.memory_mib
+        score += weights.memory * (request.booked_memory_mib(device.memory_mib) + memory_mib) / device.memory_mib
     return 10 * score
 
 
 def _policy_order(positions: list[int], inventory: NodeInventory, work: WorkingUsage,
-                  request: ContainerRequest, policy: str) -> list[int]:
+                  request: ContainerRequest, options: PodOptions) -> list[int]:
+    """``positions`` sorted by the policy's keys in the order written, then GPU index, then UUID."""
     devices = inventory.devices
-    sign = -1 if policy == BINPACK else 1
-    return sorted(positions, key=lambda p: (sign * device_score(devices[p], work[p], request),
-                                            devices[p].numa, devices[p].index, devices[p].uuid))
+    sort_keys = options.gpu.sort_keys
+    weights = options.scoring_weights
+    scored = BINPACK in sort_keys or SPREAD in sort_keys
+
+    def order(p: int) -> tuple[float | int | str, ...]:
+        device = devices[p]
+        score = device_score(device, work[p], request, weights) if scored else 0.0
+        parts: list[float | int | str] = [-score if key == BINPACK else score if key == SPREAD else device.numa
+                                          for key in sort_keys]
+        return (*parts, device.index, device.uuid)
+
+    return sorted(positions, key=order)
 
 
 def _pair_score(inventory: NodeInventory, first: str, second: str) -> int:
@@ -177,10 +192,13 @@ def fit_container(request: ContainerRequest, inventory: NodeInventory, work: Wor
         if passing:
             reasons[names.ALLOCATED_CARDS_INSUFFICIENT_REQUEST] = len(passing)
         return _failure(reasons, total)
-    if options.gpu_policy == TOPOLOGY_AWARE:
+    if options.gpu.spec_topology:
         chosen = _topology_pick(pool, inventory, request.count)
+    elif options.gpu.topology_aware:
+        # In a chain topology-aware only filters: it picks the GPUs, the sort keys order them.
+        chosen = _policy_order(_topology_pick(pool, inventory, request.count), inventory, work, request, options)
     else:
-        chosen = _policy_order(pool, inventory, work, request, options.gpu_policy)[:request.count]
+        chosen = _policy_order(pool, inventory, work, request, options)[:request.count]
     grants = []
     for position in chosen:
         tasks, memory_mib, cores = work[position]
@@ -215,6 +233,8 @@ def may_fit(request: PodRequest, view: NodeView, options: PodOptions) -> bool:
         if container.count == 0:
             continue
         if container.count > view.usable_devices or container.cores > view.max_free_cores:
+            return False
+        if options.gpu.mutex and container.count > view.idle_devices:
             return False
         if container.memory_mib > view.max_free_memory_mib:
             return False

@@ -24,6 +24,7 @@ POD_BIND_TIME = "hami.io/bind-time"
 # Pod annotations a user sets to steer placement.
 POD_NODE_POLICY = "hami.io/node-scheduler-policy"
 POD_GPU_POLICY = "hami.io/gpu-scheduler-policy"
+POD_SCORING_WEIGHTS = "hami.io/device-scoring-weights"
 POD_NUMA_BIND = "nvidia.com/numa-bind"
 POD_USE_GPU_TYPE = "nvidia.com/use-gputype"
 POD_NOUSE_GPU_TYPE = "nvidia.com/nouse-gputype"
@@ -32,6 +33,9 @@ POD_NOUSE_GPU_UUID = "nvidia.com/nouse-gpuuuid"
 
 # Label set with the assigned node so operators can select a node's vGPU pods.
 LABEL_ASSIGNED_NODE = "hami.io/vgpu-node"
+
+# Label of a Coscheduling PodGroup member: such pods wait for a held node lock instead of failing at once.
+LABEL_POD_GROUP = "scheduling.x-k8s.io/pod-group"
 
 VENDOR = "NVIDIA"
 

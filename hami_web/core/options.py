@@ -1,11 +1,16 @@
-"""Per-pod placement options: policies and GPU type / UUID selection, read from pod annotations.
+"""Per-pod placement options: policies, scoring weights and GPU type / UUID selection, from pod annotations.
 
 Pod annotations override the service-wide flags. An unknown policy value is an error for that pod: a typo
 like ``binpak`` silently falling back to the default would place the pod against its owner's intent.
+
+The GPU policy is either one of SPEC's single values or, as in HAMi v2.10, a comma-separated chain: ``mutex``
+and ``topology-aware`` act as filters, ``binpack`` / ``spread`` / ``numa`` are sort keys applied in the order
+written. Single values keep SPEC's order (score, then NUMA, then index), so existing pods place as before.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -16,6 +21,15 @@ GPU_POLICIES = ("binpack", "spread", "topology-aware")
 TOPOLOGY_AWARE = "topology-aware"
 BINPACK = "binpack"
 SPREAD = "spread"
+NUMA = "numa"
+MUTEX = "mutex"
+GPU_POLICY_KEYS = (BINPACK, SPREAD, NUMA, MUTEX, TOPOLOGY_AWARE)
+SORT_KEYS = frozenset({BINPACK, SPREAD, NUMA})
+# SPEC §5.1's orders as key chains: the score first, NUMA node and then GPU index break ties.
+_SPEC_ORDER = {BINPACK: (BINPACK, NUMA), SPREAD: (SPREAD, NUMA)}
+SCORING_WEIGHT_KEYS = ("slot", "core", "memory")
+MAX_SCORING_WEIGHT = 1_000_000
+_WHOLE_NUMBER = re.compile(r"[0-9]+")
 
 
 class OptionsError(ValueError):
@@ -23,8 +37,34 @@ class OptionsError(ValueError):
 
 
 @dataclass(frozen=True, slots=True)
+class ScoringWeights:
+    """Weights of the slot, core and memory terms of the GPU score (``hami.io/device-scoring-weights``)."""
+
+    slot: int = 1
+    core: int = 1
+    memory: int = 1
+
+
+DEFAULT_WEIGHTS = ScoringWeights()
+
+
+@dataclass(frozen=True, slots=True)
+class GpuPolicy:
+    """A parsed GPU policy: which filters apply and the sort keys that order the GPUs that pass.
+
+    ``sort_keys`` is never empty: a chain without one sorts as SPEC's spread. ``spec_topology`` marks the single
+    value ``topology-aware``, whose GPUs are listed in HAMi's visit order rather than by sort keys.
+    """
+
+    mutex: bool
+    topology_aware: bool
+    sort_keys: tuple[str, ...]
+    spec_topology: bool
+
+
+@dataclass(frozen=True, slots=True)
 class PodOptions:
-    """How to choose a node and GPUs for one pod."""
+    """How to choose a node and GPUs for one pod. ``gpu_policy`` is the normalised text (`parse_gpu_policy`)."""
 
     node_policy: str = BINPACK
     gpu_policy: str = SPREAD
@@ -33,9 +73,15 @@ class PodOptions:
     nouse_types: tuple[str, ...] = ()
     use_uuids: frozenset[str] = frozenset()
     nouse_uuids: frozenset[str] = frozenset()
+    scoring_weights: ScoringWeights = DEFAULT_WEIGHTS
+    # Derived from gpu_policy once, because the fit reads it for every container on every node it tries.
+    gpu: GpuPolicy = field(init=False, compare=False, repr=False)
 
     # Verdicts per card type, filled on first use: a node list holds few distinct types but many GPUs.
     _type_verdicts: dict[str, bool] = field(default_factory=dict, init=False, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "gpu", gpu_policy_of(self.gpu_policy))
 
     def type_allowed(self, device_type: str) -> bool:
         """Whether a card of ``device_type`` passes the NVIDIA and use/nouse-gputype rules (substring match)."""
@@ -78,12 +124,85 @@ def _policy(annotations: Mapping[str, str], key: str, default: str, allowed: tup
     return value.strip()
 
 
+def _policy_keys(text: str) -> list[str]:
+    return list(dict.fromkeys(part.strip() for part in text.split(",") if part.strip()))
+
+
+def parse_gpu_policy(value: str, *, source: str = names.POD_GPU_POLICY) -> str:
+    """The normalised GPU policy (trimmed, duplicates dropped), or `OptionsError` naming the bad key.
+
+    A value without a comma is one of SPEC's single values (or ``mutex`` / ``numa``); an unknown one gets
+    SPEC's message. In a chain, the message names the entry that is not a policy.
+    """
+    if not isinstance(value, str):
+        raise OptionsError(f"{source} must be a string, not {type(value).__name__}")
+    if "," not in value:
+        single = value.strip()
+        if single in GPU_POLICY_KEYS:
+            return single
+        expected = ", ".join(GPU_POLICIES[:-1]) + f" or {GPU_POLICIES[-1]}"
+        raise OptionsError(f'unknown {source} "{value}" (expected {expected})')
+    keys = _policy_keys(value)
+    unknown = [key for key in keys if key not in GPU_POLICY_KEYS]
+    if unknown:
+        raise OptionsError(f'unknown {source} key "{unknown[0]}" in "{value}" '
+                           f'(expected a comma-separated list of {", ".join(GPU_POLICY_KEYS)})')
+    if not keys:
+        raise OptionsError(f'{source} "{value}" names no policy '
+                           f'(expected a comma-separated list of {", ".join(GPU_POLICY_KEYS)})')
+    return ",".join(keys)
+
+
+def gpu_policy_of(normalised: str) -> GpuPolicy:
+    """What a normalised GPU policy does: filters, and the sort keys in the order written."""
+    keys = _policy_keys(normalised)
+    sort_keys = tuple(key for key in keys if key in SORT_KEYS)
+    if len(keys) == 1 and keys[0] in _SPEC_ORDER:
+        sort_keys = _SPEC_ORDER[keys[0]]
+    elif not sort_keys:
+        sort_keys = _SPEC_ORDER[SPREAD]  # filters only (or mutex alone): the usual spread order
+    return GpuPolicy(mutex=MUTEX in keys, topology_aware=TOPOLOGY_AWARE in keys, sort_keys=sort_keys,
+                     spec_topology=keys == [TOPOLOGY_AWARE])
+
+
+def parse_scoring_weights(value: str, *, source: str = names.POD_SCORING_WEIGHTS) -> ScoringWeights:
+    """``slot=a,core=b,memory=c``: whole numbers >= 0, all three keys, not all zero; errors name the problem."""
+    if not isinstance(value, str):
+        raise OptionsError(f"{source} must be a string, not {type(value).__name__}")
+    expected = "expected slot=<n>,core=<n>,memory=<n>"
+    weights: dict[str, int] = {}
+    for part in value.split(","):
+        key, sep, number = (piece.strip() for piece in part.partition("="))
+        if not sep:
+            raise OptionsError(f'{source} "{value}": entry "{part.strip()}" is not key=value ({expected})')
+        if key not in SCORING_WEIGHT_KEYS:
+            raise OptionsError(f'{source} "{value}": unknown key "{key}" ({expected})')
+        if key in weights:
+            raise OptionsError(f'{source} "{value}": {key} is given twice')
+        if not _WHOLE_NUMBER.fullmatch(number):
+            raise OptionsError(f'{source} "{value}": {key} "{number}" is not a whole number >= 0')
+        # Length first: int() of thousands of digits is refused by Python itself (and slow before that).
+        digits = number.lstrip("0") or "0"
+        if len(digits) > len(str(MAX_SCORING_WEIGHT)) or int(digits) > MAX_SCORING_WEIGHT:
+            raise OptionsError(f'{source} "{value}": {key} is over {MAX_SCORING_WEIGHT}')
+        weights[key] = int(digits)
+    missing = [key for key in SCORING_WEIGHT_KEYS if key not in weights]
+    if missing:
+        raise OptionsError(f'{source} "{value}": missing {", ".join(missing)} ({expected})')
+    if not any(weights.values()):
+        raise OptionsError(f'{source} "{value}": the weights must not all be zero')
+    return ScoringWeights(**weights)
+
+
 def pod_options(annotations: Mapping[str, str] | None, *, node_policy: str, gpu_policy: str) -> PodOptions:
     """Options for a pod from its annotations, with the flags' policies as defaults."""
     annotations = annotations or {}
+    pod_gpu_policy = annotations.get(names.POD_GPU_POLICY)
+    weights = annotations.get(names.POD_SCORING_WEIGHTS)
     return PodOptions(
         node_policy=_policy(annotations, names.POD_NODE_POLICY, node_policy, NODE_POLICIES),
-        gpu_policy=_policy(annotations, names.POD_GPU_POLICY, gpu_policy, GPU_POLICIES),
+        gpu_policy=gpu_policy if pod_gpu_policy is None else parse_gpu_policy(pod_gpu_policy),
+        scoring_weights=DEFAULT_WEIGHTS if weights is None else parse_scoring_weights(weights),
         numa_bind=annotations.get(names.POD_NUMA_BIND, "").strip().lower() == "true",
         use_types=_split(annotations.get(names.POD_USE_GPU_TYPE, ""), upper=True),
         nouse_types=_split(annotations.get(names.POD_NOUSE_GPU_TYPE, ""), upper=True),

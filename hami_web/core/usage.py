@@ -73,6 +73,7 @@ class NodeView:
     max_free_memory_mib: int
     max_free_cores: int
     device_types: frozenset[str]
+    idle_devices: int = 0  # usable GPUs no task uses: what a mutex container may take
     # Failure summaries of asks that did not fit this exact state. The view is immutable and replaced when
     # its usage changes, so entries never go stale; a pod kube-scheduler keeps retrying costs one fit per node.
     failures: dict[object, str] = field(default_factory=dict, compare=False, repr=False)
@@ -103,12 +104,13 @@ def node_score(inventory: NodeInventory, usage: tuple[DeviceUsage, ...]) -> floa
 def build_node_view(inventory: NodeInventory, usage_by_uuid: Mapping[str, DeviceUsage]) -> NodeView:
     """Join inventory and usage (usage of UUIDs the node no longer has is ignored) and compute aggregates."""
     usage = tuple(usage_by_uuid.get(device.uuid, NO_USAGE) for device in inventory.devices)
-    usable = 0
+    usable = idle = 0
     max_free_memory = max_free_cores = 0
     for device, booked in zip(inventory.devices, usage, strict=True):
         if not device.healthy or device.uuid in inventory.cordoned or booked.tasks >= device.count:
             continue
         usable += 1
+        idle += booked.tasks == 0
         max_free_memory = max(max_free_memory, device.memory_mib - booked.memory_mib)
         max_free_cores = max(max_free_cores, device.cores - booked.cores)
     return NodeView(
@@ -120,4 +122,5 @@ def build_node_view(inventory: NodeInventory, usage_by_uuid: Mapping[str, Device
         max_free_memory_mib=max_free_memory,
         max_free_cores=max_free_cores,
         device_types=frozenset(device.type for device in inventory.devices),
+        idle_devices=idle,
     )

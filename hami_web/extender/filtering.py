@@ -103,7 +103,7 @@ class Filter:
                     "Error": f"cannot annotate pod {namespace}/{name} with its GPUs: {error}"}
         devices = describe_grants(placement.grants)
         log.info("filter pod=%s/%s node=%s devices=%s score=%.3f", namespace, name, placement.node, devices,
-                 placement.node_score)
+                 placement.node_score, extra={"pod": f"{namespace}/{name}", "node": placement.node})
         self._events.record(namespace=namespace, name=name, uid=uid, reason="FilteringSucceed",
                             message=f"placed on node {placement.node} with devices {devices}")
         self._count("placed", {})
@@ -112,14 +112,16 @@ class Filter:
     def _unschedulable(self, namespace: str, name: str, uid: str, reasons: dict[str, str],
                        node_objects: Mapping[str, Any] | None) -> ExtenderFilterResult:
         summary = "; ".join(f"{node}: {reason}" for node, reason in sorted(reasons.items()))
-        log.info("filter pod=%s/%s node=- no node fits: %s", namespace, name, summary)
+        log.info("filter pod=%s/%s node=- no node fits: %s", namespace, name, summary,
+                 extra={"pod": f"{namespace}/{name}"})
         self._events.record(namespace=namespace, name=name, uid=uid, reason="FilteringFailed",
                             message=f"no node fits: {summary}", warning=True)
         self._count("unschedulable", reasons)
         return self._answer([], node_objects, failed=reasons)
 
     def _refuse(self, namespace: str, name: str, uid: str, message: str) -> ExtenderFilterResult:
-        log.warning("filter pod=%s/%s node=- refused: %s", namespace, name, message)
+        log.warning("filter pod=%s/%s node=- refused: %s", namespace, name, message,
+                    extra={"pod": f"{namespace}/{name}"})
         self._events.record(namespace=namespace, name=name, uid=uid, reason="FilteringFailed", message=message,
                             warning=True)
         self._count("error", {})

@@ -5,6 +5,10 @@ matches its Allocate call to the pod that holds the lock. The lock is taken with
 node's resourceVersion, i.e. a compare-and-swap: two binders racing for one node cannot both win. The device
 plugin releases it once it has set up the container; a lock whose owner is gone, finished, or older than
 ``--node-lock-timeout`` is stale and may be taken over, so a crashed plugin cannot wedge a node forever.
+
+Members of a gang (a PodGroup) land on the same nodes at the same moment and queue for one lock that each holds
+only briefly; failing them at once would send each back through kube-scheduler's backoff of seconds. So
+`NodeLock.acquire_waiting` polls a held lock with backoff for up to ``--node-lock-retry-timeout`` instead.
 """
 
 from __future__ import annotations
@@ -23,11 +27,18 @@ log = logging.getLogger(__name__)
 
 MAX_TRIES = 5
 BACKOFF_BASE_SECONDS = 0.02
+# Waiting for a held lock: first look again after 100 ms (as HAMi polls), then up to every second.
+WAIT_FIRST_SECONDS = 0.1
+WAIT_MAX_SECONDS = 1.0
 FINISHED_BIND_PHASES = frozenset({"success", "failed"})
 
 
 class NodeLockError(RuntimeError):
     """The lock could not be taken; the message says who holds it or what failed."""
+
+
+class NodeLockHeld(NodeLockError):
+    """Another pod holds a fresh lock on the node (the only failure worth waiting out)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,11 +75,34 @@ class NodeLock:
     """Takes and releases node locks through the API with compare-and-swap and stale-lock takeover."""
 
     def __init__(self, kube: Kube, *, timeout_seconds: float, clock: Callable[[], float] = time.time,
-                 sleep: Callable[[float], None] = time.sleep) -> None:
+                 sleep: Callable[[float], None] = time.sleep,
+                 monotonic: Callable[[], float] = time.monotonic) -> None:
         self._kube = kube
         self._timeout_seconds = timeout_seconds
         self._clock = clock
         self._sleep = sleep
+        self._monotonic = monotonic
+
+    def acquire_waiting(self, node: str, namespace: str, pod: str, *, wait_seconds: float) -> int:
+        """`acquire`, looking again with backoff while another pod holds the lock, for up to ``wait_seconds``.
+
+        Returns how many times the lock was found held before it was taken; raises `NodeLockHeld` (naming
+        the holder and the time waited) when it is still held at the deadline, other errors at once.
+        """
+        deadline = self._monotonic() + wait_seconds
+        pause = WAIT_FIRST_SECONDS
+        waits = 0
+        while True:
+            try:
+                self.acquire(node, namespace, pod)
+                return waits
+            except NodeLockHeld as held:
+                remaining = deadline - self._monotonic()
+                if remaining <= 0:
+                    raise NodeLockHeld(f"{held} (waited {wait_seconds:g}s)") from None
+                waits += 1
+                self._sleep(min(pause, remaining))
+                pause = min(pause * 2, WAIT_MAX_SECONDS)
 
     def acquire(self, node: str, namespace: str, pod: str) -> None:
         """Lock ``node`` for ``namespace/pod`` (re-entrant), or raise `NodeLockError`."""
@@ -87,7 +121,7 @@ class NodeLock:
                 stale_because = self._stale_reason(lock)
                 if not stale_because:
                     owner = f"{lock.namespace}/{lock.pod}" if lock.pod else f"an unnamed owner since {value}"
-                    raise NodeLockError(f"node {node} is locked by {owner}")
+                    raise NodeLockHeld(f"node {node} is locked by {owner}")
                 log.info("node %s: taking over stale lock of %s/%s (%s)", node, lock.namespace, lock.pod,
                          stale_because)
             patch = {"metadata": {"resourceVersion": metadata.get("resourceVersion"),

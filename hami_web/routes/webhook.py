@@ -62,7 +62,7 @@ def _unexpected_error(error: Exception) -> tuple[Response, int]:
 
 def _log_answer(answer: AdmissionAnswer) -> None:
     log.info("admission %s uid=%s allowed=%s patch_ops=%d http=%d: %s", answer.pod or "-", answer.uid or "-",
-             answer.allowed, len(answer.patch), answer.http_status, answer.message)
+             answer.allowed, len(answer.patch), answer.http_status, answer.message, extra={"pod": answer.pod})
 
 
 def _observe(*, allowed: bool) -> None:

@@ -19,7 +19,7 @@ from hami_web.server.serving import gunicorn_options, load_tls
 from hami_web.settings import build_settings
 
 _settings = build_settings(None)
-configure_logging(_settings.log_level)
+configure_logging(_settings.log_level, _settings.log_format)
 _runtime: Any = None
 
 globals().update(gunicorn_options(_settings, tls=load_tls(_settings)))

@@ -22,6 +22,7 @@ from hami_web.kube import Kube
 from hami_web.metrics import Metrics
 from hami_web.server.app import create_app
 from hami_web.settings import Settings
+from hami_web.state.budget import RequestBudget
 from hami_web.state.cache import ClusterCache
 from hami_web.state.sync import ClusterSync
 
@@ -53,7 +54,10 @@ class Runtime:
 
 def build_runtime(settings: Settings, *, kube: Kube | None = None, clock: Callable[[], float] = time.time) -> Runtime:
     """Build the process from settings; ``kube`` defaults to the client ``--kubeconfig`` resolves."""
-    kube = kube or Kube.from_kubeconfig(settings.kubeconfig)
+    if kube is None:
+        budget = RequestBudget(qps=settings.kube_qps, burst=settings.kube_burst) if settings.kube_qps > 0 else None
+        kube = Kube.from_kubeconfig(settings.kubeconfig, timeout_seconds=settings.kube_timeout_seconds,
+                                    throttle=budget.take if budget else None)
     cache = ClusterCache(count_resource=settings.resources.count, clock=clock)
     sync = ClusterSync(cache, kube, refresh_interval_seconds=settings.refresh_interval_seconds,
                        node_label_selector=settings.node_label_selector, clock=clock)
@@ -62,7 +66,9 @@ def build_runtime(settings: Settings, *, kube: Kube | None = None, clock: Callab
     node_lock = NodeLock(kube, timeout_seconds=settings.node_lock_timeout_seconds, clock=clock)
     extender = Extender(
         filterer=Filter(settings=settings, cache=cache, kube=kube, events=events, metrics=metrics, clock=clock),
-        binder=Binder(cache=cache, kube=kube, events=events, node_lock=node_lock, metrics=metrics, clock=clock),
+        binder=Binder(cache=cache, kube=kube, events=events, node_lock=node_lock, metrics=metrics, clock=clock,
+                      lock_wait_seconds=settings.node_lock_retry_timeout_seconds,
+                      max_lock_waiters=max(1, settings.threads // 2)),
         events=events,
     )
     app = create_app(settings, readiness=sync, extender=extender, metrics=metrics)

@@ -30,6 +30,7 @@ from flask import Flask
 from gunicorn.app.base import BaseApplication
 
 from hami_web.server.listeners import plan_listeners
+from hami_web.server.logs import GunicornLogger
 from hami_web.server.tlsreload import CertificateLoadError, ReloadingTLSContext
 from hami_web.server.worker import front_worker_class
 from hami_web.settings import Settings, SettingsError
@@ -102,6 +103,7 @@ def gunicorn_options(settings: Settings, *, tls: ReloadingTLSContext | None) -> 
         "proc_name": "hami-web",
         "accesslog": None,  # the app logs one line per decision; an access log would double it
         "errorlog": "-",
+        "logger_class": GunicornLogger,  # gunicorn's lines through our handler, in --log-format
         "loglevel": settings.log_level.lower(),
         "control_socket_disable": True,  # gunicorn >= 24 would create a socket file; the rootfs is read-only
     }

@@ -5,7 +5,8 @@ scores and prior usage that is itself within limits) and random pods (1–3 cont
 0–3 GPUs each, memory in MiB or percent, cores 0–100) under random policies and type / UUID selections:
 - a placement (from `fit_pod` or `choose_node`) plus the prior usage never exceeds any GPU's task slots,
   memory or cores; every container gets exactly ``count`` distinct GPUs, each healthy, uncordoned and allowed
-  by the type and UUID rules, all on one NUMA node under numa-bind, booked with the container's memory and
+  by the type and UUID rules, under ``mutex`` (alone or in a chain) only GPUs no task used before, all on one
+  NUMA node under numa-bind, booked with the container's memory and
   cores; encode∘decode of the grants is identity;
 - a refusal accounts for every GPU of the node once (or is ``NodeInsufficientDevice`` alone);
 - `may_fit` False ⇒ `fit_pod` fails;
@@ -35,7 +36,7 @@ from hami_web.core.devices import (
 from hami_web.core.fit import PodFit, fit_pod, may_fit
 from hami_web.core.grants import DeviceGrant, decode_pod_devices, encode_pod_devices
 from hami_web.core.names import NODE_INSUFFICIENT_DEVICE
-from hami_web.core.options import PodOptions
+from hami_web.core.options import PodOptions, ScoringWeights
 from hami_web.core.requests import ContainerRequest, PodRequest
 from hami_web.core.usage import DeviceUsage, NodeView, build_node_view, pod_booking
 
@@ -44,6 +45,9 @@ SHORT_TYPES = ("A40", "A100", "T4", "TESLA", "NVIDIA")
 FAST = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 Usage = dict[str, DeviceUsage]
+GPU_POLICIES = ("binpack", "spread", "topology-aware", "mutex", "numa", "binpack,numa", "numa,spread",
+                "mutex,binpack,numa", "mutex,topology-aware", "topology-aware,binpack")
+WEIGHTS = (ScoringWeights(), ScoringWeights(slot=0, core=0, memory=1), ScoringWeights(slot=3, core=1, memory=0))
 
 
 @st.composite
@@ -90,7 +94,8 @@ def options(draw: st.DrawFn, uuids: list[str]) -> PodOptions:
     maybe_uuids = st.lists(st.sampled_from(uuids), max_size=3) if uuids else st.just([])
     return PodOptions(
         node_policy=draw(st.sampled_from(["binpack", "spread"])),
-        gpu_policy=draw(st.sampled_from(["binpack", "spread", "topology-aware"])),
+        gpu_policy=draw(st.sampled_from(GPU_POLICIES)),
+        scoring_weights=draw(st.sampled_from(WEIGHTS)),
         numa_bind=draw(st.booleans()),
         use_types=tuple(draw(st.lists(st.sampled_from(SHORT_TYPES), max_size=2))),
         nouse_types=tuple(draw(st.lists(st.sampled_from(SHORT_TYPES[:3]), max_size=1))),
@@ -117,6 +122,12 @@ def assert_placement_is_sound(request: PodRequest, view: NodeView, pod_options: 
             assert pod_options.uuid_allowed(device.uuid)
             assert given_gpu.memory_mib == container.booked_memory_mib(device.memory_mib)
             assert given_gpu.cores == container.cores
+            if pod_options.gpu.mutex:
+                # mutex never lands on a used GPU: nobody before this pod, and no earlier container of it.
+                assert view.usage[view.inventory.devices.index(device)].tasks == 0
+        if pod_options.gpu.mutex and not container.init:
+            taken = [g.uuid for c, gs in zip(request.containers, grants, strict=True) if not c.init for g in gs]
+            assert len(taken) == len(set(taken))
     booking = pod_booking(grants, init_count=request.init_count)
     for device, prior in zip(view.inventory.devices, view.usage, strict=True):
         after = prior + booking.get(device.uuid, DeviceUsage())

@@ -68,7 +68,11 @@ def _samples(runtime: Runtime) -> dict[tuple[str, tuple[tuple[str, str], ...]], 
 
 def _gpu_labels(node: str, index: int) -> tuple[tuple[str, str], ...]:
     return tuple(sorted({"node": node, "device_uuid": f"{node}-gpu{index}", "device_index": str(index),
-                         "device_type": "NVIDIA-NVIDIA A40"}.items()))
+                         "device_type": "NVIDIA-NVIDIA A40", "zone": "vGPU"}.items()))
+
+
+def _with(labels: tuple[tuple[str, str], ...], **more: str) -> tuple[tuple[str, str], ...]:
+    return tuple(sorted({**dict(labels), **more}.items()))
 
 
 def test_metrics_show_a_placement_and_drop_it_after_the_pod_is_deleted(apiserver: LocalCluster, runtime: Runtime,
@@ -77,19 +81,19 @@ def test_metrics_show_a_placement_and_drop_it_after_the_pod_is_deleted(apiserver
     runtime.sync.sync_now()
     scheduler.schedule("pod1", ["node1"])
     gpu0 = _gpu_labels("node1", 0)
-    container_labels = tuple(sorted({"node": "node1", "device_uuid": "node1-gpu0", "pod_namespace": "default",
-                                     "pod_name": "pod1", "container_name": "main"}.items()))
+    container_labels = tuple(sorted({"node": "node1", "device_uuid": "node1-gpu0", "namespace": "default",
+                                     "pod": "pod1", "container_index": "0", "zone": "vGPU"}.items()))
 
     samples = _samples(runtime)
 
-    assert samples[("hami_gpu_memory_allocated_bytes", gpu0)] == 3000 * MIB
-    assert samples[("hami_gpu_core_allocated_ratio", gpu0)] == 0.3
+    assert samples[("hami_gpu_memory_allocated_bytes", _with(gpu0, device_cores="100"))] == 3000 * MIB
+    assert samples[("hami_gpu_core_allocated_ratio", gpu0)] == 30
     assert samples[("hami_gpu_shared_count", gpu0)] == 1
     assert samples[("hami_gpu_memory_limit_bytes", gpu0)] == 8000 * MIB
-    assert samples[("hami_gpu_core_limit_ratio", gpu0)] == 1.0
-    assert samples[("hami_gpu_memory_allocated_bytes", _gpu_labels("node1", 1))] == 0
+    assert samples[("hami_gpu_core_limit_ratio", gpu0)] == 100
+    assert samples[("hami_gpu_memory_allocated_bytes", _with(_gpu_labels("node1", 1), device_cores="100"))] == 0
     assert samples[("hami_vgpu_memory_allocated_bytes", container_labels)] == 3000 * MIB
-    assert samples[("hami_vgpu_core_allocated_ratio", container_labels)] == 0.3
+    assert samples[("hami_vgpu_core_allocated_ratio", container_labels)] == 30
     assert samples[("hami_web_request_duration_seconds_count", (("route", "filter"),))] == 1
     assert samples[("hami_web_request_duration_seconds_count", (("route", "bind"),))] == 1
     assert samples[("hami_web_filter_results_total", (("result", "placed"),))] == 1
@@ -99,7 +103,7 @@ def test_metrics_show_a_placement_and_drop_it_after_the_pod_is_deleted(apiserver
 
     delete_pod(apiserver, "pod1")
 
-    wait_for(lambda: _samples(runtime)[("hami_gpu_memory_allocated_bytes", gpu0)] == 0,
+    wait_for(lambda: _samples(runtime)[("hami_gpu_shared_count", gpu0)] == 0,
              what="the deletion to reach the metrics")
     samples = _samples(runtime)
     assert samples[("hami_gpu_core_allocated_ratio", gpu0)] == 0

@@ -1,0 +1,144 @@
+"""Gang-friendly ``/bind`` (HAMi v2.10): PodGroup members wait for a held node lock instead of failing at once.
+
+Covers: a member (label ``scheduling.x-k8s.io/pod-group``, or ``spec.schedulingGroup``) whose node is locked by
+another pod waits, and binds once another thread — playing HAMi's device plugin — releases the lock; a member
+still locked out at ``--node-lock-retry-timeout`` is answered ``node <n> is locked by <ns>/<pod> (waited …)``
+with nothing changed; a pod outside any group, and any pod under ``--node-lock-retry-timeout 0``, is refused at
+once as before, and so is a member when half of ``--threads`` binds already wait; the wait backs off from 100 ms
+to 1 s and never sleeps past the deadline.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import pytest
+
+from hami_web.core import names
+from hami_web.extender.nodelock import NodeLock, NodeLockHeld
+from hami_web.kube import Kube
+from hami_web.localcluster import LocalCluster
+from hami_web.server.runtime import Runtime
+
+from .helpers import (
+    FakeClock,
+    RuntimeFactory,
+    Scheduler,
+    annotations_of,
+    gpu_limits,
+    gpu_node,
+    gpu_pod,
+    release_lock,
+    wait_for,
+)
+
+SMALL = gpu_limits(1, memory_mib=1000, cores=10)
+
+
+def _member(name: str, *, how: str) -> dict[str, Any]:
+    pod = gpu_pod(name, SMALL)
+    if how == "label":
+        pod["metadata"]["labels"] = {names.LABEL_POD_GROUP: "train"}
+    elif how == "schedulingGroup":
+        pod["spec"]["schedulingGroup"] = "train"
+    return pod
+
+
+def _lock_waits(runtime: Runtime, outcome: str) -> float:
+    value = runtime.metrics.registry.get_sample_value("hami_web_node_lock_waits_total", {"outcome": outcome})
+    return value or 0.0
+
+
+def _pod1_holds_node1(apiserver: LocalCluster, runtime: Runtime, member: dict[str, Any]) -> Scheduler:
+    apiserver.load([gpu_node("node1"), gpu_pod("pod1", SMALL), member])
+    runtime.sync.sync_now()
+    scheduler = Scheduler(runtime.app.test_client(), apiserver)
+    scheduler.schedule("pod1", ["node1"])  # the device plugin has not released pod1's lock yet
+    assert scheduler.filter(member["metadata"]["name"], ["node1"])["NodeNames"] == ["node1"]
+    return scheduler
+
+
+@pytest.mark.parametrize("how", ["label", "schedulingGroup"])
+def test_a_gang_pod_waits_for_a_held_lock_and_then_binds(apiserver: LocalCluster, runtime: Runtime,
+                                                         how: str) -> None:
+    scheduler = _pod1_holds_node1(apiserver, runtime, _member("member", how=how))
+    answers: list[dict[str, Any]] = []
+    binding = threading.Thread(target=lambda: answers.append(scheduler.bind("member", "node1")))
+    binding.start()
+    wait_for(lambda: _lock_waits(runtime, "started") == 1, what="the gang pod to find the lock held and wait")
+
+    device_plugin = threading.Thread(target=release_lock, args=(Kube.for_url(apiserver.url), "pod1", "node1"))
+    device_plugin.start()
+    device_plugin.join()
+    binding.join(timeout=30)
+
+    assert answers == [{"Error": ""}]
+    assert annotations_of(apiserver, "nodes", "node1")[names.NODE_LOCK].endswith(",default,member")
+    assert scheduler.pod("member")["spec"].get("nodeName") == "node1"
+    assert _lock_waits(runtime, "acquired") == 1
+
+
+def test_a_gang_pod_still_locked_out_at_the_retry_timeout_is_refused_unchanged(
+        apiserver: LocalCluster, make_runtime: RuntimeFactory) -> None:
+    runtime = make_runtime(node_lock_retry_timeout_seconds=0.3)
+    scheduler = _pod1_holds_node1(apiserver, runtime, _member("member", how="label"))
+    lock_before = annotations_of(apiserver, "nodes", "node1")[names.NODE_LOCK]
+
+    answer = scheduler.bind("member", "node1")
+
+    assert answer == {"Error": "node node1 is locked by default/pod1 (waited 0.3s)"}
+    assert annotations_of(apiserver, "nodes", "node1")[names.NODE_LOCK] == lock_before
+    assert names.POD_BIND_PHASE not in scheduler.pod("member")["metadata"]["annotations"]
+    assert _lock_waits(runtime, "timed_out") == 1
+
+
+@pytest.mark.parametrize(("how", "retry_seconds"), [
+    pytest.param("none", 28.0, id="pod-outside-any-group"),
+    pytest.param("label", 0.0, id="retry-timeout-zero-disables-waiting"),
+])
+def test_other_pods_are_refused_at_once(apiserver: LocalCluster, make_runtime: RuntimeFactory, how: str,
+                                        retry_seconds: float) -> None:
+    runtime = make_runtime(node_lock_retry_timeout_seconds=retry_seconds)
+    scheduler = _pod1_holds_node1(apiserver, runtime, _member("loner", how=how))
+
+    assert scheduler.bind("loner", "node1") == {"Error": "node node1 is locked by default/pod1"}
+    assert _lock_waits(runtime, "started") == 0
+
+
+def test_a_member_is_refused_at_once_when_half_the_threads_already_wait(apiserver: LocalCluster,
+                                                                       make_runtime: RuntimeFactory) -> None:
+    runtime = make_runtime(threads=2)  # one bind may wait, one thread stays for /filter and /webhook
+    scheduler = _pod1_holds_node1(apiserver, runtime, _member("member1", how="label"))
+    apiserver.load([_member("member2", how="label")])
+    runtime.sync.sync_now()
+    assert scheduler.filter("member2", ["node1"])["NodeNames"] == ["node1"]
+    answers: list[dict[str, Any]] = []
+    binding = threading.Thread(target=lambda: answers.append(scheduler.bind("member1", "node1")))
+    binding.start()
+    wait_for(lambda: _lock_waits(runtime, "started") == 1, what="member1 to wait for the lock")
+
+    assert scheduler.bind("member2", "node1") == {"Error": "node node1 is locked by default/pod1"}
+    assert _lock_waits(runtime, "no_slot") == 1
+
+    release_lock(Kube.for_url(apiserver.url), "pod1", "node1")
+    binding.join(timeout=30)
+    assert answers == [{"Error": ""}]
+
+
+def test_waiting_backs_off_to_one_second_and_stops_at_the_deadline(apiserver: LocalCluster) -> None:
+    apiserver.load([gpu_node("node1", annotations={names.NODE_LOCK: "2099-01-01T00:00:00Z,default,holder"}),
+                    gpu_pod("holder", SMALL)])
+    clock = FakeClock(now=0.0)
+    slept: list[float] = []
+
+    def sleep(seconds: float) -> None:
+        slept.append(round(seconds, 6))
+        clock.advance(seconds)
+
+    lock = NodeLock(Kube.for_url(apiserver.url), timeout_seconds=1e12, sleep=sleep, monotonic=clock)
+    with pytest.raises(NodeLockHeld) as refused:
+        lock.acquire_waiting("node1", "default", "member", wait_seconds=3.0)
+
+    assert slept == [0.1, 0.2, 0.4, 0.8, 1.0, 0.5]
+    assert str(refused.value) == "node node1 is locked by default/holder (waited 3s)"

@@ -1,0 +1,125 @@
+"""HAMi v2.10's scheduler flags and the API request budget (README, Compatibility with HAMi v2.10).
+
+Covers: ``--node-lock-retry-timeout``, ``--kube-qps``, ``--kube-burst``, ``--kube-timeout``, ``--log-format`` and a
+chain for ``--gpu-scheduler-policy`` parse with HAMi's meaning and defaults, bad values name the flag; HAMi flags
+we do not support stop ``hami-web serve`` with a message saying so and why; the token bucket behind
+``--kube-qps``/``--kube-burst`` (burst free, then one request per 1/qps seconds, refilled over time) and the
+client calling it before each request against the in-process API server. (JSON log lines: ``test_logs.py``.)
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from hami_web.cli import build_parser, main
+from hami_web.kube import Kube
+from hami_web.localcluster import LocalCluster
+from hami_web.settings import UNSUPPORTED_HAMI_FLAGS, Settings, SettingsError, build_settings
+from hami_web.state.budget import RequestBudget
+
+
+def _settings(*argv: str) -> Settings:
+    return build_settings(build_parser().parse_args(["serve", *argv]), {})
+
+
+def test_hami_flag_defaults() -> None:
+    settings = _settings()
+    assert (settings.node_lock_retry_timeout_seconds, settings.kube_qps, settings.kube_burst,
+            settings.kube_timeout_seconds, settings.log_format) == (28.0, 0.0, 0, 10.0, "text")
+
+
+@pytest.mark.parametrize(("argv", "field", "value"), [
+    pytest.param(["--node-lock-retry-timeout", "10s"], "node_lock_retry_timeout_seconds", 10.0, id="retry-duration"),
+    pytest.param(["--node-lock-retry-timeout", "0"], "node_lock_retry_timeout_seconds", 0.0, id="retry-off"),
+    pytest.param(["--kube-qps", "20.5"], "kube_qps", 20.5, id="qps"),
+    pytest.param(["--kube-burst", "40"], "kube_burst", 40, id="burst"),
+    pytest.param(["--kube-timeout", "30"], "kube_timeout_seconds", 30.0, id="timeout-seconds-as-hami"),
+    pytest.param(["--kube-timeout", "1m"], "kube_timeout_seconds", 60.0, id="timeout-duration"),
+    pytest.param(["--log-format", "json"], "log_format", "json", id="json-logs"),
+    pytest.param(["--gpu-scheduler-policy", "mutex, binpack ,numa"], "gpu_scheduler_policy", "mutex,binpack,numa",
+                 id="policy-chain-default"),
+])
+def test_hami_flags_parse(argv: list[str], field: str, value: object) -> None:
+    assert getattr(_settings(*argv), field) == value
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    pytest.param(["--node-lock-retry-timeout=-1s"], "invalid value for --node-lock-retry-timeout: "
+                 "'-1s' is not a duration (examples: 30, 30s, 5m, 1h)", id="negative-retry"),
+    pytest.param(["--node-lock-retry-timeout", "6m"], "invalid value for --node-lock-retry-timeout: must be at "
+                 "most 300s, and below the extender's httpTimeout", id="retry-longer-than-any-bind"),
+    pytest.param(["--kube-qps", "-5"], "invalid value for --kube-qps: '-5' must be a number >= 0", id="negative-qps"),
+    pytest.param(["--kube-qps", "nan"], "invalid value for --kube-qps: 'nan' must be a number >= 0", id="nan-qps"),
+    pytest.param(["--kube-burst", "x"], "invalid value for --kube-burst: invalid literal for int() with base 10: 'x'",
+                 id="burst-not-int"),
+    pytest.param(["--kube-timeout", "0"], "invalid value for --kube-timeout: must be greater than zero",
+                 id="zero-timeout"),
+    pytest.param(["--log-format", "xml"], "invalid value for --log-format: 'xml' is not one of text, json",
+                 id="log-format"),
+    pytest.param(["--gpu-scheduler-policy", "binpack,best"], 'invalid value for --gpu-scheduler-policy: unknown '
+                 'policy key "best" in "binpack,best" (expected a comma-separated list of binpack, spread, numa, '
+                 'mutex, topology-aware)', id="policy-chain-bad-key"),
+])
+def test_bad_hami_flag_values_name_the_flag(argv: list[str], message: str) -> None:
+    with pytest.raises(SettingsError) as caught:
+        _settings(*argv)
+    assert str(caught.value) == message
+
+
+@pytest.mark.parametrize("flag", sorted(UNSUPPORTED_HAMI_FLAGS))
+def test_unsupported_hami_flags_fail_saying_so(flag: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main(["serve", flag, "x"])
+    assert exit_info.value.code == 2
+    error = capsys.readouterr().err
+    assert f"{flag} is a HAMi scheduler flag that hami-web does not support: {UNSUPPORTED_HAMI_FLAGS[flag]}" in error
+
+
+# -- --kube-qps / --kube-burst -----------------------------------------------------------------------------------
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+        self.slept: list[float] = []
+
+    def __call__(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.slept.append(round(seconds, 6))
+
+
+def test_budget_lets_the_burst_through_then_spaces_requests_by_one_over_qps() -> None:
+    clock = _Clock()
+    budget = RequestBudget(qps=2.0, burst=3, monotonic=clock, sleep=clock.sleep)
+
+    waits = [budget.take() for _ in range(5)]
+
+    assert waits == [0.0, 0.0, 0.0, 0.5, 1.0]
+    assert clock.slept == [0.5, 1.0]
+
+
+def test_budget_refills_over_time_up_to_the_burst() -> None:
+    clock = _Clock()
+    budget = RequestBudget(qps=10.0, burst=2, monotonic=clock, sleep=clock.sleep)
+    budget.take()
+    budget.take()
+    clock.now += 60  # a long quiet spell refills only up to the burst
+    assert [budget.take() for _ in range(3)] == [0.0, 0.0, pytest.approx(0.1)]
+
+
+def test_budget_burst_defaults_to_the_qps_rounded_up() -> None:
+    clock = _Clock()
+    budget = RequestBudget(qps=1.5, monotonic=clock, sleep=clock.sleep)
+    assert [budget.take() for _ in range(3)] == [0.0, 0.0, pytest.approx(2 / 3)]
+
+
+def test_client_spends_the_budget_before_every_request() -> None:
+    calls: list[int] = []
+    with LocalCluster() as cluster:
+        kube = Kube.for_url(cluster.url, timeout_seconds=5.0, throttle=lambda: calls.append(1))
+        kube.list_nodes()
+        kube.list_pods()
+        kube.close()
+    assert len(calls) == 2
