@@ -25,7 +25,7 @@ from hami_web.core.grants import encode_pod_devices
 from hami_web.core.options import PodOptions
 from hami_web.core.requests import PodRequest
 from hami_web.core.usage import NO_USAGE, DeviceUsage, NodeView, build_node_view, pod_booking
-from hami_web.state.nodes import NodeState, node_state
+from hami_web.state.nodes import NodeState, node_name, node_state
 from hami_web.state.pods import FINISHED_PHASES, PodUsage, pod_key, pod_usage
 
 log = logging.getLogger(__name__)
@@ -90,7 +90,7 @@ class ClusterCache:
     def replace_nodes(self, nodes: Iterable[Mapping[str, Any]]) -> list[str]:
         """Replace every node from a full list; returns the names whose handshake we should answer."""
         now = self._clock()
-        states = [node_state(node, count_resource=self._count_resource, now=now) for node in nodes]
+        states = [self._read_node(node, now) for node in nodes]
         with self._lock:
             for name in set(self._nodes) - {state.name for state in states}:
                 self._drop_node_locked(name)
@@ -100,12 +100,20 @@ class ClusterCache:
 
     def observe_node(self, event_type: str, node: Mapping[str, Any]) -> None:
         """Apply one watch event for a node."""
-        name = str((node.get("metadata") or {}).get("name") or "")
+        name = node_name(node)
         with self._lock:
             if event_type == "DELETED":
                 self._drop_node_locked(name)
             else:
-                self._set_node_locked(node_state(node, count_resource=self._count_resource, now=self._clock()))
+                self._set_node_locked(self._read_node(node, self._clock()))
+
+    def _read_node(self, node: Mapping[str, Any], now: float) -> NodeState:
+        try:
+            return node_state(node, count_resource=self._count_resource, now=now)
+        except Exception as error:  # one bad object must not stop the loop that reads all the others
+            name = node_name(node)
+            log.exception("node %s: unexpected error reading its GPU inventory", name)
+            return NodeState(name=name, inventory=None, error=f"unreadable node: {type(error).__name__}")
 
     def _set_node_locked(self, state: NodeState) -> None:
         previous = self._nodes.get(state.name)
@@ -190,9 +198,12 @@ class ClusterCache:
     def _read_pod(self, pod: Mapping[str, Any]) -> tuple[str, PodUsage | None, str]:
         uid, namespace, name = pod_key(pod)
         try:
-            return uid, pod_usage(pod), ""
+            return uid, pod_usage(pod, count_resource=self._count_resource), ""
         except AnnotationError as error:
             return uid, None, f"pod {namespace}/{name}: {error}"
+        except Exception as error:  # one bad object must not stop the loop that reads all the others
+            log.exception("pod %s/%s: unexpected error reading its GPU usage", namespace, name)
+            return uid, None, f"pod {namespace}/{name}: unreadable: {type(error).__name__}"
 
     def _note_errors_locked(self, errors: Mapping[str, str], *, replace: bool) -> None:
         for uid, message in errors.items():
