@@ -62,6 +62,7 @@ class Settings:
     insecure_http: bool = False
     threads: int = 8
     log_level: str = "INFO"
+    extender_deadline_seconds: float = 15.0
 
     @property
     def bind_host_port(self) -> tuple[str, int]:
@@ -204,6 +205,9 @@ _OPTIONS: tuple[_Option, ...] = (
             "serve plain HTTP instead of TLS (local use only)", is_switch=True),
     _Option("--threads", "threads", _positive_int, "gunicorn worker threads (8)"),
     _Option("--log-level", "log_level", _choice(("DEBUG", "INFO", "WARNING", "ERROR")), "log level (INFO)"),
+    _Option("--extender-deadline", "extender_deadline_seconds", _positive_duration,
+            "time one /filter or /bind may spend waiting on the API; a failed bind gets a third more to clean "
+            "up; keep the sum under kube-scheduler's httpTimeout (15s)"),
 )
 
 

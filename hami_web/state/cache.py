@@ -26,7 +26,7 @@ from hami_web.core.options import PodOptions
 from hami_web.core.requests import PodRequest
 from hami_web.core.usage import NO_USAGE, DeviceUsage, NodeView, build_node_view, pod_booking
 from hami_web.state.nodes import NodeState, node_name, node_state
-from hami_web.state.pods import FINISHED_PHASES, PodUsage, pod_key, pod_usage
+from hami_web.state.pods import PodUsage, pod_finished, pod_key, pod_usage
 
 log = logging.getLogger(__name__)
 
@@ -68,6 +68,9 @@ class ClusterCache:
         self._broken_nodes: dict[str, str] = {}
         self._held: dict[str, _Held] = {}
         self._node_usage: dict[str, dict[str, DeviceUsage]] = {}
+        # Pods this process placed and has not seen bound, deleted or abandoned: uid -> (namespace, name, node).
+        # `/bind` binds only these, so nobody can use our RBAC to bind a pod we never chose a node for.
+        self._placed: dict[str, tuple[str, str, str]] = {}
         self.stats = CacheStats()
 
     # -- readiness --------------------------------------------------------------------------------
@@ -150,8 +153,11 @@ class ClusterCache:
         """Replace all API-derived usage from a full pod list started at ``listed_at`` (clock seconds)."""
         observed: dict[str, PodUsage] = {}
         errors: dict[str, str] = {}
+        alive: set[str] = set()
         for pod in pods:
             uid, usage, error = self._read_pod(pod)
+            if not pod_finished(pod):
+                alive.add(uid)
             if error:
                 errors[uid] = error
             elif usage is not None:
@@ -160,6 +166,9 @@ class ClusterCache:
             for uid, held in list(self._held.items()):
                 if uid not in observed and not self._assumed_since_locked(held, listed_at):
                     self._release_locked(uid)
+            for uid in list(self._placed):
+                if uid not in alive and uid not in self._held:
+                    del self._placed[uid]
             for uid, usage in observed.items():
                 held = self._held.get(uid)
                 if held is not None and self._assumed_since_locked(held, listed_at) \
@@ -178,6 +187,8 @@ class ClusterCache:
         uid, usage, error = self._read_pod(pod)
         with self._lock:
             held = self._held.get(uid)
+            if event_type == "DELETED" or pod_finished(pod):
+                self._placed.pop(uid, None)
             if event_type == "DELETED":
                 self._release_locked(uid)
                 self.stats.broken_pods.pop(uid, None)
@@ -187,8 +198,7 @@ class ClusterCache:
                 return
             self.stats.broken_pods.pop(uid, None)
             if usage is None:
-                finished = (pod.get("status") or {}).get("phase") in FINISHED_PHASES
-                if held is not None and (held.assumed_at is None or finished):
+                if held is not None and (held.assumed_at is None or pod_finished(pod)):
                     self._release_locked(uid)
                 return
             if held is not None and held.assumed_at is not None and held.usage.devices_text != usage.devices_text:
@@ -256,12 +266,26 @@ class ClusterCache:
                                  booking=booking, devices_text=encode_pod_devices(result.grants),
                                  container_names=tuple(container_names))
                 self._hold_locked(uid, usage, assumed_at=self._clock())
+                self._placed[uid] = (namespace, name, result.node)
+            else:
+                self._placed.pop(uid, None)
             return result
 
     def forget(self, uid: str) -> PodUsage | None:
         """Drop whatever the pod holds (its placement was abandoned); returns what it held."""
         with self._lock:
+            self._placed.pop(uid, None)
             return self._release_locked(uid)
+
+    def placed(self, uid: str) -> tuple[str, str, str] | None:
+        """``(namespace, name, node)`` of the pod this process last placed under ``uid``, not yet bound."""
+        with self._lock:
+            return self._placed.get(uid)
+
+    def mark_bound(self, uid: str) -> None:
+        """The pod's Binding exists: it can never be bound again, so it stops being bindable."""
+        with self._lock:
+            self._placed.pop(uid, None)
 
     def held_by(self, uid: str) -> PodUsage | None:
         """What a pod holds according to the cache, if anything."""

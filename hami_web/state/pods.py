@@ -44,6 +44,12 @@ def pod_key(pod: Mapping[str, Any]) -> tuple[str, str, str]:
             name if isinstance(name, str) else "")
 
 
+def pod_finished(pod: Mapping[str, Any]) -> bool:
+    """Whether the pod has ended (Succeeded or Failed) and so holds nothing any more."""
+    status = pod.get("status") if isinstance(pod, Mapping) else None
+    return isinstance(status, Mapping) and status.get("phase") in FINISHED_PHASES
+
+
 def string_map(value: object, where: str) -> Mapping[str, str]:
     """``value`` as a map of strings (annotations, labels), {} when absent; `AnnotationError` when it is not."""
     if value is None:
