@@ -22,7 +22,7 @@ from hami_web.core import names
 from hami_web.extender.events import EventRecorder
 from hami_web.extender.nodelock import NodeLock, NodeLockError
 from hami_web.extender.wire import ExtenderBindingResult, WireError, binding_target, require_object
-from hami_web.kube import Kube, KubeError, NotFoundError, deadline
+from hami_web.kube import ConflictError, Kube, KubeError, NotFoundError, deadline
 from hami_web.state.cache import ClusterCache
 
 log = logging.getLogger(__name__)
@@ -93,12 +93,14 @@ class Binder:
         try:
             self._kube.bind_pod(namespace, name, node, uid=uid)
         except KubeError as error:
-            if not error.outcome_unknown:
+            if not (error.outcome_unknown or isinstance(error, ConflictError)):
                 return self._fail(namespace, name, uid, node, str(error), locked=True)
-            bound = self._bound_to(namespace, name, uid)
+            # No answer, or "already assigned" (a retry after a Binding whose answer was lost): ask the API.
+            with deadline(self._deadline_seconds / 3):
+                bound = self._bound_to(namespace, name, uid)
             if bound == node:
                 return None
-            if bound is None:
+            if bound is None and error.outcome_unknown:
                 log.warning("bind pod=%s/%s node=%s: outcome unknown, booking and lock kept: %s", namespace, name,
                             node, error)
                 self._count("unknown")

@@ -119,9 +119,13 @@ class Filter:
         return self._answer([placement.node], node_objects, failed={})
 
     def _patch_applied(self, namespace: str, name: str, uid: str, encoded: str, node: str) -> bool:
-        """Read the pod back after a patch whose outcome is unknown: True when it carries our placement."""
+        """Read the pod back after a patch whose outcome is unknown: True when it carries our placement.
+
+        The read gets its own budget (a third of the deadline): the request's may be spent by the patch.
+        """
         try:
-            pod = self._kube.get_pod(namespace, name)
+            with deadline(self._deadline_seconds / 3):
+                pod = self._kube.get_pod(namespace, name)
         except KubeError as error:
             log.warning("filter pod=%s/%s: cannot read the pod back after an unanswered patch: %s",
                         namespace, name, error)
