@@ -226,7 +226,9 @@ class Kube:
         left = end - time.monotonic()
         if left <= 0:
             raise KubeError(f"{what}: not sent, the request's deadline has passed")
-        kwargs["_request_timeout"] = min(REQUEST_TIMEOUT_SECONDS, left)
+        # The helper's own read timeout runs a little past the deadline: the caller stops waiting first, and
+        # the helper thread still ends soon after.
+        kwargs["_request_timeout"] = min(REQUEST_TIMEOUT_SECONDS, left + 1.0)
         responses: list[Any] = []
         future = self._helpers().submit(self._request, what, method, args, kwargs, end=end, responses=responses)
         try:
