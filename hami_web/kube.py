@@ -47,15 +47,20 @@ _deadline: contextvars.ContextVar[float | None] = contextvars.ContextVar("hami_w
 
 
 @contextlib.contextmanager
-def deadline(seconds: float) -> Iterator[None]:
+def deadline(seconds: float, *, within_current: bool = False) -> Iterator[None]:
     """Make every API call inside this block share one deadline ``seconds`` from now.
 
     The client's own timeout is per socket read, so a slow server (or one dripping its answer a byte at a
     time) could hold a call far longer. Under a deadline each call runs on a helper thread the caller stops
     waiting for at the deadline, and a response body still arriving then is cut off. A nested block sets a
-    new deadline (a cleanup after a failure gets its own small budget).
+    new deadline (a cleanup after a failure gets its own small budget), or with ``within_current`` one that
+    never ends later than the enclosing block's (one step of that budget).
     """
-    token = _deadline.set(time.monotonic() + seconds)
+    end = time.monotonic() + seconds
+    current = _deadline.get()
+    if within_current and current is not None:
+        end = min(end, current)
+    token = _deadline.set(end)
     try:
         yield
     finally:

@@ -206,8 +206,8 @@ _OPTIONS: tuple[_Option, ...] = (
     _Option("--threads", "threads", _positive_int, "gunicorn worker threads (8)"),
     _Option("--log-level", "log_level", _choice(("DEBUG", "INFO", "WARNING", "ERROR")), "log level (INFO)"),
     _Option("--extender-deadline", "extender_deadline_seconds", _positive_duration,
-            "time one /filter or /bind may spend waiting on the API; a failed bind gets a third more to clean "
-            "up; keep the sum under kube-scheduler's httpTimeout (15s)"),
+            "time one /filter or /bind may spend on API calls; reading back an unanswered write or cleaning up "
+            "a failed bind gets a third more; keep the sum under kube-scheduler's httpTimeout (15s)"),
 )
 
 

@@ -13,6 +13,7 @@ stay (the pod may be running on those GPUs) and kube-scheduler is told to retry.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from collections.abc import Callable
@@ -35,6 +36,8 @@ class Binder:
                  metrics: Any = None, clock: Callable[[], float] = time.time,
                  deadline_seconds: float = 15.0) -> None:
         self._deadline_seconds = deadline_seconds
+        # What a bind may spend after its deadline: reading back, releasing the lock, marking the pod failed.
+        self._cleanup_seconds = deadline_seconds / 3
         self._cache = cache
         self._kube = kube
         self._events = events
@@ -96,17 +99,18 @@ class Binder:
             if not (error.outcome_unknown or isinstance(error, ConflictError)):
                 return self._fail(namespace, name, uid, node, str(error), locked=True)
             # No answer, or "already assigned" (a retry after a Binding whose answer was lost): ask the API.
-            with deadline(self._deadline_seconds / 3):
-                bound = self._bound_to(namespace, name, uid)
-            if bound == node:
-                return None
-            if bound is None and error.outcome_unknown:
-                log.warning("bind pod=%s/%s node=%s: outcome unknown, booking and lock kept: %s", namespace, name,
-                            node, error)
-                self._count("unknown")
-                return {"Error": f"pod {namespace}/{name}: no answer to its Binding to {node} ({error}); its GPUs "
-                                 f"and the node lock stay until the API shows whether it was bound"}
-            return self._fail(namespace, name, uid, node, str(error), locked=True)
+            with deadline(self._cleanup_seconds):  # the request's deadline may be spent: the cleanup budget
+                with deadline(self._deadline_seconds / 6, within_current=True):
+                    bound = self._bound_to(namespace, name, uid)
+                if bound == node:
+                    return None
+                if bound is None and error.outcome_unknown:
+                    log.warning("bind pod=%s/%s node=%s: outcome unknown, booking and lock kept: %s", namespace,
+                                name, node, error)
+                    self._count("unknown")
+                    return {"Error": f"pod {namespace}/{name}: no answer to its Binding to {node} ({error}); its "
+                                     f"GPUs and the node lock stay until the API shows whether it was bound"}
+                return self._fail(namespace, name, uid, node, str(error), locked=True, budget_open=True)
         return None
 
     def _bound_to(self, namespace: str, name: str, uid: str) -> str | None:
@@ -122,8 +126,9 @@ class Binder:
         return str((pod.get("spec") or {}).get("nodeName") or "")
 
     def _fail(self, namespace: str, name: str, uid: str, node: str, reason: str, *,
-              locked: bool) -> ExtenderBindingResult:
-        with deadline(self._deadline_seconds / 3):  # the cleanup's own budget: the request's may be spent
+              locked: bool, budget_open: bool = False) -> ExtenderBindingResult:
+        """Clean up and answer ``reason``; ``budget_open`` when the caller already runs in the cleanup budget."""
+        with contextlib.nullcontext() if budget_open else deadline(self._cleanup_seconds):
             self._clean_up(namespace, name, uid, node, locked=locked)
         log.warning("bind pod=%s/%s node=%s failed: %s", namespace, name, node, reason)
         self._events.record(namespace=namespace, name=name, uid=uid, reason="BindingFailed", message=reason,
@@ -132,16 +137,23 @@ class Binder:
         return {"Error": reason}
 
     def _clean_up(self, namespace: str, name: str, uid: str, node: str, *, locked: bool) -> None:
-        try:
-            self._kube.patch_pod(namespace, name, {"metadata": {"uid": uid,
-                                                                "annotations": {names.POD_BIND_PHASE: "failed"}}})
-        except KubeError as error:
-            log.warning("bind pod=%s/%s: cannot mark bind-phase=failed: %s", namespace, name, error)
+        """Release our lock, mark the pod failed, drop its booking, within the cleanup budget.
+
+        The lock goes first and may use at most half of what is left, because a lock left behind blocks every
+        bind on that node, and a stalled release must not leave nothing for marking the pod.
+        """
         if locked:
             try:
-                self._lock.release(node, namespace, name)
+                with deadline(self._deadline_seconds / 6, within_current=True):
+                    self._lock.release(node, namespace, name)
             except KubeError as error:
                 log.warning("bind pod=%s/%s node=%s: cannot release our lock: %s", namespace, name, node, error)
+        try:
+            with deadline(self._deadline_seconds / 6, within_current=True):
+                self._kube.patch_pod(namespace, name, {"metadata": {"uid": uid, "annotations": {
+                    names.POD_BIND_PHASE: "failed"}}})
+        except KubeError as error:
+            log.warning("bind pod=%s/%s: cannot mark bind-phase=failed: %s", namespace, name, error)
         self._cache.forget(uid)
 
     def _count(self, outcome: str) -> None:
