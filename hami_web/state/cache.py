@@ -32,9 +32,9 @@ log = logging.getLogger(__name__)
 
 Clock = Callable[[], float]
 
-# How long after booking a placement a full list may still not show the pod patch: longer than the patch can
-# take (the adapter's request timeout is 10 s). A failed patch drops its booking itself, so this only delays
-# forgetting an assumption whose annotations were removed by someone else.
+# How long after booking a placement a full list may still not show the pod patch: longer than the filter's
+# API calls can take (20 s with the default --extender-deadline). A failed patch drops its booking itself; a
+# patch without an answer keeps it, and this is how long it stays unless a list or watch shows the pod.
 ASSUMPTION_GRACE_SECONDS = 30.0
 
 
