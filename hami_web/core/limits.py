@@ -9,7 +9,7 @@ gauge, or make Python expand an integer of millions of digits (``1e2000000``).
 from __future__ import annotations
 
 # A GPU's memory in MiB (after the device plugin's memory scaling): today's largest cards have ~190,000 MiB.
-MAX_DEVICE_MEMORY_MIB = 1 << 20  # 1 TiB
+MAX_DEVICE_MEMORY_MIB = 1 << 19  # 512 GiB
 # A GPU's compute in percent of one GPU: 100 × the device plugin's core scaling.
 MAX_DEVICE_CORES = 10_000
 # Compute one task may book on one GPU: 100 = the whole GPU.

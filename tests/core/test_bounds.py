@@ -49,7 +49,7 @@ def test_absurd_quantities_are_refused_naming_the_resource(value: Any, message: 
 
 @pytest.mark.parametrize(("limits", "message"), [
     pytest.param({GPU: "129"}, "nvidia.com/gpu: '129' is over the limit of 128", id="gpu-count"),
-    pytest.param({GPU: "1", MEM: "2Ti"}, "nvidia.com/gpumem: '2Ti' is over the limit of 1048576", id="gpumem"),
+    pytest.param({GPU: "1", MEM: "2Ti"}, "nvidia.com/gpumem: '2Ti' is over the limit of 524288", id="gpumem"),
     pytest.param({GPU: "1e100000"}, "nvidia.com/gpu: '1e100000' is over the limit of 128", id="gpu-1e100000"),
 ])
 def test_a_pod_asking_more_than_any_gpu_has_is_a_request_error(limits: dict[str, str], message: str) -> None:
@@ -59,7 +59,7 @@ def test_a_pod_asking_more_than_any_gpu_has_is_a_request_error(limits: dict[str,
 
 
 def test_values_at_the_limits_are_accepted() -> None:
-    pod = {"spec": {"containers": [{"name": "main", "resources": {"limits": {GPU: "128", MEM: "1Mi"}}}]}}
+    pod = {"spec": {"containers": [{"name": "main", "resources": {"limits": {GPU: "128", MEM: "512Ki"}}}]}}
     (container,) = pod_request(pod, RequestDefaults()).containers
     assert (container.count, container.memory_mib) == (128, MAX_DEVICE_MEMORY_MIB)
 
@@ -76,12 +76,12 @@ def _json_device(**overrides: Any) -> str:
 @pytest.mark.parametrize(("text", "message"), [
     pytest.param(f"GPU-a,10,{HUGE},100,NVIDIA-A40,0,true:", "devmem '" , id="text-400-digit-devmem"),
     pytest.param(f"GPU-a,10,8000,{HUGE},NVIDIA-A40,0,true:", "devcore '", id="text-400-digit-devcore"),
-    pytest.param("GPU-a,10,2000000,100,NVIDIA-A40,0,true:", "devmem 2000000 is outside 0..1048576",
+    pytest.param("GPU-a,10,2000000,100,NVIDIA-A40,0,true:", "devmem 2000000 is outside 0..524288",
                  id="text-devmem-over-a-tebibyte"),
     pytest.param("GPU-a,10,8000,20000,NVIDIA-A40,0,true:", "devcore 20000 is outside 0..10000", id="text-devcore"),
     pytest.param("GPU-a,99999,8000,100,NVIDIA-A40,0,true:", "count 99999 is outside 0..1024", id="text-count"),
     pytest.param("GPU-a,-1,8000,100,NVIDIA-A40,0,true:", "count -1 is outside", id="text-negative-count"),
-    pytest.param(_json_device(devmem=1e308), "'devmem' 1e+308 is outside 0..1048576", id="json-1e308-devmem"),
+    pytest.param(_json_device(devmem=1e308), "'devmem' 1e+308 is outside 0..524288", id="json-1e308-devmem"),
     pytest.param(_json_device(devcore=10 ** 400), "devcore", id="json-400-digit-devcore"),
     pytest.param(_json_device(devmem=-5), "devmem -5 is outside", id="json-negative-devmem"),
     pytest.param(_json_device(numa=100000), "numa 100000 is outside 0..4096", id="json-numa"),
@@ -114,7 +114,7 @@ def test_a_pair_score_out_of_range_is_refused() -> None:
 @pytest.mark.parametrize(("text", "message"), [
     pytest.param(f"GPU-a,NVIDIA,{HUGE},30:;", "memory is longer than 32 characters", id="400-digit-memory"),
     pytest.param(f"GPU-a,NVIDIA,1000,{HUGE}:;", "cores is longer than 32 characters", id="400-digit-cores"),
-    pytest.param("GPU-a,NVIDIA,2000000,30:;", "memory 2000000 is over the limit of 1048576", id="memory"),
+    pytest.param("GPU-a,NVIDIA,2000000,30:;", "memory 2000000 is over the limit of 524288", id="memory"),
     pytest.param("GPU-a,NVIDIA,1000,101:;", "cores 101 is over the limit of 100", id="cores-over-100"),
 ])
 def test_a_pod_device_annotation_out_of_range_is_refused(text: str, message: str) -> None:
