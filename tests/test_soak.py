@@ -20,7 +20,6 @@ import threading
 import time
 from collections import Counter, defaultdict
 from collections.abc import Iterator
-from dataclasses import fields
 from pathlib import Path
 
 import pytest
@@ -30,7 +29,6 @@ from hami_web.core import names
 from hami_web.core.devices import Device, encode_register_json
 from hami_web.kube import Kube, KubeError
 from hami_web.localcluster import LocalCluster
-from hami_web.settings import Settings
 from hami_web.state.pods import pod_usage
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -83,13 +81,14 @@ class Server:
         self.arguments = ["serve", "--insecure-http", "--bind", f"127.0.0.1:{port}", "--kubeconfig",
                           str(kubeconfig), "--threads", "8", "--refresh-interval", "1s", "--log-level", "WARNING"]
         self.service_url = self.extender_url = self.metrics_url = f"http://127.0.0.1:{port}"
-        # The listeners of this round (issue 12, network part): use them when this build has them.
-        known = {field.name for field in fields(Settings)}
-        if "extender_bind" in known:
+        # The listeners agreed for this round (issue 12, network part): use them when this build has them.
+        known = subprocess.run([sys.executable, "-m", "hami_web", "serve", "--help"], capture_output=True, text=True,
+                               env={**os.environ, "PYTHONPATH": str(REPO_ROOT)}, check=True).stdout
+        if "--extender-bind" in known:
             extender_port = _free_port()
             self.arguments += ["--extender-bind", f"127.0.0.1:{extender_port}"]
             self.extender_url = f"http://127.0.0.1:{extender_port}"
-        if "metrics_bind_address" in known:
+        if "--metrics-bind-address" in known:
             metrics_port = _free_port()
             self.arguments += ["--metrics-bind-address", f"127.0.0.1:{metrics_port}"]
             self.metrics_url = f"http://127.0.0.1:{metrics_port}"
