@@ -13,7 +13,7 @@ from typing import Any
 from hami_web.core import names
 from hami_web.core.devices import AnnotationError
 from hami_web.core.grants import PodGrants, decode_pod_devices
-from hami_web.core.limits import quote
+from hami_web.core.limits import json_type_name, quote
 from hami_web.core.requests import RequestError, asked_gpu_count
 from hami_web.core.usage import DeviceUsage, pod_booking
 
@@ -55,10 +55,10 @@ def string_map(value: object, where: str) -> Mapping[str, str]:
     if value is None:
         return {}
     if not isinstance(value, Mapping):
-        raise AnnotationError(f"{where} must be a map of strings, got {type(value).__name__}")
+        raise AnnotationError(f"{where} must be a map of strings, got {json_type_name(value)}")
     for key, item in value.items():
         if not isinstance(key, str) or not isinstance(item, str):
-            raise AnnotationError(f"{where} must be a map of strings; {quote(key)} is {type(item).__name__}")
+            raise AnnotationError(f"{where} must be a map of strings; {quote(key)} is {json_type_name(item)}")
     return value
 
 
@@ -66,7 +66,7 @@ def _map(value: object, where: str) -> Mapping[str, Any]:
     if value is None:
         return {}
     if not isinstance(value, Mapping):
-        raise AnnotationError(f"{where} must be an object, got {type(value).__name__}")
+        raise AnnotationError(f"{where} must be an object, got {json_type_name(value)}")
     return value
 
 

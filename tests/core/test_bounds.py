@@ -158,7 +158,7 @@ def test_a_booking_within_what_the_pod_asks_for_is_counted() -> None:
                  id="annotations-a-list"),
     pytest.param({"metadata": {"annotations": "hami.io/vgpu-node=node1"}}, "metadata.annotations must be a map",
                  id="annotations-a-string"),
-    pytest.param({"metadata": {"annotations": {"hami.io/vgpu-node": 7}}}, "'hami.io/vgpu-node' is int",
+    pytest.param({"metadata": {"annotations": {"hami.io/vgpu-node": 7}}}, "'hami.io/vgpu-node' is number",
                  id="annotation-a-number"),
     pytest.param({"metadata": "x"}, "metadata must be an object", id="metadata-a-string"),
     pytest.param(_bound_pod([_container("1")], "GPU-a,NVIDIA,1,1:;") | {"spec": {"containers": "c"}},
