@@ -9,16 +9,22 @@ the client to tell a 409 from a 404.
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import json
 import logging
 import os
+import threading
+import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
 from typing import Any
 
 import kubernetes.client
 import kubernetes.config
 import kubernetes.watch
+import urllib3
 from kubernetes.client.exceptions import ApiException
 from kubernetes.config.config_exception import ConfigException
 
@@ -31,15 +37,55 @@ JSON_PATCH = "application/json-patch+json"
 
 # Seconds: a request to the API server that takes longer than this is a failure, not a hang.
 REQUEST_TIMEOUT_SECONDS = 10.0
+# Threads that carry API calls made under a deadline (see `deadline`); more calls than this wait their turn.
+DEADLINE_CALL_THREADS = 16
+# Bytes read from a response at a time, so a response dripped slowly is cut at the deadline.
+READ_CHUNK_BYTES = 64 * 1024
+
+# The monotonic time by which the API calls of the current request must be answered (None: no deadline).
+_deadline: contextvars.ContextVar[float | None] = contextvars.ContextVar("hami_web_kube_deadline", default=None)
+
+
+@contextlib.contextmanager
+def deadline(seconds: float, *, within_current: bool = False) -> Iterator[None]:
+    """Make every API call inside this block share one deadline ``seconds`` from now.
+
+    The client's own timeout is per socket read, so a slow server (or one dripping its answer a byte at a
+    time) could hold a call far longer. Under a deadline each call runs on a helper thread the caller stops
+    waiting for at the deadline, and a response body still arriving then is cut off. A nested block sets a
+    new deadline (a cleanup after a failure gets its own small budget), or with ``within_current`` one that
+    never ends later than the enclosing block's (one step of that budget).
+    """
+    end = time.monotonic() + seconds
+    current = _deadline.get()
+    if within_current and current is not None:
+        end = min(end, current)
+    token = _deadline.set(end)
+    try:
+        yield
+    finally:
+        _deadline.reset(token)
+
+
+def deadline_left_seconds() -> float | None:
+    """Seconds left before the current deadline (may be negative), or None outside `deadline`."""
+    end = _deadline.get()
+    return None if end is None else end - time.monotonic()
 
 
 class KubeError(Exception):
-    """An API request failed; ``status`` is the HTTP status (0 when the server was not reached)."""
+    """An API request failed; ``status`` is the HTTP status (0 when the server was not reached).
 
-    def __init__(self, message: str, *, status: int = 0, reason: str = "") -> None:
+    ``outcome_unknown`` is True when a write may have been applied although no answer came back (a read
+    timeout, a connection reset after the request was sent, the deadline, HTTP 504): the caller must treat
+    the write as possibly done until the API shows otherwise.
+    """
+
+    def __init__(self, message: str, *, status: int = 0, reason: str = "", outcome_unknown: bool = False) -> None:
         super().__init__(message)
         self.status = status
         self.reason = reason
+        self.outcome_unknown = outcome_unknown
 
 
 class NotFoundError(KubeError):
@@ -63,8 +109,29 @@ def _error_from(error: Exception, what: str) -> KubeError:
             with contextlib.suppress(ValueError, AttributeError):
                 message = json.loads(body).get("message") or message
         kind = {404: NotFoundError, 409: ConflictError, 410: GoneError}.get(status, KubeError)
-        return kind(f"{what}: HTTP {status}: {message}", status=status, reason=error.reason or "")
-    return KubeError(f"{what}: {error}")
+        # 504: kube-apiserver gave up waiting for etcd; the write may still land.
+        return kind(f"{what}: HTTP {status}: {message}", status=status, reason=error.reason or "",
+                    outcome_unknown=status == 504)
+    return KubeError(f"{what}: {error}", outcome_unknown=_sent_without_answer(error))
+
+
+def _sent_without_answer(error: BaseException) -> bool:
+    """Whether a transport error happened after the request may have reached the server.
+
+    A refused or timed-out connection never carried the request; a read timeout or a connection reset
+    while waiting for the answer may have followed a write that was applied.
+    """
+    reason = getattr(error, "reason", None)
+    if isinstance(error, urllib3.exceptions.MaxRetryError) and isinstance(reason, BaseException):
+        return _sent_without_answer(reason)
+    if isinstance(error, urllib3.exceptions.NewConnectionError | urllib3.exceptions.ConnectTimeoutError):
+        return False
+    return isinstance(error, urllib3.exceptions.ReadTimeoutError | urllib3.exceptions.ProtocolError
+                      | ConnectionError | TimeoutError)
+
+
+class _DeadlineExceeded(Exception):
+    """The body of a response was still arriving at the request's deadline."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,14 +184,17 @@ class Kube:
 
     def __init__(self, configuration: kubernetes.client.Configuration, *,
                  timeout_seconds: float = REQUEST_TIMEOUT_SECONDS,
-                 throttle: Callable[[], object] | None = None) -> None:
+                 throttle: Callable[[float | None], float | None] | None = None) -> None:
         """``timeout_seconds`` bounds each request (``--kube-timeout``); ``throttle`` is called before each
-        request and may sleep (``--kube-qps`` / ``--kube-burst``)."""
+        request and may sleep (``--kube-qps`` / ``--kube-burst``): it gets the most it may wait (the time left
+        before the request's deadline, or None) and answers None when its wait would be longer."""
         self._timeout_seconds = timeout_seconds
         self._throttle = throttle
         self._api_client = kubernetes.client.ApiClient(configuration)
         self._core = kubernetes.client.CoreV1Api(self._api_client)
         self._admission = kubernetes.client.AdmissionregistrationV1Api(self._api_client)
+        self._call_threads: ThreadPoolExecutor | None = None
+        self._call_threads_lock = threading.Lock()
 
     @classmethod
     def for_url(cls, url: str, **options: Any) -> Kube:
@@ -139,24 +209,80 @@ class Kube:
         return cls(load_client_configuration(kubeconfig), **options)
 
     def close(self) -> None:
-        """Release the client's connection pool."""
+        """Release the client's connection pool (and the helper threads of calls under a deadline)."""
+        if self._call_threads is not None:
+            self._call_threads.shutdown(wait=False, cancel_futures=True)
         self._api_client.close()
 
     # -- plumbing ---------------------------------------------------------------------------------
 
     @staticmethod
-    def _read(response: Any) -> JsonObject:
+    def _read(response: Any, end: float | None) -> JsonObject:
         try:
-            return json.loads(response.data or b"{}")
+            if end is None:
+                return json.loads(response.data or b"{}")
+            chunks = []
+            while chunk := response.read1(READ_CHUNK_BYTES):  # whatever has arrived, not a full chunk
+                chunks.append(chunk)
+                if time.monotonic() > end:
+                    raise _DeadlineExceeded
+            return json.loads(b"".join(chunks) or b"{}")
         finally:
             response.release_conn()
 
     def _call(self, what: str, method: Any, *args: Any, **kwargs: Any) -> JsonObject:
-        kwargs.setdefault("_request_timeout", self._timeout_seconds)
-        if self._throttle is not None:
-            self._throttle()
+        end = _deadline.get()
+        if end is None:
+            self._spend_budget(what, None)
+            kwargs.setdefault("_request_timeout", self._timeout_seconds)
+            return self._request(what, method, args, kwargs, end=None)
+        # A wait for the request budget counts against the deadline: it happens here, in the caller's thread,
+        # and is refused up front when it would end after the deadline.
+        self._spend_budget(what, end - time.monotonic())
+        left = end - time.monotonic()
+        if left <= 0:
+            raise KubeError(f"{what}: not sent, the request's deadline has passed")
+        # The helper's own read timeout runs a little past the deadline: the caller stops waiting first, and
+        # the helper thread still ends soon after.
+        kwargs["_request_timeout"] = min(self._timeout_seconds, left + 1.0)
+        responses: list[Any] = []
+        future = self._helpers().submit(self._request, what, method, args, kwargs, end=end, responses=responses)
         try:
-            return self._read(method(*args, _preload_content=False, **kwargs))
+            return future.result(timeout=left)
+        except FutureTimeout:
+            if future.cancel():  # never started: nothing was sent
+                raise KubeError(f"{what}: not sent within the request's deadline (API calls are queued)") from None
+            for response in list(responses):  # a body still dripping in: cut it so the helper thread is freed
+                with contextlib.suppress(Exception):
+                    response.shutdown()
+            raise KubeError(f"{what}: no answer within the request's deadline of {left:.1f}s",
+                            outcome_unknown=True) from None
+
+    def _spend_budget(self, what: str, max_wait_seconds: float | None) -> None:
+        if self._throttle is None:
+            return
+        if max_wait_seconds is not None and max_wait_seconds <= 0:
+            raise KubeError(f"{what}: not sent, the request's deadline has passed")
+        if self._throttle(max_wait_seconds) is None:
+            raise KubeError(f"{what}: not sent, the request budget (--kube-qps) has no slot before the request's "
+                            f"deadline")
+
+    def _helpers(self) -> ThreadPoolExecutor:
+        with self._call_threads_lock:
+            if self._call_threads is None:
+                self._call_threads = ThreadPoolExecutor(DEADLINE_CALL_THREADS, thread_name_prefix="kube-call")
+            return self._call_threads
+
+    def _request(self, what: str, method: Any, args: tuple[Any, ...], kwargs: dict[str, Any], *,
+                 end: float | None, responses: list[Any] | None = None) -> JsonObject:
+        try:
+            response = method(*args, _preload_content=False, **kwargs)
+            if responses is not None:
+                responses.append(response)
+            return self._read(response, end)
+        except _DeadlineExceeded:
+            raise KubeError(f"{what}: the answer was still arriving at the request's deadline",
+                            outcome_unknown=True) from None
         except (ApiException, OSError, ValueError) as error:
             raise _error_from(error, what) from error
         except Exception as error:  # urllib3 raises its own hierarchy for connection problems
@@ -221,8 +347,7 @@ class Kube:
     def _watch(self, what: str, method: Any, **kwargs: Any) -> Iterator[WatchEvent]:
         watch = _RawWatch()
         kwargs["_request_timeout"] = (self._timeout_seconds, kwargs["timeout_seconds"] + self._timeout_seconds)
-        if self._throttle is not None:
-            self._throttle()
+        self._spend_budget(what, None)
         try:
             for event in watch.stream(method, allow_watch_bookmarks=True, **kwargs):
                 yield WatchEvent(type=str(event.get("type", "")), object=event.get("object") or {})

@@ -19,7 +19,8 @@ from hami_web.core.options import parse_gpu_policy
 NODE_POLICIES = ("binpack", "spread")
 PRIVILEGED_POLICIES = ("deny", "skip")
 LOG_FORMATS = ("text", "json")
-MAX_LOCK_RETRY_SECONDS = 300.0
+# The longest deadline of one /filter or /bind (see `_bind_deadline`).
+MAX_BIND_DEADLINE_SECONDS = 27.0
 ENV_PREFIX = "HAMI_"
 
 
@@ -68,11 +69,12 @@ class Settings:
     threads: int = 8
     log_level: str = "INFO"
     # HAMi v2.10's names and meanings (see README, Compatibility with HAMi v2.10).
-    node_lock_retry_timeout_seconds: float = 28.0
+    node_lock_retry_timeout_seconds: float = 25.0
     kube_qps: float = 0.0
     kube_burst: int = 0
     kube_timeout_seconds: float = 10.0
     log_format: str = "text"
+    extender_deadline_seconds: float = 15.0
 
     @property
     def bind_host_port(self) -> tuple[str, int]:
@@ -157,13 +159,17 @@ def _non_negative_float(text: str) -> float:
     return value
 
 
-def _lock_retry_duration(text: str) -> float:
-    seconds = _non_negative_duration(text)
-    if seconds > MAX_LOCK_RETRY_SECONDS:
-        # kube-scheduler abandons a bind after its extender httpTimeout (30s as deployed); waiting longer only
-        # parks a request thread for nothing.
-        raise ValueError(f"must be at most {MAX_LOCK_RETRY_SECONDS:g}s, and below the extender's httpTimeout")
-    return seconds
+def _bind_deadline(*, allow_zero: bool) -> Callable[[str], float]:
+    # kube-scheduler abandons a /filter or /bind after its extender httpTimeout (30s as deployed); the deadline
+    # plus the cleanup after a failed bind (at most 3s) must end before it, or the answer arrives too late.
+    def parse(text: str) -> float:
+        seconds = _non_negative_duration(text) if allow_zero else _positive_duration(text)
+        if seconds > MAX_BIND_DEADLINE_SECONDS:
+            raise ValueError(f"must be at most {MAX_BIND_DEADLINE_SECONDS:g}s, so that with the cleanup after a "
+                             "failed bind the answer comes inside kube-scheduler's 30s httpTimeout")
+        return seconds
+
+    return parse
 
 
 def _positive_duration(text: str) -> float:
@@ -266,9 +272,9 @@ _OPTIONS: tuple[_Option, ...] = (
     _Option("--threads", "threads", _positive_int,
             "threads that run the app; connections are read by the event loop (8)"),
     _Option("--log-level", "log_level", _choice(("DEBUG", "INFO", "WARNING", "ERROR")), "log level (INFO)"),
-    _Option("--node-lock-retry-timeout", "node_lock_retry_timeout_seconds", _lock_retry_duration,
-            "how long a PodGroup member waits for a node lock another pod holds, e.g. 28s; 0 = fail at once "
-            "(28s, below kube-scheduler's 30s extender timeout)"),
+    _Option("--node-lock-retry-timeout", "node_lock_retry_timeout_seconds", _bind_deadline(allow_zero=True),
+            "how long the bind of a PodGroup member that finds its node locked may take, the wait for the lock "
+            "and the bind's API calls together, e.g. 25s; 0 = fail at once; at most 27s (25s)"),
     _Option("--kube-qps", "kube_qps", _non_negative_float,
             "requests per second to kube-apiserver, sustained; 0 = no client-side limit (0)"),
     _Option("--kube-burst", "kube_burst", _non_negative_int,
@@ -276,6 +282,9 @@ _OPTIONS: tuple[_Option, ...] = (
     _Option("--kube-timeout", "kube_timeout_seconds", _positive_duration,
             "timeout of one request to kube-apiserver, e.g. 10 or 10s (10s)"),
     _Option("--log-format", "log_format", _choice(LOG_FORMATS), "text, or json for one JSON object per line (text)"),
+    _Option("--extender-deadline", "extender_deadline_seconds", _bind_deadline(allow_zero=False),
+            "time one /filter or /bind may spend on API calls; reading back an unanswered write or cleaning up "
+            "a failed bind gets a third more, at most 3s; at most 27s (15s)"),
 )
 
 # HAMi scheduler flags an operator may carry over, for features hami-web does not have: refused with a reason,

@@ -1,10 +1,13 @@
 """HAMi v2.10's scheduler flags and the API request budget (README, Compatibility with HAMi v2.10).
 
 Covers: ``--node-lock-retry-timeout``, ``--kube-qps``, ``--kube-burst``, ``--kube-timeout``, ``--log-format`` and a
-chain for ``--gpu-scheduler-policy`` parse with HAMi's meaning and defaults, bad values name the flag; HAMi flags
-we do not support stop ``hami-web serve`` with a message saying so and why; the token bucket behind
-``--kube-qps``/``--kube-burst`` (burst free, then one request per 1/qps seconds, refilled over time) and the
-client calling it before each request against the in-process API server. (JSON log lines: ``test_logs.py``.)
+chain for ``--gpu-scheduler-policy`` parse with HAMi's meaning and defaults, bad values name the flag;
+``--node-lock-retry-timeout`` and ``--extender-deadline`` are refused above 27 s (the answer must reach
+kube-scheduler inside its 30 s httpTimeout); HAMi flags we do not support stop ``hami-web serve`` with a message
+saying so and why; the token bucket behind ``--kube-qps``/``--kube-burst`` (burst free, then one request per 1/qps
+seconds, refilled over time; a wait longer than allowed is refused and spends nothing) and the client calling it
+before each request against the in-process API server, under a deadline with the time left, so a budget wait
+past the deadline means the request is not sent. (JSON log lines: ``test_logs.py``.)
 """
 
 from __future__ import annotations
@@ -12,7 +15,7 @@ from __future__ import annotations
 import pytest
 
 from hami_web.cli import build_parser, main
-from hami_web.kube import Kube
+from hami_web.kube import Kube, KubeError, deadline
 from hami_web.localcluster import LocalCluster
 from hami_web.settings import UNSUPPORTED_HAMI_FLAGS, Settings, SettingsError, build_settings
 from hami_web.state.budget import RequestBudget
@@ -25,12 +28,15 @@ def _settings(*argv: str) -> Settings:
 def test_hami_flag_defaults() -> None:
     settings = _settings()
     assert (settings.node_lock_retry_timeout_seconds, settings.kube_qps, settings.kube_burst,
-            settings.kube_timeout_seconds, settings.log_format) == (28.0, 0.0, 0, 10.0, "text")
+            settings.kube_timeout_seconds, settings.log_format) == (25.0, 0.0, 0, 10.0, "text")
+    assert settings.extender_deadline_seconds == 15.0
 
 
 @pytest.mark.parametrize(("argv", "field", "value"), [
     pytest.param(["--node-lock-retry-timeout", "10s"], "node_lock_retry_timeout_seconds", 10.0, id="retry-duration"),
     pytest.param(["--node-lock-retry-timeout", "0"], "node_lock_retry_timeout_seconds", 0.0, id="retry-off"),
+    pytest.param(["--node-lock-retry-timeout", "27s"], "node_lock_retry_timeout_seconds", 27.0, id="retry-longest"),
+    pytest.param(["--extender-deadline", "27"], "extender_deadline_seconds", 27.0, id="deadline-longest"),
     pytest.param(["--kube-qps", "20.5"], "kube_qps", 20.5, id="qps"),
     pytest.param(["--kube-burst", "40"], "kube_burst", 40, id="burst"),
     pytest.param(["--kube-timeout", "30"], "kube_timeout_seconds", 30.0, id="timeout-seconds-as-hami"),
@@ -46,8 +52,14 @@ def test_hami_flags_parse(argv: list[str], field: str, value: object) -> None:
 @pytest.mark.parametrize(("argv", "message"), [
     pytest.param(["--node-lock-retry-timeout=-1s"], "invalid value for --node-lock-retry-timeout: "
                  "'-1s' is not a duration (examples: 30, 30s, 5m, 1h)", id="negative-retry"),
-    pytest.param(["--node-lock-retry-timeout", "6m"], "invalid value for --node-lock-retry-timeout: must be at "
-                 "most 300s, and below the extender's httpTimeout", id="retry-longer-than-any-bind"),
+    pytest.param(["--node-lock-retry-timeout", "28s"], "invalid value for --node-lock-retry-timeout: must be at "
+                 "most 27s, so that with the cleanup after a failed bind the answer comes inside kube-scheduler's "
+                 "30s httpTimeout", id="retry-longer-than-any-bind"),
+    pytest.param(["--extender-deadline", "30s"], "invalid value for --extender-deadline: must be at most 27s, so "
+                 "that with the cleanup after a failed bind the answer comes inside kube-scheduler's 30s "
+                 "httpTimeout", id="deadline-longer-than-httpTimeout"),
+    pytest.param(["--extender-deadline", "0"], "invalid value for --extender-deadline: must be greater than zero",
+                 id="zero-deadline"),
     pytest.param(["--kube-qps", "-5"], "invalid value for --kube-qps: '-5' must be a number >= 0", id="negative-qps"),
     pytest.param(["--kube-qps", "nan"], "invalid value for --kube-qps: 'nan' must be a number >= 0", id="nan-qps"),
     pytest.param(["--kube-burst", "x"], "invalid value for --kube-burst: invalid literal for int() with base 10: 'x'",
@@ -115,11 +127,40 @@ def test_budget_burst_defaults_to_the_qps_rounded_up() -> None:
     assert [budget.take() for _ in range(3)] == [0.0, 0.0, pytest.approx(2 / 3)]
 
 
+def test_budget_refuses_a_wait_longer_than_allowed_and_spends_nothing() -> None:
+    clock = _Clock()
+    budget = RequestBudget(qps=2.0, burst=1, monotonic=clock, sleep=clock.sleep)
+    assert budget.take(max_wait_seconds=0.0) == 0.0  # the burst: no wait needed
+
+    assert budget.take(max_wait_seconds=0.4) is None  # the next slot is 0.5 s away
+    assert budget.take(max_wait_seconds=0.5) == 0.5  # the refusal did not push it back
+    assert clock.slept == [0.5]
+
+
 def test_client_spends_the_budget_before_every_request() -> None:
-    calls: list[int] = []
+    calls: list[float | None] = []
+
+    def throttle(max_wait_seconds: float | None) -> float:
+        calls.append(max_wait_seconds)
+        return 0.0
+
     with LocalCluster() as cluster:
-        kube = Kube.for_url(cluster.url, timeout_seconds=5.0, throttle=lambda: calls.append(1))
+        kube = Kube.for_url(cluster.url, timeout_seconds=5.0, throttle=throttle)
         kube.list_nodes()
-        kube.list_pods()
+        with deadline(60.0):
+            kube.list_pods()
         kube.close()
-    assert len(calls) == 2
+    assert calls[0] is None  # no deadline: the budget may make the call wait as long as it needs
+    assert calls[1] is not None and 0 < calls[1] <= 60.0  # under a deadline: at most the time left
+
+
+def test_under_a_deadline_a_budget_wait_past_it_is_not_sent() -> None:
+    with LocalCluster() as cluster:
+        kube = Kube.for_url(cluster.url, throttle=RequestBudget(qps=0.01, burst=1).take)
+        kube.list_nodes()  # spends the burst; the next slot is 100 s away
+        with deadline(5.0), pytest.raises(KubeError) as refused:
+            kube.get_node("node1")
+        kube.close()
+    assert str(refused.value) == ("get node node1: not sent, the request budget (--kube-qps) has no slot before "
+                                  "the request's deadline")
+    assert refused.value.outcome_unknown is False

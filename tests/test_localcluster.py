@@ -4,7 +4,8 @@ Covers: node/pod CRUD and server-side defaults; merge, strategic and JSON patch 
 ``test`` → 422); resourceVersion compare-and-swap on PATCH and PUT (409); AlreadyExists; bindings (201,
 second one 409, missing pod 404); pod status only through ``/status``; watches (ADDED/MODIFIED/DELETED in
 order, resume from a resourceVersion, 410 through `GoneError`, selectors on watch); label and field
-selectors on list; loading multi-document YAML and ``kind: List``; injected failures; secrets;
+selectors on list; loading multi-document YAML and ``kind: List``; injected failures and the fault modes
+(reset = applied then unanswered, delay and drip cut at the caller's deadline, cut watches); secrets;
 MutatingWebhookConfiguration JSON patch; events; Status bodies reaching `KubeError`; concurrent CAS patches.
 """
 
@@ -21,7 +22,7 @@ import kubernetes.client
 import pytest
 from kubernetes.client.exceptions import ApiException
 
-from hami_web.kube import ConflictError, GoneError, Kube, KubeError, NotFoundError, WatchEvent
+from hami_web.kube import ConflictError, GoneError, Kube, KubeError, NotFoundError, WatchEvent, deadline
 from hami_web.localcluster import LocalCluster
 
 
@@ -411,6 +412,42 @@ def test_injected_failure_answers_once_then_normal(kube: Kube, apiserver: LocalC
     assert error.value.status == 500 and "nodeName" not in apiserver.get("pods", "p1")["spec"]
     kube.bind_pod("default", "p1", "n1")
     assert ("POST", "/api/v1/namespaces/default/pods/p1/binding") in apiserver.request_log
+
+
+def test_a_reset_applies_the_write_and_drops_the_connection_unanswered(kube: Kube, apiserver: LocalCluster) -> None:
+    apiserver.load([node("n1")])
+    apiserver.inject_failure("PATCH", "nodes", name="n1", mode="reset")
+    with pytest.raises(KubeError) as lost:
+        kube.patch_node("n1", {"metadata": {"annotations": {"a": "1"}}})
+    assert lost.value.outcome_unknown and lost.value.status == 0
+    assert apiserver.get("nodes", "n1")["metadata"]["annotations"] == {"a": "1"}
+
+
+def test_a_delay_and_a_drip_are_cut_at_the_callers_deadline(kube: Kube, apiserver: LocalCluster) -> None:
+    apiserver.load([node("n1")])
+    for mode in ("delay", "drip"):
+        apiserver.inject_failure("GET", "nodes", name="n1", mode=mode, seconds=2.0)
+        with deadline(0.3), pytest.raises(KubeError) as slow:
+            kube.get_node("n1")
+        assert "deadline" in str(slow.value) and slow.value.outcome_unknown
+        apiserver.clear_failures()
+    assert kube.get_node("n1")["metadata"]["name"] == "n1"
+
+
+def test_a_cut_watch_ends_with_an_error_after_the_events_it_sent(kube: Kube, apiserver: LocalCluster) -> None:
+    apiserver.load([node("n1"), node("n2")])
+    apiserver.inject_failure("GET", "nodes", mode="cut", events=1)
+    assert len(kube.list_nodes()[0]) == 2  # a list is not a watch: the fault waits for the watch
+    received = []
+    with pytest.raises(KubeError):
+        for event in kube.watch_nodes(resource_version="", timeout_seconds=5):
+            received.append(event.object["metadata"]["name"])
+    assert received == ["n1"]
+
+
+def test_an_unknown_fault_mode_is_refused(apiserver: LocalCluster) -> None:
+    with pytest.raises(ValueError, match="unknown fault mode"):
+        apiserver.inject_failure("GET", "nodes", mode="explode")
 
 
 def test_get_returns_a_copy(apiserver: LocalCluster) -> None:

@@ -22,9 +22,10 @@ import jsonpatch
 
 from hami_web.admission.pod_shape import PodShapeError, check_pod_shape, iter_containers
 from hami_web.core import names
+from hami_web.core.limits import quote
 from hami_web.core.options import OptionsError, parse_scoring_weights
 from hami_web.core.quantities import QuantityError, parse_whole_quantity
-from hami_web.core.requests import FULL_CARD_PERCENT, MAX_CORES
+from hami_web.core.requests import FULL_CARD_PERCENT, MAX_CORES, quantity_maximum
 from hami_web.settings import Settings
 
 DEFAULT_SCHEDULER = "default-scheduler"
@@ -153,11 +154,12 @@ def _read_quantities(container: dict[str, Any], name: str, settings: Settings) -
             if resource not in section:
                 continue
             raw = section[resource]
-            value = parse_whole_quantity(raw, container=name, resource=resource)
+            value = parse_whole_quantity(raw, container=name, resource=resource,
+                                         maximum=quantity_maximum(names, resource))
             if resource == names.memory_percentage and value > FULL_CARD_PERCENT:
-                raise QuantityError(f"container {name}: {resource}: {raw!r} is outside 0..100")
+                raise QuantityError(f"container {name}: {resource}: {quote(raw)} is outside 0..100")
             if resource == names.cores and value > MAX_CORES:
-                raise QuantityError(f"container {name}: {resource}: {raw!r} is over 100 (100 = one whole GPU)")
+                raise QuantityError(f"container {name}: {resource}: {quote(raw)} is over 100 (100 = one whole GPU)")
             values.setdefault(resource, value)
     return values
 

@@ -13,6 +13,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from hami_web.core.limits import json_type_name
+
 CONTAINER_SECTIONS = ("initContainers", "containers")
 
 
@@ -95,14 +97,3 @@ def _optional(parent: dict[str, Any], key: str, expected: type, path: str) -> An
 
 
 _TYPE_WORDS: dict[type, str] = {dict: "an object", list: "a list", str: "a string", bool: "a boolean"}
-
-
-def json_type_name(value: object) -> str:
-    """The JSON name of a decoded value's type, for messages an operator reads."""
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "boolean"
-    if isinstance(value, int | float):
-        return "number"
-    return {dict: "object", list: "list", str: "string"}.get(type(value), type(value).__name__)

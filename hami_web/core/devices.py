@@ -12,6 +12,19 @@ import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
+from hami_web.core.limits import (
+    MAX_DEVICE_CORES,
+    MAX_DEVICE_INDEX,
+    MAX_DEVICE_MEMORY_MIB,
+    MAX_DEVICE_SHARES,
+    MAX_NUMA_NODE,
+    MAX_NUMBER_CHARS,
+    MAX_PAIR_SCORE,
+    MAX_TYPE_CHARS,
+    quote,
+    uuid_problem,
+)
+
 
 class AnnotationError(ValueError):
     """An annotation does not parse; the message names the position and what was expected."""
@@ -50,11 +63,27 @@ _TEXT_FIELDS_SHORT = 7
 _TEXT_FIELDS_LONG = 9
 
 
-def _parse_int(text: str, what: str, where: str) -> int:
+# The largest value of each numeric register field: a GPU beyond these is garbage, and numbers this size keep
+# scores and metrics finite (a 400-digit devmem made every float conversion overflow).
+_FIELD_MAXIMUM = {"count": MAX_DEVICE_SHARES, "devmem": MAX_DEVICE_MEMORY_MIB, "devcore": MAX_DEVICE_CORES,
+                  "numa": MAX_NUMA_NODE, "index": MAX_DEVICE_INDEX}
+
+
+def _in_range(value: int, what: str, where: str, maximum: int) -> int:
+    if not 0 <= value <= maximum:
+        raise AnnotationError(f"{where}: {what} {quote(value)} is outside 0..{maximum}")
+    return value
+
+
+def _parse_int(text: str, what: str, where: str, maximum: int | None = None) -> int:
+    stripped = text.strip()
+    if len(stripped) > MAX_NUMBER_CHARS:
+        raise AnnotationError(f"{where}: {what} {quote(stripped)} is longer than {MAX_NUMBER_CHARS} characters")
     try:
-        return int(text.strip())
+        value = int(stripped)
     except ValueError:
-        raise AnnotationError(f"{where}: {what} {text.strip()!r} is not an integer") from None
+        raise AnnotationError(f"{where}: {what} {quote(stripped)} is not an integer") from None
+    return _in_range(value, what, where, _FIELD_MAXIMUM[what] if maximum is None else maximum)
 
 
 def _parse_bool(text: str, what: str, where: str) -> bool:
@@ -75,7 +104,12 @@ def decode_register(text: str) -> tuple[Device, ...]:
     if not devices:
         raise AnnotationError("register annotation lists no devices")
     seen: set[str] = set()
-    for device in devices:
+    for position, device in enumerate(devices):
+        problem = uuid_problem(device.uuid)
+        if problem:
+            raise AnnotationError(f"device {position}: UUID {quote(device.uuid)} {problem}")
+        if len(device.type) > MAX_TYPE_CHARS:
+            raise AnnotationError(f"device {position}: type is longer than {MAX_TYPE_CHARS} characters")
         if device.uuid in seen:
             raise AnnotationError(f"device {device.uuid} is listed twice")
         seen.add(device.uuid)
@@ -118,17 +152,21 @@ def _decode_register_text(text: str) -> tuple[Device, ...]:
     return tuple(devices)
 
 
-def _json_int(entry: Mapping[str, object], key: str, where: str, default: int | None = None) -> int:
+def _json_int(entry: Mapping[str, object], key: str, where: str, default: int | None = None, *,
+              maximum: int | None = None) -> int:
     value = entry.get(key, default)
     if isinstance(value, bool) or value is None:
-        raise AnnotationError(f"{where}: field {key!r} is missing or not an integer")
+        raise AnnotationError(f"{where}: field {quote(key)} is missing or not an integer")
+    limit = _FIELD_MAXIMUM[key] if maximum is None else maximum
     if isinstance(value, int):
-        return value
-    if isinstance(value, float) and value.is_integer():
+        return _in_range(value, key, where, limit)
+    if isinstance(value, float) and value.is_integer() and 0 <= value <= limit:
         return int(value)
     if isinstance(value, str):
-        return _parse_int(value, key, where)
-    raise AnnotationError(f"{where}: field {key!r} is not an integer")
+        return _parse_int(value, key, where, limit)
+    if isinstance(value, float) and value.is_integer():
+        raise AnnotationError(f"{where}: field {quote(key)} {quote(value)} is outside 0..{limit}")
+    raise AnnotationError(f"{where}: field {quote(key)} is not an integer")
 
 
 def _load_json(text: str) -> object:
@@ -208,7 +246,9 @@ def decode_pair_scores(text: str) -> dict[str, dict[str, int]]:
         pairs = entry.get("score") or {}
         if not isinstance(pairs, dict):
             raise AnnotationError(f"{where}: 'score' must be an object")
-        scores[entry["uuid"]] = {str(other): _json_int(pairs, other, f"{where} pair {other}") for other in pairs}
+        scores[entry["uuid"]] = {str(other): _json_int(pairs, other, f"{where} pair {quote(other)}",
+                                                       maximum=MAX_PAIR_SCORE)
+                                 for other in pairs}
     return scores
 
 

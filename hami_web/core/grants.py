@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from hami_web.core.devices import AnnotationError
+from hami_web.core.limits import MAX_DEVICE_MEMORY_MIB, MAX_NUMBER_CHARS, MAX_TASK_CORES, MAX_UUID_CHARS, quote
 from hami_web.core.names import VENDOR
 
 _MIN_FIELDS = 4
@@ -64,12 +65,26 @@ def decode_pod_devices(text: str) -> PodGrants:
             uuid = fields[0].strip()
             if not uuid:
                 raise AnnotationError(f"{where}: empty UUID")
-            try:
-                memory_mib, cores = int(fields[2]), int(fields[3])
-            except ValueError:
-                raise AnnotationError(f"{where}: memory and cores must be integers in {item.strip()!r}") from None
-            if memory_mib < 0 or cores < 0:
-                raise AnnotationError(f"{where}: negative memory or cores in {item.strip()!r}")
+            if len(uuid) > MAX_UUID_CHARS:
+                raise AnnotationError(f"{where}: UUID is longer than {MAX_UUID_CHARS} characters")
+            memory_mib = _bounded_int(fields[2], "memory", MAX_DEVICE_MEMORY_MIB, where, item)
+            cores = _bounded_int(fields[3], "cores", MAX_TASK_CORES, where, item)
             grants.append(DeviceGrant(uuid=uuid, memory_mib=memory_mib, cores=cores, vendor=fields[1].strip()))
         containers.append(tuple(grants))
     return tuple(containers)
+
+
+def _bounded_int(text: str, what: str, maximum: int, where: str, item: str) -> int:
+    """One number of a device entry, in ``0..maximum``: a GPU cannot give a task more than it has."""
+    stripped = text.strip()
+    if len(stripped) > MAX_NUMBER_CHARS:
+        raise AnnotationError(f"{where}: {what} is longer than {MAX_NUMBER_CHARS} characters")
+    try:
+        value = int(stripped)
+    except ValueError:
+        raise AnnotationError(f"{where}: memory and cores must be integers in {quote(item.strip())}") from None
+    if value < 0:
+        raise AnnotationError(f"{where}: negative memory or cores in {quote(item.strip())}")
+    if value > maximum:
+        raise AnnotationError(f"{where}: {what} {value} is over the limit of {maximum}")
+    return value

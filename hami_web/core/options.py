@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from hami_web.core import names
+from hami_web.core.limits import json_type_name
 
 NODE_POLICIES = ("binpack", "spread")
 GPU_POLICIES = ("binpack", "spread", "topology-aware")
@@ -114,8 +115,16 @@ def _split(value: str, *, upper: bool) -> tuple[str, ...]:
     return tuple(part.upper() if upper else part for part in parts if part)
 
 
-def _policy(annotations: Mapping[str, str], key: str, default: str, allowed: tuple[str, ...]) -> str:
+def _text(annotations: Mapping[str, str], key: str) -> str | None:
+    """The annotation's value, None when absent; a non-string (a hand-made request) is an error naming it."""
     value = annotations.get(key)
+    if value is not None and not isinstance(value, str):
+        raise OptionsError(f"{key} must be a string, got {json_type_name(value)}")
+    return value
+
+
+def _policy(annotations: Mapping[str, str], key: str, default: str, allowed: tuple[str, ...]) -> str:
+    value = _text(annotations, key)
     if value is None:
         return default
     if value.strip() not in allowed:
@@ -135,7 +144,7 @@ def parse_gpu_policy(value: str, *, source: str = names.POD_GPU_POLICY) -> str:
     SPEC's message. In a chain, the message names the entry that is not a policy.
     """
     if not isinstance(value, str):
-        raise OptionsError(f"{source} must be a string, not {type(value).__name__}")
+        raise OptionsError(f"{source} must be a string, got {json_type_name(value)}")
     if "," not in value:
         single = value.strip()
         if single in GPU_POLICY_KEYS:
@@ -168,7 +177,7 @@ def gpu_policy_of(normalised: str) -> GpuPolicy:
 def parse_scoring_weights(value: str, *, source: str = names.POD_SCORING_WEIGHTS) -> ScoringWeights:
     """``slot=a,core=b,memory=c``: whole numbers >= 0, all three keys, not all zero; errors name the problem."""
     if not isinstance(value, str):
-        raise OptionsError(f"{source} must be a string, not {type(value).__name__}")
+        raise OptionsError(f"{source} must be a string, got {json_type_name(value)}")
     expected = "expected slot=<n>,core=<n>,memory=<n>"
     weights: dict[str, int] = {}
     for part in value.split(","):
@@ -203,9 +212,9 @@ def pod_options(annotations: Mapping[str, str] | None, *, node_policy: str, gpu_
         node_policy=_policy(annotations, names.POD_NODE_POLICY, node_policy, NODE_POLICIES),
         gpu_policy=gpu_policy if pod_gpu_policy is None else parse_gpu_policy(pod_gpu_policy),
         scoring_weights=DEFAULT_WEIGHTS if weights is None else parse_scoring_weights(weights),
-        numa_bind=annotations.get(names.POD_NUMA_BIND, "").strip().lower() == "true",
-        use_types=_split(annotations.get(names.POD_USE_GPU_TYPE, ""), upper=True),
-        nouse_types=_split(annotations.get(names.POD_NOUSE_GPU_TYPE, ""), upper=True),
-        use_uuids=frozenset(_split(annotations.get(names.POD_USE_GPU_UUID, ""), upper=False)),
-        nouse_uuids=frozenset(_split(annotations.get(names.POD_NOUSE_GPU_UUID, ""), upper=False)),
+        numa_bind=(_text(annotations, names.POD_NUMA_BIND) or "").strip().lower() == "true",
+        use_types=_split(_text(annotations, names.POD_USE_GPU_TYPE) or "", upper=True),
+        nouse_types=_split(_text(annotations, names.POD_NOUSE_GPU_TYPE) or "", upper=True),
+        use_uuids=frozenset(_split(_text(annotations, names.POD_USE_GPU_UUID) or "", upper=False)),
+        nouse_uuids=frozenset(_split(_text(annotations, names.POD_NOUSE_GPU_UUID) or "", upper=False)),
     )

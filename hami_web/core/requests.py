@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from hami_web.core.limits import MAX_DEVICE_MEMORY_MIB, MAX_GPUS_PER_CONTAINER, MAX_QUANTITY
 from hami_web.core.quantities import QuantityError, parse_whole_quantity
 from hami_web.settings import ResourceNames
 
@@ -66,6 +67,11 @@ class RequestDefaults:
     default_cores: int = 0
 
 
+def quantity_maximum(names: ResourceNames, resource: str) -> int:
+    """The largest value accepted for ``resource``: a count or MiB a GPU could hold, else `MAX_QUANTITY`."""
+    return {names.count: MAX_GPUS_PER_CONTAINER, names.memory: MAX_DEVICE_MEMORY_MIB}.get(resource, MAX_QUANTITY)
+
+
 def _resource_value(resources: Mapping[str, Any], name: str) -> Any:
     for section in ("limits", "requests"):
         values = resources.get(section) or {}
@@ -74,6 +80,24 @@ def _resource_value(resources: Mapping[str, Any], name: str) -> Any:
         if name in values:
             return values[name]
     return None
+
+
+def asked_gpu_count(container: Mapping[str, Any], *, count_resource: str) -> int:
+    """How many GPUs one container asks for (limits over requests), bounded; `RequestError` when unreadable."""
+    name = str(container.get("name") or "<unnamed>")
+    resources = container.get("resources") or {}
+    if not isinstance(resources, Mapping):
+        raise RequestError(f"container {name}: resources is not a map")
+    try:
+        raw = _resource_value(resources, count_resource)
+    except RequestError as error:
+        raise RequestError(f"container {name}: {error}") from None
+    if raw is None:
+        return 0
+    try:
+        return parse_whole_quantity(raw, container=name, resource=count_resource, maximum=MAX_GPUS_PER_CONTAINER)
+    except QuantityError as error:
+        raise RequestError(str(error)) from None
 
 
 def container_request(container: Mapping[str, Any], *, init: bool, defaults: RequestDefaults) -> ContainerRequest:
@@ -92,7 +116,8 @@ def container_request(container: Mapping[str, Any], *, init: bool, defaults: Req
         if raw is None:
             return None
         try:
-            return parse_whole_quantity(raw, container=name, resource=resource)
+            return parse_whole_quantity(raw, container=name, resource=resource,
+                                        maximum=quantity_maximum(names, resource))
         except QuantityError as error:
             raise RequestError(str(error)) from None
 

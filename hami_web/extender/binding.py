@@ -2,27 +2,58 @@
 
 On failure the pod is marked ``bind-phase=failed``, our lock (only ours) is released and the filter's
 booking is dropped, so kube-scheduler's retry starts from a clean slate. A member of a gang (label
-``scheduling.x-k8s.io/pod-group`` or ``spec.schedulingGroup``) that finds the node locked waits for the lock
-for up to ``--node-lock-retry-timeout``; any other pod is answered at once, as before, and so is a member when
-``max_lock_waiters`` binds already wait (each holds one of the server's few request threads).
+``scheduling.x-k8s.io/pod-group`` or ``spec.schedulingGroup``) that finds the node locked waits for the lock;
+any other pod is answered at once, as before, and so is a member when ``max_lock_waiters`` binds already wait
+(each holds one of the server's few request threads).
+
+Only a pod this process placed (same uid, namespace, name and node) is bound: ``/bind`` uses hami-web's
+RBAC, and must not bind a pod we never chose GPUs for. Anything else is refused before any lock or pod is
+touched. The answer must always reach kube-scheduler inside its ``httpTimeout`` (30 s), so a bind's API calls
+share one deadline: ``--extender-deadline``, or for a gang member that waits, ``--node-lock-retry-timeout``
+counted from the start of the bind, which the lock wait and the calls after it share. The cleanup after a
+failure gets ``min(deadline/3, 3 s)`` more. When the Binding's outcome is unknown, the pod is read back: bound
+means success; unreadable means the booking and our lock stay (the pod may be running on those GPUs) and
+kube-scheduler is told to retry.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from collections.abc import Callable
 from typing import Any
 
 from hami_web.core import names
+from hami_web.extender.deadlines import after_deadline_seconds
 from hami_web.extender.events import EventRecorder
 from hami_web.extender.nodelock import NodeLock, NodeLockError, NodeLockHeld
 from hami_web.extender.wire import ExtenderBindingResult, WireError, binding_target, require_object
-from hami_web.kube import JsonObject, Kube, KubeError
+from hami_web.kube import ConflictError, JsonObject, Kube, KubeError, NotFoundError, deadline, deadline_left_seconds
 from hami_web.state.budget import WaitSlots
 from hami_web.state.cache import ClusterCache
 
 log = logging.getLogger(__name__)
+
+# A gang member stops looking at a held lock this share of its deadline early (at most LOCK_WAIT_RESERVE_MAX_SECONDS),
+# so the last look at the lock, the pod patch and the Binding still have time before the deadline.
+LOCK_WAIT_RESERVE_SHARE = 0.2
+LOCK_WAIT_RESERVE_MAX_SECONDS = 2.0
+
+
+class _BindDeadline:
+    """The deadline one bind's API calls run under; a gang member that waits for a lock replaces it."""
+
+    def __init__(self, scope: contextlib.ExitStack, seconds: float) -> None:
+        self._scope = scope
+        self._started = time.monotonic()
+        self.seconds = seconds
+        scope.enter_context(deadline(seconds))
+
+    def replace(self, seconds: float) -> None:
+        """From now on the deadline is ``seconds`` after the bind's start (for every call until the answer)."""
+        self.seconds = seconds
+        self._scope.enter_context(deadline(seconds - (time.monotonic() - self._started)))
 
 
 class Binder:
@@ -30,7 +61,10 @@ class Binder:
 
     def __init__(self, *, cache: ClusterCache, kube: Kube, events: EventRecorder, node_lock: NodeLock,
                  metrics: Any = None, clock: Callable[[], float] = time.time,
-                 lock_wait_seconds: float = 0.0, max_lock_waiters: int = 1) -> None:
+                 deadline_seconds: float = 15.0, lock_wait_seconds: float = 0.0, max_lock_waiters: int = 1) -> None:
+        """``deadline_seconds`` is ``--extender-deadline``; ``lock_wait_seconds`` (``--node-lock-retry-timeout``)
+        is the whole deadline of a gang member's bind that waits for a held lock (0: nobody waits)."""
+        self._deadline_seconds = deadline_seconds
         self._cache = cache
         self._lock_wait_seconds = lock_wait_seconds
         self._wait_slots = WaitSlots(max_lock_waiters)
@@ -47,26 +81,22 @@ class Binder:
         except WireError as error:
             log.warning("bind: bad request: %s", error)
             return {"Error": f"bad ExtenderBindingArgs: {error}"}
-        held = self._cache.held_by(uid) if uid else None
-        if held is not None and held.node != node:
-            message = f"pod {namespace}/{name} was given GPUs on node {held.node}, not {node}; filter it again"
+        placed = self._cache.placed(uid)
+        if placed is None or placed[:2] != (namespace, name):
+            # Not ours to bind: nothing is touched (no lock, no pod patch, the booking of the real uid stays).
+            log.warning("bind pod=%s/%s uid=%s node=%s refused: not placed by this process", namespace, name,
+                        uid, node)
+            self._count("refused")
+            return {"Error": f"pod {namespace}/{name} (uid {uid}) was not placed by this hami-web (or its "
+                             f"placement was dropped); kube-scheduler must filter it first"}
+        if placed[2] != node:
+            message = f"pod {namespace}/{name} was given GPUs on node {placed[2]}, not {node}; filter it again"
             return self._fail(namespace, name, uid, node, message, locked=False)
-        try:
-            self._acquire(namespace, name, node)
-        except NodeLockError as error:
-            # Nothing was changed: kube-scheduler retries the pod later, and its booking stays until then.
-            log.info("bind pod=%s/%s node=%s: %s", namespace, name, node, error,
-                     extra={"pod": f"{namespace}/{name}", "node": node})
-            self._count("locked")
-            return {"Error": str(error)}
-        except KubeError as error:
-            return self._fail(namespace, name, uid, node, f"cannot lock node {node}: {error}", locked=False)
-        try:
-            self._kube.patch_pod(namespace, name, {"metadata": {"annotations": {
-                names.POD_BIND_PHASE: "allocating", names.POD_BIND_TIME: str(int(self._clock()))}}})
-            self._kube.bind_pod(namespace, name, node, uid=uid)
-        except KubeError as error:
-            return self._fail(namespace, name, uid, node, str(error), locked=True)
+        answer = self._bind_placed(namespace, name, uid, node)
+        if answer is not None:
+            return answer
+        held = self._cache.held_by(uid)
+        self._cache.mark_bound(uid)
         devices = held.devices_text if held else "?"
         log.info("bind pod=%s/%s node=%s devices=%s bound", namespace, name, node, devices,
                  extra={"pod": f"{namespace}/{name}", "node": node})
@@ -75,8 +105,74 @@ class Binder:
         self._count("bound")
         return {"Error": ""}
 
-    def _acquire(self, namespace: str, name: str, node: str) -> None:
-        """Take the node lock; a gang member whose node is locked waits for it (`NodeLock.acquire_waiting`)."""
+    def _bind_placed(self, namespace: str, name: str, uid: str, node: str) -> ExtenderBindingResult | None:
+        """Lock, mark allocating, bind; None when bound, else the answer (failures cleaned up).
+
+        Everything runs under the bind's deadline, which `_acquire` replaces when a gang member waits.
+        """
+        with contextlib.ExitStack() as scope:
+            bind_deadline = _BindDeadline(scope, self._deadline_seconds)
+            try:
+                self._acquire(namespace, name, node, bind_deadline)
+            except NodeLockError as error:
+                # Nothing was changed: kube-scheduler retries the pod later, and its booking stays until then.
+                log.info("bind pod=%s/%s node=%s: %s", namespace, name, node, error,
+                         extra={"pod": f"{namespace}/{name}", "node": node})
+                self._count("locked")
+                return {"Error": str(error)}
+            except KubeError as error:
+                # The lock patch may have landed without an answer: release covers it (it only removes ours).
+                return self._fail(namespace, name, uid, node, f"cannot lock node {node}: {error}", locked=True,
+                                  budget=bind_deadline.seconds)
+            try:
+                self._kube.patch_pod(namespace, name, {"metadata": {"uid": uid, "annotations": {
+                    names.POD_BIND_PHASE: "allocating", names.POD_BIND_TIME: str(int(self._clock()))}}})
+            except KubeError as error:
+                return self._fail(namespace, name, uid, node, str(error), locked=True,
+                                  budget=bind_deadline.seconds)
+            try:
+                self._kube.bind_pod(namespace, name, node, uid=uid)
+            except KubeError as error:
+                return self._after_failed_binding(namespace, name, uid, node, error, bind_deadline.seconds)
+        return None
+
+    def _after_failed_binding(self, namespace: str, name: str, uid: str, node: str, error: KubeError,
+                              budget: float) -> ExtenderBindingResult | None:
+        if not (error.outcome_unknown or isinstance(error, ConflictError)):
+            return self._fail(namespace, name, uid, node, str(error), locked=True, budget=budget)
+        # No answer, or "already assigned" (a retry after a Binding whose answer was lost): ask the API.
+        cleanup = after_deadline_seconds(budget)
+        with deadline(cleanup):  # the request's deadline may be spent: the cleanup budget
+            with deadline(cleanup / 2, within_current=True):
+                bound = self._bound_to(namespace, name, uid)
+            if bound == node:
+                return None
+            if bound is None and error.outcome_unknown:
+                log.warning("bind pod=%s/%s node=%s: outcome unknown, booking and lock kept: %s", namespace,
+                            name, node, error, extra={"pod": f"{namespace}/{name}", "node": node})
+                self._count("unknown")
+                return {"Error": f"pod {namespace}/{name}: no answer to its Binding to {node} ({error}); its "
+                                 f"GPUs and the node lock stay until the API shows whether it was bound"}
+            return self._fail(namespace, name, uid, node, str(error), locked=True, budget=budget, budget_open=True)
+
+    def _bound_to(self, namespace: str, name: str, uid: str) -> str | None:
+        """The node the pod is bound to ("" when unbound or gone), or None when the API cannot tell us now."""
+        try:
+            pod = self._kube.get_pod(namespace, name)
+        except NotFoundError:
+            return ""
+        except KubeError:
+            return None
+        if (pod.get("metadata") or {}).get("uid") != uid:
+            return ""
+        return str((pod.get("spec") or {}).get("nodeName") or "")
+
+    def _acquire(self, namespace: str, name: str, node: str, bind_deadline: _BindDeadline) -> None:
+        """Take the node lock; a gang member whose node is locked waits for it (`NodeLock.acquire_waiting`).
+
+        A member that waits gets ``--node-lock-retry-timeout`` (from the bind's start) as the bind's deadline,
+        for the wait and every call after it; the wait ends a little early so those calls still have time.
+        """
         try:
             self._lock.acquire(node, namespace, name)
             return
@@ -88,11 +184,14 @@ class Binder:
                 # Every waiting bind holds a request thread; the filter and the webhook must keep some.
                 self._count_wait("no_slot")
                 raise
-            log.info("bind pod=%s/%s node=%s: %s; pod group %s waits up to %gs", namespace, name, node, held,
-                     group, self._lock_wait_seconds)
+            log.info("bind pod=%s/%s node=%s: %s; pod group %s waits, the bind ending within %gs", namespace, name,
+                     node, held, group, self._lock_wait_seconds, extra={"pod": f"{namespace}/{name}", "node": node})
         self._count_wait("started")
+        bind_deadline.replace(self._lock_wait_seconds)
+        reserve = min(self._lock_wait_seconds * LOCK_WAIT_RESERVE_SHARE, LOCK_WAIT_RESERVE_MAX_SECONDS)
+        wait_seconds = max(0.0, (deadline_left_seconds() or 0.0) - reserve)
         try:
-            looks = self._lock.acquire_waiting(node, namespace, name, wait_seconds=self._lock_wait_seconds)
+            looks = self._lock.acquire_waiting(node, namespace, name, wait_seconds=wait_seconds)
         except NodeLockHeld:
             self._count_wait("timed_out")
             raise
@@ -102,7 +201,8 @@ class Binder:
         finally:
             self._wait_slots.give_back()
         self._count_wait("acquired")
-        log.info("bind pod=%s/%s node=%s: lock taken after waiting (%d more looks)", namespace, name, node, looks)
+        log.info("bind pod=%s/%s node=%s: lock taken after waiting (%d more looks)", namespace, name, node, looks,
+                 extra={"pod": f"{namespace}/{name}", "node": node})
 
     def _pod_group(self, namespace: str, name: str) -> str:
         """The pod's gang (PodGroup label or ``spec.schedulingGroup``), or "" for a pod on its own."""
@@ -123,24 +223,42 @@ class Binder:
         return ""
 
     def _fail(self, namespace: str, name: str, uid: str, node: str, reason: str, *,
-              locked: bool) -> ExtenderBindingResult:
-        try:
-            self._kube.patch_pod(namespace, name, {"metadata": {"annotations": {names.POD_BIND_PHASE: "failed"}}})
-        except KubeError as error:
-            log.warning("bind pod=%s/%s: cannot mark bind-phase=failed: %s", namespace, name, error)
-        if locked:
-            try:
-                self._lock.release(node, namespace, name)
-            except KubeError as error:
-                log.warning("bind pod=%s/%s node=%s: cannot release our lock: %s", namespace, name, node, error)
-        if uid:
-            self._cache.forget(uid)
+              locked: bool, budget: float | None = None, budget_open: bool = False) -> ExtenderBindingResult:
+        """Clean up and answer ``reason``.
+
+        ``budget`` is the deadline the bind ran under (the cleanup gets `after_deadline_seconds` of it);
+        ``budget_open`` when the caller already runs in the cleanup budget.
+        """
+        cleanup = after_deadline_seconds(self._deadline_seconds if budget is None else budget)
+        with contextlib.nullcontext() if budget_open else deadline(cleanup):
+            self._clean_up(namespace, name, uid, node, locked=locked, step_seconds=cleanup / 2)
         log.warning("bind pod=%s/%s node=%s failed: %s", namespace, name, node, reason,
                     extra={"pod": f"{namespace}/{name}", "node": node})
         self._events.record(namespace=namespace, name=name, uid=uid, reason="BindingFailed", message=reason,
                             warning=True)
         self._count("failed")
         return {"Error": reason}
+
+    def _clean_up(self, namespace: str, name: str, uid: str, node: str, *, locked: bool,
+                  step_seconds: float) -> None:
+        """Release our lock, mark the pod failed, drop its booking, within the cleanup budget.
+
+        The lock goes first and may use at most half of what is left, because a lock left behind blocks every
+        bind on that node, and a stalled release must not leave nothing for marking the pod.
+        """
+        if locked:
+            try:
+                with deadline(step_seconds, within_current=True):
+                    self._lock.release(node, namespace, name)
+            except KubeError as error:
+                log.warning("bind pod=%s/%s node=%s: cannot release our lock: %s", namespace, name, node, error)
+        try:
+            with deadline(step_seconds, within_current=True):
+                self._kube.patch_pod(namespace, name, {"metadata": {"uid": uid, "annotations": {
+                    names.POD_BIND_PHASE: "failed"}}})
+        except KubeError as error:
+            log.warning("bind pod=%s/%s: cannot mark bind-phase=failed: %s", namespace, name, error)
+        self._cache.forget(uid)
 
     def _count(self, outcome: str) -> None:
         if self._metrics is not None:

@@ -8,7 +8,8 @@ plugin releases it once it has set up the container; a lock whose owner is gone,
 
 Members of a gang (a PodGroup) land on the same nodes at the same moment and queue for one lock that each holds
 only briefly; failing them at once would send each back through kube-scheduler's backoff of seconds. So
-`NodeLock.acquire_waiting` polls a held lock with backoff for up to ``--node-lock-retry-timeout`` instead.
+`NodeLock.acquire_waiting` polls a held lock with backoff instead, for as long as its caller allows (the binder
+gives it ``--node-lock-retry-timeout`` less the bind's calls, which share that deadline).
 """
 
 from __future__ import annotations
@@ -99,7 +100,7 @@ class NodeLock:
             except NodeLockHeld as held:
                 remaining = deadline - self._monotonic()
                 if remaining <= 0:
-                    raise NodeLockHeld(f"{held} (waited {wait_seconds:g}s)") from None
+                    raise NodeLockHeld(f"{held} (waited {round(wait_seconds, 1):g}s)") from None
                 waits += 1
                 self._sleep(min(pause, remaining))
                 pause = min(pause * 2, WAIT_MAX_SECONDS)

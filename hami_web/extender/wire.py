@@ -9,6 +9,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, TypedDict
 
+from hami_web.core.limits import json_type_name, quote
+
 
 class WireError(ValueError):
     """The request body is not the shape kube-scheduler sends; the message says what is wrong."""
@@ -80,9 +82,22 @@ def filter_pod(args: Mapping[str, Any]) -> Mapping[str, Any]:
     metadata = pod.get("metadata")
     if not isinstance(metadata, Mapping) or not metadata.get("name") or not metadata.get("uid"):
         raise WireError("Pod has no metadata.name or metadata.uid")
+    for key in ("name", "uid", "namespace"):
+        if metadata.get(key) is not None and not isinstance(metadata.get(key), str):
+            raise WireError(f"Pod metadata.{key} must be a string")
+    for key in ("annotations", "labels"):
+        values = metadata.get(key)
+        if values is None:
+            continue
+        if not isinstance(values, Mapping):
+            raise WireError(f"Pod metadata.{key} must be a map of strings, got {json_type_name(values)}")
+        for name, value in values.items():
+            if not isinstance(value, str):
+                raise WireError(f"Pod metadata.{key}[{quote(name)}] must be a string, got {json_type_name(value)}")
     if not isinstance(pod.get("spec"), Mapping):
         raise WireError("Pod has no spec")
     return pod
+
 
 
 def binding_target(args: Mapping[str, Any]) -> tuple[str, str, str, str]:
@@ -90,7 +105,7 @@ def binding_target(args: Mapping[str, Any]) -> tuple[str, str, str, str]:
     values = []
     for key in ("PodNamespace", "PodName", "PodUID", "Node"):
         value = field(args, key)
-        if value is None or not isinstance(value, str) or (key != "PodUID" and not value):
-            raise WireError(f"ExtenderBindingArgs.{key} is missing or not a string")
+        if not isinstance(value, str) or not value.strip():
+            raise WireError(f"ExtenderBindingArgs.{key} is missing, blank or not a string")
         values.append(value)
     return values[0], values[1], values[2], values[3]

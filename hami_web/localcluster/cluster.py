@@ -21,7 +21,7 @@ from hami_web.localcluster.errors import ApiError
 from hami_web.localcluster.httpserver import WsgiHttpServer
 from hami_web.localcluster.objects import clone_json
 from hami_web.localcluster.resources import resource_for_kind, resource_type
-from hami_web.localcluster.server import ApiServer, InjectedFailure
+from hami_web.localcluster.server import FAULT_MODES, FAULT_STATUS, ApiServer, InjectedFailure
 from hami_web.localcluster.store import Store
 
 JsonObject = dict[str, Any]
@@ -128,15 +128,26 @@ class LocalCluster:
         return self._store.resource_version
 
     def inject_failure(self, method: str, resource: str, *, name: str | None = None, status: int = 409,
-                       count: int = 1, subresource: str | None = None) -> None:
-        """Answer the next ``count`` matching requests with a ``Status`` of ``status``, changing nothing.
+                       count: int = 1, subresource: str | None = None, mode: str = FAULT_STATUS,
+                       seconds: float = 0.0, events: int = 0) -> None:
+        """Give the next ``count`` matching requests a fault; by default a ``Status`` of ``status``, changing nothing.
 
         ``subresource`` None matches requests to the object or collection itself, not its subresources
-        (fail a binding with ``subresource="binding"``).
+        (fail a binding with ``subresource="binding"``). Other modes: ``delay`` (wait ``seconds``, then serve),
+        ``drip`` (the body one byte every ``seconds``), ``reset`` (apply, then drop the connection unanswered),
+        ``cut`` (a watch: ``events`` events, then the connection drops mid-stream).
         """
         resource_type(resource)
+        if mode not in FAULT_MODES:
+            raise ValueError(f"unknown fault mode {mode!r} (expected one of {', '.join(FAULT_MODES)})")
         with self._api._lock:
-            self._api.failures.append(InjectedFailure(method.upper(), resource, name, subresource, status, count))
+            self._api.failures.append(InjectedFailure(method.upper(), resource, name, subresource, status, count,
+                                                      mode=mode, seconds=seconds, events=events))
+
+    def clear_failures(self) -> None:
+        """Forget every injected fault that has not been used up (the API server is healthy again)."""
+        with self._api._lock:
+            self._api.failures.clear()
 
     @property
     def request_log(self) -> list[tuple[str, str]]:

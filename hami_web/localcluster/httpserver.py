@@ -18,6 +18,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import unquote
 
+# Set in the WSGI environ by the app (an injected fault): drop the connection instead of (finishing) the answer.
+RESET_CONNECTION = "hami_web.localcluster.reset_connection"
+
 WsgiApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
 
 # Seconds an idle keep-alive connection is kept before its thread gives it up.
@@ -66,13 +69,23 @@ class _Handler(BaseHTTPRequestHandler):
 
         result = self.server.app(environ, start_response)
         try:
-            self._send(started[0], started[1], result)
+            if environ.get(RESET_CONNECTION):  # an injected fault: the request was applied, no answer comes
+                self._drop_connection()
+                return
+            self._send(started[0], started[1], result, environ)
         finally:
             close = getattr(result, "close", None)
             if close is not None:
                 close()
 
-    def _send(self, status: str, headers: list[tuple[str, str]], result: Iterable[bytes]) -> None:
+    def _drop_connection(self) -> None:
+        self.close_connection = True
+        with contextlib.suppress(OSError):
+            self.wfile.flush()
+            self.connection.shutdown(socket.SHUT_RDWR)
+
+    def _send(self, status: str, headers: list[tuple[str, str]], result: Iterable[bytes],
+              environ: dict[str, Any]) -> None:
         code, _, message = status.partition(" ")
         self.send_response(int(code), message)
         chunked = not any(key.lower() == "content-length" for key, _ in headers)
@@ -87,6 +100,9 @@ class _Handler(BaseHTTPRequestHandler):
                 continue
             self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n" if chunked else data)
             self.wfile.flush()
+        if environ.get(RESET_CONNECTION):  # a watch cut mid-stream: no terminating chunk
+            self._drop_connection()
+            return
         if chunked:
             self.wfile.write(b"0\r\n\r\n")
             self.wfile.flush()

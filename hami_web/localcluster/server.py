@@ -19,6 +19,7 @@ from werkzeug.wrappers import Request, Response
 
 from hami_web.localcluster import selectors
 from hami_web.localcluster.errors import ApiError, bad_request, conflict, success_status
+from hami_web.localcluster.httpserver import RESET_CONNECTION
 from hami_web.localcluster.resources import RESOURCE_TYPES, ResourceType, resource_type
 from hami_web.localcluster.store import Change, Expired, Store
 
@@ -43,9 +44,18 @@ class Target:
     subresource: str | None = None
 
 
+# What an injected fault does to a matching request (see `LocalCluster.inject_failure`).
+FAULT_STATUS = "status"  # answer a Status with ``status``, change nothing
+FAULT_DELAY = "delay"  # wait ``seconds``, then serve the request normally (a stalled API server)
+FAULT_DRIP = "drip"  # serve normally, but send the body one byte every ``seconds``
+FAULT_RESET = "reset"  # apply the request, then close the connection without answering
+FAULT_CUT = "cut"  # a watch: send ``events`` events, then drop the connection mid-stream
+FAULT_MODES = (FAULT_STATUS, FAULT_DELAY, FAULT_DRIP, FAULT_RESET, FAULT_CUT)
+
+
 @dataclass(slots=True)
 class InjectedFailure:
-    """The next ``remaining`` requests matching these fields are answered with ``status``."""
+    """The next ``remaining`` requests matching these fields get the fault ``mode`` (default: ``status``)."""
 
     method: str
     resource: str
@@ -53,6 +63,9 @@ class InjectedFailure:
     subresource: str | None
     status: int
     remaining: int
+    mode: str = FAULT_STATUS
+    seconds: float = 0.0
+    events: int = 0
 
 
 @dataclass
@@ -70,38 +83,53 @@ class ApiServer:
         request = Request(environ)
         with self._lock:
             self.request_log.append((request.method, request.path))
+        fault: InjectedFailure | None = None
         try:
-            response = self._dispatch(request)
+            response, fault = self._dispatch(request)
         except ApiError as error:
             response = _json(error.status_body(), error.code)
+        if fault is not None and fault.mode == FAULT_RESET:
+            environ[RESET_CONNECTION] = True
+        elif fault is not None and fault.mode == FAULT_DRIP:
+            response = _dripping(response, fault.seconds, self.stopping)
+        elif fault is not None and fault.mode == FAULT_CUT:
+            response.response = _cut_after(response.response, fault.events, environ)
         return response(environ, start_response)
 
     # -- routing ----------------------------------------------------------------------------------
 
-    def _dispatch(self, request: Request) -> Response:
+    def _dispatch(self, request: Request) -> tuple[Response, InjectedFailure | None]:
         parts = [part for part in request.path.split("/") if part]
         discovery = _discovery(parts)
         if discovery is not None:
-            return _json(discovery, 200)
+            return _json(discovery, 200), None
         target = _parse_target(parts)
         if target is None:
             raise ApiError(404, "the server could not find the requested resource")
-        self._raise_injected(request.method, target)
+        watch = request.args.get("watch", "").lower() in ("true", "1")
+        fault = self._take_fault(request.method, target, watch=watch)
+        if fault is not None and fault.mode == FAULT_STATUS:
+            self._raise_injected(fault, request.method, target)
+        if fault is not None and fault.mode == FAULT_DELAY:
+            self.stopping.wait(fault.seconds)
         if target.subresource == "binding":
-            return self._bind(request, target)
+            return self._bind(request, target), fault
         if target.name is None:
-            return self._collection(request, target)
-        return self._object(request, target)
+            return self._collection(request, target), fault
+        return self._object(request, target), fault
 
-    def _raise_injected(self, method: str, target: Target) -> None:
+    def _take_fault(self, method: str, target: Target, *, watch: bool) -> InjectedFailure | None:
         with self._lock:
             for failure in self.failures:
+                if (failure.mode == FAULT_CUT) != watch:  # a cut is for watches, everything else for the rest
+                    continue
                 if failure.remaining > 0 and failure.method == method and failure.resource == target.rt.plural \
                         and failure.name in (None, target.name) and failure.subresource == target.subresource:
                     failure.remaining -= 1
-                    break
-            else:
-                return
+                    return failure
+        return None
+
+    def _raise_injected(self, failure: InjectedFailure, method: str, target: Target) -> None:
         name = target.name or ""
         if failure.status == 409:
             raise conflict(target.rt.plural, name, "the object has been modified; please apply your changes to "
@@ -210,6 +238,33 @@ class ApiServer:
                 last_sent = time.monotonic()
                 yield _event_line("BOOKMARK", {"kind": rt.kind, "apiVersion": rt.api_version,
                                                "metadata": {"resourceVersion": str(cursor)}})
+
+
+def _dripping(response: Response, seconds: float, stopping: threading.Event) -> Response:
+    """The same answer, its body sent one byte every ``seconds`` (chunked: the length is not announced)."""
+    body = response.get_data()
+
+    def drip() -> Iterator[bytes]:
+        for position in range(len(body)):
+            yield body[position:position + 1]
+            if stopping.wait(seconds):
+                return
+
+    return Response(drip(), status=response.status_code, content_type=response.content_type,
+                    direct_passthrough=True)
+
+
+def _cut_after(stream: Any, events: int, environ: dict[str, Any]) -> Iterator[bytes]:
+    """A watch stream that stops after ``events`` event lines and has the connection dropped, unterminated."""
+    sent = 0
+    for data in stream:
+        if sent >= events:
+            break
+        lines = data.splitlines(keepends=True)
+        kept = lines[:events - sent]
+        sent += len(kept)
+        yield b"".join(kept)
+    environ[RESET_CONNECTION] = True
 
 
 def _visible(changes: list[Change], target: Target, predicate: selectors.Predicate) -> Iterator[tuple[str, Any]]:

@@ -32,14 +32,21 @@ class RequestBudget:
         self._tokens = self._burst
         self._last = monotonic()
 
-    def take(self) -> float:
-        """Spend one request; returns the seconds slept waiting for it (0 within the burst)."""
+    def take(self, max_wait_seconds: float | None = None) -> float | None:
+        """Spend one request; returns the seconds slept waiting for it (0 within the burst).
+
+        With ``max_wait_seconds`` (the time left before a request's deadline) a wait that would be longer is
+        not taken: nothing is spent and the answer is None, so a request that could not be sent in time
+        neither sleeps past its deadline nor pushes back the requests queued after it.
+        """
         with self._lock:
             now = self._monotonic()
             self._tokens = min(self._burst, self._tokens + (now - self._last) * self._qps)
             self._last = now
+            wait_seconds = (1 - self._tokens) / self._qps if self._tokens < 1 else 0.0
+            if max_wait_seconds is not None and wait_seconds > max_wait_seconds:
+                return None
             self._tokens -= 1
-            wait_seconds = -self._tokens / self._qps if self._tokens < 0 else 0.0
         if wait_seconds > 0:
             self._sleep(wait_seconds)
         return wait_seconds

@@ -25,16 +25,17 @@ from hami_web.core.grants import encode_pod_devices
 from hami_web.core.options import PodOptions
 from hami_web.core.requests import PodRequest
 from hami_web.core.usage import NO_USAGE, DeviceUsage, NodeView, build_node_view, pod_booking
-from hami_web.state.nodes import NodeState, node_state
-from hami_web.state.pods import FINISHED_PHASES, PodUsage, pod_key, pod_usage
+from hami_web.state.nodes import NodeState, node_name, node_state
+from hami_web.state.pods import PodUsage, pod_finished, pod_key, pod_usage
 
 log = logging.getLogger(__name__)
 
 Clock = Callable[[], float]
 
-# How long after booking a placement a full list may still not show the pod patch: longer than the patch can
-# take (the adapter's request timeout is 10 s). A failed patch drops its booking itself, so this only delays
-# forgetting an assumption whose annotations were removed by someone else.
+# How long after booking a placement a full list may still not show the pod patch: no shorter than the filter's
+# API calls can take (18 s with the default --extender-deadline, 30 s at most: 27 s and a 3 s read-back). A
+# failed patch drops its booking itself; a patch without an answer keeps it, and this is how long it stays
+# unless a list or watch shows the pod.
 ASSUMPTION_GRACE_SECONDS = 30.0
 
 
@@ -68,6 +69,9 @@ class ClusterCache:
         self._broken_nodes: dict[str, str] = {}
         self._held: dict[str, _Held] = {}
         self._node_usage: dict[str, dict[str, DeviceUsage]] = {}
+        # Pods this process placed and has not seen bound, deleted or abandoned: uid -> (namespace, name, node).
+        # `/bind` binds only these, so nobody can use our RBAC to bind a pod we never chose a node for.
+        self._placed: dict[str, tuple[str, str, str]] = {}
         self.stats = CacheStats()
 
     # -- readiness --------------------------------------------------------------------------------
@@ -90,7 +94,7 @@ class ClusterCache:
     def replace_nodes(self, nodes: Iterable[Mapping[str, Any]]) -> list[str]:
         """Replace every node from a full list; returns the names whose handshake we should answer."""
         now = self._clock()
-        states = [node_state(node, count_resource=self._count_resource, now=now) for node in nodes]
+        states = [self._read_node(node, now) for node in nodes]
         with self._lock:
             for name in set(self._nodes) - {state.name for state in states}:
                 self._drop_node_locked(name)
@@ -100,12 +104,20 @@ class ClusterCache:
 
     def observe_node(self, event_type: str, node: Mapping[str, Any]) -> None:
         """Apply one watch event for a node."""
-        name = str((node.get("metadata") or {}).get("name") or "")
+        name = node_name(node)
         with self._lock:
             if event_type == "DELETED":
                 self._drop_node_locked(name)
             else:
-                self._set_node_locked(node_state(node, count_resource=self._count_resource, now=self._clock()))
+                self._set_node_locked(self._read_node(node, self._clock()))
+
+    def _read_node(self, node: Mapping[str, Any], now: float) -> NodeState:
+        try:
+            return node_state(node, count_resource=self._count_resource, now=now)
+        except Exception as error:  # one bad object must not stop the loop that reads all the others
+            name = node_name(node)
+            log.exception("node %s: unexpected error reading its GPU inventory", name)
+            return NodeState(name=name, inventory=None, error=f"unreadable node: {type(error).__name__}")
 
     def _set_node_locked(self, state: NodeState) -> None:
         previous = self._nodes.get(state.name)
@@ -142,8 +154,11 @@ class ClusterCache:
         """Replace all API-derived usage from a full pod list started at ``listed_at`` (clock seconds)."""
         observed: dict[str, PodUsage] = {}
         errors: dict[str, str] = {}
+        alive: set[str] = set()
         for pod in pods:
             uid, usage, error = self._read_pod(pod)
+            if not pod_finished(pod):
+                alive.add(uid)
             if error:
                 errors[uid] = error
             elif usage is not None:
@@ -152,6 +167,9 @@ class ClusterCache:
             for uid, held in list(self._held.items()):
                 if uid not in observed and not self._assumed_since_locked(held, listed_at):
                     self._release_locked(uid)
+            for uid in list(self._placed):
+                if uid not in alive and uid not in self._held:
+                    del self._placed[uid]
             for uid, usage in observed.items():
                 held = self._held.get(uid)
                 if held is not None and self._assumed_since_locked(held, listed_at) \
@@ -170,6 +188,8 @@ class ClusterCache:
         uid, usage, error = self._read_pod(pod)
         with self._lock:
             held = self._held.get(uid)
+            if event_type == "DELETED" or pod_finished(pod):
+                self._placed.pop(uid, None)
             if event_type == "DELETED":
                 self._release_locked(uid)
                 self.stats.broken_pods.pop(uid, None)
@@ -179,8 +199,7 @@ class ClusterCache:
                 return
             self.stats.broken_pods.pop(uid, None)
             if usage is None:
-                finished = (pod.get("status") or {}).get("phase") in FINISHED_PHASES
-                if held is not None and (held.assumed_at is None or finished):
+                if held is not None and (held.assumed_at is None or pod_finished(pod)):
                     self._release_locked(uid)
                 return
             if held is not None and held.assumed_at is not None and held.usage.devices_text != usage.devices_text:
@@ -190,9 +209,12 @@ class ClusterCache:
     def _read_pod(self, pod: Mapping[str, Any]) -> tuple[str, PodUsage | None, str]:
         uid, namespace, name = pod_key(pod)
         try:
-            return uid, pod_usage(pod), ""
+            return uid, pod_usage(pod, count_resource=self._count_resource), ""
         except AnnotationError as error:
             return uid, None, f"pod {namespace}/{name}: {error}"
+        except Exception as error:  # one bad object must not stop the loop that reads all the others
+            log.exception("pod %s/%s: unexpected error reading its GPU usage", namespace, name)
+            return uid, None, f"pod {namespace}/{name}: unreadable: {type(error).__name__}"
 
     def _note_errors_locked(self, errors: Mapping[str, str], *, replace: bool) -> None:
         for uid, message in errors.items():
@@ -245,12 +267,26 @@ class ClusterCache:
                                  booking=booking, devices_text=encode_pod_devices(result.grants),
                                  container_names=tuple(container_names))
                 self._hold_locked(uid, usage, assumed_at=self._clock())
+                self._placed[uid] = (namespace, name, result.node)
+            else:
+                self._placed.pop(uid, None)
             return result
 
     def forget(self, uid: str) -> PodUsage | None:
         """Drop whatever the pod holds (its placement was abandoned); returns what it held."""
         with self._lock:
+            self._placed.pop(uid, None)
             return self._release_locked(uid)
+
+    def placed(self, uid: str) -> tuple[str, str, str] | None:
+        """``(namespace, name, node)`` of the pod this process last placed under ``uid``, not yet bound."""
+        with self._lock:
+            return self._placed.get(uid)
+
+    def mark_bound(self, uid: str) -> None:
+        """The pod's Binding exists: it can never be bound again, so it stops being bindable."""
+        with self._lock:
+            self._placed.pop(uid, None)
 
     def held_by(self, uid: str) -> PodUsage | None:
         """What a pod holds according to the cache, if anything."""

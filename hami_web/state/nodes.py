@@ -75,14 +75,27 @@ def _device_plugin_gone(handshake: str, node: Mapping[str, Any], *, resource: st
     return False
 
 
+def node_name(node: Mapping[str, Any]) -> str:
+    """``metadata.name`` of a node object, "" when missing or not a string."""
+    metadata = node.get("metadata") if isinstance(node, Mapping) else None
+    name = metadata.get("name") if isinstance(metadata, Mapping) else None
+    return name if isinstance(name, str) else ""
+
+
 def node_state(node: Mapping[str, Any], *, count_resource: str, now: float) -> NodeState:
     """Read a node's GPU inventory, health of its device plugin, and whether a handshake is due."""
-    metadata = node.get("metadata") or {}
-    name = str(metadata.get("name") or "")
-    annotations = metadata.get("annotations") or {}
+    name = node_name(node)
+    metadata = node.get("metadata")
+    annotations = metadata.get("annotations") if isinstance(metadata, Mapping) else None
+    if annotations is None:
+        return NodeState(name=name, inventory=None)
+    if not isinstance(annotations, Mapping):
+        return NodeState(name=name, inventory=None, error="metadata.annotations is not a map")
     register = annotations.get(names.NODE_REGISTER)
     if register is None:
         return NodeState(name=name, inventory=None)
+    if not isinstance(register, str):
+        return NodeState(name=name, inventory=None, error=f"{names.NODE_REGISTER} is not a string")
     handshake = str(annotations.get(names.NODE_HANDSHAKE) or "")
     handshake_due = not handshake or handshake.startswith("Reported")
     if _device_plugin_gone(handshake, node, resource=count_resource, now=now):

@@ -13,6 +13,8 @@ from typing import Any
 from hami_web.core import names
 from hami_web.core.devices import AnnotationError
 from hami_web.core.grants import PodGrants, decode_pod_devices
+from hami_web.core.limits import json_type_name, quote
+from hami_web.core.requests import RequestError, asked_gpu_count
 from hami_web.core.usage import DeviceUsage, pod_booking
 
 FINISHED_PHASES = frozenset({"Succeeded", "Failed"})
@@ -33,43 +35,100 @@ class PodUsage:
 
 
 def pod_key(pod: Mapping[str, Any]) -> tuple[str, str, str]:
-    """``(uid, namespace, name)`` of a pod object."""
-    metadata = pod.get("metadata") or {}
-    return str(metadata.get("uid") or ""), str(metadata.get("namespace") or ""), str(metadata.get("name") or "")
+    """``(uid, namespace, name)`` of a pod object (empty strings for what is missing or not a string)."""
+    metadata = pod.get("metadata") if isinstance(pod, Mapping) else None
+    if not isinstance(metadata, Mapping):
+        return "", "", ""
+    uid, namespace, name = (metadata.get(key) for key in ("uid", "namespace", "name"))
+    return (uid if isinstance(uid, str) else "", namespace if isinstance(namespace, str) else "",
+            name if isinstance(name, str) else "")
+
+
+def pod_finished(pod: Mapping[str, Any]) -> bool:
+    """Whether the pod has ended (Succeeded or Failed) and so holds nothing any more."""
+    status = pod.get("status") if isinstance(pod, Mapping) else None
+    return isinstance(status, Mapping) and status.get("phase") in FINISHED_PHASES
+
+
+def string_map(value: object, where: str) -> Mapping[str, str]:
+    """``value`` as a map of strings (annotations, labels), {} when absent; `AnnotationError` when it is not."""
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise AnnotationError(f"{where} must be a map of strings, got {json_type_name(value)}")
+    for key, item in value.items():
+        if not isinstance(key, str) or not isinstance(item, str):
+            raise AnnotationError(f"{where} must be a map of strings; {quote(key)} is {json_type_name(item)}")
+    return value
+
+
+def _map(value: object, where: str) -> Mapping[str, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise AnnotationError(f"{where} must be an object, got {json_type_name(value)}")
+    return value
+
+
+def _list(value: object, where: str) -> list[Any]:
+    if value is None:
+        return []
+    if not isinstance(value, list) or not all(isinstance(item, Mapping) for item in value):
+        raise AnnotationError(f"{where} must be a list of objects")
+    return value
 
 
 def _init_finished(pod: Mapping[str, Any]) -> bool:
-    for condition in (pod.get("status") or {}).get("conditions") or []:
+    conditions = (pod.get("status") or {}).get("conditions") or []
+    for condition in conditions if isinstance(conditions, list) else []:
         if isinstance(condition, Mapping) and condition.get("type") == "Initialized":
             return condition.get("status") == "True"
     return False
 
 
-def pod_usage(pod: Mapping[str, Any]) -> PodUsage | None:
+def _check_grants_match_request(grants: PodGrants, containers: list[Mapping[str, Any]], count_resource: str) -> None:
+    """A booking is only trusted when the pod asks for it: no more entries than containers, and no container
+    holding more GPUs than it asks for (a pod that asks for none holds none). Anyone who may create a pod can
+    write these annotations, so a booking the spec does not back would take GPUs from everyone else."""
+    if len(grants) > len(containers):
+        raise AnnotationError(f"{len(grants)} container entries for a pod with {len(containers)} containers")
+    for position, (container, granted) in enumerate(zip(containers, grants, strict=False)):
+        if not granted:
+            continue
+        try:
+            asked = asked_gpu_count(container, count_resource=count_resource)
+        except RequestError as error:
+            raise AnnotationError(f"container {position}: {error}") from None
+        if len(granted) > asked:
+            raise AnnotationError(f"container {position} holds {len(granted)} GPUs but asks for {asked} "
+                                  f"{count_resource}")
+
+
+def pod_usage(pod: Mapping[str, Any], *, count_resource: str = "nvidia.com/gpu") -> PodUsage | None:
     """The usage a pod holds, or None when it holds nothing.
 
     A pod holds GPUs while it carries ``hami.io/vgpu-node`` and ``hami.io/vgpu-devices-allocated`` and is
     neither Succeeded nor Failed (terminating pods keep theirs until they end). A pod whose binding failed
     and that is not bound holds nothing: kube-scheduler will filter it again. Raises `AnnotationError` when
-    the device annotation is garbage.
+    the device annotation is garbage, the object is not pod-shaped, or the booking is not backed by what the
+    pod asks for.
     """
-    metadata = pod.get("metadata") or {}
-    annotations = metadata.get("annotations") or {}
+    metadata = _map(pod.get("metadata"), "metadata")
+    annotations = string_map(metadata.get("annotations"), "metadata.annotations")
     node = annotations.get(names.POD_ASSIGNED_NODE)
     devices_text = annotations.get(names.POD_DEVICES_ALLOCATED)
     if not node or devices_text is None:
         return None
-    status = pod.get("status") or {}
-    spec = pod.get("spec") or {}
+    status = _map(pod.get("status"), "status")
+    spec = _map(pod.get("spec"), "spec")
     if status.get("phase") in FINISHED_PHASES:
         return None
     if annotations.get(names.POD_BIND_PHASE) == "failed" and not spec.get("nodeName"):
         return None
     grants = decode_pod_devices(devices_text)
-    init_containers = spec.get("initContainers") or []
-    containers = [*init_containers, *(spec.get("containers") or [])]
-    if len(grants) > len(containers) and containers:
-        raise AnnotationError(f"{len(grants)} container entries for a pod with {len(containers)} containers")
+    init_containers = _list(spec.get("initContainers"), "spec.initContainers")
+    containers = [*init_containers, *_list(spec.get("containers"), "spec.containers")]
+    _check_grants_match_request(grants, containers, count_resource)
     uid, namespace, name = pod_key(pod)
     return PodUsage(
         uid=uid,
@@ -79,5 +138,5 @@ def pod_usage(pod: Mapping[str, Any]) -> PodUsage | None:
         grants=grants,
         booking=pod_booking(grants, init_count=len(init_containers), init_finished=_init_finished(pod)),
         devices_text=devices_text,
-        container_names=tuple(str((c or {}).get("name", "")) for c in containers if isinstance(c, Mapping)),
+        container_names=tuple(str(c.get("name", "")) for c in containers),
     )

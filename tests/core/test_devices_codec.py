@@ -172,7 +172,7 @@ def test_decode_pair_scores(text: str, expected: dict[str, dict[str, int]]) -> N
     pytest.param('{"uuid":"a"}', "score annotation must be a list", id="not-a-list"),
     pytest.param('[{"score":{}}]', "score entry 0: expected an object with a string 'uuid'", id="missing-uuid"),
     pytest.param('[{"uuid":"a","score":[1]}]', "score entry 0: 'score' must be an object", id="score-not-object"),
-    pytest.param('[{"uuid":"a","score":{"b":"fast"}}]', "score entry 0 pair b: b 'fast' is not an integer",
+    pytest.param('[{"uuid":"a","score":{"b":"fast"}}]', "score entry 0 pair 'b': b 'fast' is not an integer",
                  id="non-numeric-score"),
     pytest.param("[" * 100_000, "invalid JSON", id="nested-too-deep"),
 ])

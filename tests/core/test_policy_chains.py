@@ -67,11 +67,17 @@ def test_scoring_weights_parse(value: str, weights: ScoringWeights) -> None:
     assert options.scoring_weights == weights
 
 
-@pytest.mark.parametrize(("key", "value"), [(names.POD_GPU_POLICY, ["mutex"]), (names.POD_SCORING_WEIGHTS, 3)])
-def test_a_non_string_annotation_is_an_options_error(key: str, value: object) -> None:
+@pytest.mark.parametrize(("key", "value", "type_name"), [
+    (names.POD_GPU_POLICY, ["mutex"], "list"),
+    (names.POD_SCORING_WEIGHTS, 3, "number"),
+    (names.POD_NODE_POLICY, {"binpack": True}, "object"),
+    (names.POD_NOUSE_GPU_UUID, 7, "number"),
+    (names.POD_NUMA_BIND, True, "boolean"),
+])
+def test_a_non_string_annotation_is_an_options_error(key: str, value: object, type_name: str) -> None:
     with pytest.raises(OptionsError) as caught:
         pod_options({key: value}, node_policy="binpack", gpu_policy="spread")  # type: ignore[dict-item]
-    assert str(caught.value) == f"{key} must be a string, not {type(value).__name__}"
+    assert str(caught.value) == f"{key} must be a string, got {type_name}"
 
 
 def test_scoring_weights_default_to_one_each() -> None:

@@ -217,8 +217,8 @@ def test_register_codecs_round_trip(devices: tuple[Device, ...]) -> None:
     assert decode_register(encode_register_text(devices)) == devices
 
 
-grants_strategy = st.lists(st.lists(st.builds(DeviceGrant, uuid=safe_names, memory_mib=st.integers(0, 10**6),
-                                              cores=st.integers(0, 400)), max_size=3).map(tuple),
+grants_strategy = st.lists(st.lists(st.builds(DeviceGrant, uuid=safe_names, memory_mib=st.integers(0, 1 << 19),
+                                              cores=st.integers(0, 100)), max_size=3).map(tuple),
                            max_size=4).map(tuple)
 
 

@@ -2,15 +2,19 @@
 
 Covers: a member (label ``scheduling.x-k8s.io/pod-group``, or ``spec.schedulingGroup``) whose node is locked by
 another pod waits, and binds once another thread — playing HAMi's device plugin — releases the lock; a member
-still locked out at ``--node-lock-retry-timeout`` is answered ``node <n> is locked by <ns>/<pod> (waited …)``
-with nothing changed; a pod outside any group, and any pod under ``--node-lock-retry-timeout 0``, is refused at
-once as before, and so is a member when half of ``--threads`` binds already wait; the wait backs off from 100 ms
-to 1 s and never sleeps past the deadline.
+still locked out near ``--node-lock-retry-timeout`` (which bounds the wait and the bind's API calls together) is
+answered ``node <n> is locked by <ns>/<pod> (waited …)`` with nothing changed; a pod outside any group, and any
+pod under ``--node-lock-retry-timeout 0``, is refused at once as before, and so is a member when half of
+``--threads`` binds already wait; the wait backs off from 100 ms to 1 s and never sleeps past the deadline. A
+member that waits runs under ``--node-lock-retry-timeout`` instead of ``--extender-deadline`` (it may wait longer
+than the latter), and the calls after the wait share that one deadline (a Binding that stalls after the wait
+ends at it).
 """
 
 from __future__ import annotations
 
 import threading
+import time
 from typing import Any
 
 import pytest
@@ -87,7 +91,8 @@ def test_a_gang_pod_still_locked_out_at_the_retry_timeout_is_refused_unchanged(
 
     answer = scheduler.bind("member", "node1")
 
-    assert answer == {"Error": "node node1 is locked by default/pod1 (waited 0.3s)"}
+    # The wait shares the 0.3 s with the bind's calls and stops a fifth of it early, so it is shorter.
+    assert answer["Error"].startswith("node node1 is locked by default/pod1 (waited 0.")
     assert annotations_of(apiserver, "nodes", "node1")[names.NODE_LOCK] == lock_before
     assert names.POD_BIND_PHASE not in scheduler.pod("member")["metadata"]["annotations"]
     assert _lock_waits(runtime, "timed_out") == 1
@@ -142,3 +147,43 @@ def test_waiting_backs_off_to_one_second_and_stops_at_the_deadline(apiserver: Lo
 
     assert slept == [0.1, 0.2, 0.4, 0.8, 1.0, 0.5]
     assert str(refused.value) == "node node1 is locked by default/holder (waited 3s)"
+
+
+def test_a_waiting_gang_pod_runs_under_the_retry_timeout_not_the_extender_deadline(
+        apiserver: LocalCluster, make_runtime: RuntimeFactory) -> None:
+    # --extender-deadline alone would end the bind long before the lock comes free.
+    runtime = make_runtime(extender_deadline_seconds=0.3, node_lock_retry_timeout_seconds=20.0)
+    scheduler = _pod1_holds_node1(apiserver, runtime, _member("member", how="label"))
+    answers: list[dict[str, Any]] = []
+    binding = threading.Thread(target=lambda: answers.append(scheduler.bind("member", "node1")))
+    binding.start()
+    wait_for(lambda: _lock_waits(runtime, "started") == 1, what="the gang pod to wait")
+    time.sleep(1.0)  # well past the extender deadline
+
+    release_lock(Kube.for_url(apiserver.url), "pod1", "node1")
+    binding.join(timeout=30)
+
+    assert answers == [{"Error": ""}]
+    assert scheduler.pod("member")["spec"].get("nodeName") == "node1"
+
+
+def test_the_wait_and_the_binds_calls_share_one_deadline(apiserver: LocalCluster,
+                                                         make_runtime: RuntimeFactory) -> None:
+    # After the wait, the Binding stalls: it must end at the retry timeout, not get a fresh --extender-deadline.
+    runtime = make_runtime(extender_deadline_seconds=15.0, node_lock_retry_timeout_seconds=1.5)
+    scheduler = _pod1_holds_node1(apiserver, runtime, _member("member", how="label"))
+    apiserver.inject_failure("POST", "pods", name="member", subresource="binding", mode="delay", seconds=20.0)
+    answers: list[dict[str, Any]] = []
+    binding = threading.Thread(target=lambda: answers.append(scheduler.bind("member", "node1")))
+    binding.start()
+    wait_for(lambda: _lock_waits(runtime, "started") == 1, what="the gang pod to wait")
+
+    release_lock(Kube.for_url(apiserver.url), "pod1", "node1")
+    binding.join(timeout=30)
+
+    assert not binding.is_alive()
+    assert _lock_waits(runtime, "acquired") == 1
+    assert "within the request's deadline" in answers[0]["Error"]
+    # Read back within the cleanup budget, the pod is not bound: our lock is released and the bind marked failed.
+    assert names.NODE_LOCK not in annotations_of(apiserver, "nodes", "node1")
+    assert scheduler.pod("member")["metadata"]["annotations"][names.POD_BIND_PHASE] == "failed"
