@@ -287,6 +287,20 @@ class Kube:
         body = self._call("list pods", self._core.list_pod_for_all_namespaces)
         return body.get("items") or [], str(body.get("metadata", {}).get("resourceVersion", ""))
 
+    def list_pods_on_node(self, node: str, *, assigned_label: str) -> list[JsonObject]:
+        """Pods bound to ``node`` plus pods labelled ``assigned_label=node`` (given GPUs there, maybe not bound).
+
+        Two small lists of one node, read fresh: what ``/bind`` checks a placement against.
+        """
+        bound = self._call(f"list pods on node {node}", self._core.list_pod_for_all_namespaces,
+                           field_selector=f"spec.nodeName={node}")
+        assigned = self._call(f"list pods assigned to node {node}", self._core.list_pod_for_all_namespaces,
+                              label_selector=f"{assigned_label}={node}")
+        pods: dict[str, JsonObject] = {}
+        for pod in [*(bound.get("items") or []), *(assigned.get("items") or [])]:
+            pods[str((pod.get("metadata") or {}).get("uid", ""))] = pod
+        return list(pods.values())
+
     def get_pod(self, namespace: str, name: str) -> JsonObject:
         """One pod; `NotFoundError` when it does not exist."""
         return self._call(f"get pod {namespace}/{name}", self._core.read_namespaced_pod, name, namespace)

@@ -1,7 +1,16 @@
-"""``/bind``: lock the node, mark the pod allocating, create the Binding (SPEC.md §6).
+"""``/bind``: lock the node, verify the placement, write the booking, create the Binding (SPEC.md §6, issue 13).
 
-On failure the pod is marked ``bind-phase=failed``, our lock (only ours) is released and the filter's
-booking is dropped, so kube-scheduler's retry starts from a clean slate.
+Under the node lock, before anything is written, the pod's GPUs are checked against the API's current state
+of the node (the pods bound or assigned to it, read fresh): kube-scheduler's leader election is not a fence,
+and a second extender may have booked the same GPUs from a cache that had not seen ours. A placement that no
+longer fits is refused (``BindingFailed``), the lock released and the booking dropped, so kube-scheduler filters
+the pod again; the pods read are fed to the cache so that the next filter already sees them. Otherwise the
+booking is written onto the pod in one patch (HAMi's device annotations, ``bind-phase=allocating``) and the
+Binding created. The filter writes nothing: this is the one place that writes a booking.
+
+On failure after the booking was written the pod is marked ``bind-phase=failed`` (a pod whose bind failed
+holds no GPUs), our lock (only ours) is released and the booking is dropped, so kube-scheduler's retry starts
+from a clean slate.
 
 Only a pod this process placed (same uid, namespace, name and node) is bound: ``/bind`` uses hami-web's
 RBAC, and must not bind a pod we never chose GPUs for. Anything else is refused before any lock or pod is
@@ -19,11 +28,14 @@ from collections.abc import Callable
 from typing import Any
 
 from hami_web.core import names
+from hami_web.core.devices import AnnotationError
+from hami_web.core.verify import other_bookings, placement_conflicts
 from hami_web.extender.events import EventRecorder
 from hami_web.extender.nodelock import NodeLock, NodeLockError
 from hami_web.extender.wire import ExtenderBindingResult, WireError, binding_target, require_object
 from hami_web.kube import ConflictError, Kube, KubeError, NotFoundError, deadline
 from hami_web.state.cache import ClusterCache
+from hami_web.state.pods import PodUsage, pod_key, pod_usage
 
 log = logging.getLogger(__name__)
 
@@ -33,8 +45,9 @@ class Binder:
 
     def __init__(self, *, cache: ClusterCache, kube: Kube, events: EventRecorder, node_lock: NodeLock,
                  metrics: Any = None, clock: Callable[[], float] = time.time,
-                 deadline_seconds: float = 15.0) -> None:
+                 deadline_seconds: float = 15.0, count_resource: str = "nvidia.com/gpu") -> None:
         self._deadline_seconds = deadline_seconds
+        self._count_resource = count_resource
         self._cache = cache
         self._kube = kube
         self._events = events
@@ -50,31 +63,30 @@ class Binder:
             log.warning("bind: bad request: %s", error)
             return {"Error": f"bad ExtenderBindingArgs: {error}"}
         placed = self._cache.placed(uid)
-        if placed is None or placed[:2] != (namespace, name):
+        if placed is None or (placed.namespace, placed.name) != (namespace, name):
             # Not ours to bind: nothing is touched (no lock, no pod patch, the booking of the real uid stays).
             log.warning("bind pod=%s/%s uid=%s node=%s refused: not placed by this process", namespace, name,
                         uid, node)
             self._count("refused")
             return {"Error": f"pod {namespace}/{name} (uid {uid}) was not placed by this hami-web (or its "
                              f"placement was dropped); kube-scheduler must filter it first"}
-        if placed[2] != node:
-            message = f"pod {namespace}/{name} was given GPUs on node {placed[2]}, not {node}; filter it again"
-            return self._fail(namespace, name, uid, node, message, locked=False)
+        if placed.node != node:
+            message = f"pod {namespace}/{name} was given GPUs on node {placed.node}, not {node}; filter it again"
+            return self._fail(namespace, name, uid, node, message, locked=False, annotated=False)
         with deadline(self._deadline_seconds):
-            answer = self._bind_placed(namespace, name, uid, node)
+            answer = self._bind_placed(placed, node)
         if answer is not None:
             return answer
-        held = self._cache.held_by(uid)
         self._cache.mark_bound(uid)
-        devices = held.devices_text if held else "?"
-        log.info("bind pod=%s/%s node=%s devices=%s bound", namespace, name, node, devices)
+        log.info("bind pod=%s/%s node=%s devices=%s bound", namespace, name, node, placed.devices_text)
         self._events.record(namespace=namespace, name=name, uid=uid, reason="BindingSucceed",
                             message=f"bound to node {node}")
         self._count("bound")
         return {"Error": ""}
 
-    def _bind_placed(self, namespace: str, name: str, uid: str, node: str) -> ExtenderBindingResult | None:
-        """Lock, mark allocating, bind; None when bound, else the answer (failures cleaned up)."""
+    def _bind_placed(self, placed: PodUsage, node: str) -> ExtenderBindingResult | None:
+        """Lock, verify, write the booking, bind; None when bound, else the answer (failures cleaned up)."""
+        namespace, name, uid = placed.namespace, placed.name, placed.uid
         try:
             self._lock.acquire(node, namespace, name)
         except NodeLockError as error:
@@ -84,12 +96,32 @@ class Binder:
             return {"Error": str(error)}
         except KubeError as error:
             # The lock patch may have landed without an answer: release covers it (it only removes ours).
-            return self._fail(namespace, name, uid, node, f"cannot lock node {node}: {error}", locked=True)
+            return self._fail(namespace, name, uid, node, f"cannot lock node {node}: {error}", locked=True,
+                              annotated=False)
         try:
-            self._kube.patch_pod(namespace, name, {"metadata": {"uid": uid, "annotations": {
-                names.POD_BIND_PHASE: "allocating", names.POD_BIND_TIME: str(int(self._clock()))}}})
+            conflicts = self._conflicts(placed, node)
         except KubeError as error:
-            return self._fail(namespace, name, uid, node, str(error), locked=True)
+            return self._fail(namespace, name, uid, node, f"cannot read node {node}'s GPU usage to verify the "
+                              f"placement: {error}", locked=True, annotated=False)
+        if conflicts:
+            self._count("conflict")
+            return self._fail(namespace, name, uid, node, f"GPUs given to pod {namespace}/{name} on node {node} are "
+                              f"no longer free ({conflicts}); another scheduler booked them first; filter it again",
+                              locked=True, annotated=False)
+        self._cache.reassume(placed)  # written from here on; the watch confirms it
+        now = str(int(self._clock()))
+        try:
+            self._kube.patch_pod(namespace, name, {"metadata": {
+                "uid": uid,  # a precondition: the API refuses the patch when the pod of that name has another uid
+                "annotations": {
+                    names.POD_ASSIGNED_NODE: node, names.POD_ASSIGNED_TIME: now,
+                    names.POD_DEVICES_TO_ALLOCATE: placed.devices_text,
+                    names.POD_DEVICES_ALLOCATED: placed.devices_text,
+                    names.POD_BIND_PHASE: "allocating", names.POD_BIND_TIME: now},
+                "labels": {names.LABEL_ASSIGNED_NODE: node}}})
+        except KubeError as error:
+            return self._fail(namespace, name, uid, node, f"cannot write the GPU booking onto the pod: {error}",
+                              locked=True)
         try:
             self._kube.bind_pod(namespace, name, node, uid=uid)
         except KubeError as error:
@@ -109,6 +141,32 @@ class Binder:
             return self._fail(namespace, name, uid, node, str(error), locked=True)
         return None
 
+    def _conflicts(self, placed: PodUsage, node: str) -> str:
+        """What no longer fits of ``placed`` on ``node`` per the API's pods there ("" when all fits).
+
+        The pods read are also given to the cache: when another scheduler's booking is found here, the next
+        filter must see it rather than choose the same GPUs again.
+        """
+        view = self._cache.node_view(node)
+        if view is None:
+            return f"node {node} is not a GPU node this hami-web knows"
+        bookings = []
+        for pod in self._kube.list_pods_on_node(node, assigned_label=names.LABEL_ASSIGNED_NODE):
+            uid, pod_namespace, pod_name = pod_key(pod)
+            if uid == placed.uid:
+                continue
+            try:
+                usage = pod_usage(pod, count_resource=self._count_resource)
+            except AnnotationError as error:  # as in the cache: a garbage booking is unknown usage, not a veto
+                log.warning("bind: pod %s/%s on node %s: unreadable booking ignored: %s", pod_namespace, pod_name,
+                            node, error)
+                continue
+            if usage is not None and usage.node == node:
+                bookings.append((usage.booking, usage.grants))
+                self._cache.observe_pod("MODIFIED", pod)
+        conflicts = placement_conflicts(view.inventory, other_bookings(bookings), placed.booking, placed.grants)
+        return "; ".join(conflict.describe() for conflict in conflicts)
+
     def _bound_to(self, namespace: str, name: str, uid: str) -> str | None:
         """The node the pod is bound to ("" when unbound or gone), or None when the API cannot tell us now."""
         try:
@@ -122,21 +180,22 @@ class Binder:
         return str((pod.get("spec") or {}).get("nodeName") or "")
 
     def _fail(self, namespace: str, name: str, uid: str, node: str, reason: str, *,
-              locked: bool) -> ExtenderBindingResult:
+              locked: bool, annotated: bool = True) -> ExtenderBindingResult:
         with deadline(self._deadline_seconds / 3):  # the cleanup's own budget: the request's may be spent
-            self._clean_up(namespace, name, uid, node, locked=locked)
+            self._clean_up(namespace, name, uid, node, locked=locked, annotated=annotated)
         log.warning("bind pod=%s/%s node=%s failed: %s", namespace, name, node, reason)
         self._events.record(namespace=namespace, name=name, uid=uid, reason="BindingFailed", message=reason,
                             warning=True)
         self._count("failed")
         return {"Error": reason}
 
-    def _clean_up(self, namespace: str, name: str, uid: str, node: str, *, locked: bool) -> None:
-        try:
-            self._kube.patch_pod(namespace, name, {"metadata": {"uid": uid,
-                                                                "annotations": {names.POD_BIND_PHASE: "failed"}}})
-        except KubeError as error:
-            log.warning("bind pod=%s/%s: cannot mark bind-phase=failed: %s", namespace, name, error)
+    def _clean_up(self, namespace: str, name: str, uid: str, node: str, *, locked: bool, annotated: bool) -> None:
+        if annotated:  # a written booking is voided by bind-phase=failed (an unbound pod so marked holds nothing)
+            try:
+                self._kube.patch_pod(namespace, name, {"metadata": {
+                    "uid": uid, "annotations": {names.POD_BIND_PHASE: "failed"}}})
+            except KubeError as error:
+                log.warning("bind pod=%s/%s: cannot mark bind-phase=failed: %s", namespace, name, error)
         if locked:
             try:
                 self._lock.release(node, namespace, name)

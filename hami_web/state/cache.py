@@ -4,10 +4,11 @@ Usage is kept per pod UID and folded into per-node totals incrementally, so a fi
 from every pod. A filter's decision and the booking of its result happen under one lock acquisition
 (`place`), which is what guarantees that two concurrent filters never promise the same GPU capacity.
 
-Filter-time assumptions (pods we placed whose annotations the API has not echoed back yet) are usage like any
-other; a later observation of the pod confirms or replaces them. A full list only overrides an assumption
-made more than `ASSUMPTION_GRACE_SECONDS` before the list started: the assumption is booked *before* the pod
-patch is sent, so a list that starts a moment after the booking may still miss the patch.
+Filter-time assumptions (pods we placed whose booking the API does not show yet: the filter decides in memory
+and `/bind` writes the booking) are usage like any other; a later observation of the pod confirms or replaces
+them. A full list only overrides an assumption made more than `ASSUMPTION_GRACE_SECONDS` before the list
+started: the assumption is booked (again, by `reassume` at bind) *before* the pod patch is sent, so a list that
+starts a moment after the booking may still miss the patch.
 """
 
 from __future__ import annotations
@@ -68,9 +69,10 @@ class ClusterCache:
         self._broken_nodes: dict[str, str] = {}
         self._held: dict[str, _Held] = {}
         self._node_usage: dict[str, dict[str, DeviceUsage]] = {}
-        # Pods this process placed and has not seen bound, deleted or abandoned: uid -> (namespace, name, node).
-        # `/bind` binds only these, so nobody can use our RBAC to bind a pod we never chose a node for.
-        self._placed: dict[str, tuple[str, str, str]] = {}
+        # Pods this process placed and has not seen bound, deleted or abandoned, with their placement.
+        # `/bind` binds only these, so nobody can use our RBAC to bind a pod we never chose a node for, and it
+        # writes the booking it finds here (the filter writes nothing to the API).
+        self._placed: dict[str, PodUsage] = {}
         self.stats = CacheStats()
 
     # -- readiness --------------------------------------------------------------------------------
@@ -264,9 +266,9 @@ class ClusterCache:
                 booking = pod_booking(result.grants, init_count=request.init_count)
                 usage = PodUsage(uid=uid, namespace=namespace, name=name, node=result.node, grants=result.grants,
                                  booking=booking, devices_text=encode_pod_devices(result.grants),
-                                 container_names=tuple(container_names))
+                                 container_names=tuple(container_names), init_count=request.init_count)
                 self._hold_locked(uid, usage, assumed_at=self._clock())
-                self._placed[uid] = (namespace, name, result.node)
+                self._placed[uid] = usage
             else:
                 self._placed.pop(uid, None)
             return result
@@ -277,10 +279,24 @@ class ClusterCache:
             self._placed.pop(uid, None)
             return self._release_locked(uid)
 
-    def placed(self, uid: str) -> tuple[str, str, str] | None:
-        """``(namespace, name, node)`` of the pod this process last placed under ``uid``, not yet bound."""
+    def placed(self, uid: str) -> PodUsage | None:
+        """The placement this process last chose for the pod ``uid`` and has not seen bound."""
         with self._lock:
             return self._placed.get(uid)
+
+    def reassume(self, usage: PodUsage) -> None:
+        """Book ``usage`` as a fresh assumption: its booking is about to be written to the API (at bind).
+
+        Restarts the grace period in which a list that does not show the pod yet leaves the booking alone, and
+        books it again if a list dropped it while kube-scheduler had not bound the pod yet.
+        """
+        with self._lock:
+            self._hold_locked(usage.uid, usage, assumed_at=self._clock())
+
+    def node_view(self, name: str) -> NodeView | None:
+        """One GPU node's current view (immutable), or None when the node is not a GPU node we know."""
+        with self._lock:
+            return self._views.get(name)
 
     def mark_bound(self, uid: str) -> None:
         """The pod's Binding exists: it can never be bound again, so it stops being bindable."""
