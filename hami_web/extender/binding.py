@@ -99,10 +99,17 @@ class Binder:
             return self._fail(namespace, name, uid, node, f"cannot lock node {node}: {error}", locked=True,
                               annotated=False)
         try:
-            conflicts = self._conflicts(placed, node)
+            pod, refusal = self._pod_still_unbound(placed)
+            conflicts = "" if refusal else self._conflicts(placed, node)
         except KubeError as error:
             return self._fail(namespace, name, uid, node, f"cannot read node {node}'s GPU usage to verify the "
                               f"placement: {error}", locked=True, annotated=False)
+        if refusal:
+            self._count("conflict")
+            answer = self._fail(namespace, name, uid, node, refusal, locked=True, annotated=False)
+            if pod is not None:  # what the other binder wrote replaces the placement forgotten above
+                self._cache.observe_pod("MODIFIED", pod)
+            return answer
         if conflicts:
             self._count("conflict")
             return self._fail(namespace, name, uid, node, f"GPUs given to pod {namespace}/{name} on node {node} are "
@@ -112,13 +119,18 @@ class Binder:
         now = str(int(self._clock()))
         try:
             self._kube.patch_pod(namespace, name, {"metadata": {
-                "uid": uid,  # a precondition: the API refuses the patch when the pod of that name has another uid
+                # Preconditions: the pod of that name has our uid, and nobody (another extender binding the same pod)
+                # changed it since we found it unbound a moment ago.
+                "uid": uid, "resourceVersion": (pod or {}).get("metadata", {}).get("resourceVersion"),
                 "annotations": {
                     names.POD_ASSIGNED_NODE: node, names.POD_ASSIGNED_TIME: now,
                     names.POD_DEVICES_TO_ALLOCATE: placed.devices_text,
                     names.POD_DEVICES_ALLOCATED: placed.devices_text,
                     names.POD_BIND_PHASE: "allocating", names.POD_BIND_TIME: now},
                 "labels": {names.LABEL_ASSIGNED_NODE: node}}})
+        except ConflictError as error:  # changed meanwhile: nothing of ours was written
+            return self._fail(namespace, name, uid, node, f"pod {namespace}/{name} changed while its GPUs were being "
+                              f"booked ({error}); filter it again", locked=True, annotated=False)
         except KubeError as error:
             return self._fail(namespace, name, uid, node, f"cannot write the GPU booking onto the pod: {error}",
                               locked=True)
@@ -140,6 +152,24 @@ class Binder:
                                  f"and the node lock stay until the API shows whether it was bound"}
             return self._fail(namespace, name, uid, node, str(error), locked=True)
         return None
+
+    def _pod_still_unbound(self, placed: PodUsage) -> tuple[dict[str, Any] | None, str]:
+        """The pod as the API has it now, and a refusal ("" when none) if it is gone, replaced or already bound.
+
+        Another extender (a second replica during a Lease hand-over) may have bound the same pod elsewhere: its
+        booking must not be overwritten, so a bound pod is refused before anything is written.
+        """
+        try:
+            pod = self._kube.get_pod(placed.namespace, placed.name)
+        except NotFoundError:
+            return None, f"pod {placed.namespace}/{placed.name} no longer exists"
+        metadata = pod.get("metadata") or {}
+        if metadata.get("uid") != placed.uid:
+            return None, f"pod {placed.namespace}/{placed.name} was replaced (uid {metadata.get('uid')})"
+        bound_to = (pod.get("spec") or {}).get("nodeName")
+        if bound_to:
+            return pod, f"pod {placed.namespace}/{placed.name} is already bound to node {bound_to}"
+        return pod, ""
 
     def _conflicts(self, placed: PodUsage, node: str) -> str:
         """What no longer fits of ``placed`` on ``node`` per the API's pods there ("" when all fits).
