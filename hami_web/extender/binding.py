@@ -99,22 +99,16 @@ class Binder:
             return self._fail(namespace, name, uid, node, f"cannot lock node {node}: {error}", locked=True,
                               annotated=False)
         try:
-            pod, refusal = self._pod_still_unbound(placed)
-            conflicts = "" if refusal else self._conflicts(placed, node)
+            pod, refusal = self.verify(placed, node)
         except KubeError as error:
             return self._fail(namespace, name, uid, node, f"cannot read node {node}'s GPU usage to verify the "
                               f"placement: {error}", locked=True, annotated=False)
         if refusal:
             self._count("conflict")
             answer = self._fail(namespace, name, uid, node, refusal, locked=True, annotated=False)
-            if pod is not None:  # what the other binder wrote replaces the placement forgotten above
-                self._cache.observe_pod("MODIFIED", pod)
+            if pod is not None and (pod.get("spec") or {}).get("nodeName"):
+                self._cache.observe_pod("MODIFIED", pod)  # what the other binder wrote replaces our placement
             return answer
-        if conflicts:
-            self._count("conflict")
-            return self._fail(namespace, name, uid, node, f"GPUs given to pod {namespace}/{name} on node {node} are "
-                              f"no longer free ({conflicts}); another scheduler booked them first; filter it again",
-                              locked=True, annotated=False)
         self._cache.reassume(placed)  # written from here on; the watch confirms it
         now = str(int(self._clock()))
         try:
@@ -152,6 +146,20 @@ class Binder:
                                  f"and the node lock stay until the API shows whether it was bound"}
             return self._fail(namespace, name, uid, node, str(error), locked=True)
         return None
+
+    def verify(self, placed: PodUsage, node: str) -> tuple[dict[str, Any] | None, str]:
+        """The pod as the API has it now, and why ``placed`` must not be bound to ``node`` ("" when it may).
+
+        Called under the node lock. Raises `KubeError` when the API cannot be read.
+        """
+        pod, refusal = self._pod_still_unbound(placed)
+        if refusal:
+            return pod, refusal
+        conflicts = self._conflicts(placed, node)
+        if conflicts:
+            return pod, (f"GPUs given to pod {placed.namespace}/{placed.name} on node {node} are no longer free "
+                         f"({conflicts}); another scheduler booked them first; filter it again")
+        return pod, ""
 
     def _pod_still_unbound(self, placed: PodUsage) -> tuple[dict[str, Any] | None, str]:
         """The pod as the API has it now, and a refusal ("" when none) if it is gone, replaced or already bound.
