@@ -1,12 +1,17 @@
-"""``/bind``: lock the node, verify the placement, write the booking, create the Binding (SPEC.md §6, issue 13).
+"""``/bind``: lock the node, write the booking, verify it, create the Binding (SPEC.md §6, issue 13).
 
-Under the node lock, before anything is written, the pod's GPUs are checked against the API's current state
-of the node (the pods bound or assigned to it, read fresh): kube-scheduler's leader election is not a fence,
-and a second extender may have booked the same GPUs from a cache that had not seen ours. A placement that no
-longer fits is refused (``BindingFailed``), the lock released and the booking dropped, so kube-scheduler filters
-the pod again; the pods read are fed to the cache so that the next filter already sees them. Otherwise the
-booking is written onto the pod in one patch (HAMi's device annotations, ``bind-phase=allocating``) and the
-Binding created. The filter writes nothing: this is the one place that writes a booking.
+The filter writes nothing: this is the one place that writes a booking, and it is checked when it is written.
+Under the node lock: the pod is read (it must still be ours and unbound: another extender may have bound it
+elsewhere), the booking is written onto it in one patch (HAMi's device annotations, ``bind-phase=allocating``,
+with the pod's resourceVersion as a precondition), and then checked against the bookings of the other pods the
+API shows on the node. kube-scheduler's leader election is not a fence: a second extender may have booked the
+same GPUs from a cache that had not seen ours. Reading the node's pods *after* our own write lets the API answer
+from its watch cache at our write's version (fresh, and cheap: no read of every pod from etcd), and any other
+booking on this node was written before ours, under the same lock. A placement that no longer fits is voided
+(``bind-phase=failed``: an unbound pod so marked holds nothing), the lock released and the assumption dropped,
+with a ``BindingFailed`` event; kube-scheduler then filters the pod again, and the pods read are fed to the cache
+so that the next filter already sees them. Only then is the Binding created: HAMi's device plugin acts on
+bound pods only, so a voided booking never reaches a GPU.
 
 On failure after the booking was written the pod is marked ``bind-phase=failed`` (a pod whose bind failed
 holds no GPUs), our lock (only ours) is released and the booking is dropped, so kube-scheduler's retry starts
@@ -99,10 +104,10 @@ class Binder:
             return self._fail(namespace, name, uid, node, f"cannot lock node {node}: {error}", locked=True,
                               annotated=False)
         try:
-            pod, refusal = self.verify(placed, node)
+            pod, refusal = self._pod_still_unbound(placed)
         except KubeError as error:
-            return self._fail(namespace, name, uid, node, f"cannot read node {node}'s GPU usage to verify the "
-                              f"placement: {error}", locked=True, annotated=False)
+            return self._fail(namespace, name, uid, node, f"cannot read pod {namespace}/{name}: {error}",
+                              locked=True, annotated=False)
         if refusal:
             self._count("conflict")
             answer = self._fail(namespace, name, uid, node, refusal, locked=True, annotated=False)
@@ -112,7 +117,7 @@ class Binder:
         self._cache.reassume(placed)  # written from here on; the watch confirms it
         now = str(int(self._clock()))
         try:
-            self._kube.patch_pod(namespace, name, {"metadata": {
+            written = self._kube.patch_pod(namespace, name, {"metadata": {
                 # Preconditions: the pod of that name has our uid, and nobody (another extender binding the same pod)
                 # changed it since we found it unbound a moment ago.
                 "uid": uid, "resourceVersion": (pod or {}).get("metadata", {}).get("resourceVersion"),
@@ -127,6 +132,17 @@ class Binder:
                               f"booked ({error}); filter it again", locked=True, annotated=False)
         except KubeError as error:
             return self._fail(namespace, name, uid, node, f"cannot write the GPU booking onto the pod: {error}",
+                              locked=True)
+        try:
+            conflicts = self.verify(placed, node, not_older_than=str(
+                (written.get("metadata") or {}).get("resourceVersion") or ""))
+        except KubeError as error:
+            return self._fail(namespace, name, uid, node, f"cannot read node {node}'s pods to verify the placement: "
+                              f"{error}", locked=True)
+        if conflicts:
+            self._count("conflict")
+            return self._fail(namespace, name, uid, node, f"GPUs given to pod {namespace}/{name} on node {node} are "
+                              f"no longer free ({conflicts}); another scheduler booked them first; filter it again",
                               locked=True)
         try:
             self._kube.bind_pod(namespace, name, node, uid=uid)
@@ -147,19 +163,15 @@ class Binder:
             return self._fail(namespace, name, uid, node, str(error), locked=True)
         return None
 
-    def verify(self, placed: PodUsage, node: str) -> tuple[dict[str, Any] | None, str]:
-        """The pod as the API has it now, and why ``placed`` must not be bound to ``node`` ("" when it may).
+    def verify(self, placed: PodUsage, node: str, *, not_older_than: str) -> str:
+        """What of ``placed`` no longer fits on ``node`` beside the other pods' bookings ("" when all fits).
 
-        Called under the node lock. Raises `KubeError` when the API cannot be read.
+        Called under the node lock, right after our own booking was written at resourceVersion ``not_older_than``:
+        the API answers from its watch cache once that has seen our write, so the pods read include every booking
+        written before — another binder's booking is written before it gives the node lock up, so before ours.
+        Raises `KubeError` when the API cannot be read.
         """
-        pod, refusal = self._pod_still_unbound(placed)
-        if refusal:
-            return pod, refusal
-        conflicts = self._conflicts(placed, node)
-        if conflicts:
-            return pod, (f"GPUs given to pod {placed.namespace}/{placed.name} on node {node} are no longer free "
-                         f"({conflicts}); another scheduler booked them first; filter it again")
-        return pod, ""
+        return self._conflicts(placed, node, not_older_than)
 
     def _pod_still_unbound(self, placed: PodUsage) -> tuple[dict[str, Any] | None, str]:
         """The pod as the API has it now, and a refusal ("" when none) if it is gone, replaced or already bound.
@@ -179,7 +191,7 @@ class Binder:
             return pod, f"pod {placed.namespace}/{placed.name} is already bound to node {bound_to}"
         return pod, ""
 
-    def _conflicts(self, placed: PodUsage, node: str) -> str:
+    def _conflicts(self, placed: PodUsage, node: str, not_older_than: str) -> str:
         """What no longer fits of ``placed`` on ``node`` per the API's pods there ("" when all fits).
 
         The pods read are also given to the cache: when another scheduler's booking is found here, the next
@@ -189,7 +201,8 @@ class Binder:
         if view is None:
             return f"node {node} is not a GPU node this hami-web knows"
         bookings = []
-        for pod in self._kube.list_pods_on_node(node, assigned_label=names.LABEL_ASSIGNED_NODE):
+        for pod in self._kube.list_pods_on_node(node, assigned_label=names.LABEL_ASSIGNED_NODE,
+                                                not_older_than=not_older_than):
             uid, pod_namespace, pod_name = pod_key(pod)
             if uid == placed.uid:
                 continue
