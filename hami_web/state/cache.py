@@ -156,8 +156,10 @@ class ClusterCache:
         observed: dict[str, PodUsage] = {}
         errors: dict[str, str] = {}
         alive: set[str] = set()
+        listed: set[str] = set()
         for pod in pods:
             uid, usage, error = self._read_pod(pod)
+            listed.add(uid)
             if not pod_finished(pod):
                 alive.add(uid)
             if error:
@@ -166,23 +168,33 @@ class ClusterCache:
                 observed[uid] = usage
         with self._lock:
             for uid, held in list(self._held.items()):
-                if uid not in observed and not self._assumed_since_locked(held, listed_at):
+                if uid not in observed and not self._assumed_since_locked(held, listed_at, listed=uid in listed):
                     self._release_locked(uid)
             for uid in list(self._placed):
                 if uid not in alive and uid not in self._held:
                     del self._placed[uid]
             for uid, usage in observed.items():
                 held = self._held.get(uid)
-                if held is not None and self._assumed_since_locked(held, listed_at) \
+                if held is not None and self._assumed_since_locked(held, listed_at, listed=True) \
                         and held.usage.devices_text != usage.devices_text:
                     continue  # our placement may be newer than what this list saw
                 self._hold_locked(uid, usage, assumed_at=None)
             self._note_errors_locked(errors, replace=True)
 
     @staticmethod
-    def _assumed_since_locked(held: _Held, listed_at: float) -> bool:
-        """Whether ``held`` is an assumption whose pod patch a list started at ``listed_at`` may not show."""
-        return held.assumed_at is not None and held.assumed_at + ASSUMPTION_GRACE_SECONDS >= listed_at
+    def _assumed_since_locked(held: _Held, listed_at: float, *, listed: bool) -> bool:
+        """Whether ``held`` is an assumption whose pod patch a list started at ``listed_at`` may not show.
+
+        A pod we placed existed before its assumption was made, so a list started after that which does not
+        show the pod at all (``listed`` False) proves it deleted: the grace is for a patch, not the pod. With
+        the filter writing nothing, this is how a pod deleted between filter and bind while the watch was
+        down frees its GPUs at the next list rather than ASSUMPTION_GRACE_SECONDS later.
+        """
+        if held.assumed_at is None:
+            return False
+        if not listed and held.assumed_at < listed_at:
+            return False
+        return held.assumed_at + ASSUMPTION_GRACE_SECONDS >= listed_at
 
     def observe_pod(self, event_type: str, pod: Mapping[str, Any]) -> None:
         """Apply one watch event for a pod: a deleted or finished pod frees its GPUs at once."""
