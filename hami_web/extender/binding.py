@@ -241,18 +241,23 @@ class Binder:
         return {"Error": reason}
 
     def _clean_up(self, namespace: str, name: str, uid: str, node: str, *, locked: bool, annotated: bool) -> None:
+        voided = True
         if annotated:  # a written booking is voided by bind-phase=failed (an unbound pod so marked holds nothing)
             try:
                 self._kube.patch_pod(namespace, name, {"metadata": {
                     "uid": uid, "annotations": {names.POD_BIND_PHASE: "failed"}}})
             except KubeError as error:
-                log.warning("bind pod=%s/%s: cannot mark bind-phase=failed: %s", namespace, name, error)
+                voided = False
+                log.warning("bind pod=%s/%s: cannot mark bind-phase=failed, its booking is kept until the API "
+                            "shows it: %s", namespace, name, error)
         if locked:
             try:
                 self._lock.release(node, namespace, name)
             except KubeError as error:
                 log.warning("bind pod=%s/%s node=%s: cannot release our lock: %s", namespace, name, node, error)
-        self._cache.forget(uid)
+        # A booking that may stand in the API, not voided, still counts: the next filter must not hand its GPUs
+        # out (a list or the watch shows the truth later); only the placement goes, so the pod is filtered again.
+        self._cache.forget(uid, keep_booking=not voided)
 
     def _count(self, outcome: str) -> None:
         if self._metrics is not None:

@@ -285,11 +285,21 @@ class ClusterCache:
                 self._placed.pop(uid, None)
             return result
 
-    def forget(self, uid: str) -> PodUsage | None:
-        """Drop whatever the pod holds (its placement was abandoned); returns what it held."""
+    def forget(self, uid: str, *, keep_booking: bool = False) -> PodUsage | None:
+        """Drop whatever the pod holds (its placement was abandoned); returns what it held.
+
+        ``keep_booking``: drop only the placement; what the pod holds stays booked, as an assumption from now
+        (its booking may stand in the API), until a list or the watch shows the truth.
+        """
         with self._lock:
-            self._placed.pop(uid, None)
-            return self._release_locked(uid)
+            placed = self._placed.pop(uid, None)
+            if not keep_booking:
+                return self._release_locked(uid)
+            held = self._held.get(uid)
+            usage = held.usage if held is not None else placed
+            if usage is not None:
+                self._hold_locked(uid, usage, assumed_at=self._clock())
+            return None
 
     def placed(self, uid: str) -> PodUsage | None:
         """The placement this process last chose for the pod ``uid`` and has not seen bound."""
