@@ -108,6 +108,8 @@ class Binder:
         except KubeError as error:
             return self._fail(namespace, name, uid, node, f"cannot read pod {namespace}/{name}: {error}",
                               locked=True, annotated=False)
+        if refusal and pod is not None and self._bound_here(pod, placed, node):
+            return None  # a retry after a Binding whose answer was lost: done, and our lock stays as after any bind
         if refusal:
             self._count("conflict")
             answer = self._fail(namespace, name, uid, node, refusal, locked=True, annotated=False)
@@ -190,6 +192,13 @@ class Binder:
         if bound_to:
             return pod, f"pod {placed.namespace}/{placed.name} is already bound to node {bound_to}"
         return pod, ""
+
+    @staticmethod
+    def _bound_here(pod: dict[str, Any], placed: PodUsage, node: str) -> bool:
+        """Whether ``pod`` is bound to ``node`` with ``placed``'s booking written: an earlier bind of it landed."""
+        annotations = (pod.get("metadata") or {}).get("annotations") or {}
+        return ((pod.get("spec") or {}).get("nodeName") == node and annotations.get(names.POD_ASSIGNED_NODE) == node
+                and annotations.get(names.POD_DEVICES_ALLOCATED) == placed.devices_text)
 
     def _conflicts(self, placed: PodUsage, node: str, not_older_than: str) -> str:
         """What no longer fits of ``placed`` on ``node`` per the API's pods there ("" when all fits).
