@@ -1,10 +1,11 @@
 """``/filter`` request and answer forms (SPEC.md §1, §5).
 
 Covers: the real kube-scheduler body (``tests/fixtures/extender-filter-args.json``, ``NodeNames`` form, gpumem
-``"3k"``) placed in memory by ``/filter`` (nothing written yet) and annotated by ``/bind``; the ``Nodes`` form answered with ``Nodes`` (the chosen node's object as sent,
-none when nothing fits) and ``NodeNames`` null, and it books capacity like the other form; keys in any letter
-case; a pod asking for no GPU passes every candidate (GPU, plain and unknown nodes) in both forms, changes
-nothing in the API server and records no event; a pod filtered again does not count against itself.
+``"3k"``) placed in memory by ``/filter`` (nothing written yet) and annotated by ``/bind``; the ``Nodes`` form
+answered with ``Nodes`` (the chosen node's object as sent, none when nothing fits) and ``NodeNames`` null, and it
+books capacity like the other form; keys in any letter case; a pod asking for no GPU passes every candidate (GPU,
+plain and unknown nodes) in both forms, changes nothing in the API server and records no event; a pod filtered
+again does not count against itself.
 """
 
 from __future__ import annotations
@@ -36,8 +37,9 @@ def _fixture(name: str) -> dict:
     return json.loads((FIXTURES / name).read_text())
 
 
-def test_real_kube_scheduler_filter_body_is_placed_then_annotated_at_bind(scheduler: Scheduler, apiserver: LocalCluster,
-                                                                runtime: Runtime) -> None:
+def test_real_kube_scheduler_filter_body_is_placed_then_annotated_at_bind(scheduler: Scheduler,
+                                                                         apiserver: LocalCluster,
+                                                                         runtime: Runtime) -> None:
     args = _fixture("extender-filter-args.json")
     apiserver.load([gpu_node("gpu-node-1", gpus("gpu-node-1", 2, memory_mib=46068))])
     stored_pod = {key: value for key, value in args["Pod"].items() if key != "status"}

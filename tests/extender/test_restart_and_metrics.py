@@ -3,9 +3,9 @@
 Covers: a second runtime whose cache is built from the API alone (after the first scheduled pods — bound and
 released, still allocating, multi-GPU, with an init container, one deleted again) reproduces the first one's
 per-GPU usage and per-pod holdings exactly, and holds nothing for a pod the first only filtered (the filter's
-booking lives in memory until ``/bind`` writes it); ``/metrics`` shows the booked memory and cores of a GPU and of the container
-after a placement (``hami_gpu_*``, ``hami_vgpu_*``) and drops them once the pod is deleted; the latency
-histograms of ``/filter`` and ``/bind``, filter and bind results, refresh age and errors are exposed.
+booking lives in memory until ``/bind`` writes it); ``/metrics`` shows the booked memory and cores of a GPU and of
+the container after a placement (``hami_gpu_*``, ``hami_vgpu_*``) and drops them once the pod is deleted; the
+latency histograms of ``/filter`` and ``/bind``, filter and bind results, refresh age and errors are exposed.
 """
 
 from __future__ import annotations
