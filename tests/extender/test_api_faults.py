@@ -5,7 +5,8 @@ nothing it missed is lost (a pod only filtered, deleted meanwhile, frees its GPU
 or Binding answered 500 / 429 / 409 leaves no booking and no node lock of ours; ``/filter`` makes no API
 call, so it answers from the cache while the API server stalls or is down, and the ``/bind`` that follows
 gets a clear ``Error`` (the deadline, not the client's per-read timeout, bounds the wait) and leaves no
-booking; a booking patch that stalls past the deadline cannot land after the bind gave up (resourceVersion
+booking; a failed read of the node's pods to verify the booking voids it (``bind-phase=failed``) and
+leaves no lock; a booking patch that stalls past the deadline cannot land after the bind gave up (resourceVersion
 precondition), and one that landed while its answer dripped is voided by ``bind-phase=failed``; a booking
 patch applied whose answer is lost fails the bind cleanly and kube-scheduler's retry binds; when even the
 clean-up cannot be written, the booking the API shows is honoured, so the next exclusive pod is not given the
@@ -16,7 +17,8 @@ back the booking and the lock are kept.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
 
@@ -271,43 +273,76 @@ def test_a_binding_applied_whose_answer_is_lost_counts_as_bound(fast: tuple[Runt
     assert annotations_of(apiserver, "nodes", "node1")[names.NODE_LOCK].endswith(",default,pod1")
 
 
-class _KubeWithHookBeforeBinding(Kube):
-    """The adapter, running ``before_binding`` just before the Binding is sent (once per setting)."""
+class _HookedKube(Kube):
+    """The adapter, running ``hooks[method]`` (once) just before ``bind_pod`` or ``list_pods_on_node`` runs."""
 
-    before_binding: Callable[[], None] | None = None
+    hooks: dict[str, Callable[[], None]]
 
-    def bind_pod(self, namespace: str, name: str, node: str, *, uid: str = "") -> None:
-        hook, self.before_binding = self.before_binding, None
+    def _hook(self, method: str) -> None:
+        hook = self.hooks.pop(method, None)
         if hook is not None:
             hook()
+
+    def bind_pod(self, namespace: str, name: str, node: str, *, uid: str = "") -> None:
+        self._hook("bind_pod")
         super().bind_pod(namespace, name, node, uid=uid)
 
+    def list_pods_on_node(self, node: str, *, assigned_label: str, not_older_than: str = "") -> list[dict[str, Any]]:
+        self._hook("list_pods_on_node")
+        return super().list_pods_on_node(node, assigned_label=assigned_label, not_older_than=not_older_than)
 
-def test_an_unconfirmed_binding_keeps_booking_and_lock_and_a_retry_finds_it_bound(apiserver: LocalCluster) -> None:
+
+@pytest.fixture
+def hooked(apiserver: LocalCluster) -> Iterator[tuple[Runtime, Scheduler, _HookedKube]]:
+    """As `fast`, on a `_HookedKube`: a fault injected by a hook hits one exact request of a bind."""
     apiserver.load([gpu_node("node1", gpus("node1", 1, count=1)), gpu_pod("pod1"), gpu_pod("pod2")])
-    kube = _KubeWithHookBeforeBinding.for_url(apiserver.url)
+    kube = _HookedKube.for_url(apiserver.url)
+    kube.hooks = {}
     runtime = build_runtime(Settings(refresh_interval_seconds=300.0, extender_deadline_seconds=DEADLINE_SECONDS),
                             kube=kube)
     runtime.start()
     try:
         assert runtime.cache.wait_synced(SYNC_TIMEOUT_SECONDS)
-        scheduler = Scheduler(runtime.app.test_client(), apiserver)
-        assert scheduler.filter("pod1", ["node1"])["NodeNames"] == ["node1"]
-        apiserver.inject_failure("POST", "pods", name="pod1", subresource="binding", mode="reset")
-        # Only the read-back after the Binding fails (bind reads the pod once before writing its booking).
-        kube.before_binding = lambda: apiserver.inject_failure("GET", "pods", name="pod1", status=500)
-
-        answer = scheduler.bind("pod1", "node1")
-
-        assert "no answer to its Binding" in answer["Error"]
-        assert annotations_of(apiserver, "nodes", "node1")[names.NODE_LOCK].endswith(",default,pod1")
-        assert annotations_of(apiserver, "pods", "pod1", "default")[names.POD_BIND_PHASE] == "allocating"
-        assert usage_by_gpu(runtime) == {"node1-gpu0": (1, 8000, 0)}
-        assert scheduler.filter("pod2", ["node1"])["NodeNames"] == []
-        # A retry finds the pod bound here with its booking: done, and the lock stays for the device plugin.
-        assert scheduler.bind("pod1", "node1") == {"Error": ""}
-        assert scheduler.pod("pod1")["spec"]["nodeName"] == "node1"
-        assert annotations_of(apiserver, "nodes", "node1")[names.NODE_LOCK].endswith(",default,pod1")
-        assert usage_by_gpu(runtime) == {"node1-gpu0": (1, 8000, 0)}
+        yield runtime, Scheduler(runtime.app.test_client(), apiserver), kube
     finally:
         runtime.stop()
+
+
+def test_a_failed_verification_read_voids_the_booking_and_leaves_no_lock(
+        hooked: tuple[Runtime, Scheduler, _HookedKube], apiserver: LocalCluster) -> None:
+    runtime, scheduler, kube = hooked
+    assert scheduler.filter("pod1", ["node1"])["NodeNames"] == ["node1"]
+    kube.hooks["list_pods_on_node"] = lambda: apiserver.inject_failure("GET", "pods", status=500)
+
+    answer = scheduler.bind("pod1", "node1")
+
+    assert answer["Error"].startswith("cannot read node node1's pods to verify the placement:")
+    assert "HTTP 500" in answer["Error"]
+    assert annotations_of(apiserver, "pods", "pod1", "default")[names.POD_BIND_PHASE] == "failed"
+    assert names.NODE_LOCK not in annotations_of(apiserver, "nodes", "node1")
+    assert "nodeName" not in scheduler.pod("pod1")["spec"]
+    assert runtime.cache.placed(_uid(scheduler, "pod1")) is None
+    wait_for(lambda: usage_by_gpu(runtime) == {}, what="pod1's voided booking to hold nothing")
+    assert scheduler.schedule("pod2", ["node1"]) == "node1"
+
+
+def test_an_unconfirmed_binding_keeps_booking_and_lock_and_a_retry_finds_it_bound(
+        hooked: tuple[Runtime, Scheduler, _HookedKube], apiserver: LocalCluster) -> None:
+    runtime, scheduler, kube = hooked
+    assert scheduler.filter("pod1", ["node1"])["NodeNames"] == ["node1"]
+    apiserver.inject_failure("POST", "pods", name="pod1", subresource="binding", mode="reset")
+    # Only the read-back after the Binding fails (bind reads the pod once before writing its booking).
+    kube.hooks["bind_pod"] = lambda: apiserver.inject_failure("GET", "pods", name="pod1", status=500)
+
+    answer = scheduler.bind("pod1", "node1")
+
+    assert "no answer to its Binding" in answer["Error"]
+    assert annotations_of(apiserver, "nodes", "node1")[names.NODE_LOCK].endswith(",default,pod1")
+    assert annotations_of(apiserver, "pods", "pod1", "default")[names.POD_BIND_PHASE] == "allocating"
+    assert usage_by_gpu(runtime) == {"node1-gpu0": (1, 8000, 0)}
+    assert scheduler.filter("pod2", ["node1"])["NodeNames"] == []
+    # A retry finds the pod bound here with its booking: done, and the lock stays for the device plugin.
+    assert scheduler.bind("pod1", "node1") == {"Error": ""}
+    assert scheduler.pod("pod1")["spec"]["nodeName"] == "node1"
+    assert annotations_of(apiserver, "nodes", "node1")[names.NODE_LOCK].endswith(",default,pod1")
+    assert usage_by_gpu(runtime) == {"node1-gpu0": (1, 8000, 0)}

@@ -8,7 +8,9 @@ the lock is re-entrant for the same pod; a failing Binding or booking patch answ
 pod ``bind-phase=failed``, releases our lock, drops the pod's GPUs from the cache and records BindingFailed,
 and the pod can then be filtered and bound again; another pod's lock is never released; a bind to another
 node than the filter chose is refused before anything is written; a failing booking patch in ``/bind``
-answers ``Error`` without leaking capacity (the exclusive GPU then goes to the next pod, once).
+answers ``Error`` without leaking capacity (the exclusive GPU then goes to the next pod, once); a booking another
+scheduler wrote first on the same GPU fails the bind (the exact reason), voids ours, releases the lock, and the
+cache then counts the other booking.
 """
 
 from __future__ import annotations
@@ -224,6 +226,33 @@ def test_a_failed_booking_patch_is_an_error_and_leaks_no_capacity(apiserver: Loc
     assert scheduler.schedule("pod2", ["node1"]) == "node1"
     assert usage_by_gpu(runtime) == {"node1-gpu0": (1, 8000, 0)}
     assert scheduler.filter("pod1", ["node1"])["NodeNames"] == []
+
+
+def test_a_booking_another_scheduler_wrote_first_fails_the_bind_and_voids_ours(apiserver: LocalCluster,
+                                                                               runtime: Runtime,
+                                                                               scheduler: Scheduler) -> None:
+    apiserver.load([gpu_node("node1", gpus("node1", 1, count=1)), gpu_pod("pod1")])
+    runtime.sync.sync_now()
+    assert scheduler.filter("pod1", ["node1"])["NodeNames"] == ["node1"]
+    # Another scheduler, whose cache had not seen our placement, bound a pod to the same exclusive GPU.
+    intruder = gpu_pod("intruder", annotations={names.POD_ASSIGNED_NODE: "node1",
+                                                names.POD_DEVICES_ALLOCATED: "node1-gpu0,NVIDIA,8000,0:;"})
+    intruder["spec"]["nodeName"] = "node1"
+    apiserver.load([intruder])
+
+    answer = scheduler.bind("pod1", "node1")
+
+    assert answer["Error"] == ("GPUs given to pod default/pod1 on node node1 are no longer free (GPU node1-gpu0: "
+                               "CardTimeSlicingExhausted); another scheduler booked them first; filter it again")
+    assert "nodeName" not in scheduler.pod("pod1")["spec"]
+    assert _phase(apiserver, "pod1") == "failed"  # the booking bind wrote before verifying is void
+    assert _lock(apiserver) == ""
+    assert runtime.cache.placed(scheduler.pod("pod1")["metadata"]["uid"]) is None
+    # The intruder's booking is what counts now: pod1 no longer fits.
+    assert usage_by_gpu(runtime) == {"node1-gpu0": (1, 8000, 0)}
+    assert scheduler.filter("pod1", ["node1"])["FailedNodes"] == {"node1": "1/1 CardTimeSlicingExhausted"}
+    runtime.events.flush()
+    assert reasons_for(apiserver, "pod1")[-2:] == ["BindingFailed", "FilteringFailed"]
 
 
 def test_binding_a_pod_that_does_not_exist_leaves_no_lock_behind(cluster: None, scheduler: Scheduler,
