@@ -312,6 +312,25 @@ class Kube:
         body = self._call("list pods", self._core.list_pod_for_all_namespaces)
         return body.get("items") or [], str(body.get("metadata", {}).get("resourceVersion", ""))
 
+    def list_pods_on_node(self, node: str, *, assigned_label: str, not_older_than: str = "") -> list[JsonObject]:
+        """Pods bound to ``node`` plus unbound pods labelled ``assigned_label=node`` (given GPUs there).
+
+        What ``/bind`` checks a placement against. With ``not_older_than`` (a resourceVersion) the API answers
+        from its watch cache once that has caught up with the version — as fresh as needed, without reading every
+        pod of the cluster from etcd, which a plain (quorum) list with a field selector does.
+        """
+        fresh: dict[str, Any] = {}
+        if not_older_than:
+            fresh = {"resource_version": not_older_than, "resource_version_match": "NotOlderThan"}
+        bound = self._call(f"list pods on node {node}", self._core.list_pod_for_all_namespaces,
+                           field_selector=f"spec.nodeName={node}", **fresh)
+        assigned = self._call(f"list pods assigned to node {node}", self._core.list_pod_for_all_namespaces,
+                              label_selector=f"{assigned_label}={node}", field_selector="spec.nodeName=", **fresh)
+        pods: dict[str, JsonObject] = {}
+        for pod in [*(bound.get("items") or []), *(assigned.get("items") or [])]:
+            pods[str((pod.get("metadata") or {}).get("uid", ""))] = pod
+        return list(pods.values())
+
     def get_pod(self, namespace: str, name: str) -> JsonObject:
         """One pod; `NotFoundError` when it does not exist."""
         return self._call(f"get pod {namespace}/{name}", self._core.read_namespaced_pod, name, namespace)

@@ -44,7 +44,7 @@ API_VERSIONS = {
     "Deployment": "apps/v1", "Job": "batch/v1", "CronJob": "batch/v1",
     "ClusterRole": "rbac.authorization.k8s.io/v1", "ClusterRoleBinding": "rbac.authorization.k8s.io/v1",
     "Role": "rbac.authorization.k8s.io/v1", "RoleBinding": "rbac.authorization.k8s.io/v1",
-    "MutatingWebhookConfiguration": "admissionregistration.k8s.io/v1",
+    "MutatingWebhookConfiguration": "admissionregistration.k8s.io/v1", "PodDisruptionBudget": "policy/v1",
 }
 CLUSTER_SCOPED = {"Namespace", "ClusterRole", "ClusterRoleBinding", "MutatingWebhookConfiguration"}
 
@@ -388,8 +388,18 @@ def test_containers_are_locked_down_and_sized(pod: dict[str, Any]) -> None:
         assert "memory" in container["resources"]["limits"]
 
 
-def test_one_replica_and_the_images_of_this_release() -> None:
-    assert DEPLOYMENT["spec"]["replicas"] == 1
+def test_two_replicas_spread_over_nodes_with_a_disruption_budget_and_the_images_of_this_release() -> None:
+    assert DEPLOYMENT["spec"]["replicas"] == 2
+    assert DEPLOYMENT["spec"]["strategy"]["rollingUpdate"] == {"maxSurge": 1, "maxUnavailable": 0}
+    (term,) = DEPLOYMENT["spec"]["template"]["spec"]["affinity"]["podAntiAffinity"][
+        "preferredDuringSchedulingIgnoredDuringExecution"]
+    assert term["podAffinityTerm"]["topologyKey"] == "kubernetes.io/hostname"
+    pod_labels = DEPLOYMENT["spec"]["template"]["metadata"]["labels"]
+    assert term["podAffinityTerm"]["labelSelector"]["matchLabels"].items() <= pod_labels.items()
+    budget = _one("PodDisruptionBudget", "hami-web")
+    assert budget["spec"]["maxUnavailable"] == 1
+    assert budget["metadata"]["namespace"] == DEPLOYMENT["metadata"]["namespace"]
+    assert budget["spec"]["selector"]["matchLabels"] == DEPLOYMENT["spec"]["selector"]["matchLabels"]
     assert SERVER["image"] == f"hami-web:{__version__}" == _container(JOB_POD, "certs")["image"]
     assert SCHEDULER["image"] == "registry.k8s.io/kube-scheduler:v1.32.0"
     assert SERVER["args"][0] == "serve"

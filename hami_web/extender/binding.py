@@ -1,10 +1,21 @@
-"""``/bind``: lock the node, mark the pod allocating, create the Binding (SPEC.md §6).
+"""``/bind``: lock the node, write the booking, verify it, create the Binding (SPEC.md §6, issue 13).
 
-On failure the pod is marked ``bind-phase=failed``, our lock (only ours) is released and the filter's
-booking is dropped, so kube-scheduler's retry starts from a clean slate. A member of a gang (label
-``scheduling.x-k8s.io/pod-group`` or ``spec.schedulingGroup``) that finds the node locked waits for the lock;
-any other pod is answered at once, as before, and so is a member when ``max_lock_waiters`` binds already wait
-(each holds one of the server's few request threads).
+The filter writes nothing: this is the one place that writes a booking, and it is checked when it is written.
+Under the node lock: the pod is read (it must still be ours and unbound: another extender may have bound it
+elsewhere), the booking is written onto it in one patch (HAMi's device annotations, ``bind-phase=allocating``,
+with the pod's resourceVersion as a precondition), and then checked against the bookings of the other pods the
+API shows on the node. kube-scheduler's leader election is not a fence: a second extender may have booked the
+same GPUs from a cache that had not seen ours. Reading the node's pods *after* our own write lets the API answer
+from its watch cache at our write's version (fresh, and cheap: no read of every pod from etcd), and any other
+booking on this node was written before ours, under the same lock. A placement that no longer fits is voided
+(``bind-phase=failed``: an unbound pod so marked holds nothing), the lock released and the assumption dropped,
+with a ``BindingFailed`` event; kube-scheduler then filters the pod again (by then the watch has usually
+brought the other booking into the cache). Only then is the Binding created: HAMi's device plugin acts on
+bound pods only, so a voided booking never reaches a GPU.
+
+A member of a gang (label ``scheduling.x-k8s.io/pod-group`` or ``spec.schedulingGroup``) that finds the node
+locked waits for the lock; any other pod is answered at once, and so is a member when ``max_lock_waiters`` binds
+already wait (each holds one of the server's few request threads).
 
 Only a pod this process placed (same uid, namespace, name and node) is bound: ``/bind`` uses hami-web's
 RBAC, and must not bind a pod we never chose GPUs for. Anything else is refused before any lock or pod is
@@ -25,6 +36,8 @@ from collections.abc import Callable
 from typing import Any
 
 from hami_web.core import names
+from hami_web.core.devices import AnnotationError
+from hami_web.core.verify import other_bookings, placement_conflicts
 from hami_web.extender.deadlines import after_deadline_seconds
 from hami_web.extender.events import EventRecorder
 from hami_web.extender.nodelock import NodeLock, NodeLockError, NodeLockHeld
@@ -32,6 +45,7 @@ from hami_web.extender.wire import ExtenderBindingResult, WireError, binding_tar
 from hami_web.kube import ConflictError, JsonObject, Kube, KubeError, NotFoundError, deadline, deadline_left_seconds
 from hami_web.state.budget import WaitSlots
 from hami_web.state.cache import ClusterCache
+from hami_web.state.pods import PodUsage, pod_key, pod_usage
 
 log = logging.getLogger(__name__)
 
@@ -61,10 +75,12 @@ class Binder:
 
     def __init__(self, *, cache: ClusterCache, kube: Kube, events: EventRecorder, node_lock: NodeLock,
                  metrics: Any = None, clock: Callable[[], float] = time.time,
-                 deadline_seconds: float = 15.0, lock_wait_seconds: float = 0.0, max_lock_waiters: int = 1) -> None:
+                 deadline_seconds: float = 15.0, lock_wait_seconds: float = 0.0, max_lock_waiters: int = 1,
+                 count_resource: str = "nvidia.com/gpu") -> None:
         """``deadline_seconds`` is ``--extender-deadline``; ``lock_wait_seconds`` (``--node-lock-retry-timeout``)
         is the whole deadline of a gang member's bind that waits for a held lock (0: nobody waits)."""
         self._deadline_seconds = deadline_seconds
+        self._count_resource = count_resource
         self._cache = cache
         self._lock_wait_seconds = lock_wait_seconds
         self._wait_slots = WaitSlots(max_lock_waiters)
@@ -82,34 +98,33 @@ class Binder:
             log.warning("bind: bad request: %s", error)
             return {"Error": f"bad ExtenderBindingArgs: {error}"}
         placed = self._cache.placed(uid)
-        if placed is None or placed[:2] != (namespace, name):
+        if placed is None or (placed.namespace, placed.name) != (namespace, name):
             # Not ours to bind: nothing is touched (no lock, no pod patch, the booking of the real uid stays).
             log.warning("bind pod=%s/%s uid=%s node=%s refused: not placed by this process", namespace, name,
                         uid, node)
             self._count("refused")
             return {"Error": f"pod {namespace}/{name} (uid {uid}) was not placed by this hami-web (or its "
                              f"placement was dropped); kube-scheduler must filter it first"}
-        if placed[2] != node:
-            message = f"pod {namespace}/{name} was given GPUs on node {placed[2]}, not {node}; filter it again"
-            return self._fail(namespace, name, uid, node, message, locked=False)
-        answer = self._bind_placed(namespace, name, uid, node)
+        if placed.node != node:
+            message = f"pod {namespace}/{name} was given GPUs on node {placed.node}, not {node}; filter it again"
+            return self._fail(namespace, name, uid, node, message, locked=False, annotated=False)
+        answer = self._bind_placed(placed, node)
         if answer is not None:
             return answer
-        held = self._cache.held_by(uid)
         self._cache.mark_bound(uid)
-        devices = held.devices_text if held else "?"
-        log.info("bind pod=%s/%s node=%s devices=%s bound", namespace, name, node, devices,
+        log.info("bind pod=%s/%s node=%s devices=%s bound", namespace, name, node, placed.devices_text,
                  extra={"pod": f"{namespace}/{name}", "node": node})
         self._events.record(namespace=namespace, name=name, uid=uid, reason="BindingSucceed",
                             message=f"bound to node {node}")
         self._count("bound")
         return {"Error": ""}
 
-    def _bind_placed(self, namespace: str, name: str, uid: str, node: str) -> ExtenderBindingResult | None:
-        """Lock, mark allocating, bind; None when bound, else the answer (failures cleaned up).
+    def _bind_placed(self, placed: PodUsage, node: str) -> ExtenderBindingResult | None:
+        """Lock, write the booking, verify it, bind; None when bound, else the answer (failures cleaned up).
 
         Everything runs under the bind's deadline, which `_acquire` replaces when a gang member waits.
         """
+        namespace, name, uid = placed.namespace, placed.name, placed.uid
         with contextlib.ExitStack() as scope:
             bind_deadline = _BindDeadline(scope, self._deadline_seconds)
             try:
@@ -123,13 +138,49 @@ class Binder:
             except KubeError as error:
                 # The lock patch may have landed without an answer: release covers it (it only removes ours).
                 return self._fail(namespace, name, uid, node, f"cannot lock node {node}: {error}", locked=True,
-                                  budget=bind_deadline.seconds)
+                                  annotated=False, budget=bind_deadline.seconds)
             try:
-                self._kube.patch_pod(namespace, name, {"metadata": {"uid": uid, "annotations": {
-                    names.POD_BIND_PHASE: "allocating", names.POD_BIND_TIME: str(int(self._clock()))}}})
+                pod, refusal = self._pod_still_unbound(placed)
             except KubeError as error:
-                return self._fail(namespace, name, uid, node, str(error), locked=True,
+                return self._fail(namespace, name, uid, node, f"cannot read pod {namespace}/{name}: {error}",
+                                  locked=True, annotated=False, budget=bind_deadline.seconds)
+            if refusal and pod is not None and self._bound_here(pod, placed, node):
+                return None  # a retry after a Binding whose answer was lost: done, and our lock stays as after a bind
+            if refusal:
+                self._count("conflict")
+                return self._fail(namespace, name, uid, node, refusal, locked=True, annotated=False,
                                   budget=bind_deadline.seconds)
+            self._cache.reassume(placed)  # written from here on; the watch confirms it
+            now = str(int(self._clock()))
+            try:
+                written = self._kube.patch_pod(namespace, name, {"metadata": {
+                    # Preconditions: the pod of that name has our uid, and nobody (another extender binding the same
+                    # pod) changed it since we found it unbound a moment ago.
+                    "uid": uid, "resourceVersion": (pod or {}).get("metadata", {}).get("resourceVersion"),
+                    "annotations": {
+                        names.POD_ASSIGNED_NODE: node, names.POD_ASSIGNED_TIME: now,
+                        names.POD_DEVICES_TO_ALLOCATE: placed.devices_text,
+                        names.POD_DEVICES_ALLOCATED: placed.devices_text,
+                        names.POD_BIND_PHASE: "allocating", names.POD_BIND_TIME: now},
+                    "labels": {names.LABEL_ASSIGNED_NODE: node}}})
+            except ConflictError as error:  # changed meanwhile: nothing of ours was written
+                return self._fail(namespace, name, uid, node, f"pod {namespace}/{name} changed while its GPUs were "
+                                  f"being booked ({error}); filter it again", locked=True, annotated=False,
+                                  budget=bind_deadline.seconds)
+            except KubeError as error:
+                return self._fail(namespace, name, uid, node, f"cannot write the GPU booking onto the pod: {error}",
+                                  locked=True, budget=bind_deadline.seconds)
+            try:
+                conflicts = self.verify(placed, node, not_older_than=str(
+                    (written.get("metadata") or {}).get("resourceVersion") or ""))
+            except KubeError as error:
+                return self._fail(namespace, name, uid, node, f"cannot read node {node}'s pods to verify the "
+                                  f"placement: {error}", locked=True, budget=bind_deadline.seconds)
+            if conflicts:
+                self._count("conflict")
+                return self._fail(namespace, name, uid, node, f"GPUs given to pod {namespace}/{name} on node {node} "
+                                  f"are no longer free ({conflicts}); another scheduler booked them first; filter it "
+                                  f"again", locked=True, budget=bind_deadline.seconds)
             try:
                 self._kube.bind_pod(namespace, name, node, uid=uid)
             except KubeError as error:
@@ -154,6 +205,67 @@ class Binder:
                 return {"Error": f"pod {namespace}/{name}: no answer to its Binding to {node} ({error}); its "
                                  f"GPUs and the node lock stay until the API shows whether it was bound"}
             return self._fail(namespace, name, uid, node, str(error), locked=True, budget=budget, budget_open=True)
+
+    def verify(self, placed: PodUsage, node: str, *, not_older_than: str) -> str:
+        """What of ``placed`` no longer fits on ``node`` beside the other pods' bookings ("" when all fits).
+
+        Called under the node lock, right after our own booking was written at resourceVersion ``not_older_than``:
+        the API answers from its watch cache once that has seen our write, so the pods read include every booking
+        written before — another binder's booking is written before it gives the node lock up, so before ours.
+        Raises `KubeError` when the API cannot be read.
+        """
+        return self._conflicts(placed, node, not_older_than)
+
+    def _pod_still_unbound(self, placed: PodUsage) -> tuple[dict[str, Any] | None, str]:
+        """The pod as the API has it now, and a refusal ("" when none) if it is gone, replaced or already bound.
+
+        Another extender (a second replica during a Lease hand-over) may have bound the same pod elsewhere: its
+        booking must not be overwritten, so a bound pod is refused before anything is written.
+        """
+        try:
+            pod = self._kube.get_pod(placed.namespace, placed.name)
+        except NotFoundError:
+            return None, f"pod {placed.namespace}/{placed.name} no longer exists"
+        metadata = pod.get("metadata") or {}
+        if metadata.get("uid") != placed.uid:
+            return None, f"pod {placed.namespace}/{placed.name} was replaced (uid {metadata.get('uid')})"
+        bound_to = (pod.get("spec") or {}).get("nodeName")
+        if bound_to:
+            return pod, f"pod {placed.namespace}/{placed.name} is already bound to node {bound_to}"
+        return pod, ""
+
+    @staticmethod
+    def _bound_here(pod: dict[str, Any], placed: PodUsage, node: str) -> bool:
+        """Whether ``pod`` is bound to ``node`` with ``placed``'s booking written: an earlier bind of it landed."""
+        annotations = (pod.get("metadata") or {}).get("annotations") or {}
+        return ((pod.get("spec") or {}).get("nodeName") == node and annotations.get(names.POD_ASSIGNED_NODE) == node
+                and annotations.get(names.POD_DEVICES_ALLOCATED) == placed.devices_text)
+
+    def _conflicts(self, placed: PodUsage, node: str, not_older_than: str) -> str:
+        """What no longer fits of ``placed`` on ``node`` per the API's pods there ("" when all fits).
+
+        The pods read are not given to the cache: the watch brings the same objects in order, and a snapshot
+        applied after a newer event would put back a booking that was already voided.
+        """
+        view = self._cache.node_view(node)
+        if view is None:
+            return f"node {node} is not a GPU node this hami-web knows"
+        bookings = []
+        for pod in self._kube.list_pods_on_node(node, assigned_label=names.LABEL_ASSIGNED_NODE,
+                                                not_older_than=not_older_than):
+            uid, pod_namespace, pod_name = pod_key(pod)
+            if uid == placed.uid:
+                continue
+            try:
+                usage = pod_usage(pod, count_resource=self._count_resource)
+            except AnnotationError as error:  # as in the cache: a garbage booking is unknown usage, not a veto
+                log.warning("bind: pod %s/%s on node %s: unreadable booking ignored: %s", pod_namespace, pod_name,
+                            node, error)
+                continue
+            if usage is not None and usage.node == node:
+                bookings.append((usage.booking, usage.grants))
+        conflicts = placement_conflicts(view.inventory, other_bookings(bookings), placed.booking, placed.grants)
+        return "; ".join(conflict.describe() for conflict in conflicts)
 
     def _bound_to(self, namespace: str, name: str, uid: str) -> str | None:
         """The node the pod is bound to ("" when unbound or gone), or None when the API cannot tell us now."""
@@ -222,16 +334,17 @@ class Binder:
             return str(scheduling_group.get("name") or scheduling_group.get("podGroupName") or "spec.schedulingGroup")
         return ""
 
-    def _fail(self, namespace: str, name: str, uid: str, node: str, reason: str, *,
-              locked: bool, budget: float | None = None, budget_open: bool = False) -> ExtenderBindingResult:
+    def _fail(self, namespace: str, name: str, uid: str, node: str, reason: str, *, locked: bool,
+              annotated: bool = True, budget: float | None = None, budget_open: bool = False) -> ExtenderBindingResult:
         """Clean up and answer ``reason``.
 
-        ``budget`` is the deadline the bind ran under (the cleanup gets `after_deadline_seconds` of it);
-        ``budget_open`` when the caller already runs in the cleanup budget.
+        ``annotated`` when our booking may stand on the pod (it is then voided); ``budget`` is the deadline the
+        bind ran under (the cleanup gets `after_deadline_seconds` of it); ``budget_open`` when the caller already
+        runs in the cleanup budget.
         """
         cleanup = after_deadline_seconds(self._deadline_seconds if budget is None else budget)
         with contextlib.nullcontext() if budget_open else deadline(cleanup):
-            self._clean_up(namespace, name, uid, node, locked=locked, step_seconds=cleanup / 2)
+            self._clean_up(namespace, name, uid, node, locked=locked, annotated=annotated, step_seconds=cleanup / 2)
         log.warning("bind pod=%s/%s node=%s failed: %s", namespace, name, node, reason,
                     extra={"pod": f"{namespace}/{name}", "node": node})
         self._events.record(namespace=namespace, name=name, uid=uid, reason="BindingFailed", message=reason,
@@ -239,12 +352,12 @@ class Binder:
         self._count("failed")
         return {"Error": reason}
 
-    def _clean_up(self, namespace: str, name: str, uid: str, node: str, *, locked: bool,
+    def _clean_up(self, namespace: str, name: str, uid: str, node: str, *, locked: bool, annotated: bool,
                   step_seconds: float) -> None:
-        """Release our lock, mark the pod failed, drop its booking, within the cleanup budget.
+        """Release our lock, void our booking (``bind-phase=failed``), drop the placement, within the cleanup budget.
 
         The lock goes first and may use at most half of what is left, because a lock left behind blocks every
-        bind on that node, and a stalled release must not leave nothing for marking the pod.
+        bind on that node, and a stalled release must not leave nothing for voiding the booking.
         """
         if locked:
             try:
@@ -252,13 +365,19 @@ class Binder:
                     self._lock.release(node, namespace, name)
             except KubeError as error:
                 log.warning("bind pod=%s/%s node=%s: cannot release our lock: %s", namespace, name, node, error)
-        try:
-            with deadline(step_seconds, within_current=True):
-                self._kube.patch_pod(namespace, name, {"metadata": {"uid": uid, "annotations": {
-                    names.POD_BIND_PHASE: "failed"}}})
-        except KubeError as error:
-            log.warning("bind pod=%s/%s: cannot mark bind-phase=failed: %s", namespace, name, error)
-        self._cache.forget(uid)
+        voided = True
+        if annotated:  # an unbound pod marked bind-phase=failed holds nothing
+            try:
+                with deadline(step_seconds, within_current=True):
+                    self._kube.patch_pod(namespace, name, {"metadata": {"uid": uid, "annotations": {
+                        names.POD_BIND_PHASE: "failed"}}})
+            except KubeError as error:
+                voided = False
+                log.warning("bind pod=%s/%s: cannot mark bind-phase=failed, its booking is kept until the API "
+                            "shows it: %s", namespace, name, error)
+        # A booking that may stand in the API, not voided, still counts: the next filter must not hand its GPUs
+        # out (a list or the watch shows the truth later); only the placement goes, so the pod is filtered again.
+        self._cache.forget(uid, keep_booking=not voided)
 
     def _count(self, outcome: str) -> None:
         if self._metrics is not None:

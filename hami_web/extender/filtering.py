@@ -1,15 +1,11 @@
-"""``/filter``: choose a node and GPUs for a pod, book them, and write the choice onto the pod (SPEC.md §5).
+"""``/filter``: choose a node and GPUs for a pod and book them in memory (SPEC.md §5, as changed by issue 13).
 
 The decision and the booking happen atomically in the cache; this module does what surrounds it — reading
-kube-scheduler's request, patching the pod's annotations (undoing the booking if that fails), events,
-metrics and the one log line per decision.
-
-Every API call of one filter shares one deadline (``--extender-deadline``), so the answer reaches
-kube-scheduler inside its ``httpTimeout`` even when the API server stalls. The pod patch carries the pod's
-uid, so a stale or forged request can never annotate another pod of the same name. When the patch's outcome
-is unknown (timeout, connection reset), the pod is read back; unless that shows the patch applied, the
-booking is kept as an assumption (the GPUs may be promised to this pod) until a list or watch shows the
-truth, and kube-scheduler is told to retry.
+kube-scheduler's request, events, metrics and the one log line per decision. It makes no API call:
+kube-scheduler's scheduling cycle is serial and waits for every filter, so a pod PATCH here would cap the
+whole cluster's scheduling rate. The booking is written onto the pod by ``/bind``, under the node lock, after
+checking it against the API's current state of the node — one place that writes a booking, checked when it is
+written. HAMi's device plugin reads the annotations only after the Binding, so it sees no difference.
 """
 
 from __future__ import annotations
@@ -19,17 +15,15 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from hami_web.core import names
 from hami_web.core.choose import Placement
-from hami_web.core.grants import describe_grants, encode_pod_devices
+from hami_web.core.grants import describe_grants
 from hami_web.core.options import OptionsError, pod_options
 from hami_web.core.requests import RequestDefaults, RequestError, pod_request
-from hami_web.extender.deadlines import after_deadline_seconds
 from hami_web.extender.events import EventRecorder
 from hami_web.extender.wire import ExtenderFilterResult, WireError, filter_candidates, filter_pod, require_object
-from hami_web.kube import Kube, KubeError, deadline, deadline_left_seconds
+from hami_web.kube import deadline, deadline_left_seconds
 from hami_web.settings import Settings
-from hami_web.state.cache import ClusterCache
+from hami_web.state.cache import AlreadyBooked, ClusterCache
 
 log = logging.getLogger(__name__)
 
@@ -39,13 +33,12 @@ SYNC_WAIT_SECONDS = 10.0
 class Filter:
     """Answers kube-scheduler's filter calls."""
 
-    def __init__(self, *, settings: Settings, cache: ClusterCache, kube: Kube, events: EventRecorder,
+    def __init__(self, *, settings: Settings, cache: ClusterCache, events: EventRecorder,
                  metrics: Any = None, clock: Callable[[], float] = time.time,
                  sync_wait_seconds: float = SYNC_WAIT_SECONDS) -> None:
         self._deadline_seconds = settings.extender_deadline_seconds
         self._settings = settings
         self._cache = cache
-        self._kube = kube
         self._events = events
         self._metrics = metrics
         self._clock = clock
@@ -86,31 +79,19 @@ class Filter:
             self._count("error", {})
             return {"NodeNames": None, "FailedNodes": {},
                     "Error": "cluster cache has not completed its first sync yet; retry later"}
-        result = self._cache.place(uid=uid, namespace=namespace, name=name, request=request, options=options,
-                                   candidates=candidates, container_names=[c.name for c in request.containers])
+        try:
+            result = self._cache.place(uid=uid, namespace=namespace, name=name, request=request, options=options,
+                                       candidates=candidates, container_names=[c.name for c in request.containers])
+        except AlreadyBooked as error:
+            return self._refuse(namespace, name, uid, str(error))
         if not isinstance(result, Placement):
             return self._unschedulable(namespace, name, uid, dict(result.reasons), node_objects)
         return self._commit(namespace, name, uid, result, node_objects)
 
     def _commit(self, namespace: str, name: str, uid: str, placement: Placement,
                 node_objects: Mapping[str, Any] | None) -> ExtenderFilterResult:
-        encoded = encode_pod_devices(placement.grants)
-        patch = {"metadata": {
-            "uid": uid,  # a precondition: the API refuses the patch when the pod of that name has another uid
-            "annotations": {
-                names.POD_ASSIGNED_NODE: placement.node,
-                names.POD_ASSIGNED_TIME: str(int(self._clock())),
-                names.POD_DEVICES_TO_ALLOCATE: encoded,
-                names.POD_DEVICES_ALLOCATED: encoded,
-                names.POD_BIND_PHASE: None,  # a failure from an earlier attempt no longer applies
-            },
-            "labels": {names.LABEL_ASSIGNED_NODE: placement.node},
-        }}
-        try:
-            self._kube.patch_pod(namespace, name, patch)
-        except KubeError as error:
-            if not (error.outcome_unknown and self._patch_applied(namespace, name, uid, encoded, placement.node)):
-                return self._patch_failed(namespace, name, uid, placement.node, error)
+        # Nothing is written here: the booking is an assumption in the cache until /bind verifies it against
+        # the API under the node lock and writes it onto the pod (see `extender.binding`).
         devices = describe_grants(placement.grants)
         log.info("filter pod=%s/%s node=%s devices=%s score=%.3f", namespace, name, placement.node, devices,
                  placement.node_score, extra={"pod": f"{namespace}/{name}", "node": placement.node})
@@ -118,40 +99,6 @@ class Filter:
                             message=f"placed on node {placement.node} with devices {devices}")
         self._count("placed", {})
         return self._answer([placement.node], node_objects, failed={})
-
-    def _patch_applied(self, namespace: str, name: str, uid: str, encoded: str, node: str) -> bool:
-        """Read the pod back after a patch whose outcome is unknown: True when it carries our placement.
-
-        The read gets its own budget (`after_deadline_seconds`): the request's may be spent by the patch.
-        """
-        try:
-            with deadline(after_deadline_seconds(self._deadline_seconds)):
-                pod = self._kube.get_pod(namespace, name)
-        except KubeError as error:
-            log.warning("filter pod=%s/%s: cannot read the pod back after an unanswered patch: %s",
-                        namespace, name, error)
-            return False
-        metadata = pod.get("metadata") or {}
-        annotations = metadata.get("annotations") or {}
-        return (metadata.get("uid") == uid and annotations.get(names.POD_DEVICES_ALLOCATED) == encoded
-                and annotations.get(names.POD_ASSIGNED_NODE) == node)
-
-    def _patch_failed(self, namespace: str, name: str, uid: str, node: str,
-                      error: KubeError) -> ExtenderFilterResult:
-        self._count("error", {})
-        if error.outcome_unknown:
-            # The patch may still have been applied: the GPUs stay promised to this pod until a list or watch
-            # shows the pod (ClusterCache drops an assumption the API does not confirm within its grace period).
-            log.warning("filter pod=%s/%s node=%s: outcome of the pod patch unknown, booking kept until the API "
-                        "shows the pod: %s", namespace, name, node, error)
-            return {"NodeNames": None, "FailedNodes": {},
-                    "Error": f"pod {namespace}/{name}: no answer to the patch that records its GPUs ({error}); "
-                             f"its GPUs on node {node} stay booked until the API shows the pod; retry later"}
-        self._cache.forget(uid)
-        log.warning("filter pod=%s/%s node=%s: placement dropped, cannot annotate pod: %s", namespace, name, node,
-                    error)
-        return {"NodeNames": None, "FailedNodes": {},
-                "Error": f"cannot annotate pod {namespace}/{name} with its GPUs: {error}"}
 
     def _unschedulable(self, namespace: str, name: str, uid: str, reasons: dict[str, str],
                        node_objects: Mapping[str, Any] | None) -> ExtenderFilterResult:

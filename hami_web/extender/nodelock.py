@@ -105,8 +105,12 @@ class NodeLock:
                 self._sleep(min(pause, remaining))
                 pause = min(pause * 2, WAIT_MAX_SECONDS)
 
-    def acquire(self, node: str, namespace: str, pod: str) -> None:
-        """Lock ``node`` for ``namespace/pod`` (re-entrant), or raise `NodeLockError`."""
+    def acquire(self, node: str, namespace: str, pod: str) -> str:
+        """Lock ``node`` for ``namespace/pod`` (re-entrant), or raise `NodeLockError`.
+
+        Returns the node's resourceVersion once locked: every write that happened before the lock was taken
+        (such as another binder's booking, made before it gave the lock up) is at most this version.
+        """
         last_conflict = ""
         for attempt in range(MAX_TRIES):
             try:
@@ -118,7 +122,7 @@ class NodeLock:
             if value:
                 lock = parse_lock(str(value))
                 if lock.owned_by(namespace, pod):
-                    return
+                    return str(metadata.get("resourceVersion") or "")
                 stale_because = self._stale_reason(lock)
                 if not stale_because:
                     owner = f"{lock.namespace}/{lock.pod}" if lock.pod else f"an unnamed owner since {value}"
@@ -128,8 +132,8 @@ class NodeLock:
             patch = {"metadata": {"resourceVersion": metadata.get("resourceVersion"),
                                   "annotations": {names.NODE_LOCK: format_lock(self._clock(), namespace, pod)}}}
             try:
-                self._kube.patch_node(node, patch)
-                return
+                locked = self._kube.patch_node(node, patch)
+                return str((locked.get("metadata") or {}).get("resourceVersion") or "")
             except ConflictError as error:
                 last_conflict = str(error)
                 self._sleep(BACKOFF_BASE_SECONDS * (2 ** attempt) * (1 + random.random()))

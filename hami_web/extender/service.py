@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, field
 
 from hami_web.extender.binding import Binder
 from hami_web.extender.events import EventRecorder
@@ -17,11 +18,22 @@ class Extender:
     filterer: Filter
     binder: Binder
     events: EventRecorder
+    # Monotonic time of the last /filter or /bind call: only the replica whose kube-scheduler holds the Lease is
+    # called, so this tells an operator which replica is active (see `activity`).
+    last_call: float | None = field(default=None, compare=False)
 
     def filter(self, body: object) -> ExtenderFilterResult:
         """See `Filter.filter`."""
+        self.last_call = time.monotonic()
         return self.filterer.filter(body)
 
     def bind(self, body: object) -> ExtenderBindingResult:
         """See `Binder.bind`."""
+        self.last_call = time.monotonic()
         return self.binder.bind(body)
+
+    def activity(self) -> str:
+        """``never called`` (a standby, or no GPU pod yet) or ``last called N s ago`` (the active replica)."""
+        if self.last_call is None:
+            return "never called"
+        return f"last called {time.monotonic() - self.last_call:.0f} s ago"

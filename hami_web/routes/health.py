@@ -26,4 +26,7 @@ def readyz() -> tuple[Response, int]:
     if readiness is None:
         return jsonify(status="not ready", reason="no cluster cache configured"), 503
     ready, reason = readiness.readiness()
-    return jsonify(status="ready" if ready else "not ready", reason=reason), 200 if ready else 503
+    # Which replica is active: only the one whose kube-scheduler holds the Lease gets extender calls.
+    extender = services().extender
+    activity = extender.activity() if extender is not None else "not configured"
+    return jsonify(status="ready" if ready else "not ready", reason=reason, extender=activity), 200 if ready else 503

@@ -65,11 +65,12 @@ def build_runtime(settings: Settings, *, kube: Kube | None = None, clock: Callab
     events = EventRecorder(kube)
     node_lock = NodeLock(kube, timeout_seconds=settings.node_lock_timeout_seconds, clock=clock)
     extender = Extender(
-        filterer=Filter(settings=settings, cache=cache, kube=kube, events=events, metrics=metrics, clock=clock),
+        filterer=Filter(settings=settings, cache=cache, events=events, metrics=metrics, clock=clock),
         binder=Binder(cache=cache, kube=kube, events=events, node_lock=node_lock, metrics=metrics, clock=clock,
                       deadline_seconds=settings.extender_deadline_seconds,
                       lock_wait_seconds=settings.node_lock_retry_timeout_seconds,
-                      max_lock_waiters=max(1, settings.threads // 2)),
+                      max_lock_waiters=max(1, settings.threads // 2),
+                      count_resource=settings.resources.count),
         events=events,
     )
     app = create_app(settings, readiness=sync, extender=extender, metrics=metrics)

@@ -4,10 +4,11 @@ Usage is kept per pod UID and folded into per-node totals incrementally, so a fi
 from every pod. A filter's decision and the booking of its result happen under one lock acquisition
 (`place`), which is what guarantees that two concurrent filters never promise the same GPU capacity.
 
-Filter-time assumptions (pods we placed whose annotations the API has not echoed back yet) are usage like any
-other; a later observation of the pod confirms or replaces them. A full list only overrides an assumption
-made more than `ASSUMPTION_GRACE_SECONDS` before the list started: the assumption is booked *before* the pod
-patch is sent, so a list that starts a moment after the booking may still miss the patch.
+Filter-time assumptions (pods we placed whose booking the API does not show yet: the filter decides in memory
+and `/bind` writes the booking) are usage like any other; a later observation of the pod confirms or replaces
+them. A full list only overrides an assumption made more than `ASSUMPTION_GRACE_SECONDS` before the list
+started: the assumption is booked (again, by `reassume` at bind) *before* the pod patch is sent, so a list that
+starts a moment after the booking may still miss the patch.
 """
 
 from __future__ import annotations
@@ -37,6 +38,10 @@ Clock = Callable[[], float]
 # failed patch drops its booking itself; a patch without an answer keeps it, and this is how long it stays
 # unless a list or watch shows the pod.
 ASSUMPTION_GRACE_SECONDS = 30.0
+
+
+class AlreadyBooked(Exception):
+    """The pod's booking is already written in the API (by a binder of this or another replica)."""
 
 
 @dataclass(slots=True)
@@ -69,9 +74,13 @@ class ClusterCache:
         self._broken_nodes: dict[str, str] = {}
         self._held: dict[str, _Held] = {}
         self._node_usage: dict[str, dict[str, DeviceUsage]] = {}
-        # Pods this process placed and has not seen bound, deleted or abandoned: uid -> (namespace, name, node).
-        # `/bind` binds only these, so nobody can use our RBAC to bind a pod we never chose a node for.
-        self._placed: dict[str, tuple[str, str, str]] = {}
+        # Pods this process placed and has not seen bound, deleted or abandoned, with their placement.
+        # `/bind` binds only these, so nobody can use our RBAC to bind a pod we never chose a node for, and it
+        # writes the booking it finds here (the filter writes nothing to the API).
+        self._placed: dict[str, PodUsage] = {}
+        # What the watch showed a pod holding while our (different) assumption for it stood: restored if ours is
+        # abandoned, so a booking written by another binder is never lost with it.
+        self._shadowed: dict[str, PodUsage] = {}
         self.stats = CacheStats()
 
     # -- readiness --------------------------------------------------------------------------------
@@ -155,8 +164,10 @@ class ClusterCache:
         observed: dict[str, PodUsage] = {}
         errors: dict[str, str] = {}
         alive: set[str] = set()
+        listed: set[str] = set()
         for pod in pods:
             uid, usage, error = self._read_pod(pod)
+            listed.add(uid)
             if not pod_finished(pod):
                 alive.add(uid)
             if error:
@@ -165,23 +176,33 @@ class ClusterCache:
                 observed[uid] = usage
         with self._lock:
             for uid, held in list(self._held.items()):
-                if uid not in observed and not self._assumed_since_locked(held, listed_at):
+                if uid not in observed and not self._assumed_since_locked(held, listed_at, listed=uid in listed):
                     self._release_locked(uid)
             for uid in list(self._placed):
                 if uid not in alive and uid not in self._held:
                     del self._placed[uid]
             for uid, usage in observed.items():
                 held = self._held.get(uid)
-                if held is not None and self._assumed_since_locked(held, listed_at) \
+                if held is not None and self._assumed_since_locked(held, listed_at, listed=True) \
                         and held.usage.devices_text != usage.devices_text:
                     continue  # our placement may be newer than what this list saw
                 self._hold_locked(uid, usage, assumed_at=None)
             self._note_errors_locked(errors, replace=True)
 
     @staticmethod
-    def _assumed_since_locked(held: _Held, listed_at: float) -> bool:
-        """Whether ``held`` is an assumption whose pod patch a list started at ``listed_at`` may not show."""
-        return held.assumed_at is not None and held.assumed_at + ASSUMPTION_GRACE_SECONDS >= listed_at
+    def _assumed_since_locked(held: _Held, listed_at: float, *, listed: bool) -> bool:
+        """Whether ``held`` is an assumption whose pod patch a list started at ``listed_at`` may not show.
+
+        A pod we placed existed before its assumption was made, so a list started after that which does not
+        show the pod at all (``listed`` False) proves it deleted: the grace is for a patch, not the pod. With
+        the filter writing nothing, this is how a pod deleted between filter and bind while the watch was
+        down frees its GPUs at the next list rather than ASSUMPTION_GRACE_SECONDS later.
+        """
+        if held.assumed_at is None:
+            return False
+        if not listed and held.assumed_at < listed_at:
+            return False
+        return held.assumed_at + ASSUMPTION_GRACE_SECONDS >= listed_at
 
     def observe_pod(self, event_type: str, pod: Mapping[str, Any]) -> None:
         """Apply one watch event for a pod: a deleted or finished pod frees its GPUs at once."""
@@ -190,6 +211,7 @@ class ClusterCache:
             held = self._held.get(uid)
             if event_type == "DELETED" or pod_finished(pod):
                 self._placed.pop(uid, None)
+            self._shadowed.pop(uid, None)
             if event_type == "DELETED":
                 self._release_locked(uid)
                 self.stats.broken_pods.pop(uid, None)
@@ -203,7 +225,10 @@ class ClusterCache:
                     self._release_locked(uid)
                 return
             if held is not None and held.assumed_at is not None and held.usage.devices_text != usage.devices_text:
-                return  # an event from before our patch; the assumption stands until the API shows it
+                # Either an event from before our patch, or a booking another binder wrote: the assumption stands
+                # until the API shows ours, and what the API showed is kept aside in case ours is abandoned.
+                self._shadowed[uid] = usage
+                return
             self._hold_locked(uid, usage, assumed_at=None)
 
     def _read_pod(self, pod: Mapping[str, Any]) -> tuple[str, PodUsage | None, str]:
@@ -257,31 +282,72 @@ class ClusterCache:
 
     def place(self, *, uid: str, namespace: str, name: str, request: PodRequest, options: PodOptions,
               candidates: Sequence[str], container_names: Sequence[str] = ()) -> Placement | NoPlacement:
-        """Forget the pod's earlier usage, choose a node, and book the result — atomically."""
+        """Forget the pod's earlier assumption, choose a node, and book the result — atomically.
+
+        Raises `AlreadyBooked` when the API shows the pod holding GPUs already (another binder wrote its booking:
+        kube-scheduler's informer has not seen the pod bound yet): a second placement would book it twice.
+        """
         with self._lock:
+            held = self._held.get(uid)
+            if held is not None and held.assumed_at is None:
+                raise AlreadyBooked(f"pod {namespace}/{name} already holds GPUs on node {held.usage.node} "
+                                    f"({held.usage.devices_text}); it is not placed again")
             self._release_locked(uid)
             result = choose_node(request, options, candidates, self._views, self._broken_nodes)
             if isinstance(result, Placement):
                 booking = pod_booking(result.grants, init_count=request.init_count)
                 usage = PodUsage(uid=uid, namespace=namespace, name=name, node=result.node, grants=result.grants,
                                  booking=booking, devices_text=encode_pod_devices(result.grants),
-                                 container_names=tuple(container_names))
+                                 container_names=tuple(container_names), init_count=request.init_count)
                 self._hold_locked(uid, usage, assumed_at=self._clock())
-                self._placed[uid] = (namespace, name, result.node)
+                self._placed[uid] = usage
             else:
                 self._placed.pop(uid, None)
             return result
 
-    def forget(self, uid: str) -> PodUsage | None:
-        """Drop whatever the pod holds (its placement was abandoned); returns what it held."""
-        with self._lock:
-            self._placed.pop(uid, None)
-            return self._release_locked(uid)
+    def forget(self, uid: str, *, keep_booking: bool = False) -> PodUsage | None:
+        """Drop the pod's placement and our assumption of its booking (abandoned); returns what was dropped.
 
-    def placed(self, uid: str) -> tuple[str, str, str] | None:
-        """``(namespace, name, node)`` of the pod this process last placed under ``uid``, not yet bound."""
+        What the API has shown the pod to hold (a booking another scheduler wrote, or ours once the watch echoed
+        it) stays until the API shows otherwise: dropping it here could lose it for good, if the event that brought
+        it was the pod's last. ``keep_booking``: drop only the placement; what the pod holds stays booked, as an
+        assumption from now (its booking may stand in the API), until a list or the watch shows the truth.
+        """
+        with self._lock:
+            placed = self._placed.pop(uid, None)
+            shadowed = self._shadowed.pop(uid, None)
+            if not keep_booking:
+                held = self._held.get(uid)
+                if held is not None and held.assumed_at is None:
+                    return None
+                dropped = self._release_locked(uid)
+                if shadowed is not None:  # the API showed the pod holding this meanwhile: that is the truth now
+                    self._hold_locked(uid, shadowed, assumed_at=None)
+                return dropped
+            held = self._held.get(uid)
+            usage = held.usage if held is not None else placed
+            if usage is not None:
+                self._hold_locked(uid, usage, assumed_at=self._clock())
+            return None
+
+    def placed(self, uid: str) -> PodUsage | None:
+        """The placement this process last chose for the pod ``uid`` and has not seen bound."""
         with self._lock:
             return self._placed.get(uid)
+
+    def reassume(self, usage: PodUsage) -> None:
+        """Book ``usage`` as a fresh assumption: its booking is about to be written to the API (at bind).
+
+        Restarts the grace period in which a list that does not show the pod yet leaves the booking alone, and
+        books it again if a list dropped it while kube-scheduler had not bound the pod yet.
+        """
+        with self._lock:
+            self._hold_locked(usage.uid, usage, assumed_at=self._clock())
+
+    def node_view(self, name: str) -> NodeView | None:
+        """One GPU node's current view (immutable), or None when the node is not a GPU node we know."""
+        with self._lock:
+            return self._views.get(name)
 
     def mark_bound(self, uid: str) -> None:
         """The pod's Binding exists: it can never be bound again, so it stops being bindable."""

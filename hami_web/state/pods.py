@@ -32,6 +32,7 @@ class PodUsage:
     booking: Mapping[str, DeviceUsage]
     devices_text: str
     container_names: tuple[str, ...] = ()
+    init_count: int = 0  # the first ``init_count`` entries of ``grants`` belong to init containers
 
 
 def pod_key(pod: Mapping[str, Any]) -> tuple[str, str, str]:
@@ -139,4 +140,5 @@ def pod_usage(pod: Mapping[str, Any], *, count_resource: str = "nvidia.com/gpu")
         booking=pod_booking(grants, init_count=len(init_containers), init_finished=_init_finished(pod)),
         devices_text=devices_text,
         container_names=tuple(str(c.get("name", "")) for c in containers),
+        init_count=len(init_containers),
     )

@@ -280,6 +280,18 @@ class DevicePluginStandIn:
             thread.start()
         return self
 
+    @property
+    def webhook_port(self) -> int:
+        return self.listeners["hami-web"][0]
+
+    @property
+    def extender_port(self) -> int:
+        return self.listeners["hami-web"][1]
+
+    @property
+    def metrics_port(self) -> int:
+        return self.listeners["hami-web"][2]
+
     def stop(self) -> None:
         self._stop.set()
         self._resumed.set()
@@ -367,9 +379,8 @@ class ControlPlane:
         self.logs.mkdir(exist_ok=True)
         self.etcd_port, self.etcd_peer_port = free_port(), free_port()
         self.apiserver_port = free_port()
-        self.webhook_port = free_port()
-        self.extender_port = free_port()
-        self.metrics_port = free_port()
+        # Per hami-web replica: (webhook, extender, metrics) ports. The webhook registration calls "hami-web".
+        self.listeners: dict[str, tuple[int, int, int]] = {"hami-web": (free_port(), free_port(), free_port())}
         self.api_url = f"https://127.0.0.1:{self.apiserver_port}"
         self.api_client: kubernetes.client.ApiClient | None = None
         self.device_plugin: DevicePluginStandIn | None = None
@@ -390,6 +401,18 @@ class ControlPlane:
             self.stop()
             raise
         return self
+
+    @property
+    def webhook_port(self) -> int:
+        return self.listeners["hami-web"][0]
+
+    @property
+    def extender_port(self) -> int:
+        return self.listeners["hami-web"][1]
+
+    @property
+    def metrics_port(self) -> int:
+        return self.listeners["hami-web"][2]
 
     def stop(self) -> None:
         if self.device_plugin is not None:
@@ -511,50 +534,40 @@ class ControlPlane:
     def _python_environment() -> dict[str, str]:
         return {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
 
-    def hami_web_command(self) -> list[str]:
+    def hami_web_command(self, name: str = "hami-web") -> list[str]:
+        webhook, extender, metrics = self.listeners[name]
         return [sys.executable, "-m", "hami_web", "serve",
                 "--cert-file", str(self.tls_dir / "tls.crt"), "--key-file", str(self.tls_dir / "tls.key"),
-                *self._listener_arguments(),
+                "--bind", f"127.0.0.1:{webhook}", "--extender-bind", f"127.0.0.1:{extender}",
+                "--metrics-bind-address", f"127.0.0.1:{metrics}",
                 "--kubeconfig", str(self.hami_web_kubeconfig), "--threads", "8", *self.hami_web_arguments]
 
-    def _listener_arguments(self) -> list[str]:
-        """Separate webhook / extender / metrics listeners where this hami-web has them, else one."""
-        if _serve_supports("--extender-bind"):
-            arguments = ["--bind", f"127.0.0.1:{self.webhook_port}",
-                         "--extender-bind", f"127.0.0.1:{self.extender_port}"]
-            if _serve_supports("--metrics-bind-address"):
-                arguments += ["--metrics-bind-address", f"127.0.0.1:{self.metrics_port}"]
-            return arguments
-        self.extender_port = self.webhook_port
-        return ["--bind", f"127.0.0.1:{self.webhook_port}"]
-
-    def start_hami_web(self) -> Process:
-        process = Process("hami-web", self.hami_web_command(), self.logs / "hami-web.log",
+    def start_hami_web(self, name: str = "hami-web") -> Process:
+        """Start (or restart, on the same ports) a hami-web replica; ``hami-web`` is the one the webhook calls."""
+        self.listeners.setdefault(name, (free_port(), free_port(), free_port()))
+        process = Process(name, self.hami_web_command(name), self.logs / f"{name}.log",
                           self._python_environment()).start()
-        self.processes["hami-web"] = process
-        self.wait_hami_web_ready()
+        self.processes[name] = process
+        self.wait_hami_web_ready(name)
         return process
 
-    def stop_hami_web(self, *, kill: bool = False) -> int | None:
-        return self.processes["hami-web"].stop(kill=kill)
+    def stop_hami_web(self, name: str = "hami-web", *, kill: bool = False) -> int | None:
+        return self.processes[name].stop(kill=kill)
 
-    def wait_hami_web_ready(self, timeout_seconds: float = START_TIMEOUT_SECONDS) -> None:
-        process = self.processes["hami-web"]
-        context = ssl.create_default_context(cafile=str(self.tls_ca))
+    def wait_hami_web_ready(self, name: str = "hami-web", timeout_seconds: float = START_TIMEOUT_SECONDS) -> None:
+        process = self.processes[name]
 
         def ready() -> bool:
             process.check_alive()
-            with urllib.request.urlopen(f"https://127.0.0.1:{self.webhook_port}/readyz", timeout=2,
-                                        context=context) as response:
-                return response.status == 200
+            return self.hami_web_get("/readyz", name=name)[0] == 200
 
-        wait_until(ready, timeout_seconds=timeout_seconds, what="hami-web /readyz")
+        wait_until(ready, timeout_seconds=timeout_seconds, what=f"{name} /readyz")
 
-    def hami_web_get(self, path: str, *, port: int | None = None) -> tuple[int, str]:
-        """GET a path of hami-web over HTTPS, verified against its CA."""
+    def hami_web_get(self, path: str, *, name: str = "hami-web") -> tuple[int, str]:
+        """GET a path of a hami-web replica's webhook listener over HTTPS, verified against its CA."""
         context = ssl.create_default_context(cafile=str(self.tls_ca))
         try:
-            with urllib.request.urlopen(f"https://127.0.0.1:{port or self.webhook_port}{path}", timeout=5,
+            with urllib.request.urlopen(f"https://127.0.0.1:{self.listeners[name][0]}{path}", timeout=5,
                                         context=context) as response:
                 return response.status, response.read().decode()
         except urllib.error.HTTPError as error:
@@ -562,15 +575,16 @@ class ControlPlane:
 
     # -- kube-scheduler --------------------------------------------------------------------------------------
 
-    def start_scheduler(self, name: str = "kube-scheduler", *, with_extender: bool = True,
+    def start_scheduler(self, name: str = "kube-scheduler", *, with_extender: bool = True, hami_web: str = "hami-web",
                         profile_name: str | None = None, leader_elect: bool = True) -> Process:
-        """kube-scheduler with the shipped configuration (or without its extender, for a baseline).
+        """kube-scheduler with the shipped configuration, calling the extender of replica ``hami_web`` (or none).
 
-        A second scheduler with another profile runs without leader election: the shipped RBAC lets the
-        scheduler's identity hold only the ``hami-scheduler`` Lease.
+        Schedulers of the shipped profile elect a leader on the shipped Lease (an active/standby pair). A second
+        scheduler with another profile runs without leader election: the shipped RBAC lets the scheduler's
+        identity hold only the ``hami-scheduler`` Lease.
         """
         configuration = scheduler_configuration(
-            extender_port=self.extender_port if with_extender else None, ca_path=self.tls_ca,
+            extender_port=self.listeners[hami_web][1] if with_extender else None, ca_path=self.tls_ca,
             kubeconfig=self.scheduler_kubeconfig)
         if profile_name is not None:
             configuration["profiles"][0]["schedulerName"] = profile_name
@@ -652,19 +666,6 @@ class ControlPlane:
         return wait_until(found, timeout_seconds=timeout_seconds,
                           what=f"event {reason} containing {containing!r} on {namespace}/{name}",
                           interval_seconds=0.2)
-
-
-_HELP_CACHE: dict[str, str] = {}
-
-
-def _serve_supports(flag: str) -> bool:
-    """Whether ``hami-web serve`` has ``flag`` (the listener layout changed over time)."""
-    if "serve" not in _HELP_CACHE:
-        _HELP_CACHE["serve"] = subprocess.run([sys.executable, "-m", "hami_web", "serve", "--help"],
-                                              capture_output=True, text=True, env={**os.environ,
-                                                                                  "PYTHONPATH": str(REPO_ROOT)},
-                                              timeout=30).stdout
-    return flag in _HELP_CACHE["serve"]
 
 
 def gpu_container(name: str = "cuda", limits: dict[str, str] | None = None, **extra: Any) -> dict[str, Any]:

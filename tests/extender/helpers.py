@@ -1,7 +1,9 @@
 """Builders and stand-ins shared by the extender tests.
 
 Node and pod builders; `Scheduler`, which plays kube-scheduler (reads the pod from the API server as its
-informer would, POSTs ``/filter`` with ``NodeNames``, then ``/bind``, through the app's HTTP routes);
+informer would, POSTs ``/filter`` with ``NodeNames``, then ``/bind``, through the app's HTTP routes — the
+filter only decides and books in memory, the bind writes the booking onto the pod, so a test that reads the
+pod's annotations schedules it, and one that checks the filter's choice alone reads ``runtime.cache.placed``);
 `release_lock`, which plays HAMi's device plugin after a bind (pod ``bind-phase=success``, node lock removed);
 and readers of what ended up in the API server.
 """
@@ -200,7 +202,7 @@ def release_lock(kube: Kube, name: str, node: str, *, namespace: str = NAMESPACE
 
 
 def devices_of(apiserver: LocalCluster, name: str, namespace: str = NAMESPACE) -> str:
-    """The pod's ``hami.io/vgpu-devices-allocated`` annotation as stored in the API server."""
+    """The pod's ``hami.io/vgpu-devices-allocated`` annotation as stored in the API server (written by ``/bind``)."""
     pod = apiserver.get("pods", name, namespace) or {}
     return ((pod.get("metadata") or {}).get("annotations") or {}).get(names.POD_DEVICES_ALLOCATED, "")
 

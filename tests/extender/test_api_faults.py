@@ -1,23 +1,35 @@
 """API faults (issue 12), made by the in-process API server's fault modes, through the HTTP routes.
 
 Covers: failed lists (500 / 429) keep the last good state and recover; a watch cut mid-stream is resumed and
-nothing it missed is lost; a pod patch or Binding answered 500 / 429 / 409 leaves no booking and no node lock
-of ours; an API server that stalls past the deadline, or drips its answer a byte at a time, gets a clear
-``Error`` from ``/filter`` and ``/bind`` (the deadline, not the client's per-read timeout, bounds the wait);
-an API server that is down gets a clear ``Error``; a write applied whose answer is lost (connection reset)
-is read back and counts as done; when it cannot be read back the booking is kept, so the next exclusive pod
-is not given the same GPU, until the API shows the pod.
+nothing it missed is lost (a pod only filtered, deleted meanwhile, frees its GPUs); ``/bind``'s booking patch
+or Binding answered 500 / 429 / 409 leaves no booking and no node lock of ours; ``/filter`` makes no API
+call, so it answers from the cache while the API server stalls or is down, and the ``/bind`` that follows
+gets a clear ``Error`` (the deadline, not the client's per-read timeout, bounds the wait) and leaves no
+booking; a failed read of the node's pods to verify the booking voids it (``bind-phase=failed``) and
+leaves no lock; a booking patch that stalls past the deadline cannot land after the bind gave up (resourceVersion
+precondition), and one that landed while its answer dripped is voided by ``bind-phase=failed``; a booking
+patch applied whose answer is lost fails the bind cleanly and kube-scheduler's retry binds; when even the
+clean-up cannot be written, the booking the API shows is honoured, so the next exclusive pod is not given the
+same GPU; a Binding applied whose answer is lost is read back and counts as done, and when it cannot be read
+back the booking and the lock are kept.
 """
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
 import pytest
 
 from hami_web.core import names
+from hami_web.kube import Kube
 from hami_web.localcluster import LocalCluster
-from hami_web.server.runtime import Runtime
+from hami_web.server.runtime import Runtime, build_runtime
+from hami_web.settings import Settings
 
 from .helpers import (
+    SYNC_TIMEOUT_SECONDS,
     RuntimeFactory,
     Scheduler,
     annotations_of,
@@ -26,6 +38,7 @@ from .helpers import (
     gpu_node,
     gpu_pod,
     gpus,
+    release_lock,
     usage_by_gpu,
     wait_for,
 )
@@ -56,10 +69,8 @@ def test_failed_lists_keep_the_last_good_state_and_recover(apiserver: LocalClust
     apiserver.load([gpu_node("node1", gpus("node1", 1, count=1)), gpu_pod("pod1"), gpu_pod("pod2")])
     runtime = make_runtime(refresh_interval_seconds=0.5)
     scheduler = Scheduler(runtime.app.test_client(), apiserver)
-    assert scheduler.filter("pod1", ["node1"])["NodeNames"] == ["node1"]
-    wait_for(lambda: runtime.cache.held_by(_uid(scheduler, "pod1")) is not None
-             and annotations_of(apiserver, "pods", "pod1", "default").get(names.POD_ASSIGNED_NODE),
-             what="pod1 annotated")
+    assert scheduler.schedule("pod1", ["node1"]) == "node1"
+    assert runtime.cache.held_by(_uid(scheduler, "pod1")) is not None
     apiserver.inject_failure("GET", "pods", status=status, count=3)
     apiserver.inject_failure("GET", "nodes", status=status, count=3)
 
@@ -82,7 +93,7 @@ def test_a_watch_cut_mid_stream_is_resumed_and_misses_nothing(apiserver: LocalCl
     scheduler = Scheduler(runtime.app.test_client(), apiserver)
     apiserver.inject_failure("GET", "pods", mode="cut", events=0, count=2)
     runtime.start()
-    assert scheduler.filter("pod1", ["node1"])["NodeNames"] == ["node1"]
+    assert scheduler.filter("pod1", ["node1"])["NodeNames"] == ["node1"]  # booked in memory only
 
     wait_for(lambda: runtime.sync.pods.errors >= 2, timeout_seconds=10, what="two watches to be cut")
     delete_pod(apiserver, "pod1")
@@ -95,17 +106,29 @@ def test_a_watch_cut_mid_stream_is_resumed_and_misses_nothing(apiserver: LocalCl
 
 
 @pytest.mark.parametrize("status", [500, 429, 409])
-def test_a_failed_pod_patch_leaves_no_booking(fast: tuple[Runtime, Scheduler], apiserver: LocalCluster,
-                                              status: int) -> None:
+def test_a_failed_booking_patch_leaves_no_booking_and_no_lock_of_ours(fast: tuple[Runtime, Scheduler],
+                                                                      apiserver: LocalCluster, status: int) -> None:
     runtime, scheduler = fast
+    assert scheduler.filter("pod1", ["node1"])["NodeNames"] == ["node1"]
     apiserver.inject_failure("PATCH", "pods", name="pod1", status=status)
 
-    answer = scheduler.filter("pod1", ["node1"])
+    answer = scheduler.bind("pod1", "node1")
 
-    assert answer["Error"].startswith("cannot annotate pod default/pod1 with its GPUs:")
-    assert f"HTTP {status}" in answer["Error"]
-    assert usage_by_gpu(runtime) == {} and runtime.cache.placed(_uid(scheduler, "pod1")) is None
-    assert scheduler.filter("pod2", ["node1"])["NodeNames"] == ["node1"]
+    expected = ("pod default/pod1 changed while its GPUs were being booked" if status == 409
+                else "cannot write the GPU booking onto the pod:")
+    assert answer["Error"].startswith(expected) and f"HTTP {status}" in answer["Error"]
+    _assert_no_booking_of(scheduler, apiserver, runtime, "pod1")
+    assert scheduler.schedule("pod2", ["node1"]) == "node1"
+
+
+def _assert_no_booking_of(scheduler: Scheduler, apiserver: LocalCluster, runtime: Runtime, pod: str) -> None:
+    """The pod is unbound, carries none of our booking, holds nothing in the cache, and no node lock is left."""
+    assert "nodeName" not in scheduler.pod(pod)["spec"]
+    assert names.POD_ASSIGNED_NODE not in annotations_of(apiserver, "pods", pod, "default")
+    assert names.NODE_LOCK not in annotations_of(apiserver, "nodes", "node1")
+    assert runtime.cache.placed(_uid(scheduler, pod)) is None
+    assert runtime.cache.held_by(_uid(scheduler, pod)) is None
+    assert usage_by_gpu(runtime) == {}
 
 
 @pytest.mark.parametrize("status", [500, 429, 409])
@@ -129,17 +152,43 @@ def test_a_failed_binding_leaves_no_booking_and_no_lock_of_ours(fast: tuple[Runt
 
 
 @pytest.mark.parametrize("mode", ["delay", "drip"])
-def test_a_filter_while_the_api_stalls_answers_a_clear_error_at_the_deadline(
+def test_a_filter_while_the_api_stalls_answers_from_the_cache_and_the_bind_errors_at_the_deadline(
         fast: tuple[Runtime, Scheduler], apiserver: LocalCluster, mode: str) -> None:
-    _runtime, scheduler = fast
+    runtime, scheduler = fast
+    apiserver.inject_failure("GET", "pods", name="pod1", mode=mode, seconds=STALL_SECONDS)
+
+    assert scheduler.filter("pod1", ["node1"]) == {"NodeNames": ["node1"], "FailedNodes": {}, "Error": ""}
+    answer = scheduler.bind("pod1", "node1")  # bind reads pod1 before writing its booking: that read stalls
+
+    assert answer["Error"].startswith("cannot read pod default/pod1:")
+    assert "deadline" in answer["Error"]
+    _assert_no_booking_of(scheduler, apiserver, runtime, "pod1")  # nothing was written before the stall
+    assert scheduler.schedule("pod2", ["node1"]) == "node1"
+
+
+@pytest.mark.parametrize("mode", ["delay", "drip"])
+def test_a_booking_patch_that_stalls_past_the_deadline_fails_the_bind_and_books_nothing(
+        fast: tuple[Runtime, Scheduler], apiserver: LocalCluster, mode: str) -> None:
+    runtime, scheduler = fast
+    assert scheduler.filter("pod1", ["node1"])["NodeNames"] == ["node1"]
     apiserver.inject_failure("PATCH", "pods", name="pod1", mode=mode, seconds=STALL_SECONDS)
-    apiserver.inject_failure("GET", "pods", name="pod1", mode="delay", seconds=STALL_SECONDS)
 
-    answer = scheduler.filter("pod1", ["node1"])
+    answer = scheduler.bind("pod1", "node1")
 
-    assert "deadline" in answer["Error"] and "stay booked" in answer["Error"]
-    # The patch may still land: the GPU stays promised to pod1 rather than being given to pod2 at once.
-    assert scheduler.filter("pod2", ["node1"])["NodeNames"] == []
+    assert answer["Error"].startswith("cannot write the GPU booking onto the pod:") and "deadline" in answer["Error"]
+    assert annotations_of(apiserver, "pods", "pod1", "default")[names.POD_BIND_PHASE] == "failed"
+    if mode == "delay":
+        # The stalled patch reaches the store only now, after the clean-up changed the pod: its resourceVersion
+        # precondition refuses it, so no booking appears after the bind gave up.
+        time.sleep(STALL_SECONDS)
+        _assert_no_booking_of(scheduler, apiserver, runtime, "pod1")
+    else:
+        # Applied at once (only the answer dripped), then voided: an unbound pod with bind-phase=failed holds
+        # nothing.
+        assert annotations_of(apiserver, "pods", "pod1", "default")[names.POD_ASSIGNED_NODE] == "node1"
+    assert annotations_of(apiserver, "pods", "pod1", "default")[names.POD_BIND_PHASE] == "failed"
+    wait_for(lambda: usage_by_gpu(runtime) == {}, what="pod1's GPUs to be free")
+    assert scheduler.schedule("pod2", ["node1"]) == "node1"
 
 
 def test_a_bind_while_the_api_stalls_answers_a_clear_error_at_the_deadline(fast: tuple[Runtime, Scheduler],
@@ -154,44 +203,61 @@ def test_a_bind_while_the_api_stalls_answers_a_clear_error_at_the_deadline(fast:
     assert "nodeName" not in scheduler.pod("pod1")["spec"]
 
 
-def test_a_filter_while_the_api_is_down_answers_a_clear_error(fast: tuple[Runtime, Scheduler],
-                                                              apiserver: LocalCluster) -> None:
+def test_a_filter_while_the_api_is_down_answers_from_the_cache_and_the_bind_errors(
+        fast: tuple[Runtime, Scheduler], apiserver: LocalCluster) -> None:
     runtime, scheduler = fast
     pod = scheduler.pod("pod1")
     apiserver.stop()
 
-    answer = scheduler.post("/filter", {"Pod": pod, "NodeNames": ["node1"]})
+    assert scheduler.post("/filter", {"Pod": pod, "NodeNames": ["node1"]}) == {
+        "NodeNames": ["node1"], "FailedNodes": {}, "Error": ""}
+    answer = scheduler.post("/bind", {"PodName": "pod1", "PodNamespace": "default",
+                                      "PodUID": pod["metadata"]["uid"], "Node": "node1"})
 
-    assert answer["Error"].startswith("cannot annotate pod default/pod1 with its GPUs:")
+    assert answer["Error"].startswith("cannot lock node node1:")
+    assert runtime.cache.placed(pod["metadata"]["uid"]) is None
     assert usage_by_gpu(runtime) == {}
 
 
 # -- unknown outcomes -----------------------------------------------------------------------------------------------
 
 
-def test_a_pod_patch_applied_whose_answer_is_lost_counts_as_done(fast: tuple[Runtime, Scheduler],
-                                                                 apiserver: LocalCluster) -> None:
-    _runtime, scheduler = fast
-    apiserver.inject_failure("PATCH", "pods", name="pod1", mode="reset")
-
-    answer = scheduler.filter("pod1", ["node1"])
-
-    assert answer == {"NodeNames": ["node1"], "FailedNodes": {}, "Error": ""}
-    assert annotations_of(apiserver, "pods", "pod1", "default")[names.POD_ASSIGNED_NODE] == "node1"
-    assert scheduler.bind("pod1", "node1") == {"Error": ""}
-
-
-def test_an_unconfirmed_pod_patch_keeps_the_booking_until_the_api_shows_it(fast: tuple[Runtime, Scheduler],
-                                                                           apiserver: LocalCluster) -> None:
+def test_a_booking_patch_applied_whose_answer_is_lost_fails_cleanly_and_the_retry_binds(
+        fast: tuple[Runtime, Scheduler], apiserver: LocalCluster, kube: Kube) -> None:
     runtime, scheduler = fast
+    assert scheduler.filter("pod1", ["node1"])["NodeNames"] == ["node1"]
     apiserver.inject_failure("PATCH", "pods", name="pod1", mode="reset")
-    apiserver.inject_failure("GET", "pods", name="pod1", status=500)
 
-    answer = scheduler.filter("pod1", ["node1"])
+    answer = scheduler.bind("pod1", "node1")
 
-    assert "no answer to the patch" in answer["Error"] and "stay booked" in answer["Error"]
+    assert answer["Error"].startswith("cannot write the GPU booking onto the pod:")
+    # The booking landed; the clean-up voided it, released our lock and dropped the placement.
+    assert annotations_of(apiserver, "pods", "pod1", "default")[names.POD_BIND_PHASE] == "failed"
+    assert names.NODE_LOCK not in annotations_of(apiserver, "nodes", "node1")
+    assert "nodeName" not in scheduler.pod("pod1")["spec"]
+    assert runtime.cache.placed(_uid(scheduler, "pod1")) is None
+    wait_for(lambda: usage_by_gpu(runtime) == {}, what="pod1's voided booking to hold nothing")
+    # kube-scheduler's retry: filtered and bound again, the booking written once.
+    assert scheduler.schedule("pod1", ["node1"]) == "node1"
+    assert annotations_of(apiserver, "pods", "pod1", "default")[names.POD_BIND_PHASE] == "allocating"
+    release_lock(kube, "pod1", "node1")
+    wait_for(lambda: usage_by_gpu(runtime) == {"node1-gpu0": (1, 8000, 0)}, what="pod1 booked once")
+
+
+def test_a_booking_that_cannot_be_voided_is_honoured_and_the_gpu_not_given_twice(
+        fast: tuple[Runtime, Scheduler], apiserver: LocalCluster) -> None:
+    runtime, scheduler = fast
+    assert scheduler.filter("pod1", ["node1"])["NodeNames"] == ["node1"]
+    apiserver.inject_failure("PATCH", "pods", name="pod1", mode="reset")  # the booking lands, unanswered
+    apiserver.inject_failure("PATCH", "pods", name="pod1", status=500)  # bind-phase=failed is refused
+
+    answer = scheduler.bind("pod1", "node1")
+
+    assert answer["Error"].startswith("cannot write the GPU booking onto the pod:")
+    assert annotations_of(apiserver, "pods", "pod1", "default")[names.POD_BIND_PHASE] == "allocating"
+    assert usage_by_gpu(runtime) == {"node1-gpu0": (1, 8000, 0)}  # still counted, whatever the watch says when
+    assert runtime.cache.placed(_uid(scheduler, "pod1")) is None
     assert scheduler.filter("pod2", ["node1"])["NodeNames"] == []  # the exclusive GPU is not given twice
-    wait_for(lambda: usage_by_gpu(runtime) == {"node1-gpu0": (1, 8000, 0)}, what="pod1's booking to stay")
     # kube-scheduler retries pod1: it is placed again on the same GPU, and binds.
     assert scheduler.schedule("pod1", ["node1"]) == "node1"
 
@@ -207,12 +273,66 @@ def test_a_binding_applied_whose_answer_is_lost_counts_as_bound(fast: tuple[Runt
     assert annotations_of(apiserver, "nodes", "node1")[names.NODE_LOCK].endswith(",default,pod1")
 
 
+class _HookedKube(Kube):
+    """The adapter, running ``hooks[method]`` (once) just before ``bind_pod`` or ``list_pods_on_node`` runs."""
+
+    hooks: dict[str, Callable[[], None]]
+
+    def _hook(self, method: str) -> None:
+        hook = self.hooks.pop(method, None)
+        if hook is not None:
+            hook()
+
+    def bind_pod(self, namespace: str, name: str, node: str, *, uid: str = "") -> None:
+        self._hook("bind_pod")
+        super().bind_pod(namespace, name, node, uid=uid)
+
+    def list_pods_on_node(self, node: str, *, assigned_label: str, not_older_than: str = "") -> list[dict[str, Any]]:
+        self._hook("list_pods_on_node")
+        return super().list_pods_on_node(node, assigned_label=assigned_label, not_older_than=not_older_than)
+
+
+@pytest.fixture
+def hooked(apiserver: LocalCluster) -> Iterator[tuple[Runtime, Scheduler, _HookedKube]]:
+    """As `fast`, on a `_HookedKube`: a fault injected by a hook hits one exact request of a bind."""
+    apiserver.load([gpu_node("node1", gpus("node1", 1, count=1)), gpu_pod("pod1"), gpu_pod("pod2")])
+    kube = _HookedKube.for_url(apiserver.url)
+    kube.hooks = {}
+    runtime = build_runtime(Settings(refresh_interval_seconds=300.0, extender_deadline_seconds=DEADLINE_SECONDS),
+                            kube=kube)
+    runtime.start()
+    try:
+        assert runtime.cache.wait_synced(SYNC_TIMEOUT_SECONDS)
+        yield runtime, Scheduler(runtime.app.test_client(), apiserver), kube
+    finally:
+        runtime.stop()
+
+
+def test_a_failed_verification_read_voids_the_booking_and_leaves_no_lock(
+        hooked: tuple[Runtime, Scheduler, _HookedKube], apiserver: LocalCluster) -> None:
+    runtime, scheduler, kube = hooked
+    assert scheduler.filter("pod1", ["node1"])["NodeNames"] == ["node1"]
+    kube.hooks["list_pods_on_node"] = lambda: apiserver.inject_failure("GET", "pods", status=500)
+
+    answer = scheduler.bind("pod1", "node1")
+
+    assert answer["Error"].startswith("cannot read node node1's pods to verify the placement:")
+    assert "HTTP 500" in answer["Error"]
+    assert annotations_of(apiserver, "pods", "pod1", "default")[names.POD_BIND_PHASE] == "failed"
+    assert names.NODE_LOCK not in annotations_of(apiserver, "nodes", "node1")
+    assert "nodeName" not in scheduler.pod("pod1")["spec"]
+    assert runtime.cache.placed(_uid(scheduler, "pod1")) is None
+    wait_for(lambda: usage_by_gpu(runtime) == {}, what="pod1's voided booking to hold nothing")
+    assert scheduler.schedule("pod2", ["node1"]) == "node1"
+
+
 def test_an_unconfirmed_binding_keeps_booking_and_lock_and_a_retry_finds_it_bound(
-        fast: tuple[Runtime, Scheduler], apiserver: LocalCluster) -> None:
-    runtime, scheduler = fast
+        hooked: tuple[Runtime, Scheduler, _HookedKube], apiserver: LocalCluster) -> None:
+    runtime, scheduler, kube = hooked
     assert scheduler.filter("pod1", ["node1"])["NodeNames"] == ["node1"]
     apiserver.inject_failure("POST", "pods", name="pod1", subresource="binding", mode="reset")
-    apiserver.inject_failure("GET", "pods", name="pod1", status=500)
+    # Only the read-back after the Binding fails (bind reads the pod once before writing its booking).
+    kube.hooks["bind_pod"] = lambda: apiserver.inject_failure("GET", "pods", name="pod1", status=500)
 
     answer = scheduler.bind("pod1", "node1")
 
@@ -220,5 +340,9 @@ def test_an_unconfirmed_binding_keeps_booking_and_lock_and_a_retry_finds_it_boun
     assert annotations_of(apiserver, "nodes", "node1")[names.NODE_LOCK].endswith(",default,pod1")
     assert annotations_of(apiserver, "pods", "pod1", "default")[names.POD_BIND_PHASE] == "allocating"
     assert usage_by_gpu(runtime) == {"node1-gpu0": (1, 8000, 0)}
-    # kube-scheduler's retry: the Binding is refused as already done, and the read-back shows it bound here.
+    assert scheduler.filter("pod2", ["node1"])["NodeNames"] == []
+    # A retry finds the pod bound here with its booking: done, and the lock stays for the device plugin.
     assert scheduler.bind("pod1", "node1") == {"Error": ""}
+    assert scheduler.pod("pod1")["spec"]["nodeName"] == "node1"
+    assert annotations_of(apiserver, "nodes", "node1")[names.NODE_LOCK].endswith(",default,pod1")
+    assert usage_by_gpu(runtime) == {"node1-gpu0": (1, 8000, 0)}

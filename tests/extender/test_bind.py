@@ -4,11 +4,13 @@ Covers: a second pod on a node is refused (``node <n> is locked by <ns>/<pod>``)
 its holder is allocating, and nothing is changed by the refusal; it is accepted once the holder is deleted,
 has bind-phase success or failed, or the lock is older than ``--node-lock-timeout`` (fake clock, and an old
 timestamp written into the annotation); a 409 on the node patch is retried and succeeds, five are an error;
-the lock is re-entrant for the same pod; a failing Binding or bind-phase patch answers ``Error``, marks the
+the lock is re-entrant for the same pod; a failing Binding or booking patch answers ``Error``, marks the
 pod ``bind-phase=failed``, releases our lock, drops the pod's GPUs from the cache and records BindingFailed,
 and the pod can then be filtered and bound again; another pod's lock is never released; a bind to another
-node than the filter chose is refused; a failing pod patch in ``/filter`` answers ``Error`` without leaking
-capacity.
+node than the filter chose is refused before anything is written; a failing booking patch in ``/bind``
+answers ``Error`` without leaking capacity (the exclusive GPU then goes to the next pod, once); a booking another
+scheduler wrote first on the same GPU fails the bind (the exact reason), voids ours, releases the lock, and the
+cache then counts the other booking.
 """
 
 from __future__ import annotations
@@ -150,7 +152,7 @@ def test_the_lock_is_reentrant_for_the_same_pod(cluster: None, scheduler: Schedu
 # -- failures ----------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("failing", ["binding", "bind-phase patch"])
+@pytest.mark.parametrize("failing", ["binding", "booking patch"])
 def test_a_failed_bind_marks_the_pod_releases_our_lock_and_frees_its_gpus(cluster: None, scheduler: Scheduler,
                                                                           apiserver: LocalCluster,
                                                                           runtime: Runtime, kube: Kube,
@@ -199,24 +201,58 @@ def test_a_bind_to_another_node_than_the_filter_chose_is_refused_and_keeps_other
     assert "node2" in answer["Error"] and "filter it again" in answer["Error"]
     assert _lock(apiserver) == lock
     assert _lock(apiserver, "node2") == ""
-    assert _phase(apiserver, "pod3") == "failed"
+    # Refused before anything was written: no booking and no bind phase on the pod.
+    pod3 = annotations_of(apiserver, "pods", "pod3", "default")
+    assert names.POD_BIND_PHASE not in pod3 and names.POD_ASSIGNED_NODE not in pod3
+    assert "nodeName" not in scheduler.pod("pod3")["spec"]
     assert runtime.cache.held_by(scheduler.pod("pod3")["metadata"]["uid"]) is None
 
 
-def test_a_failed_filter_patch_is_an_error_and_leaks_no_capacity(apiserver: LocalCluster, runtime: Runtime,
-                                                                 scheduler: Scheduler) -> None:
+def test_a_failed_booking_patch_is_an_error_and_leaks_no_capacity(apiserver: LocalCluster, runtime: Runtime,
+                                                                  scheduler: Scheduler) -> None:
     apiserver.load([gpu_node("node1", gpus("node1", 1, count=1)), gpu_pod("pod1"), gpu_pod("pod2")])
     runtime.sync.sync_now()
+    assert scheduler.filter("pod1", ["node1"])["NodeNames"] == ["node1"]
     apiserver.inject_failure("PATCH", "pods", name="pod1", status=500)
 
-    answer = scheduler.filter("pod1", ["node1"])
+    answer = scheduler.bind("pod1", "node1")
 
-    assert answer["Error"].startswith("cannot annotate pod default/pod1 with its GPUs:")
-    assert not answer.get("NodeNames")
-    assert usage_by_gpu(runtime) == {}
+    assert answer["Error"].startswith("cannot write the GPU booking onto the pod:")
+    assert "nodeName" not in scheduler.pod("pod1")["spec"]
     assert names.POD_ASSIGNED_NODE not in scheduler.pod("pod1")["metadata"]["annotations"]
-    assert scheduler.filter("pod2", ["node1"])["NodeNames"] == ["node1"]
+    assert _lock(apiserver) == ""
+    assert usage_by_gpu(runtime) == {}
+    # The exclusive GPU goes to the next pod, once.
+    assert scheduler.schedule("pod2", ["node1"]) == "node1"
     assert usage_by_gpu(runtime) == {"node1-gpu0": (1, 8000, 0)}
+    assert scheduler.filter("pod1", ["node1"])["NodeNames"] == []
+
+
+def test_a_booking_another_scheduler_wrote_first_fails_the_bind_and_voids_ours(apiserver: LocalCluster,
+                                                                               runtime: Runtime,
+                                                                               scheduler: Scheduler) -> None:
+    apiserver.load([gpu_node("node1", gpus("node1", 1, count=1)), gpu_pod("pod1")])
+    runtime.sync.sync_now()
+    assert scheduler.filter("pod1", ["node1"])["NodeNames"] == ["node1"]
+    # Another scheduler, whose cache had not seen our placement, bound a pod to the same exclusive GPU.
+    intruder = gpu_pod("intruder", annotations={names.POD_ASSIGNED_NODE: "node1",
+                                                names.POD_DEVICES_ALLOCATED: "node1-gpu0,NVIDIA,8000,0:;"})
+    intruder["spec"]["nodeName"] = "node1"
+    apiserver.load([intruder])
+
+    answer = scheduler.bind("pod1", "node1")
+
+    assert answer["Error"] == ("GPUs given to pod default/pod1 on node node1 are no longer free (GPU node1-gpu0: "
+                               "CardTimeSlicingExhausted); another scheduler booked them first; filter it again")
+    assert "nodeName" not in scheduler.pod("pod1")["spec"]
+    assert _phase(apiserver, "pod1") == "failed"  # the booking bind wrote before verifying is void
+    assert _lock(apiserver) == ""
+    assert runtime.cache.placed(scheduler.pod("pod1")["metadata"]["uid"]) is None
+    # The intruder's booking is what counts now: pod1 no longer fits.
+    assert usage_by_gpu(runtime) == {"node1-gpu0": (1, 8000, 0)}
+    assert scheduler.filter("pod1", ["node1"])["FailedNodes"] == {"node1": "1/1 CardTimeSlicingExhausted"}
+    runtime.events.flush()
+    assert reasons_for(apiserver, "pod1")[-2:] == ["BindingFailed", "FilteringFailed"]
 
 
 def test_binding_a_pod_that_does_not_exist_leaves_no_lock_behind(cluster: None, scheduler: Scheduler,

@@ -1,11 +1,11 @@
-"""Who may be bound (issue 12): ``/bind`` binds only a pod this process placed, and the filter's pod patch
-carries the pod's uid.
+"""Who may be bound (issue 12): ``/bind`` binds only a pod this process placed, and writes the booking only onto
+the pod with the placed uid.
 
 Covers: a pod never filtered (a ``kube-system`` pod) is refused and nothing is written — no node lock, no pod
 patch, no Binding; blank or whitespace names, a missing uid and an unknown uid are refused the same way; a pod
 deleted and re-created under the same name after its filter is refused under either uid; a bind that already
-succeeded cannot be replayed; a forged ``/filter`` naming a real pod with another uid annotates nothing and
-books nothing.
+succeeded cannot be replayed; a forged ``/filter`` naming a real pod with another uid writes nothing, and its
+``/bind`` is refused (the pod has another uid) without writing to the pod, leaving no lock and no booking.
 """
 
 from __future__ import annotations
@@ -105,15 +105,25 @@ def test_a_successful_bind_cannot_be_replayed(cluster: None, apiserver: LocalClu
     assert annotations_of(apiserver, "pods", "pod1", "default")[names.POD_BIND_PHASE] == "allocating"
 
 
-def test_a_forged_filter_for_a_real_pod_with_another_uid_annotates_and_books_nothing(
+def test_a_forged_filter_for_a_real_pod_with_another_uid_is_never_written_or_bound(
         cluster: None, apiserver: LocalCluster, runtime: Runtime, scheduler: Scheduler) -> None:
     forged = scheduler.pod("pod1")
+    real_uid = forged["metadata"]["uid"]
     forged["metadata"]["uid"] = "11111111-2222-3333-4444-555555555555"
+    before = _writes(apiserver)
 
     answer = scheduler.post("/filter", {"Pod": forged, "NodeNames": ["node1"]})
 
-    assert answer["Error"].startswith("cannot annotate pod default/pod1 with its GPUs:")
-    assert "uid" in answer["Error"]
-    assert names.POD_ASSIGNED_NODE not in annotations_of(apiserver, "pods", "pod1", "default")
-    assert usage_by_gpu(runtime) == {}
+    assert answer["Error"] == "" and answer["NodeNames"] == ["node1"]  # an in-memory decision only
+    assert _writes(apiserver) == before
+    answer = scheduler.post("/bind", _bind_args(apiserver, "pod1", PodUID=forged["metadata"]["uid"]))
+
+    assert answer["Error"] == f"pod default/pod1 was replaced (uid {real_uid})"
+    assert [entry for entry in _writes(apiserver)[len(before):] if "/pods" in entry[1]] == []  # no patch, no Binding
+    assert names.NODE_LOCK not in annotations_of(apiserver, "nodes", "node1")
     assert runtime.cache.placed(forged["metadata"]["uid"]) is None
+    assert usage_by_gpu(runtime) == {}
+    # The real pod is scheduled with its own booking, once.
+    assert scheduler.schedule("pod1", ["node1"]) == "node1"
+    assert usage_by_gpu(runtime) == {"node1-gpu0": (1, 1000, 10)}
+

@@ -102,7 +102,7 @@ def test_a_pod_with_garbage_annotations_is_reported_and_the_rest_keeps_working(a
     scheduler = Scheduler(runtime.app.test_client(), apiserver)
 
     assert _parse_errors(runtime) == 1.0
-    assert scheduler.filter("pod1", ["node1"])["NodeNames"] == ["node1"]
+    assert scheduler.schedule("pod1", ["node1"]) == "node1"
     assert usage_by_gpu(runtime) == {"node1-gpu0": (1, 4000, 0), "node1-gpu1": (1, 8000, 0)}
 
     # Garbage arriving through the watch for a pod that held GPUs: counted, its old usage no longer trusted.

@@ -1,10 +1,11 @@
 """``/filter`` request and answer forms (SPEC.md §1, §5).
 
 Covers: the real kube-scheduler body (``tests/fixtures/extender-filter-args.json``, ``NodeNames`` form, gpumem
-``"3k"``) placed and annotated; the ``Nodes`` form answered with ``Nodes`` (the chosen node's object as sent,
-none when nothing fits) and ``NodeNames`` null, and it books capacity like the other form; keys in any letter
-case; a pod asking for no GPU passes every candidate (GPU, plain and unknown nodes) in both forms, changes
-nothing in the API server and records no event; a pod filtered again does not count against itself.
+``"3k"``) placed in memory by ``/filter`` (nothing written yet) and annotated by ``/bind``; the ``Nodes`` form
+answered with ``Nodes`` (the chosen node's object as sent, none when nothing fits) and ``NodeNames`` null, and it
+books capacity like the other form; keys in any letter case; a pod asking for no GPU passes every candidate (GPU,
+plain and unknown nodes) in both forms, changes nothing in the API server and records no event; a pod filtered
+again does not count against itself.
 """
 
 from __future__ import annotations
@@ -36,8 +37,9 @@ def _fixture(name: str) -> dict:
     return json.loads((FIXTURES / name).read_text())
 
 
-def test_real_kube_scheduler_filter_body_is_placed_and_annotated(scheduler: Scheduler, apiserver: LocalCluster,
-                                                                runtime: Runtime) -> None:
+def test_real_kube_scheduler_filter_body_is_placed_then_annotated_at_bind(scheduler: Scheduler,
+                                                                         apiserver: LocalCluster,
+                                                                         runtime: Runtime) -> None:
     args = _fixture("extender-filter-args.json")
     apiserver.load([gpu_node("gpu-node-1", gpus("gpu-node-1", 2, memory_mib=46068))])
     stored_pod = {key: value for key, value in args["Pod"].items() if key != "status"}
@@ -52,13 +54,17 @@ def test_real_kube_scheduler_filter_body_is_placed_and_annotated(scheduler: Sche
     assert answer["Error"] == ""
     assert answer["NodeNames"] == ["gpu-node-1"]
     assert not answer.get("FailedNodes")
-    assert devices_of(apiserver, "plain-pod") == "gpu-node-1-gpu0,NVIDIA,3000,0:;"
+    placed = runtime.cache.placed(args["Pod"]["metadata"]["uid"])
+    assert placed is not None and placed.node == "gpu-node-1"
+    assert placed.devices_text == "gpu-node-1-gpu0,NVIDIA,3000,0:;"
+    assert devices_of(apiserver, "plain-pod") == ""  # the filter writes nothing: /bind writes the booking
     assert usage_by_gpu(runtime) == {"gpu-node-1-gpu0": (1, 3000, 0)}
 
     bind_args = _fixture("extender-bind-args.json")
     bind_args["PodUID"] = args["Pod"]["metadata"]["uid"]
     assert scheduler.post("/bind", bind_args) == {"Error": ""}
     assert scheduler.pod("plain-pod")["spec"]["nodeName"] == "gpu-node-1"
+    assert devices_of(apiserver, "plain-pod") == "gpu-node-1-gpu0,NVIDIA,3000,0:;"
 
 
 def test_nodes_form_is_answered_with_the_chosen_node_object(scheduler: Scheduler, apiserver: LocalCluster,
@@ -80,7 +86,8 @@ def test_nodes_form_is_answered_with_the_chosen_node_object(scheduler: Scheduler
     assert answers[2]["FailedNodes"] == {"node1": "1/1 CardTimeSlicingExhausted",
                                          "node2": "1/1 CardTimeSlicingExhausted"}
     assert answers[2]["NodeNames"] is None and answers[2]["Nodes"]["items"] == []
-    assert devices_of(apiserver, "pod1").startswith("node1-gpu0,")
+    placed = runtime.cache.placed(scheduler.pod("pod1")["metadata"]["uid"])
+    assert placed is not None and placed.devices_text.startswith("node1-gpu0,")
 
 
 def test_keys_are_matched_in_any_letter_case(scheduler: Scheduler, apiserver: LocalCluster,

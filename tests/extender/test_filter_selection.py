@@ -54,8 +54,7 @@ def test_type_and_uuid_selection_steer_the_node_and_gpu(mixed_cluster: None, sch
                                                        apiserver: LocalCluster, annotations: dict[str, str],
                                                        node: str, gpu: str) -> None:
     apiserver.load([gpu_pod("pod1", gpu_limits(1, memory_mib=1000), annotations=annotations)])
-    answer = scheduler.filter("pod1", ["a40-node", "t4-node"])
-    assert answer["Error"] == "" and answer["NodeNames"] == [node]
+    assert scheduler.schedule("pod1", ["a40-node", "t4-node"]) == node
     assert devices_of(apiserver, "pod1") == f"{gpu},NVIDIA,1000,0:;"
 
 
@@ -137,6 +136,7 @@ def test_a_repaired_register_annotation_is_read_again_from_the_watch(apiserver: 
         return scheduler.filter("pod1", ["node1"])["NodeNames"] == ["node1"]
 
     wait_for(placed, what="the watch to deliver the repaired register annotation")
+    assert scheduler.bind("pod1", "node1") == {"Error": ""}
     assert devices_of(apiserver, "pod1").startswith("node1-gpu0,NVIDIA,8000,")
 
 
@@ -147,7 +147,7 @@ def test_the_older_text_register_format_is_scheduled(apiserver: LocalCluster, ru
     apiserver.load([gpu_node("node1", register=encode_register_text(devices, with_index=False)),
                     gpu_pod("pod1", gpu_limits(1, memory_mib="3k", cores=25))])
     runtime.sync.sync_now()
-    assert scheduler.filter("pod1", ["node1"])["NodeNames"] == ["node1"]
+    assert scheduler.schedule("pod1", ["node1"]) == "node1"
     assert devices_of(apiserver, "pod1") == "GPU-03f69c50-207a-2038-9b45-23cac89cb67d,NVIDIA,3000,25:;"
 
 

@@ -1,4 +1,4 @@
-"""Pods with init containers through ``/filter`` (SPEC.md §3, §4 annotation encoding).
+"""Pods with init containers through ``/filter`` and ``/bind`` (SPEC.md §3, §4 annotation encoding).
 
 Covers: one annotation entry per container, init containers first, an empty entry for a container without
 a GPU; the booking on a GPU is ``max(init peak, container sum)`` of memory and cores and ``max(1, containers
@@ -35,7 +35,7 @@ def test_init_and_regular_containers_get_one_entry_each(apiserver: LocalCluster,
         containers=[container("main", gpu_limits(1, memory_mib=1000, cores=10))])])
     runtime.sync.sync_now()
 
-    assert scheduler.filter("pod1", ["node1"])["NodeNames"] == ["node1"]
+    assert scheduler.schedule("pod1", ["node1"]) == "node1"
 
     assert devices_of(apiserver, "pod1") == "node1-gpu0,NVIDIA,4000,50:;node1-gpu0,NVIDIA,1000,10:;"
     assert usage_by_gpu(runtime) == {"node1-gpu0": (1, 4000, 50)}
@@ -52,7 +52,7 @@ def test_booking_is_the_larger_of_init_peak_and_container_sum(apiserver: LocalCl
     runtime = make_runtime()
     scheduler = Scheduler(runtime.app.test_client(), apiserver)
 
-    assert scheduler.filter("pod1", ["node1"])["NodeNames"] == ["node1"]
+    assert scheduler.schedule("pod1", ["node1"]) == "node1"
 
     assert devices_of(apiserver, "pod1") == ("node1-gpu0,NVIDIA,2000,60:;;node1-gpu0,NVIDIA,3000,10:;;"
                                              "node1-gpu0,NVIDIA,3000,20:;")

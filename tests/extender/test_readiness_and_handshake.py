@@ -71,8 +71,8 @@ def test_readyz_turns_503_when_the_last_list_is_older_than_three_refresh_periods
 
 def _short_wait(runtime: Runtime, seconds: float) -> None:
     """Give the runtime's filter a shorter first-sync wait than the production 10 s."""
-    runtime.extender.filterer = Filter(settings=runtime.settings, cache=runtime.cache, kube=runtime.kube,
-                                       events=runtime.events, metrics=runtime.metrics, sync_wait_seconds=seconds)
+    runtime.extender.filterer = Filter(settings=runtime.settings, cache=runtime.cache, events=runtime.events,
+                                       metrics=runtime.metrics, sync_wait_seconds=seconds)
 
 
 def test_a_filter_before_the_first_sync_waits_for_it(apiserver: LocalCluster, make_runtime: RuntimeFactory) -> None:
@@ -101,6 +101,7 @@ def test_a_filter_before_the_first_sync_gives_up_with_an_error(apiserver: LocalC
     assert "first sync" in answer["Error"] and not answer.get("NodeNames")
     assert scheduler.filter("web", ["node1"])["NodeNames"] == ["node1"]
     assert names.POD_ASSIGNED_NODE not in scheduler.pod("pod1")["metadata"]["annotations"]
+    assert runtime.cache.placed(scheduler.pod("pod1")["metadata"]["uid"]) is None
 
 
 # -- handshake ---------------------------------------------------------------------------------------------

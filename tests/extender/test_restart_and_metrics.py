@@ -1,10 +1,11 @@
 """Rebuilding state from the API after a restart (SPEC.md §4) and the ``/metrics`` endpoint (SPEC.md §8).
 
-Covers: a second runtime whose cache is built from the API alone (after the first placed pods — bound,
-only filtered, multi-GPU, with an init container, one deleted again) reproduces the first one's per-GPU usage
-and per-pod holdings exactly; ``/metrics`` shows the booked memory and cores of a GPU and of the container
-after a placement (``hami_gpu_*``, ``hami_vgpu_*``) and drops them once the pod is deleted; the latency
-histograms of ``/filter`` and ``/bind``, filter and bind results, refresh age and errors are exposed.
+Covers: a second runtime whose cache is built from the API alone (after the first scheduled pods — bound and
+released, still allocating, multi-GPU, with an init container, one deleted again) reproduces the first one's
+per-GPU usage and per-pod holdings exactly, and holds nothing for a pod the first only filtered (the filter's
+booking lives in memory until ``/bind`` writes it); ``/metrics`` shows the booked memory and cores of a GPU and of
+the container after a placement (``hami_gpu_*``, ``hami_vgpu_*``) and drops them once the pod is deleted; the
+latency histograms of ``/filter`` and ``/bind``, filter and bind results, refresh age and errors are exposed.
 """
 
 from __future__ import annotations
@@ -36,28 +37,39 @@ def test_a_new_cache_built_from_the_api_reproduces_the_usage(apiserver: LocalClu
                                                              make_runtime: RuntimeFactory) -> None:
     apiserver.load([gpu_node("node1"), gpu_node("node2"),
                     gpu_pod("bound", gpu_limits(1, memory_mib=3000, cores=30)),
-                    gpu_pod("filtered", gpu_limits(2, memory_percent=25, cores=10)),
+                    gpu_pod("two-gpus", gpu_limits(2, memory_percent=25, cores=10)),
                     gpu_pod("with-init", init_containers=[container("setup", gpu_limits(1, memory_mib=5000))],
                             containers=[container("main", gpu_limits(1, memory_mib=1000, cores=5))]),
                     gpu_pod("deleted", gpu_limits(1, memory_mib=2000)),
-                    gpu_pod("elsewhere", gpu_limits(1, memory_mib=1500, cores=50))])
+                    gpu_pod("allocating", gpu_limits(1, memory_mib=1500, cores=50)),
+                    gpu_pod("only-filtered", gpu_limits(1, memory_mib=700, cores=7))])
     first = make_runtime()
     scheduler = Scheduler(first.app.test_client(), apiserver)
-    release_lock(kube, "bound", scheduler.schedule("bound", ["node1", "node2"]))
-    assert scheduler.filter("filtered", ["node1", "node2"])["Error"] == ""
-    assert scheduler.filter("with-init", ["node1"])["Error"] == ""
-    assert scheduler.filter("deleted", ["node1"])["Error"] == ""
-    assert scheduler.filter("elsewhere", ["node2"])["Error"] == ""
+    for pod, candidates in (("bound", ["node1", "node2"]), ("two-gpus", ["node1", "node2"]),
+                            ("with-init", ["node1"]), ("deleted", ["node1"])):
+        release_lock(kube, pod, scheduler.schedule(pod, candidates))
+    assert scheduler.schedule("allocating", ["node2"]) == "node2"  # the device plugin has not answered yet
     delete_pod(apiserver, "deleted")
     wait_for(lambda: "deleted" not in {usage.name for usage in first.cache.pod_usages()},
              what="the deletion to reach the first cache")
+    expected_gpus = usage_by_gpu(first)
+    expected_pods = {usage.uid: (usage.node, usage.devices_text, dict(usage.booking))
+                     for usage in first.cache.pod_usages()}
+    # Filtered but not bound: the booking exists only in this process's memory (the filter writes nothing).
+    only_filtered = scheduler.pod("only-filtered")["metadata"]["uid"]
+    assert scheduler.filter("only-filtered", ["node1"])["Error"] == ""
+    assert first.cache.placed(only_filtered) is not None
 
     second = make_runtime()
 
-    assert usage_by_gpu(second) == usage_by_gpu(first)
-    assert len(usage_by_gpu(first)) >= 4
+    assert usage_by_gpu(second) == expected_gpus
+    assert len(expected_gpus) >= 4
     assert {usage.uid: (usage.node, usage.devices_text, dict(usage.booking)) for usage in second.cache.pod_usages()} \
-        == {usage.uid: (usage.node, usage.devices_text, dict(usage.booking)) for usage in first.cache.pod_usages()}
+        == expected_pods
+    # A restart between filter and bind loses only that in-memory booking: kube-scheduler filters the pod again.
+    assert second.cache.placed(only_filtered) is None and second.cache.held_by(only_filtered) is None
+    assert scheduler.post("/bind", {"PodName": "only-filtered", "PodNamespace": "default", "PodUID": only_filtered,
+                                    "Node": "node1"}) == {"Error": ""}  # the first process still binds it
 
 
 def _samples(runtime: Runtime) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
