@@ -1,4 +1,5 @@
-"""The ``hami-web`` command: ``serve`` (production), ``demo`` (no cluster needed) and ``certs`` (TLS bootstrap)."""
+"""The ``hami-web`` command: ``serve`` (production), ``demo`` (no cluster needed), ``certs`` (TLS bootstrap) and the
+operator tools ``inspect``, ``explain``, ``capacity``."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import sys
 from collections.abc import Sequence
 
 from hami_web import __version__
+from hami_web.ops.command import add_commands as add_ops_commands
 from hami_web.settings import SettingsError, add_arguments, build_settings
 
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
@@ -23,6 +25,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_arguments(serve)
     serve.set_defaults(handler=_serve)
 
+    add_ops_commands(commands)
     _add_later_commands(commands)
     return parser
 

@@ -31,6 +31,8 @@ JSON_PATCH = "application/json-patch+json"
 
 # Seconds: a request to the API server that takes longer than this is a failure, not a hang.
 REQUEST_TIMEOUT_SECONDS = 10.0
+# Objects per page of a paginated list (what kubectl uses).
+LIST_PAGE_SIZE = 500
 
 
 class KubeError(Exception):
@@ -197,6 +199,28 @@ class Kube:
         self._call(f"bind pod {namespace}/{name} to {node}", self._core.create_namespaced_pod_binding,
                    name, namespace, binding)
 
+    # -- paginated reads (operator tools) ----------------------------------------------------------
+
+    def list_nodes_paged(self, *, label_selector: str = "", page_size: int = LIST_PAGE_SIZE) -> list[JsonObject]:
+        """All nodes (optionally by label selector), fetched ``page_size`` at a time."""
+        return self._list_paged("list nodes", self._core.list_node, page_size,
+                                label_selector=label_selector or None)
+
+    def list_pods_paged(self, *, page_size: int = LIST_PAGE_SIZE) -> list[JsonObject]:
+        """Pods of every namespace, fetched ``page_size`` at a time."""
+        return self._list_paged("list pods", self._core.list_pod_for_all_namespaces, page_size)
+
+    def _list_paged(self, what: str, method: Any, page_size: int, **kwargs: Any) -> list[JsonObject]:
+        # Pages keep each response (and each JSON decode) small, which a big cluster's API server asks of clients.
+        items: list[JsonObject] = []
+        token = None
+        while True:
+            body = self._call(what, method, limit=page_size, _continue=token, **kwargs)
+            items.extend(body.get("items") or [])
+            token = (body.get("metadata") or {}).get("continue")
+            if not token:
+                return items
+
     # -- watches ----------------------------------------------------------------------------------
 
     def watch_pods(self, *, resource_version: str, timeout_seconds: int) -> Iterator[WatchEvent]:
@@ -231,6 +255,11 @@ class Kube:
         """Record a core/v1 Event in the event's namespace."""
         namespace = event.get("metadata", {}).get("namespace") or "default"
         self._call("create event", self._core.create_namespaced_event, namespace, event)
+
+    def patch_event(self, namespace: str, name: str, patch: JsonObject) -> None:
+        """JSON merge patch an Event (a repeat of it: count, lastTimestamp, message); `NotFoundError` if gone."""
+        self._call(f"patch event {namespace}/{name}", self._core.patch_namespaced_event, name, namespace, patch,
+                   _content_type=MERGE_PATCH)
 
     # -- secrets and webhook configuration (certificate bootstrap) -----------------------------------
 

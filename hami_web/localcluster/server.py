@@ -8,6 +8,7 @@ server stopping without holding a thread forever.
 
 from __future__ import annotations
 
+import base64
 import json
 import threading
 import time
@@ -150,10 +151,13 @@ class ApiServer:
         rt = target.rt
         predicate = _predicate(request, rt)
         items, resource_version = self.store.list(rt, target.namespace, predicate)
+        metadata: JsonObject = {"resourceVersion": str(resource_version)}
+        items, metadata = _page(items, metadata, limit=request.args.get("limit", ""),
+                                token=request.args.get("continue", ""))
         # Items of a typed list carry no kind/apiVersion on the wire; the list does.
         stripped = [{k: v for k, v in item.items() if k not in ("kind", "apiVersion")} for item in items]
         return _json({"kind": f"{rt.kind}List", "apiVersion": rt.api_version,
-                      "metadata": {"resourceVersion": str(resource_version)}, "items": stripped}, 200)
+                      "metadata": metadata, "items": stripped}, 200)
 
     def _watch(self, request: Request, target: Target) -> Response:
         predicate = _predicate(request, target.rt)
@@ -230,6 +234,34 @@ def _visible(changes: list[Change], target: Target, predicate: selectors.Predica
                 yield "DELETED", change.object
         elif now:
             yield change.type, change.object
+
+
+def _page(items: list[JsonObject], metadata: JsonObject, *, limit: str,
+          token: str) -> tuple[list[JsonObject], JsonObject]:
+    """One page of a sorted list (``limit``/``continue``), as the real server paginates.
+
+    The token is the (namespace, name) of the last item sent, so a page continues after it in the current
+    state; the real server also pins later pages to the first page's snapshot, which no test here relies on.
+    """
+    if token:
+        try:
+            after = tuple(json.loads(base64.urlsafe_b64decode(token.encode())))
+        except ValueError:
+            raise bad_request(f"invalid continue token: {token!r}") from None
+        items = [item for item in items
+                 if (item["metadata"].get("namespace", ""), item["metadata"]["name"]) > after]
+    if not limit:
+        return items, metadata
+    if not limit.isdigit():
+        raise bad_request(f"invalid limit: {limit!r}")
+    size = int(limit)
+    if size == 0 or len(items) <= size:
+        return items, metadata
+    last = items[size - 1]["metadata"]
+    position = [last.get("namespace", ""), last["name"]]
+    paged = {**metadata, "continue": base64.urlsafe_b64encode(json.dumps(position).encode()).decode(),
+             "remainingItemCount": len(items) - size}
+    return items[:size], paged
 
 
 def _event_line(kind: str, obj: JsonObject) -> bytes:
