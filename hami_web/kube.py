@@ -19,6 +19,7 @@ from typing import Any
 import kubernetes.client
 import kubernetes.config
 import kubernetes.watch
+import yaml
 from kubernetes.client.exceptions import ApiException
 from kubernetes.config.config_exception import ConfigException
 
@@ -100,7 +101,10 @@ def load_client_configuration(kubeconfig: str = "") -> kubernetes.client.Configu
     """Resolve how to reach the API: ``--kubeconfig``, else in-cluster, else ``~/.kube/config``."""
     configuration = kubernetes.client.Configuration()
     if kubeconfig:
-        kubernetes.config.load_kube_config(config_file=kubeconfig, client_configuration=configuration)
+        try:
+            kubernetes.config.load_kube_config(config_file=kubeconfig, client_configuration=configuration)
+        except (ConfigException, OSError, yaml.YAMLError) as error:
+            raise KubeError(f"cannot use kubeconfig {kubeconfig}: {error}".replace("\n", " ")) from None
         return configuration
     try:
         kubernetes.config.load_incluster_config(client_configuration=configuration)

@@ -50,8 +50,9 @@ class GpuShortfall:
             return f"GPU {self.index} already runs a task, the pod asks for the whole card"
         if self.reason == names.CARD_COMPUTE_UNITS_EXHAUSTED:
             return f"GPU {self.index} has all its cores booked (the pod asks 0% cores, i.e. a share of them)"
-        unit = self.unit
-        return f"GPU {self.index} has {self.free} of {self.total} {unit} free, the pod asks {self.asked} {unit}"
+        if self.unit == "%":
+            return f"GPU {self.index} has {self.free}% of its {self.total}% cores free, the pod asks {self.asked}%"
+        return f"GPU {self.index} has {self.free} of {self.total} MiB free, the pod asks {self.asked} MiB"
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,8 +75,8 @@ class NearMiss:
         lacks = "; ".join(shortfall.describe() for shortfall in self.shortfalls)
         if self.asked_gpus == 1:
             return f"{self.node}: {lacks}"
-        return (f"{self.node}: container {self.container} asks {self.asked_gpus} GPUs, {self.fitting_gpus} "
-                f"fit; {lacks}")
+        return (f"{self.node} (container {self.container} needs {self.asked_gpus} GPUs, {self.fitting_gpus} "
+                f"of them fit now): {lacks}")
 
 
 def _shortfall(device: Device, used: tuple[int, int, int], request: ContainerRequest, booked_mib: int,

@@ -13,6 +13,7 @@ from typing import Any
 
 from hami_web.core import names
 from hami_web.core.choose import Placement, choose_node
+from hami_web.core.misses import CAPACITY_REASONS
 from hami_web.core.options import OptionsError, pod_options
 from hami_web.core.reasons import ReasonGroup, group_reasons
 from hami_web.core.requests import RequestError, pod_request
@@ -78,8 +79,18 @@ class CapacityReport:
 
     @property
     def runs_out_first(self) -> str:
-        """The cause that refused the most nodes once nothing fitted (empty when the count was cut)."""
-        return self.exhausted[0].cause if self.exhausted else ""
+        """The capacity (memory, cores, task slots…) that refused the most nodes once nothing fitted.
+
+        Causes that are consequences (too few GPUs passed) or fixed facts (type, health) only answer when no
+        capacity cause is left. Empty when the count was cut by the limit.
+        """
+        exhausted = [group for group in self.exhausted if group.cause in CAPACITY_REASONS] or self.exhausted
+        return exhausted[0].cause if exhausted else ""
+
+    @property
+    def runs_out_first_nodes(self) -> int:
+        """How many nodes `runs_out_first` refused."""
+        return next((group.nodes for group in self.exhausted if group.cause == self.runs_out_first), 0)
 
 
 def plan_capacity(snapshot: ClusterSnapshot, shape: PodShape, policies: Policies, *,

@@ -171,6 +171,8 @@ def explain_pod(pod: Mapping[str, Any], snapshot: ClusterSnapshot, policies: Pol
     fitting_views = (snapshot.views[name] for name in candidates if name in snapshot.views)
     explanation.nearest_miss = nearest_miss(request, fitting_views, options)
     explanation.nearest_miss_text = explanation.nearest_miss.describe() if explanation.nearest_miss else ""
-    explanation.message = (f"no node fits: 0/{len(candidates)} schedulable nodes"
-                           if candidates else "no node fits: the cluster has no schedulable node")
+    cordoned = len(snapshot.nodes) - len(candidates)
+    explanation.message = f"no node fits: 0/{len(candidates)} schedulable nodes"
+    if cordoned:
+        explanation.message += f" ({cordoned} cordoned node{'s' if cordoned != 1 else ''} not offered)"
     return explanation

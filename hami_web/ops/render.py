@@ -194,9 +194,8 @@ def render_capacity(report: CapacityReport, *, wide: bool = False) -> str:
     fits = (f"at least {report.fits} more pods (stopped at --limit {report.limit})" if report.limited
             else f"{report.fits} more pod{'s' if report.fits != 1 else ''}")
     runs_out = "-"
-    if report.exhausted:
-        first = report.exhausted[0]
-        runs_out = f"{first.cause} ({first.nodes} of {report.candidates} nodes)"
+    if report.runs_out_first:
+        runs_out = f"{report.runs_out_first} (on {report.runs_out_first_nodes} of {report.candidates} nodes)"
     lines = [*_described("Shape", [_shape_text(report)]), *_described("Fits now", [fits]),
              *_described("Runs out", [runs_out])]
     if report.by_gpu_type:
