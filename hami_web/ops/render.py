@@ -43,7 +43,8 @@ def dump(data: Any, output: str) -> str:
 
 
 def _percent(used: int, total: int) -> str:
-    return f"{round(100 * used / total)}%" if total else "-"
+    # Rounded down, as kubectl top does: 100% only when nothing is left.
+    return f"{100 * used // total}%" if total else "-"
 
 
 def _short_type(device_type: str) -> str:

@@ -1,0 +1,55 @@
+"""``capacity``: how many more pods of a shape fit now, where, and what runs out first.
+
+Covers: the count placed one after another with the real policies, per GPU type and per node, matching
+the hand count for ``cluster.yaml`` (golden, JSON); a cordoned node takes none; multi-GPU pods and the
+capacity cause reported over the consequence (too few GPUs passed); ``--limit`` cuts the count and says so;
+a shape the filter would refuse is one line and exit 1.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from .conftest import Run, assert_golden
+
+
+def test_capacity_counts_pods_of_a_shape_by_type(run: Run) -> None:
+    outcome = run("capacity", "--gpumem", "10000", "--gpucores", "20", "--type", "A40", "-o", "wide")
+    assert (outcome.code, outcome.err) == (0, "")
+    assert_golden("capacity-a40-wide.txt", outcome.out)
+
+
+def test_capacity_json_matches_the_hand_count(run: Run) -> None:
+    # gpu-a40-0: GPU0 16068 MiB free -> 1, GPU1 36068 -> 3, GPU2/3 full; gpu-a40-1: GPU0 38068 -> 3,
+    # GPU1 -> 4, GPU2 26068 -> 2, GPU3 6068 -> 0; gpu-a40-c is cordoned.
+    data = json.loads(run("capacity", "--gpumem", "10000", "--gpucores", "20", "--type", "A40", "-o", "json").out)
+    assert data["fits"] == 13
+    assert data["by_node"] == {"gpu-a40-1": 9, "gpu-a40-0": 4}
+    assert data["by_gpu_type"] == {"NVIDIA-NVIDIA A40": 13}
+    assert (data["limited"], data["runs_out_first"]) == (False, "CardInsufficientMemory")
+
+
+def test_two_gpu_pods_report_memory_not_the_consequence(run: Run) -> None:
+    outcome = run("capacity", "--gpus", "2", "--gpumem-percentage", "50")
+    assert outcome.code == 0
+    assert_golden("capacity-2gpu.txt", outcome.out)
+    data = json.loads(run("capacity", "--gpus", "2", "--gpumem-percentage", "50", "-o", "json").out)
+    assert (data["fits"], data["runs_out_first"]) == (4, "CardInsufficientMemory")
+
+
+def test_the_limit_cuts_the_count_and_says_so(run: Run) -> None:
+    data = json.loads(run("capacity", "--gpumem", "1000", "--limit", "5", "-o", "json").out)
+    assert (data["fits"], data["limited"], data["runs_out_first"]) == (5, True, "")
+    assert "at least 5 more pods (stopped at --limit 5)" in run("capacity", "--gpumem", "1000", "--limit", "5").out
+
+
+@pytest.mark.parametrize(("flags", "message"), [
+    pytest.param(["--gpus", "0"], "error: --gpus must be at least 1", id="no-gpu"),
+    pytest.param(["--gpumem-percentage", "150"],
+                 "error: container probe: nvidia.com/gpumem-percentage 150 is over 100", id="percentage"),
+])
+def test_a_shape_the_filter_refuses_is_one_line_and_exit_1(run: Run, flags: list[str], message: str) -> None:
+    outcome = run("capacity", *flags)
+    assert (outcome.code, outcome.out, outcome.err) == (1, "", message + "\n")

@@ -1,0 +1,116 @@
+"""``explain``: the decision the filter would make for a pod right now, and why.
+
+Covers: an unschedulable pod gets its reasons grouped by cause with example nodes, its constraints and the
+nearest miss (golden, JSON); the per-node reasons and the placement are exactly what the running filter
+answers for the same pod (checked against ``/filter`` of a real runtime on the same API server); a pod that
+fits gets its node and GPUs (golden); a pod asking for no GPU, a pod with an unknown policy, a pod already
+bound (its GPUs from its annotation); the pod's own booking is left out, as the filter forgets it.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+
+from hami_web.core import names
+from hami_web.kube import Kube
+from hami_web.localcluster import LocalCluster
+from hami_web.ops.explain import Policies, explain_pod
+from hami_web.ops.snapshot import read_snapshot
+from hami_web.server.runtime import build_runtime
+from hami_web.settings import Settings
+
+from .conftest import CLUSTER, Run, assert_golden
+
+
+def test_an_unschedulable_pod_gets_grouped_reasons_and_the_nearest_miss(run: Run) -> None:
+    outcome = run("explain", "ml/big-train")
+    assert (outcome.code, outcome.err) == (0, "")
+    assert_golden("explain-unschedulable.txt", outcome.out)
+
+
+def test_unschedulable_json(run: Run) -> None:
+    data = json.loads(run("explain", "big-train", "-n", "ml", "-o", "json").out)
+    assert data["verdict"] == "unschedulable"
+    assert data["candidates"] == 6
+    assert [(g["cause"], g["nodes"], g["gpus"]) for g in data["groups"]][:2] == [
+        ("CardInsufficientMemory", 2, 7), ("CardTypeMismatch", 2, 8)]
+    miss = data["nearest_miss"]
+    assert (miss["node"], miss["fitting_gpus"], miss["asked_gpus"]) == ("gpu-a40-1", 1, 2)
+    [shortfall] = miss["shortfalls"]
+    assert (shortfall["index"], shortfall["free"], shortfall["asked"]) == (0, 38_068, 40_000)
+    assert "nvidia.com/use-gputype: A40" in data["constraints"]
+
+
+def test_a_pod_that_fits_gets_its_node_and_gpus(run: Run) -> None:
+    outcome = run("explain", "prod/small-infer")
+    assert outcome.code == 0
+    assert_golden("explain-fits.txt", outcome.out)
+
+
+def test_explain_agrees_with_the_running_filter() -> None:
+    with LocalCluster(bookmark_interval_seconds=0.1) as api:
+        api.load_file(CLUSTER)
+        kube = Kube.for_url(api.url)
+        runtime = build_runtime(replace(Settings(), refresh_interval_seconds=300.0), kube=kube)
+        runtime.start()
+        try:
+            assert runtime.cache.wait_synced(5.0)
+            client = runtime.app.test_client()
+            for namespace, name in (("ml", "big-train"), ("prod", "small-infer")):
+                pod = api.get("pods", name, namespace)
+                assert pod is not None
+                snapshot = read_snapshot(kube, leave_out_pod_uid=pod["metadata"]["uid"])
+                explanation = explain_pod(pod, snapshot, Policies())
+                candidates = snapshot.schedulable_candidates()
+                answer = client.post("/filter", json={"Pod": pod, "NodeNames": candidates}).get_json()
+                assert answer["Error"] == ""
+                if explanation.verdict == "unschedulable":
+                    assert answer["FailedNodes"] == explanation.node_reasons
+                else:
+                    assert answer["NodeNames"] == [explanation.node]
+                    stored = api.get("pods", name, namespace) or {}
+                    devices = stored["metadata"]["annotations"][names.POD_DEVICES_ALLOCATED]
+                    chosen = [(gpu.uuid, gpu.memory_mib, gpu.cores) for gpus in explanation.placement.values()
+                              for gpu in gpus]
+                    assert devices == "".join(f"{u},NVIDIA,{m},{c}:" for u, m, c in chosen) + ";"
+        finally:
+            runtime.stop()
+            kube.close()
+
+
+def test_a_pod_without_gpus_is_not_ours(run: Run) -> None:
+    data = json.loads(run("explain", "default/web", "-o", "json").out)
+    assert (data["verdict"], data["message"]) == (
+        "no-gpu", "this pod does not ask for a GPU; hami-web does not schedule it")
+
+
+def test_an_unknown_policy_is_the_filters_error(run: Run) -> None:
+    outcome = run("explain", "typo")
+    assert outcome.code == 0
+    assert_golden("explain-invalid.txt", outcome.out)
+
+
+def test_a_bound_pod_shows_the_gpus_it_holds(run: Run) -> None:
+    data = json.loads(run("explain", "prod/infer-a", "-o", "json").out)
+    assert (data["verdict"], data["node"]) == ("scheduled", "gpu-a40-1")
+    assert data["placement"] == {"server": [{"index": 0, "uuid": "GPU-a40-1-0", "type": "NVIDIA-NVIDIA A40",
+                                             "memory_mib": 8000, "cores": 10}]}
+
+
+def test_the_pods_own_booking_is_left_out(run: Run) -> None:
+    # A pending pod the filter already booked (annotations written, bind not done) must not block itself: the
+    # only free A40 is the one it booked.
+    pod = {"apiVersion": "v1", "kind": "Pod",
+           "metadata": {"name": "half-placed", "namespace": "ml", "annotations": {
+               names.POD_USE_GPU_TYPE: "A40", names.POD_ASSIGNED_NODE: "gpu-a40-1",
+               names.POD_DEVICES_ALLOCATED: "GPU-a40-1-1,NVIDIA,46068,100:;"}},
+           "spec": {"schedulerName": "hami-scheduler", "containers": [
+               {"name": "main", "resources": {"limits": {"nvidia.com/gpu": "1", "nvidia.com/gpucores": "100"}}}]},
+           "status": {"phase": "Pending"}}
+    with LocalCluster() as api:
+        api.load_file(CLUSTER)
+        api.load([pod])
+        data = json.loads(run("explain", "ml/half-placed", "-o", "json", server=api.url).out)
+    assert (data["verdict"], data["node"]) == ("fits", "gpu-a40-1")
+    assert data["placement"]["main"][0]["uuid"] == "GPU-a40-1-1"
