@@ -1,9 +1,16 @@
 """``capacity``: how many more pods of one shape fit now, where they would go, and what runs out first.
 
 The shape becomes a real pod spec and annotations, read by the filter's own `pod_request` and `pod_options`
-(so defaults, clamps and type matching are the filter's), and the pods are placed one after another with
-`choose_node`, each booked into its node's view (`with_booking`) before the next, as the cache books
-placements. When no node takes another pod, the last refusal's reasons grouped by cause say what ran out.
+(so defaults, clamps and type matching are the filter's), and pods are fitted one after another with
+`fit_pod` (the GPU policy, NUMA binding, every check), each booked into its node's view (`with_booking`)
+before the next, as the cache books placements.
+
+A placement changes only its own node, so how many pods a node takes one after another does not depend on
+which other nodes were filled first: the node policy decides the order, not the count. So each node is
+filled on its own, in the node policy's rank order (`rank_nodes`), which is exact when the whole capacity is
+counted and, when ``limit`` cuts the count, gives the first nodes the policy would fill. That costs one fit
+per pod instead of one ranking of every node per pod. At the end `choose_node` over every candidate gives
+the reasons nothing more fits, grouped by cause: what ran out.
 """
 
 from __future__ import annotations
@@ -12,7 +19,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from hami_web.core import names
-from hami_web.core.choose import Placement, choose_node
+from hami_web.core.choose import Placement, choose_node, rank_nodes
+from hami_web.core.fit import PodFit, fit_pod, may_fit
 from hami_web.core.misses import CAPACITY_REASONS
 from hami_web.core.options import OptionsError, pod_options
 from hami_web.core.reasons import ReasonGroup, group_reasons
@@ -108,21 +116,27 @@ def plan_capacity(snapshot: ClusterSnapshot, shape: PodShape, policies: Policies
     views = dict(snapshot.views)
     candidates = snapshot.schedulable_candidates()
     report = CapacityReport(shape=shape, fits=0, limit=limit, limited=False, candidates=len(candidates))
-    while True:
-        if report.fits >= limit:
-            report.limited = True
+    for view in rank_nodes([views[name] for name in candidates if name in views], options.node_policy):
+        while may_fit(request, view, options):
+            if report.fits >= limit:
+                report.limited = True
+                break
+            result = fit_pod(request, view, options)
+            if not isinstance(result, PodFit):
+                break
+            types = {device.uuid: device.type for device in view.inventory.devices}
+            gpu_type = "+".join(sorted({types[g.uuid] for container in result.grants for g in container}))
+            view = views[view.name] = with_booking(view, pod_booking(result.grants, init_count=request.init_count))
+            report.fits += 1
+            report.by_gpu_type[gpu_type] = report.by_gpu_type.get(gpu_type, 0) + 1
+            report.by_node[view.name] = report.by_node.get(view.name, 0) + 1
+        if report.limited:
             break
-        result = choose_node(request, options, candidates, views, snapshot.broken_nodes)
-        if not isinstance(result, Placement):
-            report.exhausted = list(group_reasons(result.reasons))
-            break
-        view = views[result.node]
-        types = {device.uuid: device.type for device in view.inventory.devices}
-        gpu_type = "+".join(sorted({types[g.uuid] for container in result.grants for g in container}))
-        views[result.node] = with_booking(view, pod_booking(result.grants, init_count=request.init_count))
-        report.fits += 1
-        report.by_gpu_type[gpu_type] = report.by_gpu_type.get(gpu_type, 0) + 1
-        report.by_node[result.node] = report.by_node.get(result.node, 0) + 1
+    if not report.limited:
+        final = choose_node(request, options, candidates, views, snapshot.broken_nodes)
+        if isinstance(final, Placement):  # cannot happen: every node was filled until its fit failed
+            raise ShapeError(f"internal error: node {final.node} still takes a pod after it was filled")
+        report.exhausted = list(group_reasons(final.reasons))
     report.by_gpu_type = dict(sorted(report.by_gpu_type.items(), key=lambda item: (-item[1], item[0])))
     report.by_node = dict(sorted(report.by_node.items(), key=lambda item: (-item[1], item[0])))
     return report

@@ -69,16 +69,6 @@ class Totals:
     cores_booked: int = 0
     pods: int = 0
 
-    def add_gpu(self, gpu: GpuReport) -> None:
-        """Count one GPU in."""
-        self.gpus += 1
-        self.unhealthy_gpus += not gpu.healthy
-        self.cordoned_gpus += gpu.healthy and gpu.cordoned
-        self.memory_mib += gpu.memory_mib
-        self.memory_booked_mib += gpu.memory_booked_mib
-        self.cores += gpu.cores
-        self.cores_booked += gpu.cores_booked
-
     def add(self, other: Totals) -> None:
         """Count another set of totals in (node into cluster)."""
         for name in Totals.__dataclass_fields__:
@@ -121,24 +111,31 @@ def _ratio(used: int, total: int) -> float:
     return used / total if total else 0.0
 
 
-def _node_report(name: str, view: NodeView | None, snapshot: ClusterSnapshot,
-                 shares: dict[str, list[PodShare]]) -> NodeReport:
-    facts = snapshot.nodes[name]
-    report = NodeReport(name=name, cordoned=facts.cordoned, error=facts.error, totals=Totals())
+def _node_totals(view: NodeView | None, pods: int) -> Totals:
+    totals = Totals(pods=pods)
     if view is None:
-        return report
-    pods: set[tuple[str, str]] = set()
+        return totals
     cordoned = view.inventory.cordoned
     for device, used in zip(view.inventory.devices, view.usage, strict=True):
-        gpu = GpuReport(index=device.index, uuid=device.uuid, type=device.type, numa=device.numa,
-                        healthy=device.healthy, cordoned=device.uuid in cordoned, memory_mib=device.memory_mib,
-                        memory_booked_mib=used.memory_mib, cores=device.cores, cores_booked=used.cores,
-                        tasks=used.tasks, task_slots=device.count, pods=shares.get(device.uuid, []))
-        report.gpus.append(gpu)
-        report.totals.add_gpu(gpu)
-        pods.update((share.namespace, share.pod) for share in gpu.pods)
-    report.totals.pods = len(pods)
-    return report
+        totals.gpus += 1
+        totals.unhealthy_gpus += not device.healthy
+        totals.cordoned_gpus += device.healthy and device.uuid in cordoned
+        totals.memory_mib += device.memory_mib
+        totals.memory_booked_mib += used.memory_mib
+        totals.cores += device.cores
+        totals.cores_booked += used.cores
+    return totals
+
+
+def _gpu_reports(view: NodeView | None, shares: dict[str, list[PodShare]]) -> list[GpuReport]:
+    if view is None:
+        return []
+    cordoned = view.inventory.cordoned
+    return [GpuReport(index=device.index, uuid=device.uuid, type=device.type, numa=device.numa,
+                      healthy=device.healthy, cordoned=device.uuid in cordoned, memory_mib=device.memory_mib,
+                      memory_booked_mib=used.memory_mib, cores=device.cores, cores_booked=used.cores,
+                      tasks=used.tasks, task_slots=device.count, pods=shares.get(device.uuid, []))
+            for device, used in zip(view.inventory.devices, view.usage, strict=True)]
 
 
 def _pod_shares(snapshot: ClusterSnapshot, node_names: set[str]) -> dict[str, list[PodShare]]:
@@ -183,12 +180,19 @@ def inspect_cluster(snapshot: ClusterSnapshot, *, nodes: Sequence[str] = (), sor
         if not facts.gpu_node:
             raise InspectError(f'node "{name}" has no GPUs registered by HAMi\'s device plugin')
     wanted = sorted(set(nodes)) if nodes else sorted(name for name, facts in snapshot.nodes.items() if facts.gpu_node)
-    shares = _pod_shares(snapshot, set(wanted))
-    reports = [_node_report(name, snapshot.views.get(name), snapshot, shares) for name in wanted]
+    pods_on: dict[str, int] = {}
+    for usage in snapshot.usages:
+        pods_on[usage.node] = pods_on.get(usage.node, 0) + 1
+    reports = [NodeReport(name=name, cordoned=snapshot.nodes[name].cordoned, error=snapshot.nodes[name].error,
+                          totals=_node_totals(snapshot.views.get(name), pods_on.get(name, 0))) for name in wanted]
     cluster = Totals()
     for report in reports:
         cluster.add(report.totals)
     reports.sort(key=_sort_key(sort))
     shown = reports[:top] if top > 0 else reports
+    # Per-GPU detail only for the nodes shown: at thousands of nodes, --top is what keeps inspect quick.
+    shares = _pod_shares(snapshot, {report.name for report in shown})
+    for report in shown:
+        report.gpus = _gpu_reports(snapshot.views.get(report.name), shares)
     return InspectReport(cluster=cluster, nodes_total=len(reports), nodes=shown,
                          unreadable_pods=dict(sorted(snapshot.broken_pods.items())))

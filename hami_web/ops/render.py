@@ -7,6 +7,7 @@ and ``-o yaml`` print the reports' plain data with stable keys, for scripts.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 from collections.abc import Sequence
 from typing import Any
@@ -47,6 +48,7 @@ def _percent(used: int, total: int) -> str:
     return f"{100 * used // total}%" if total else "-"
 
 
+@functools.cache
 def _short_type(device_type: str) -> str:
     """``NVIDIA-NVIDIA A40`` (HAMi's vendor prefix + the driver's name) shown as ``NVIDIA A40``."""
     return device_type.removeprefix("NVIDIA-") if device_type.startswith("NVIDIA-NVIDIA") else device_type

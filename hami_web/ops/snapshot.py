@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -87,7 +88,12 @@ def build_snapshot(nodes: Iterable[Mapping[str, Any]], pods: Iterable[Mapping[st
 
 def read_snapshot(kube: Kube, *, label_selector: str = "", count_resource: str = "nvidia.com/gpu",
                   leave_out_pod_uid: str = "") -> ClusterSnapshot:
-    """List nodes (by ``label_selector``) and pods from the API, page by page, and join them."""
-    nodes = kube.list_nodes_paged(label_selector=label_selector)
-    pods = kube.list_pods_paged()
+    """List nodes (by ``label_selector``) and pods from the API, page by page, and join them.
+
+    The two lists run side by side: while one waits for the API server the other decodes its page.
+    """
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="list-nodes") as pool:
+        listing_nodes = pool.submit(kube.list_nodes_paged, label_selector=label_selector)
+        pods = kube.list_pods_paged()
+        nodes = listing_nodes.result()
     return build_snapshot(nodes, pods, count_resource=count_resource, leave_out_pod_uid=leave_out_pod_uid)
