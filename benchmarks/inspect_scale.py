@@ -8,7 +8,8 @@ command's interpreter) is seeded with nodes as HAMi's device plugin registers th
 mixed card types) and pods of realistic size (labels, owner, env, resources, conditions and container statuses,
 about 2.5 KB of JSON each), each GPU pod holding one to two GPUs. Then the installed ``kubectl-hami`` command
 runs as a separate process, as a user would run it, and the wall time from start to exit is printed: start-up,
-the paginated lists, the join and the rendering. Not a test: no assertions.
+the paginated lists, the join and the rendering; with its CPU time, which does not depend on how busy the
+machine is. Not a test: no assertions.
 """
 
 from __future__ import annotations
@@ -16,7 +17,9 @@ from __future__ import annotations
 import argparse
 import json
 import multiprocessing
+import os
 import random
+import resource
 import statistics
 import subprocess
 import sys
@@ -104,16 +107,23 @@ def _serve(objects: list[dict[str, Any]], url_out: Any, stop: Any) -> None:
         stop.wait()
 
 
-def _time_command(argv: list[str], runs: int) -> tuple[float, int]:
-    """Median wall seconds of ``runs`` runs of the command, and the size of its output in bytes."""
-    times = []
-    size = 0
+def _time_command(argv: list[str], runs: int) -> tuple[float, float, int]:
+    """Median wall seconds and CPU seconds (user + system) of ``runs`` runs, and the lines of output.
+
+    CPU time is what the command itself costs; wall time also holds the API server's work and, on a shared
+    machine, the time spent waiting for a core.
+    """
+    walls, cpus = [], []
+    lines = 0
     for _ in range(runs):
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
         started = time.perf_counter()
         result = subprocess.run(argv, capture_output=True, check=True)
-        times.append(time.perf_counter() - started)
-        size = len(result.stdout)
-    return statistics.median(times), size
+        walls.append(time.perf_counter() - started)
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        cpus.append(after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime)
+        lines = result.stdout.count(b"\n")
+    return statistics.median(walls), statistics.median(cpus), lines
 
 
 def main() -> None:
@@ -133,17 +143,20 @@ def main() -> None:
     server.start()
     url = receive.recv()
     command = str(Path(sys.executable).with_name("kubectl-hami"))
+    print(f"load average before: {', '.join(f'{load:.2f}' for load in os.getloadavg())} on {os.cpu_count()} CPUs")
     print(f"{arguments.nodes} nodes x {GPUS_PER_NODE} GPUs, {arguments.gpu_pods} GPU pods + {arguments.other_pods} "
           f"other pods (median {statistics.median(pod_bytes) / 1024:.1f} KB of JSON each); "
-          f"median of {arguments.runs} runs, wall time of the whole command:")
+          f"median of {arguments.runs} runs of the whole command (start-up, lists, join, output):")
     try:
         for label, extra in (("inspect --top 20", ["inspect", "--top", "20"]),
                              ("inspect (every node and GPU)", ["inspect"]),
                              ("inspect -o json", ["inspect", "-o", "json"]),
                              ("capacity --gpumem 8000 --gpucores 20 --limit 1000",
                               ["capacity", "--gpumem", "8000", "--gpucores", "20", "--limit", "1000"])):
-            seconds, size = _time_command([command, *extra, "--server", url], arguments.runs)
-            print(f"  {label:<52} {seconds:6.2f} s   ({size / 1024:,.0f} KB of output)")
+            wall, cpu, lines = _time_command([command, *extra, "--server", url], arguments.runs)
+            print(f"  {label:<52} {wall:6.2f} s wall   {cpu:6.2f} s CPU   ({lines:,} lines of output)")
+        print(f"load average afterwards: {', '.join(f'{load:.2f}' for load in os.getloadavg())} "
+              f"on {os.cpu_count()} CPUs")
     finally:
         stop.set()
         server.join(10)
