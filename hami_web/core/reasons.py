@@ -51,7 +51,7 @@ class ReasonGroup:
 
 
 def group_reasons(reasons: Mapping[str, str], *, examples: int = EXAMPLE_NODES) -> tuple[ReasonGroup, ...]:
-    """Group per-node reasons by cause, most nodes first (then by cause name).
+    """Group per-node reasons by cause, most nodes first (then most GPUs, then by cause name).
 
     A node counts under every cause one of its GPUs failed for, as kube-scheduler counts a node under each
     of its failed predicates, so the node counts of the groups may add up to more than the nodes.
@@ -66,7 +66,7 @@ def group_reasons(reasons: Mapping[str, str], *, examples: int = EXAMPLE_NODES) 
             listed = shown.setdefault(cause, [])
             if len(listed) < examples:
                 listed.append(node)
-    order = sorted(nodes, key=lambda cause: (-nodes[cause], cause))
+    order = sorted(nodes, key=lambda cause: (-nodes[cause], -gpus[cause], cause))
     return tuple(ReasonGroup(cause=cause, nodes=nodes[cause], gpus=gpus[cause], examples=tuple(shown[cause]))
                  for cause in order)
 

@@ -2,8 +2,8 @@
 
 Covers: the causes in one node's reason with the GPUs each counts (node-level causes and
 ``NodeInsufficientDevice`` count none); unreadable text is ``Other``; grouping counts a node under each of
-its causes, most nodes first then by name, with the first few nodes by name as examples; the causes key
-ignores counts, so a refusal that only changes its numbers keeps its key.
+its causes, most nodes first, then most GPUs, then by name, with the first few nodes by name as examples;
+the causes key ignores counts, so a refusal that only changes its numbers keeps its key.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ def test_reason_causes_reads_each_cause_and_its_gpus(reason: str, causes: tuple[
     assert reason_causes(reason) == causes
 
 
-def test_grouping_counts_a_node_under_each_cause_most_nodes_first() -> None:
+def test_grouping_counts_a_node_under_each_cause_most_nodes_then_gpus_first() -> None:
     reasons = {
         "n4": "4/4 CardInsufficientMemory",
         "n1": "1/4 AllocatedCardsInsufficientRequest, 3/4 CardInsufficientMemory",
@@ -38,8 +38,8 @@ def test_grouping_counts_a_node_under_each_cause_most_nodes_first() -> None:
     }
     assert group_reasons(reasons, examples=3) == (
         ReasonGroup(cause="CardInsufficientMemory", nodes=4, gpus=15, examples=("n1", "n2", "n3")),
-        ReasonGroup(cause="AllocatedCardsInsufficientRequest", nodes=1, gpus=1, examples=("n1",)),
         ReasonGroup(cause="CardTypeMismatch", nodes=1, gpus=2, examples=("t4",)),
+        ReasonGroup(cause="AllocatedCardsInsufficientRequest", nodes=1, gpus=1, examples=("n1",)),
         ReasonGroup(cause="NodeUnregistered", nodes=1, gpus=0, examples=("cpu",)),
     )
 

@@ -34,7 +34,7 @@ def test_unschedulable_json(run: Run) -> None:
     assert data["verdict"] == "unschedulable"
     assert data["candidates"] == 6
     assert [(g["cause"], g["nodes"], g["gpus"]) for g in data["groups"]][:2] == [
-        ("CardInsufficientMemory", 2, 7), ("CardTypeMismatch", 2, 8)]
+        ("CardTypeMismatch", 2, 8), ("CardInsufficientMemory", 2, 7)]
     miss = data["nearest_miss"]
     assert (miss["node"], miss["fitting_gpus"], miss["asked_gpus"]) == ("gpu-a40-1", 1, 2)
     [shortfall] = miss["shortfalls"]
