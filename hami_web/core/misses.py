@@ -101,6 +101,11 @@ def _shortfall(device: Device, used: tuple[int, int, int], request: ContainerReq
                         unit=unit, gap=gap)
 
 
+def _could_fit_empty(device: Device, request: ContainerRequest, booked_mib: int) -> bool:
+    """Whether the GPU would take the container once nothing else is booked on it (else no booking is to blame)."""
+    return device.count > 0 and booked_mib <= device.memory_mib and request.cores <= device.cores
+
+
 def node_near_miss(request: PodRequest, view: NodeView, options: PodOptions) -> NearMiss | None:
     """How close ``view`` comes for the first GPU container that cannot fit on it alone, or None.
 
@@ -119,7 +124,8 @@ def node_near_miss(request: PodRequest, view: NodeView, options: PodOptions) -> 
         if fitting >= container.count:
             continue
         soft = sorted((_shortfall(devices[p], view.usage_rows[p], container, booked[p], reason)
-                       for p, reason in enumerate(reasons) if reason in CAPACITY_REASONS),
+                       for p, reason in enumerate(reasons)
+                       if reason in CAPACITY_REASONS and _could_fit_empty(devices[p], container, booked[p])),
                       key=lambda shortfall: (shortfall.gap, shortfall.index))
         missing = container.count - fitting
         if len(soft) < missing:

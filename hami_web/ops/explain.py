@@ -82,7 +82,7 @@ class Explanation:
 
 def _asks(request: PodRequest) -> list[ContainerAsk]:
     return [ContainerAsk(name=c.name, init=c.init, gpus=c.count,
-                         memory=f"{c.memory_mib} MiB" if c.memory_mib else f"{c.memory_percent}%", cores=c.cores)
+                         memory=f"{c.memory_mib} MiB" if c.memory_mib else f"{c.memory_percent}% memory", cores=c.cores)
             for c in request.containers if c.count]
 
 

@@ -3,8 +3,9 @@
 Covers: the measure per failing check (memory and cores in their units, a full task list, an exclusive ask
 on a shared card, cores all booked); a node needing fewer GPUs freed beats one needing more, then the
 smaller gap wins, then the name; misses that freeing capacity cannot fix (type, UUID, health, cordon, too
-few GPUs) are not near misses; multi-GPU containers report how many GPUs fit; a node where every container
-fits alone gives no near miss (its refusal is about NUMA or the containers together).
+few GPUs, a GPU smaller than the ask) are not near misses; multi-GPU containers report how many GPUs fit;
+a node where every container fits alone gives no near miss (its refusal is about NUMA or the containers
+together).
 """
 
 from __future__ import annotations
@@ -48,11 +49,13 @@ def test_selection_misses_are_not_near_misses(options: PodOptions) -> None:
     assert node_near_miss(pod(ask(memory_mib=1000)), node, options) is None
 
 
-def test_unhealthy_cordoned_and_too_few_gpus_are_not_near_misses() -> None:
+def test_unhealthy_cordoned_too_few_and_too_small_gpus_are_not_near_misses() -> None:
     sick = view(inventory("sick", [gpu(0, healthy=False), gpu(1)], cordoned=["GPU-1"]))
     small = view(inventory("small", [gpu(0)]))
+    busy_small = view(inventory("busy-small", [gpu(0, memory_mib=8000)]), {"GPU-0": DeviceUsage(1, 1000, 0)})
     assert node_near_miss(pod(ask(memory_mib=1000)), sick, ANY) is None
     assert node_near_miss(pod(ask(2, memory_mib=1000)), small, ANY) is None
+    assert node_near_miss(pod(ask(memory_mib=9000)), busy_small, ANY) is None  # even empty it is too small
 
 
 def test_a_multi_gpu_container_reports_how_many_fit_and_the_closest_missing_gpus() -> None:
