@@ -101,10 +101,7 @@ def load_client_configuration(kubeconfig: str = "") -> kubernetes.client.Configu
     """Resolve how to reach the API: ``--kubeconfig``, else in-cluster, else ``~/.kube/config``."""
     configuration = kubernetes.client.Configuration()
     if kubeconfig:
-        try:
-            kubernetes.config.load_kube_config(config_file=kubeconfig, client_configuration=configuration)
-        except (ConfigException, OSError, yaml.YAMLError) as error:
-            raise KubeError(f"cannot use kubeconfig {kubeconfig}: {error}".replace("\n", " ")) from None
+        _load_kubeconfig(kubeconfig, configuration)
         return configuration
     try:
         kubernetes.config.load_incluster_config(client_configuration=configuration)
@@ -114,8 +111,16 @@ def load_client_configuration(kubeconfig: str = "") -> kubernetes.client.Configu
     default_path = os.path.expanduser("~/.kube/config")
     if not os.path.exists(default_path):
         raise KubeError("no Kubernetes API configured: not in a cluster, no --kubeconfig, no ~/.kube/config")
-    kubernetes.config.load_kube_config(config_file=default_path, client_configuration=configuration)
+    _load_kubeconfig(default_path, configuration)
     return configuration
+
+
+def _load_kubeconfig(path: str, configuration: kubernetes.client.Configuration) -> None:
+    """Load a kubeconfig file; a missing or malformed one is a `KubeError` naming the file, on one line."""
+    try:
+        kubernetes.config.load_kube_config(config_file=path, client_configuration=configuration)
+    except (ConfigException, OSError, yaml.YAMLError) as error:
+        raise KubeError(f"cannot use kubeconfig {path}: {error}".replace("\n", " ")) from None
 
 
 class Kube:

@@ -59,6 +59,7 @@ def _policy_flags(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--gpu-scheduler-policy", choices=GPU_POLICIES, default="spread")
     group.add_argument("--default-mem", type=_whole, default=0, metavar="MIB")
     group.add_argument("--default-cores", type=_whole, default=0, metavar="PERCENT")
+    group.add_argument("--scheduler-name", default="hami-scheduler", metavar="NAME")
 
 
 def add_commands(commands: argparse._SubParsersAction) -> None:
@@ -116,7 +117,8 @@ def _kube(arguments: argparse.Namespace) -> Kube:
 def _policies(arguments: argparse.Namespace) -> Policies:
     return Policies(node_policy=arguments.node_scheduler_policy, gpu_policy=arguments.gpu_scheduler_policy,
                     defaults=RequestDefaults(default_mem_mib=arguments.default_mem,
-                                             default_cores=arguments.default_cores))
+                                             default_cores=arguments.default_cores),
+                    scheduler_name=arguments.scheduler_name)
 
 
 def _unreachable(error: KubeError) -> CommandError:

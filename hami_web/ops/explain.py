@@ -38,6 +38,7 @@ class Policies:
     node_policy: str = "binpack"
     gpu_policy: str = "spread"
     defaults: RequestDefaults = field(default_factory=RequestDefaults)
+    scheduler_name: str = "hami-scheduler"
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,6 +158,12 @@ def explain_pod(pod: Mapping[str, Any], snapshot: ClusterSnapshot, policies: Pol
         explanation.message = f"the filter refuses this pod: {error}"
         return explanation
     explanation.constraints = _constraints(annotations, options)
+    scheduler = str((pod.get("spec") or {}).get("schedulerName") or "default-scheduler")
+    if scheduler != policies.scheduler_name:
+        # The webhook routes GPU pods to us; one it did not see (created while it was down, or excluded by the
+        # webhook's selectors) never reaches this filter, whatever it would decide.
+        explanation.constraints.append(f"spec.schedulerName: {scheduler} (not {policies.scheduler_name}: "
+                                       f"hami-web's filter never sees this pod)")
     candidates = snapshot.schedulable_candidates()
     explanation.candidates = len(candidates)
     result = choose_node(request, options, candidates, snapshot.views, snapshot.broken_nodes)

@@ -4,7 +4,8 @@ Covers: an unschedulable pod gets its reasons grouped by cause with example node
 nearest miss (golden, JSON); the per-node reasons and the placement are exactly what the running filter
 answers for the same pod (checked against ``/filter`` of a real runtime on the same API server); a pod that
 fits gets its node and GPUs (golden); a pod asking for no GPU, a pod with an unknown policy, a pod already
-bound (its GPUs from its annotation); the pod's own booking is left out, as the filter forgets it.
+bound (its GPUs from its annotation); the pod's own booking is left out, as the filter forgets it; a GPU pod
+not routed to hami-scheduler is flagged.
 """
 
 from __future__ import annotations
@@ -114,3 +115,17 @@ def test_the_pods_own_booking_is_left_out(run: Run) -> None:
         data = json.loads(run("explain", "ml/half-placed", "-o", "json", server=api.url).out)
     assert (data["verdict"], data["node"]) == ("fits", "gpu-a40-1")
     assert data["placement"]["main"][0]["uuid"] == "GPU-a40-1-1"
+
+
+def test_a_gpu_pod_the_webhook_never_routed_is_flagged(run: Run) -> None:
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "unrouted", "namespace": "ml"},
+           "spec": {"containers": [{"name": "main", "resources": {"limits": {"nvidia.com/gpu": "1",
+                                                                            "nvidia.com/gpumem": "1k"}}}]},
+           "status": {"phase": "Pending"}}
+    with LocalCluster() as api:
+        api.load_file(CLUSTER)
+        api.load([pod])
+        data = json.loads(run("explain", "ml/unrouted", "-o", "json", server=api.url).out)
+    assert data["verdict"] == "fits"
+    assert ("spec.schedulerName: default-scheduler (not hami-scheduler: hami-web's filter never sees this pod)"
+            in data["constraints"])
