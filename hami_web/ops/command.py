@@ -8,6 +8,7 @@ makes no sense — is one line on stderr and exit status 1, as kubectl does.
 from __future__ import annotations
 
 import argparse
+import gc
 import logging
 import sys
 from collections.abc import Sequence
@@ -204,11 +205,18 @@ def run_capacity(arguments: argparse.Namespace) -> int:
 
 def run(arguments: argparse.Namespace) -> int:
     """Run a parsed ops subcommand; a `CommandError` becomes one line on stderr and exit status 1."""
+    # A list of thousands of nodes and pods is millions of small dicts, and the cyclic garbage collector would
+    # scan them again and again while they are decoded and joined: that alone more than doubled the time of
+    # inspect at 5,000 nodes. They hold no reference cycles (reference counting frees them), and the command
+    # ends right after, so the collector is off for its duration.
+    gc.disable()
     try:
         return int(arguments.ops_command(arguments) or 0)
     except CommandError as error:
         sys.stderr.write(f"{error}\n")
         return 1
+    finally:
+        gc.enable()
 
 
 def kubectl_main(argv: Sequence[str] | None = None) -> int:
