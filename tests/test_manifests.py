@@ -297,7 +297,7 @@ def test_server_role_is_least_privilege() -> None:
     assert rules == {("", "nodes"): {"get", "list", "watch", "patch"},
                      ("", "pods"): {"get", "list", "watch", "patch"},
                      ("", "pods/binding"): {"create"},
-                     ("", "events"): {"create"},
+                     ("", "events"): {"create", "patch"},
                      ("events.k8s.io", "events"): {"create"}}
 
 
