@@ -99,6 +99,10 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
     capacity.add_argument("--gpucores", type=_whole, default=0, metavar="C", help="cores per GPU in %% (0-100)")
     capacity.add_argument("--type", default="", metavar="T", help="GPU types allowed (nvidia.com/use-gputype)")
     capacity.add_argument("--numa-bind", action="store_true", help="all GPUs of the pod on one NUMA node")
+    capacity.add_argument("--node-policy", choices=NODE_POLICIES, default="",
+                          help="the pod's hami.io/node-scheduler-policy (default: the server's)")
+    capacity.add_argument("--gpu-policy", choices=GPU_POLICIES, default="",
+                          help="the pod's hami.io/gpu-scheduler-policy (default: the server's)")
     capacity.add_argument("--limit", type=_whole, default=DEFAULT_LIMIT, metavar="N",
                           help=f"stop counting at N pods (default {DEFAULT_LIMIT})")
     _connection_flags(capacity)
@@ -184,7 +188,8 @@ def run_explain(arguments: argparse.Namespace) -> int:
 def run_capacity(arguments: argparse.Namespace) -> int:
     """``capacity --gpus N --gpumem MIB|--gpumem-percentage P --gpucores C …``."""
     shape = PodShape(gpus=arguments.gpus, memory_mib=arguments.gpumem, memory_percent=arguments.gpumem_percentage,
-                     cores=arguments.gpucores, gpu_type=arguments.type, numa_bind=arguments.numa_bind)
+                     cores=arguments.gpucores, gpu_type=arguments.type, numa_bind=arguments.numa_bind,
+                     node_policy=arguments.node_policy, gpu_policy=arguments.gpu_policy)
     kube = _kube(arguments)
     try:
         snapshot = read_snapshot(kube, label_selector=arguments.selector)

@@ -201,6 +201,9 @@ def _shape_text(report: CapacityReport) -> str:
         text += f", type {shape.gpu_type}"
     if shape.numa_bind:
         text += ", numa-bind"
+    for what, policy in (("node", shape.node_policy), ("GPU", shape.gpu_policy)):
+        if policy:
+            text += f", {what} policy {policy}"
     return text
 
 

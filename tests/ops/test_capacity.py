@@ -3,7 +3,8 @@
 Covers: the count placed one after another with the real policies, per GPU type and per node, matching
 the hand count for ``cluster.yaml`` (golden, JSON); a cordoned node takes none; multi-GPU pods and the
 capacity cause reported over the consequence (too few GPUs passed); ``--limit`` cuts the count and says so;
-a shape the filter would refuse is one line and exit 1.
+the pod's own policies decide where the first pods go but not how many fit; a shape the filter would refuse
+is one line and exit 1.
 """
 
 from __future__ import annotations
@@ -53,3 +54,15 @@ def test_the_limit_cuts_the_count_and_says_so(run: Run) -> None:
 def test_a_shape_the_filter_refuses_is_one_line_and_exit_1(run: Run, flags: list[str], message: str) -> None:
     outcome = run("capacity", *flags)
     assert (outcome.code, outcome.out, outcome.err) == (1, "", message + "\n")
+
+
+def test_the_pods_own_policies_change_the_order_not_the_count(run: Run) -> None:
+    base = ["capacity", "--gpumem", "10000", "--gpucores", "20", "--limit", "3", "-o", "json"]
+    binpack = json.loads(run(*base).out)
+    spread = json.loads(run(*base, "--node-policy", "spread", "--gpu-policy", "binpack").out)
+    assert (binpack["fits"], spread["fits"]) == (3, 3)
+    assert spread["shape"]["node_policy"] == "spread"
+    assert binpack["by_node"] != spread["by_node"]  # binpack fills the fullest node first, spread the emptiest
+    unlimited = [json.loads(run(*base[:-4], "-o", "json", *extra).out)["fits"]
+                 for extra in ([], ["--node-policy", "spread", "--gpu-policy", "binpack"])]
+    assert unlimited[0] == unlimited[1]
