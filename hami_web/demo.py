@@ -276,7 +276,8 @@ def _keep_serving(base_url: str, ca_file: Path, api_url: str) -> None:
           f"       -d '{{\"Pod\": {{\"metadata\": {{\"name\": \"x\", \"uid\": \"1\"}}, \"spec\": {{\"containers\": "
           f"[{{\"name\": \"c\", \"resources\": {{\"limits\": {{\"nvidia.com/gpu\": \"1\"}}}}}}]}}}}, "
           f"\"NodeNames\": [\"gpu-a40-2\"]}}'\n"
-          f"  curl {api_url}/api/v1/pods | python -m json.tool | grep vgpu")
+          f"  curl {api_url}/api/v1/pods | python -m json.tool | grep vgpu\n"
+          f"  kubectl-hami inspect -d -s {api_url}; kubectl-hami explain ml/too-big -s {api_url}")
     with contextlib.suppress(KeyboardInterrupt):
         while True:
             time.sleep(3600)
