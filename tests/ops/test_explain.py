@@ -33,7 +33,7 @@ def test_an_unschedulable_pod_gets_grouped_reasons_and_the_nearest_miss(run: Run
 def test_unschedulable_json(run: Run) -> None:
     data = json.loads(run("explain", "big-train", "-n", "ml", "-o", "json").out)
     assert data["verdict"] == "unschedulable"
-    assert data["candidates"] == 6
+    assert data["candidates"] == 7
     assert [(g["cause"], g["nodes"], g["gpus"]) for g in data["groups"]][:2] == [
         ("CardTypeMismatch", 2, 8), ("CardInsufficientMemory", 2, 7)]
     miss = data["nearest_miss"]
@@ -41,6 +41,7 @@ def test_unschedulable_json(run: Run) -> None:
     [shortfall] = miss["shortfalls"]
     assert (shortfall["index"], shortfall["free"], shortfall["asked"]) == (0, 38_068, 40_000)
     assert "nvidia.com/use-gputype: A40" in data["constraints"]
+    assert data["node_reasons"]["gpu-gone"] == "2/0 NodeInsufficientDevice"
 
 
 def test_a_pod_that_fits_gets_its_node_and_gpus(run: Run) -> None:

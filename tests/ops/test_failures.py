@@ -100,7 +100,7 @@ def test_lists_are_paginated_and_pages_add_up(cluster: LocalCluster) -> None:
     assert [n["metadata"]["name"] for n in nodes] == sorted(n["metadata"]["name"] for n in cluster.list("nodes"))
     assert len(pods) == len(cluster.list("pods")) == 16
     calls = cluster.request_log[before:]
-    assert calls.count(("GET", "/api/v1/nodes")) == 3  # 7 nodes, 3 a page
+    assert calls.count(("GET", "/api/v1/nodes")) == 3  # 8 nodes, 3 a page
     assert calls.count(("GET", "/api/v1/pods")) == 4  # 16 pods, 5 a page
 
 

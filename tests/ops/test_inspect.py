@@ -5,7 +5,7 @@ per GPU, sorted by name (golden); ``-d`` lists each container's share under its 
 NUMA, UUID and task slots, for named nodes only, through ``hami-web inspect`` (golden); ``--top`` keeps the
 fullest nodes while the totals still cover all (golden); the JSON numbers (the init-container-free booking,
 a Succeeded pod not counted, a two-container pod counted once, a cordoned GPU, an unhealthy GPU, a cordoned
-node, a node whose annotation does not parse shown with the parse error, a pod whose annotation does not
+node, a node whose device plugin is gone, a node whose annotation does not parse shown with the parse error, a pod whose annotation does not
 parse listed and not counted); YAML is the same data; ``--selector`` narrows the nodes.
 """
 
@@ -41,7 +41,7 @@ def test_json_holds_the_schedulers_numbers(run: Run) -> None:
     assert outcome.code == 0
     data = json.loads(outcome.out)
 
-    assert data["cluster"] == {"nodes": 6, "gpus": 20, "unhealthy_gpus": 1, "cordoned_gpus": 1,
+    assert data["cluster"] == {"nodes": 7, "gpus": 20, "unhealthy_gpus": 1, "cordoned_gpus": 1,
                                "memory_mib": 1_146_760, "memory_booked_mib": 569_748, "cores": 2000,
                                "cores_booked": 750, "pods": 10}
     nodes = {node["name"]: node for node in data["nodes"]}
@@ -57,6 +57,7 @@ def test_json_holds_the_schedulers_numbers(run: Run) -> None:
     assert nodes["gpu-a100-0"]["gpus"][7]["status"] == "cordoned"
     assert nodes["gpu-t4-0"]["gpus"][1]["status"] == "unhealthy"
     assert nodes["gpu-a40-c"]["status"] == "SchedulingDisabled"
+    assert (nodes["gpu-gone"]["status"], nodes["gpu-gone"]["gpus"]) == ("NoDevicePlugin", [])
     broken = nodes["gpu-broken"]
     assert broken["status"] == "InvalidRegisterAnnotation: device 0 (character 0): devmem 'lots' is not an integer"
     assert broken["gpus"] == []
