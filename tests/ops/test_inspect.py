@@ -3,10 +3,11 @@
 Covers (against ``cluster.yaml`` in the in-process API server): cluster totals first, then a row per node and
 per GPU, sorted by name (golden); ``-d`` lists each container's share under its GPU and ``-o wide`` adds
 NUMA, UUID and task slots, for named nodes only, through ``hami-web inspect`` (golden); ``--top`` keeps the
-fullest nodes while the totals still cover all (golden); the JSON numbers (the init-container-free booking,
-a Succeeded pod not counted, a two-container pod counted once, a cordoned GPU, an unhealthy GPU, a cordoned
-node, a node whose device plugin is gone, a node whose annotation does not parse shown with the parse error, a pod whose annotation does not
-parse listed and not counted); YAML is the same data; ``--selector`` narrows the nodes.
+fullest nodes while the totals still cover all (golden); the JSON numbers (bookings summed per GPU, a
+Succeeded pod not counted, a two-container pod counted once, a cordoned GPU, an unhealthy GPU, a cordoned
+node, a node whose device plugin is gone, a node whose annotation does not parse shown with the parse
+error, a pod whose annotation does not parse listed and not counted); YAML is the same data; ``--selector``
+narrows the nodes.
 """
 
 from __future__ import annotations
