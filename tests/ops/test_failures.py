@@ -1,7 +1,8 @@
 """What stops the operator tools, and how they read the cluster.
 
-Covers: a pod or node that does not exist, a node without GPUs, an unreachable API, an unusable kubeconfig
-and a malformed pod argument are each one line on stderr and exit status 1; ``--kubeconfig`` reaches the
+Covers: a pod or node that does not exist, a node without GPUs, an unreachable API, an API that answers an
+error (forbidden, server error), an unusable kubeconfig and a malformed pod argument are each one line on
+stderr and exit status 1; ``--kubeconfig`` reaches the
 API like ``--server``; every command only reads (GET requests only); lists are paginated (``limit`` and
 ``continue``) and the pages add up to the whole list; a bad continue token is a 400 from the API server.
 """
@@ -48,6 +49,17 @@ def test_an_unreachable_api_is_one_line_and_exit_1(run: Run, command: list[str])
     assert outcome.out == ""
     assert outcome.err.startswith("cannot reach the Kubernetes API: ")
     assert outcome.err.count("\n") == 1
+
+
+@pytest.mark.parametrize(("resource", "status"), [("nodes", 403), ("pods", 500)])
+def test_an_api_error_answer_is_one_line_and_exit_1(run: Run, resource: str, status: int) -> None:
+    with LocalCluster() as api:
+        api.load_file(Path(__file__).parent / "cluster.yaml")
+        api.inject_failure("GET", resource, status=status)
+        outcome = run("inspect", server=api.url)
+    assert (outcome.code, outcome.out) == (1, "")
+    assert outcome.err == (f"Error from server: list {resource}: HTTP {status}: "
+                           f"injected failure for GET {resource}\n")
 
 
 def _kubeconfig(path: Path, server: str) -> Path:
