@@ -2,7 +2,9 @@
 
 Covers: an unschedulable pod gets its reasons grouped by cause with example nodes, its constraints and the
 nearest miss (golden, JSON); the per-node reasons and the placement are exactly what the running filter
-answers for the same pod (checked against ``/filter`` of a real runtime on the same API server); a pod that
+answers, pod after pod, for shapes that exercise every rule (NUMA binding, topology-aware, an init container,
+type exclusion, an exclusive card, pod-level policies; checked against ``/filter`` of a real runtime on the
+same API server); a pod that
 fits gets its node and GPUs (golden); a pod asking for no GPU, a pod with an unknown policy, a pod already
 bound (its GPUs from its annotation); the pod's own booking is left out, as the filter forgets it; a GPU pod
 not routed to hami-scheduler is flagged.
@@ -14,6 +16,7 @@ import json
 from dataclasses import replace
 
 from hami_web.core import names
+from hami_web.core.grants import decode_pod_devices
 from hami_web.kube import Kube
 from hami_web.localcluster import LocalCluster
 from hami_web.ops.explain import Policies, explain_pod
@@ -50,16 +53,49 @@ def test_a_pod_that_fits_gets_its_node_and_gpus(run: Run) -> None:
     assert_golden("explain-fits.txt", outcome.out)
 
 
+def _pending(name: str, containers: list[dict], *, init: list[dict] | None = None,
+             annotations: dict[str, str] | None = None) -> dict:
+    spec: dict = {"schedulerName": "hami-scheduler", "containers": containers}
+    if init:
+        spec["initContainers"] = init
+    return {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "namespace": "lab", "annotations": annotations or {}},
+            "spec": spec, "status": {"phase": "Pending"}}
+
+
+def _gpu(name: str, count: int, **limits: str) -> dict:
+    return {"name": name, "resources": {"limits": {"nvidia.com/gpu": str(count),
+                                                   **{f"nvidia.com/{k}": v for k, v in limits.items()}}}}
+
+
+# Pods of different shapes, explained and then filtered one after another (each placement stays booked).
+AGREEMENT_PODS = [
+    ("ml", "big-train"), ("prod", "small-infer"),
+    _pending("numa-pair", [_gpu("main", 2, gpumem="10k", gpucores="10")], annotations={names.POD_NUMA_BIND: "true"}),
+    _pending("topology", [_gpu("main", 2, gpumem="20k")],
+             annotations={names.POD_GPU_POLICY: "topology-aware", names.POD_USE_GPU_TYPE: "A100"}),
+    _pending("with-init", [_gpu("main", 1, gpumem="5k", gpucores="10"), {"name": "sidecar"}],
+             init=[_gpu("fetch", 1, gpumem="30k", gpucores="50")]),
+    _pending("not-a40-a100", [_gpu("main", 1, gpumem="8k")], annotations={names.POD_NOUSE_GPU_TYPE: "A100,A40"}),
+    _pending("whole-t4", [_gpu("main", 1, gpucores="100")], annotations={names.POD_USE_GPU_TYPE: "T4"}),
+    _pending("spread-binpack", [_gpu("main", 1, **{"gpumem-percentage": "25"})],
+             annotations={names.POD_NODE_POLICY: "spread", names.POD_GPU_POLICY: "binpack"}),
+]
+
+
 def test_explain_agrees_with_the_running_filter() -> None:
     with LocalCluster(bookmark_interval_seconds=0.1) as api:
         api.load_file(CLUSTER)
+        api.load([pod for pod in AGREEMENT_PODS if isinstance(pod, dict)])
         kube = Kube.for_url(api.url)
         runtime = build_runtime(replace(Settings(), refresh_interval_seconds=300.0), kube=kube)
         runtime.start()
+        verdicts = []
         try:
             assert runtime.cache.wait_synced(5.0)
             client = runtime.app.test_client()
-            for namespace, name in (("ml", "big-train"), ("prod", "small-infer")):
+            for entry in AGREEMENT_PODS:
+                namespace, name = entry if isinstance(entry, tuple) else ("lab", entry["metadata"]["name"])
                 pod = api.get("pods", name, namespace)
                 assert pod is not None
                 snapshot = read_snapshot(kube, leave_out_pod_uid=pod["metadata"]["uid"])
@@ -67,18 +103,22 @@ def test_explain_agrees_with_the_running_filter() -> None:
                 candidates = snapshot.schedulable_candidates()
                 answer = client.post("/filter", json={"Pod": pod, "NodeNames": candidates}).get_json()
                 assert answer["Error"] == ""
+                verdicts.append((name, explanation.verdict))
                 if explanation.verdict == "unschedulable":
-                    assert answer["FailedNodes"] == explanation.node_reasons
-                else:
-                    assert answer["NodeNames"] == [explanation.node]
-                    stored = api.get("pods", name, namespace) or {}
-                    devices = stored["metadata"]["annotations"][names.POD_DEVICES_ALLOCATED]
-                    chosen = [(gpu.uuid, gpu.memory_mib, gpu.cores) for gpus in explanation.placement.values()
-                              for gpu in gpus]
-                    assert devices == "".join(f"{u},NVIDIA,{m},{c}:" for u, m, c in chosen) + ";"
+                    assert answer["FailedNodes"] == explanation.node_reasons, name
+                    continue
+                assert answer["NodeNames"] == [explanation.node], name
+                stored = api.get("pods", name, namespace) or {}
+                booked = decode_pod_devices(stored["metadata"]["annotations"][names.POD_DEVICES_ALLOCATED])
+                filtered = [[(g.uuid, g.memory_mib, g.cores) for g in container] for container in booked if container]
+                explained = [[(g.uuid, g.memory_mib, g.cores) for g in gpus] for gpus in explanation.placement.values()]
+                assert filtered == explained, name
         finally:
             runtime.stop()
             kube.close()
+    assert dict(verdicts) == {"big-train": "unschedulable", "small-infer": "fits", "numa-pair": "fits",
+                              "topology": "fits", "with-init": "fits", "not-a40-a100": "fits",
+                              "whole-t4": "unschedulable", "spread-binpack": "fits"}
 
 
 def test_a_pod_without_gpus_is_not_ours(run: Run) -> None:
