@@ -3,17 +3,28 @@
 Covers: the count placed one after another with the real policies, per GPU type and per node, matching
 the hand count for ``cluster.yaml`` (golden, JSON); a cordoned node takes none; multi-GPU pods and the
 capacity cause reported over the consequence (too few GPUs passed); ``--limit`` cuts the count and says so;
-the pod's own policies decide where the first pods go but not how many fit; a shape the filter would refuse
-is one line and exit 1.
+the pod's own policies decide where the first pods go but not how many fit; filling node by node gives
+exactly the per-node counts of placing pod after pod with `choose_node` over every node; a shape the filter
+would refuse is one line and exit 1.
 """
 
 from __future__ import annotations
 
 import json
+from collections import Counter
 
 import pytest
+import yaml
 
-from .conftest import Run, assert_golden
+from hami_web.core.choose import Placement, choose_node
+from hami_web.core.options import pod_options
+from hami_web.core.requests import pod_request
+from hami_web.core.usage import pod_booking, with_booking
+from hami_web.ops.capacity import PodShape, plan_capacity
+from hami_web.ops.explain import Policies
+from hami_web.ops.snapshot import build_snapshot
+
+from .conftest import CLUSTER, Run, assert_golden
 
 
 def test_capacity_counts_pods_of_a_shape_by_type(run: Run) -> None:
@@ -66,3 +77,30 @@ def test_the_pods_own_policies_change_the_order_not_the_count(run: Run) -> None:
     unlimited = [json.loads(run(*base[:-4], "-o", "json", *extra).out)["fits"]
                  for extra in ([], ["--node-policy", "spread", "--gpu-policy", "binpack"])]
     assert unlimited[0] == unlimited[1]
+
+
+@pytest.mark.parametrize("shape", [
+    PodShape(memory_mib=10000, cores=20),
+    PodShape(gpus=2, memory_percent=30, gpu_policy="binpack"),
+    PodShape(gpus=2, memory_mib=8000, numa_bind=True, node_policy="spread"),
+    PodShape(cores=100),
+], ids=["small", "two-gpus-binpack", "numa-spread", "exclusive"])
+def test_filling_node_by_node_counts_what_the_filter_would_place_pod_by_pod(shape: PodShape) -> None:
+    objects = [doc for doc in yaml.safe_load_all(CLUSTER.read_text()) if doc]
+    snapshot = build_snapshot([o for o in objects if o["kind"] == "Node"], [o for o in objects if o["kind"] == "Pod"])
+    policies = Policies()
+    report = plan_capacity(snapshot, shape, policies)
+
+    # The slow way: the filter's choose_node over every candidate for every pod, booking each placement.
+    pod = shape.as_pod(policies)
+    request = pod_request(pod, policies.defaults)
+    options = pod_options(pod["metadata"]["annotations"], node_policy=policies.node_policy,
+                          gpu_policy=policies.gpu_policy)
+    views, placed = dict(snapshot.views), Counter()
+    while isinstance(result := choose_node(request, options, snapshot.schedulable_candidates(), views),
+                     Placement):
+        views[result.node] = with_booking(views[result.node], pod_booking(result.grants, init_count=0))
+        placed[result.node] += 1
+
+    assert report.fits == sum(placed.values()) > 0
+    assert report.by_node == dict(placed)
