@@ -1,4 +1,5 @@
-"""The ``hami-web`` command: ``serve`` (production), ``demo`` (no cluster needed) and ``certs`` (TLS bootstrap)."""
+"""The ``hami-web`` command: ``serve`` (production), ``demo`` (no cluster needed), ``certs`` (TLS bootstrap) and the
+operator tools ``inspect``, ``explain``, ``capacity``."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import logging
 from collections.abc import Sequence
 
 from hami_web import __version__
+from hami_web.ops.command import add_commands as add_ops_commands
 from hami_web.server.logs import configure_logging
 from hami_web.settings import SettingsError, add_arguments, build_settings
 
@@ -21,6 +23,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_arguments(serve)
     serve.set_defaults(handler=_serve)
 
+    add_ops_commands(commands)
     _add_later_commands(commands)
     return parser
 

@@ -230,7 +230,8 @@ def _keep_serving(server: LocalServer, api_url: str) -> None:
           f"  curl --cacert {ca_copy} -X POST {server.extender_url}/filter -H 'Content-Type: application/json' "
           f"\\\n       -d '{filter_body}'          # extender listener (loopback)\n"
           f"  curl --cacert {ca_copy} -X POST {server.webhook_url}/filter -d '{{}}'   # 404: not on this listener\n"
-          f"  curl {api_url}/api/v1/pods | python -m json.tool | grep vgpu")
+          f"  curl {api_url}/api/v1/pods | python -m json.tool | grep vgpu\n"
+          f"  kubectl-hami inspect -d -s {api_url}; kubectl-hami explain ml/too-big -s {api_url}")
     with contextlib.suppress(KeyboardInterrupt):
         while True:
             time.sleep(3600)

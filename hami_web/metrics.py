@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 import platform
-import re
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -20,6 +19,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from hami_web import __version__
+from hami_web.core.reasons import reason_causes
 from hami_web.state.cache import ClusterCache
 
 MIB = 1024 * 1024
@@ -30,17 +30,11 @@ GO_ARCH = {"x86_64": "amd64", "aarch64": "arm64"}  # hami_build_info's platform 
 REVISION = os.environ.get("HAMI_WEB_REVISION", "unknown")
 BUILD_DATE = os.environ.get("HAMI_WEB_BUILD_DATE", "unknown")
 LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
-_REASON_NAME = re.compile(r"^\d+/\d+ (\w+)$")
 
 
 def reason_names(reason: str) -> list[str]:
     """The reason names in a per-node filter reason (``"1/2 CardInsufficientCore, 1/2 …"``)."""
-    if reason.startswith("InvalidRegisterAnnotation"):
-        return ["InvalidRegisterAnnotation"]
-    if reason == "node unregistered":
-        return ["NodeUnregistered"]
-    found = [m.group(1) for part in reason.split(", ") if (m := _REASON_NAME.match(part))]
-    return found or ["Other"]
+    return [cause for cause, _ in reason_causes(reason)]
 
 
 def _core_percent(used_cores: int, total_cores: int) -> float:

@@ -332,7 +332,7 @@ def test_server_role_is_least_privilege() -> None:
     assert rules == {("", "nodes"): {"get", "list", "watch", "patch"},
                      ("", "pods"): {"get", "list", "watch", "patch"},
                      ("", "pods/binding"): {"create"},
-                     ("", "events"): {"create"}}
+                     ("", "events"): {"create", "patch"}}
 
 
 def _roles_bound_to(account: str) -> set[str]:

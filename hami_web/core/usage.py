@@ -7,7 +7,7 @@ on every filter: at thousands of nodes, recomputing usage per request is what ma
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from hami_web.core.devices import NodeInventory
@@ -124,3 +124,18 @@ def build_node_view(inventory: NodeInventory, usage_by_uuid: Mapping[str, Device
         device_types=frozenset(device.type for device in inventory.devices),
         idle_devices=idle,
     )
+
+
+def sum_bookings(bookings: Iterable[Mapping[str, DeviceUsage]]) -> dict[str, DeviceUsage]:
+    """Per GPU UUID, the total of several pods' bookings."""
+    totals: dict[str, DeviceUsage] = {}
+    for booking in bookings:
+        for uuid, held in booking.items():
+            totals[uuid] = totals.get(uuid, NO_USAGE) + held
+    return totals
+
+
+def with_booking(view: NodeView, booking: Mapping[str, DeviceUsage]) -> NodeView:
+    """``view`` after one more pod's ``booking`` is added to its usage (what-if planning, one pod at a time)."""
+    usage = {device.uuid: used for device, used in zip(view.inventory.devices, view.usage, strict=True)}
+    return build_node_view(view.inventory, sum_bookings((usage, booking)))

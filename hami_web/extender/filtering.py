@@ -18,6 +18,7 @@ from typing import Any
 from hami_web.core.choose import Placement
 from hami_web.core.grants import describe_grants
 from hami_web.core.options import OptionsError, pod_options
+from hami_web.core.reasons import causes_key, group_reasons
 from hami_web.core.requests import RequestDefaults, RequestError, pod_request
 from hami_web.extender.events import EventRecorder
 from hami_web.extender.wire import ExtenderFilterResult, WireError, filter_candidates, filter_pod, require_object
@@ -28,6 +29,18 @@ from hami_web.state.cache import AlreadyBooked, ClusterCache
 log = logging.getLogger(__name__)
 
 SYNC_WAIT_SECONDS = 10.0
+
+
+def unschedulable_message(namespace: str, name: str, reasons: Mapping[str, str]) -> str:
+    """The FilteringFailed message: nodes grouped by cause, a few examples each, and where to see every node.
+
+    ``0/3 nodes fit: 2 nodes: CardInsufficientMemory (node-a, node-b); 1 node: NodeUnregistered (cpu-1). …``
+    """
+    groups = "; ".join(f"{group.nodes:,} node{'s' if group.nodes != 1 else ''}: {group.cause} "
+                       f"({', '.join(group.examples)}{', …' if group.nodes > len(group.examples) else ''})"
+                       for group in group_reasons(reasons))
+    return (f"0/{len(reasons):,} nodes fit: {groups}. "
+            f"Every node's reason: kubectl hami explain {namespace}/{name}")
 
 
 class Filter:
@@ -106,7 +119,8 @@ class Filter:
         log.info("filter pod=%s/%s node=- no node fits: %s", namespace, name, summary,
                  extra={"pod": f"{namespace}/{name}"})
         self._events.record(namespace=namespace, name=name, uid=uid, reason="FilteringFailed",
-                            message=f"no node fits: {summary}", warning=True)
+                            message=unschedulable_message(namespace, name, reasons), warning=True,
+                            series=causes_key(reasons))
         self._count("unschedulable", reasons)
         return self._answer([], node_objects, failed=reasons)
 

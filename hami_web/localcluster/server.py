@@ -8,9 +8,11 @@ server stopping without holding a thread forever.
 
 from __future__ import annotations
 
+import base64
 import json
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -28,6 +30,8 @@ JsonObject = dict[str, Any]
 SUBRESOURCES = {"pods": ("binding", "status"), "nodes": ("status",)}
 # Without timeoutSeconds the real server ends a watch after 30-60 minutes; one bound is enough here.
 DEFAULT_WATCH_TIMEOUT_SECONDS = 1800.0
+# Paginated lists whose remaining pages are kept (the oldest unfinished one is forgotten first).
+LIST_SNAPSHOTS = 16
 POLL_SECONDS = 0.05
 VERSION = {"major": "1", "minor": "31", "gitVersion": "v1.31.0-hami-web-localcluster", "platform": "linux/amd64",
            "goVersion": "go1.22", "compiler": "gc", "buildDate": "2024-01-01T00:00:00Z", "gitCommit": "",
@@ -68,6 +72,20 @@ class InjectedFailure:
     events: int = 0
 
 
+@dataclass(frozen=True, slots=True)
+class ListSnapshot:
+    """The items of a paginated list, kept until its last page is served (or evicted)."""
+
+    query: tuple[Any, ...]
+    resource_version: str
+    items: list[JsonObject]
+
+
+def _continue_metadata(snapshot_id: str, resource_version: str, offset: int, total: int) -> JsonObject:
+    token = base64.urlsafe_b64encode(json.dumps([snapshot_id, offset]).encode()).decode()
+    return {"resourceVersion": resource_version, "continue": token, "remainingItemCount": total - offset}
+
+
 @dataclass
 class ApiServer:
     """WSGI callable serving `store`; also keeps the request log and the injected failures."""
@@ -78,6 +96,8 @@ class ApiServer:
     request_log: list[tuple[str, str]] = field(default_factory=list)
     failures: list[InjectedFailure] = field(default_factory=list)
     _lock: threading.Lock = field(default_factory=threading.Lock)
+    _list_snapshots: OrderedDict[str, ListSnapshot] = field(default_factory=OrderedDict)
+    _list_serial: int = 0
 
     def __call__(self, environ: dict[str, Any], start_response: Any) -> Any:
         request = Request(environ)
@@ -177,11 +197,58 @@ class ApiServer:
     def _list(self, request: Request, target: Target) -> Response:
         rt = target.rt
         predicate = _predicate(request, rt)
-        items, resource_version = self.store.list(rt, target.namespace, predicate)
+        limit_text = request.args.get("limit", "")
+        if limit_text and not limit_text.isdigit():
+            raise bad_request(f"invalid limit: {limit_text!r}")
+        limit = int(limit_text or 0)
+        query = (rt.plural, target.namespace, request.args.get("labelSelector", ""),
+                 request.args.get("fieldSelector", ""))
+        token = request.args.get("continue", "")
+        if token:
+            items, metadata = self._next_page(token, query, limit)
+        else:
+            items, resource_version = self.store.list(rt, target.namespace, predicate)
+            items, metadata = self._first_page(items, str(resource_version), query, limit)
         # Items of a typed list carry no kind/apiVersion on the wire; the list does.
         stripped = [{k: v for k, v in item.items() if k not in ("kind", "apiVersion")} for item in items]
         return _json({"kind": f"{rt.kind}List", "apiVersion": rt.api_version,
-                      "metadata": {"resourceVersion": str(resource_version)}, "items": stripped}, 200)
+                      "metadata": metadata, "items": stripped}, 200)
+
+    # Paginated lists, as the real server serves them: every page of one list comes from the snapshot the first
+    # page was cut from (its resourceVersion); a continue token whose snapshot is gone answers 410 Expired.
+
+    def _first_page(self, items: list[JsonObject], resource_version: str, query: tuple[Any, ...],
+                    limit: int) -> tuple[list[JsonObject], JsonObject]:
+        if not limit or len(items) <= limit:
+            return items, {"resourceVersion": resource_version}
+        with self._lock:
+            self._list_serial += 1
+            snapshot_id = str(self._list_serial)
+            self._list_snapshots[snapshot_id] = ListSnapshot(query, resource_version, items)
+            while len(self._list_snapshots) > LIST_SNAPSHOTS:
+                self._list_snapshots.popitem(last=False)
+        return items[:limit], _continue_metadata(snapshot_id, resource_version, limit, len(items))
+
+    def _next_page(self, token: str, query: tuple[Any, ...], limit: int) -> tuple[list[JsonObject], JsonObject]:
+        try:
+            snapshot_id, offset = json.loads(base64.urlsafe_b64decode(token.encode()))
+            offset = int(offset)
+        except (ValueError, TypeError):
+            raise bad_request(f"invalid continue token: {token!r}") from None
+        with self._lock:
+            snapshot = self._list_snapshots.get(str(snapshot_id))
+        if snapshot is None:
+            raise ApiError(410, "The provided continue parameter is too old to display a consistent list result. "
+                                "You can start a new list without the continue parameter.", reason="Expired")
+        if snapshot.query != query:
+            raise bad_request("continue token was issued for a different list")
+        end = offset + limit if limit else len(snapshot.items)
+        if end >= len(snapshot.items):
+            with self._lock:
+                self._list_snapshots.pop(str(snapshot_id), None)
+            return snapshot.items[offset:], {"resourceVersion": snapshot.resource_version}
+        return (snapshot.items[offset:end],
+                _continue_metadata(str(snapshot_id), snapshot.resource_version, end, len(snapshot.items)))
 
     def _watch(self, request: Request, target: Target) -> Response:
         predicate = _predicate(request, target.rt)

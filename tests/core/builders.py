@@ -7,7 +7,7 @@ from collections.abc import Mapping, Sequence
 from hami_web.core.devices import Device, NodeInventory
 from hami_web.core.grants import DeviceGrant
 from hami_web.core.requests import ContainerRequest, PodRequest
-from hami_web.core.usage import DeviceUsage, NodeView, build_node_view, pod_booking
+from hami_web.core.usage import DeviceUsage, NodeView, build_node_view, pod_booking, with_booking
 
 A40 = "NVIDIA-NVIDIA A40"
 
@@ -50,8 +50,4 @@ def grant(uuid: str, memory_mib: int, cores: int) -> DeviceGrant:
 
 def book(node_view: NodeView, grants: Sequence[Sequence[DeviceGrant]], *, init_count: int) -> NodeView:
     """``node_view`` after a pod holding ``grants`` is added to its usage, as the cache would rebuild it."""
-    usage = {device.uuid: used for device, used in zip(node_view.inventory.devices, node_view.usage, strict=True)}
-    booking = pod_booking(tuple(tuple(c) for c in grants), init_count=init_count)
-    for uuid, held in booking.items():
-        usage[uuid] = usage.get(uuid, DeviceUsage()) + held
-    return build_node_view(node_view.inventory, usage)
+    return with_booking(node_view, pod_booking(tuple(tuple(c) for c in grants), init_count=init_count))

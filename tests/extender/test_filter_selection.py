@@ -76,7 +76,9 @@ def test_an_impossible_selection_gives_every_node_a_reason_and_an_event(mixed_cl
     runtime.events.flush()
     [event] = events_for(apiserver, "pod1")
     assert (event["reason"], event["type"]) == ("FilteringFailed", "Warning")
-    assert "a40-node: 2/2 CardTypeMismatch" in event["message"]
+    assert event["message"] == ("0/4 nodes fit: 2 nodes: CardTypeMismatch (a40-node, t4-node); "
+                                "2 nodes: NodeUnregistered (cpu-node, ghost). "
+                                "Every node's reason: kubectl hami explain default/pod1")
     assert event["involvedObject"]["uid"] == scheduler.pod("pod1")["metadata"]["uid"]
     metrics = runtime.app.test_client().get("/metrics").get_data(as_text=True)
     assert 'hami_web_filter_node_rejections_total{reason="CardTypeMismatch"} 2.0' in metrics

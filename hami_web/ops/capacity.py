@@ -1,0 +1,142 @@
+"""``capacity``: how many more pods of one shape fit now, where they would go, and what runs out first.
+
+The shape becomes a real pod spec and annotations, read by the filter's own `pod_request` and `pod_options`
+(so defaults, clamps and type matching are the filter's), and pods are fitted one after another with
+`fit_pod` (the GPU policy, NUMA binding, every check), each booked into its node's view (`with_booking`)
+before the next, as the cache books placements.
+
+A placement changes only its own node, so how many pods a node takes one after another does not depend on
+which other nodes were filled first: the node policy decides the order, not the count. So each node is
+filled on its own, in the node policy's rank order (`rank_nodes`), which is exact when the whole capacity is
+counted and, when ``limit`` cuts the count, gives the first nodes the policy would fill. That costs one fit
+per pod instead of one ranking of every node per pod. At the end `choose_node` over every candidate gives
+the reasons nothing more fits, grouped by cause: what ran out.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from hami_web.core import names
+from hami_web.core.choose import Placement, choose_node, rank_nodes
+from hami_web.core.fit import PodFit, fit_pod, may_fit
+from hami_web.core.misses import CAPACITY_REASONS
+from hami_web.core.options import OptionsError, pod_options
+from hami_web.core.reasons import ReasonGroup, group_reasons
+from hami_web.core.requests import RequestError, pod_request
+from hami_web.core.usage import pod_booking, with_booking
+from hami_web.ops.explain import Policies
+from hami_web.ops.snapshot import ClusterSnapshot
+
+DEFAULT_LIMIT = 10_000
+
+
+class ShapeError(ValueError):
+    """The pod shape cannot be scheduled as given; the message says which part."""
+
+
+@dataclass(frozen=True, slots=True)
+class PodShape:
+    """One pod with one container asking for ``gpus`` GPUs of this size (the command's flags)."""
+
+    gpus: int = 1
+    memory_mib: int = 0
+    memory_percent: int = 0
+    cores: int = 0
+    gpu_type: str = ""
+    node_policy: str = ""
+    gpu_policy: str = ""
+    numa_bind: bool = False
+
+    def as_pod(self, policies: Policies) -> dict[str, Any]:
+        """The pod object the webhook would have let through for this shape."""
+        resources = policies.defaults.resources
+        limits = {resources.count: str(self.gpus)}
+        if self.memory_mib:
+            limits[resources.memory] = str(self.memory_mib)
+        if self.memory_percent:
+            limits[resources.memory_percentage] = str(self.memory_percent)
+        if self.cores:
+            limits[resources.cores] = str(self.cores)
+        annotations = {}
+        if self.gpu_type:
+            annotations[names.POD_USE_GPU_TYPE] = self.gpu_type
+        if self.node_policy:
+            annotations[names.POD_NODE_POLICY] = self.node_policy
+        if self.gpu_policy:
+            annotations[names.POD_GPU_POLICY] = self.gpu_policy
+        if self.numa_bind:
+            annotations[names.POD_NUMA_BIND] = "true"
+        return {"metadata": {"name": "capacity-probe", "annotations": annotations},
+                "spec": {"containers": [{"name": "probe", "resources": {"limits": limits}}]}}
+
+
+@dataclass(slots=True)
+class CapacityReport:
+    """How many pods of ``shape`` fit now, by GPU type and by node, and what stopped the count."""
+
+    shape: PodShape
+    fits: int
+    limit: int
+    limited: bool
+    by_gpu_type: dict[str, int] = field(default_factory=dict)
+    by_node: dict[str, int] = field(default_factory=dict)
+    candidates: int = 0
+    exhausted: list[ReasonGroup] = field(default_factory=list)
+
+    @property
+    def runs_out_first(self) -> str:
+        """The capacity (memory, cores, task slots…) that refused the most nodes once nothing fitted.
+
+        Causes that are consequences (too few GPUs passed) or fixed facts (type, health) only answer when no
+        capacity cause is left. Empty when the count was cut by the limit.
+        """
+        exhausted = [group for group in self.exhausted if group.cause in CAPACITY_REASONS] or self.exhausted
+        return exhausted[0].cause if exhausted else ""
+
+    @property
+    def runs_out_first_nodes(self) -> int:
+        """How many nodes `runs_out_first` refused."""
+        return next((group.nodes for group in self.exhausted if group.cause == self.runs_out_first), 0)
+
+
+def plan_capacity(snapshot: ClusterSnapshot, shape: PodShape, policies: Policies, *,
+                  limit: int = DEFAULT_LIMIT) -> CapacityReport:
+    """Place pods of ``shape`` one after another on ``snapshot`` until none fits or ``limit`` is reached."""
+    if shape.gpus < 1:
+        raise ShapeError("--gpus must be at least 1")
+    pod = shape.as_pod(policies)
+    try:
+        request = pod_request(pod, policies.defaults)
+        options = pod_options(pod["metadata"]["annotations"], node_policy=policies.node_policy,
+                              gpu_policy=policies.gpu_policy)
+    except (RequestError, OptionsError) as error:
+        raise ShapeError(str(error)) from None
+    views = dict(snapshot.views)
+    candidates = snapshot.schedulable_candidates()
+    report = CapacityReport(shape=shape, fits=0, limit=limit, limited=False, candidates=len(candidates))
+    for view in rank_nodes([views[name] for name in candidates if name in views], options.node_policy):
+        while may_fit(request, view, options):
+            if report.fits >= limit:
+                report.limited = True
+                break
+            result = fit_pod(request, view, options)
+            if not isinstance(result, PodFit):
+                break
+            types = {device.uuid: device.type for device in view.inventory.devices}
+            gpu_type = "+".join(sorted({types[g.uuid] for container in result.grants for g in container}))
+            view = views[view.name] = with_booking(view, pod_booking(result.grants, init_count=request.init_count))
+            report.fits += 1
+            report.by_gpu_type[gpu_type] = report.by_gpu_type.get(gpu_type, 0) + 1
+            report.by_node[view.name] = report.by_node.get(view.name, 0) + 1
+        if report.limited:
+            break
+    if not report.limited:
+        final = choose_node(request, options, candidates, views, snapshot.broken_nodes)
+        if isinstance(final, Placement):  # cannot happen: every node was filled until its fit failed
+            raise ShapeError(f"internal error: node {final.node} still takes a pod after it was filled")
+        report.exhausted = list(group_reasons(final.reasons))
+    report.by_gpu_type = dict(sorted(report.by_gpu_type.items(), key=lambda item: (-item[1], item[0])))
+    report.by_node = dict(sorted(report.by_node.items(), key=lambda item: (-item[1], item[0])))
+    return report

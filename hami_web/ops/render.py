@@ -1,0 +1,229 @@
+"""Text, JSON and YAML output of the operator tools, following kubectl's habits.
+
+Tables are aligned columns separated by three spaces with no borders (kubectl's tabwriter); ``-o json``
+and ``-o yaml`` print the reports' plain data with stable keys, for scripts.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+from collections.abc import Sequence
+from typing import Any
+
+import yaml
+
+from hami_web.core.reasons import ReasonGroup
+from hami_web.ops.capacity import CapacityReport
+from hami_web.ops.explain import FITS, SCHEDULED, UNSCHEDULABLE, Explanation
+from hami_web.ops.inspect import GpuReport, InspectReport, NodeReport, PodShare
+
+OUTPUTS = ("text", "wide", "json", "yaml")
+PADDING = "   "
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
+    """Aligned columns without borders; the last column is not padded."""
+    widths = [len(header) for header in headers]
+    for row in rows:
+        for position, cell in enumerate(row):
+            widths[position] = max(widths[position], len(cell))
+    lines = []
+    for row in (headers, *rows):
+        cells = [cell.ljust(widths[position]) for position, cell in enumerate(row[:-1])]
+        lines.append(PADDING.join([*cells, row[-1]]).rstrip())
+    return lines
+
+
+def dump(data: Any, output: str) -> str:
+    """``data`` as indented JSON or as YAML (keys in the data's own order)."""
+    if output == "yaml":
+        return yaml.safe_dump(data, sort_keys=False, allow_unicode=True, width=1000)
+    return json.dumps(data, indent=2) + "\n"
+
+
+def _percent(used: int, total: int) -> str:
+    # Rounded down, as kubectl top does: 100% only when nothing is left.
+    return f"{100 * used // total}%" if total else "-"
+
+
+@functools.cache
+def _short_type(device_type: str) -> str:
+    """``NVIDIA-NVIDIA A40`` (HAMi's vendor prefix + the driver's name) shown as ``NVIDIA A40``."""
+    return device_type.removeprefix("NVIDIA-") if device_type.startswith("NVIDIA-NVIDIA") else device_type
+
+
+# -- inspect ---------------------------------------------------------------------------------------------
+
+
+_GPU_FIELDS = tuple(field.name for field in dataclasses.fields(GpuReport) if field.name != "pods")
+_SHARE_FIELDS = tuple(field.name for field in dataclasses.fields(PodShare))
+
+
+def _gpu_data(gpu: GpuReport) -> dict[str, Any]:
+    # By hand rather than dataclasses.asdict, whose deep copy is most of the time of -o json at 40,000 GPUs.
+    data: dict[str, Any] = {name: getattr(gpu, name) for name in _GPU_FIELDS}
+    data["pods"] = [{name: getattr(share, name) for name in _SHARE_FIELDS} for share in gpu.pods]
+    data["status"] = gpu.status
+    return data
+
+
+def inspect_data(report: InspectReport) -> dict[str, Any]:
+    """The report as plain data (statuses included) for ``-o json|yaml``."""
+    nodes = []
+    for node in report.nodes:
+        gpus = [_gpu_data(gpu) for gpu in node.gpus]
+        nodes.append({"name": node.name, "status": node.status, "cordoned": node.cordoned, "error": node.error,
+                      "totals": dataclasses.asdict(node.totals), "gpus": gpus})
+    return {"cluster": {"nodes": report.nodes_total, **dataclasses.asdict(report.cluster)},
+            "nodes": nodes, "unreadablePods": report.unreadable_pods}
+
+
+def _usage(used: int, total: int) -> str:
+    return f"{used}/{total} ({_percent(used, total)})"
+
+
+def _node_row(node: NodeReport, wide: bool) -> list[str]:
+    totals = node.totals
+    types = ",".join(sorted({_short_type(gpu.type) for gpu in node.gpus})) or "-"
+    row = [node.name, "all", types, _usage(totals.memory_booked_mib, totals.memory_mib),
+           _usage(totals.cores_booked, totals.cores), str(totals.pods)]
+    if wide:
+        row += ["-", "-", f"{totals.gpus} GPUs"]
+    return [*row, node.status]
+
+
+def _gpu_row(gpu: GpuReport, wide: bool) -> list[str]:
+    row = ["", str(gpu.index), _short_type(gpu.type), _usage(gpu.memory_booked_mib, gpu.memory_mib),
+           _usage(gpu.cores_booked, gpu.cores), str(len({(s.namespace, s.pod) for s in gpu.pods}))]
+    if wide:
+        row += [str(gpu.numa), gpu.uuid, f"{gpu.tasks}/{gpu.task_slots}"]
+    return [*row, gpu.status]
+
+
+def render_inspect(report: InspectReport, *, wide: bool = False, details: bool = False,
+                   sort: str = "name") -> str:
+    """Cluster totals, then one row per node followed by one per GPU (and per pod with ``details``)."""
+    cluster = report.cluster
+    lines = table(["NODES", "GPUS", "MEMORY(MiB)", "CORES(%)", "PODS", "UNHEALTHY", "CORDONED"],
+                  [[str(report.nodes_total), str(cluster.gpus), _usage(cluster.memory_booked_mib, cluster.memory_mib),
+                    _usage(cluster.cores_booked, cluster.cores), str(cluster.pods), str(cluster.unhealthy_gpus),
+                    str(cluster.cordoned_gpus)]])
+    lines.append("")
+    if len(report.nodes) < report.nodes_total:
+        lines.append(f"showing {len(report.nodes)} of {report.nodes_total} nodes, sorted by {sort}")
+    headers = ["NODE", "GPU", "TYPE", "MEMORY(MiB)", "CORES(%)", "PODS"]
+    if wide:
+        headers += ["NUMA", "UUID", "TASKS"]
+    headers.append("STATUS")
+    rows: list[list[str]] = []
+    for node in report.nodes:
+        rows.append(_node_row(node, wide))
+        for gpu in node.gpus:
+            rows.append(_gpu_row(gpu, wide))
+            if details:
+                for share in gpu.pods:
+                    rows.append(["", "", f"- {share.namespace}/{share.pod} [{share.container}]",
+                                 str(share.memory_mib), str(share.cores), "", *([""] * (3 if wide else 0)), ""])
+    lines += table(headers, rows) if rows else ["No GPU nodes found."]
+    if report.unreadable_pods:
+        lines.append("")
+        lines.append(f"{len(report.unreadable_pods)} pod(s) with unreadable GPU annotations (usage not counted):")
+        lines += [f"  {pod}: {error}" for pod, error in report.unreadable_pods.items()]
+    return "\n".join(lines) + "\n"
+
+
+# -- explain ---------------------------------------------------------------------------------------------
+
+
+def explain_data(explanation: Explanation) -> dict[str, Any]:
+    """The explanation as plain data for ``-o json|yaml``."""
+    data = dataclasses.asdict(explanation)
+    miss = data.pop("nearest_miss")
+    data.pop("nearest_miss_text")
+    data["nearest_miss"] = None if miss is None else {**miss, "text": explanation.nearest_miss_text}
+    return data
+
+
+def _described(key: str, values: Sequence[str]) -> list[str]:
+    label = f"{key}:".ljust(14)
+    if not values:
+        return [f"{label}<none>"]
+    return [f"{label if i == 0 else ' ' * 14}{value}" for i, value in enumerate(values)]
+
+
+def _groups_table(groups: Sequence[ReasonGroup]) -> list[str]:
+    return table(["REASON", "NODES", "GPUS", "EXAMPLES"],
+                 [[g.cause, str(g.nodes), str(g.gpus) if g.gpus else "-", ", ".join(g.examples)] for g in groups])
+
+
+def render_explain(explanation: Explanation, *, wide: bool = False) -> str:
+    """``kubectl describe``-like fields, then the placement or the grouped reasons and the nearest miss."""
+    asks = [f"{'init container' if c.init else 'container'} {c.name}: {c.gpus} GPU(s) x {c.memory}, "
+            f"{c.cores}% cores" for c in explanation.containers]
+    lines = [*_described("Pod", [explanation.pod]),
+             *_described("Verdict", [f"{explanation.verdict}: {explanation.message}"]),
+             *_described("Asks", asks)]
+    if explanation.constraints:
+        lines += _described("Constraints", explanation.constraints)
+    if explanation.verdict in (FITS, SCHEDULED) and explanation.placement:
+        lines.append("")
+        rows = [[container, str(gpu.index), gpu.uuid, _short_type(gpu.type), str(gpu.memory_mib), str(gpu.cores)]
+                for container, gpus in explanation.placement.items() for gpu in gpus]
+        lines += table(["CONTAINER", "GPU", "UUID", "TYPE", "MEMORY(MiB)", "CORES(%)"], rows)
+    if explanation.verdict == UNSCHEDULABLE:
+        if explanation.groups:
+            lines.append("")
+            lines += _groups_table(explanation.groups)
+        lines.append("")
+        lines += _described("Nearest miss", [explanation.nearest_miss_text or
+                                             "none: no node would fit even with its GPUs' bookings freed"])
+        if wide:
+            lines.append("")
+            lines += table(["NODE", "REASON"], [[node, reason] for node, reason in explanation.node_reasons.items()])
+    return "\n".join(lines) + "\n"
+
+
+# -- capacity --------------------------------------------------------------------------------------------
+
+
+def capacity_data(report: CapacityReport) -> dict[str, Any]:
+    """The capacity report as plain data for ``-o json|yaml``."""
+    return {**dataclasses.asdict(report), "runs_out_first": report.runs_out_first}
+
+
+def _shape_text(report: CapacityReport) -> str:
+    shape = report.shape
+    memory = f"{shape.memory_mib} MiB" if shape.memory_mib else f"{shape.memory_percent or 100}% memory"
+    text = f"{shape.gpus} GPU(s) x {memory}, {shape.cores}% cores"
+    if shape.gpu_type:
+        text += f", type {shape.gpu_type}"
+    if shape.numa_bind:
+        text += ", numa-bind"
+    for what, policy in (("node", shape.node_policy), ("GPU", shape.gpu_policy)):
+        if policy:
+            text += f", {what} policy {policy}"
+    return text
+
+
+def render_capacity(report: CapacityReport, *, wide: bool = False) -> str:
+    """How many fit, what runs out first, then pods per GPU type (and per node with ``wide``)."""
+    fits = (f"at least {report.fits} more pods (stopped at --limit {report.limit})" if report.limited
+            else f"{report.fits} more pod{'s' if report.fits != 1 else ''}")
+    runs_out = "-"
+    if report.runs_out_first:
+        runs_out = f"{report.runs_out_first} (on {report.runs_out_first_nodes} of {report.candidates} nodes)"
+    lines = [*_described("Shape", [_shape_text(report)]), *_described("Fits now", [fits]),
+             *_described("Runs out", [runs_out])]
+    if report.by_gpu_type:
+        lines.append("")
+        lines += table(["GPU TYPE", "PODS"], [[_short_type(t), str(n)] for t, n in report.by_gpu_type.items()])
+    if wide and report.by_node:
+        lines.append("")
+        lines += table(["NODE", "PODS"], [[node, str(n)] for node, n in report.by_node.items()])
+    if wide and report.exhausted:
+        lines.append("")
+        lines += _groups_table(report.exhausted)
+    return "\n".join(lines) + "\n"
+

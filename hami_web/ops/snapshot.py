@@ -1,0 +1,99 @@
+"""A read-only picture of the cluster's GPUs, built from one paginated list of nodes and one of pods.
+
+The tools must see what the scheduler sees, so every object goes through the cache's own readers
+(`node_state` for inventories, handshake and broken annotations; `pod_usage` for what a pod holds) and the
+core's `build_node_view`; only the locking and the watches of the live cache are left out. That is also why
+``explain`` works while the server is down: it needs nothing but the API.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+from hami_web.core.devices import AnnotationError
+from hami_web.core.usage import NodeView, build_node_view, sum_bookings
+from hami_web.kube import Kube
+from hami_web.state.nodes import node_state
+from hami_web.state.pods import PodUsage, pod_key, pod_usage
+
+JsonObject = dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class NodeFacts:
+    """What the tools show about a node besides its GPUs."""
+
+    name: str
+    gpu_node: bool
+    cordoned: bool
+    error: str = ""
+
+
+@dataclass(slots=True)
+class ClusterSnapshot:
+    """Every listed node, the GPU nodes' views, and what each pod holds."""
+
+    nodes: dict[str, NodeFacts] = field(default_factory=dict)
+    views: dict[str, NodeView] = field(default_factory=dict)
+    broken_nodes: dict[str, str] = field(default_factory=dict)
+    usages: list[PodUsage] = field(default_factory=list)
+    broken_pods: dict[str, str] = field(default_factory=dict)
+
+    def schedulable_candidates(self) -> list[str]:
+        """The nodes kube-scheduler would offer our filter: every listed node that is not cordoned."""
+        return [name for name, facts in sorted(self.nodes.items()) if not facts.cordoned]
+
+
+def build_snapshot(nodes: Iterable[Mapping[str, Any]], pods: Iterable[Mapping[str, Any]], *,
+                   count_resource: str = "nvidia.com/gpu", now: float | None = None,
+                   leave_out_pod_uid: str = "") -> ClusterSnapshot:
+    """Join node and pod objects as the cache does; ``leave_out_pod_uid`` drops one pod's own usage.
+
+    The filter forgets a pod's earlier placement before deciding again (SPEC.md §5 step 2); ``explain``
+    leaves the pod out for the same reason.
+    """
+    now = time.time() if now is None else now
+    snapshot = ClusterSnapshot()
+    by_node: dict[str, list[PodUsage]] = {}
+    for pod in pods:
+        uid, namespace, name = pod_key(pod)
+        if leave_out_pod_uid and uid == leave_out_pod_uid:
+            continue
+        try:
+            usage = pod_usage(pod)
+        except AnnotationError as error:
+            snapshot.broken_pods[f"{namespace}/{name}"] = str(error)
+            continue
+        if usage is not None:
+            snapshot.usages.append(usage)
+            by_node.setdefault(usage.node, []).append(usage)
+    for node in nodes:
+        state = node_state(node, count_resource=count_resource, now=now)
+        spec = node.get("spec") or {}
+        gpu_node = state.inventory is not None or bool(state.error)
+        snapshot.nodes[state.name] = NodeFacts(name=state.name, gpu_node=gpu_node,
+                                               cordoned=bool(spec.get("unschedulable")), error=state.error)
+        if state.inventory is None:
+            if state.error:
+                snapshot.broken_nodes[state.name] = state.error
+            continue
+        usage = sum_bookings(held.booking for held in by_node.get(state.name, ()))
+        snapshot.views[state.name] = build_node_view(state.inventory, usage)
+    return snapshot
+
+
+def read_snapshot(kube: Kube, *, label_selector: str = "", count_resource: str = "nvidia.com/gpu",
+                  leave_out_pod_uid: str = "") -> ClusterSnapshot:
+    """List nodes (by ``label_selector``) and pods from the API, page by page, and join them.
+
+    The two lists run side by side: while one waits for the API server the other decodes its page.
+    """
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="list-nodes") as pool:
+        listing_nodes = pool.submit(kube.list_nodes_paged, label_selector=label_selector)
+        pods = kube.list_pods_paged()
+        nodes = listing_nodes.result()
+    return build_snapshot(nodes, pods, count_resource=count_resource, leave_out_pod_uid=leave_out_pod_uid)
