@@ -173,6 +173,13 @@ NOT_A_POD_CASES = [
                  "boolean, got string", id="privileged-string"),
     pytest.param({"spec": {"containers": [{"name": "c"}], "nodeName": 7}},
                  "object is not a valid pod: spec.nodeName must be a string, got number", id="node-name-number"),
+    pytest.param({"metadata": {"annotations": True}, "spec": {"containers": [container(limits={GPU: "1"})]}},
+                 "object is not a valid pod: metadata.annotations must be an object, got boolean",
+                 id="annotations-boolean"),
+    pytest.param({"metadata": {"annotations": {"hami.io/device-scoring-weights": 3}},
+                  "spec": {"containers": [container(limits={GPU: "1"})]}},
+                 "object is not a valid pod: metadata.annotations['hami.io/device-scoring-weights'] must be a "
+                 "string, got number", id="annotation-number"),
 ]
 
 

@@ -43,7 +43,10 @@ def check_pod_shape(pod: object) -> None:
     kind = pod.get("kind")
     if kind is not None and kind != "Pod":
         raise PodShapeError(f"kind is {kind!r}, not 'Pod'")
-    _optional(pod, "metadata", dict, "metadata")
+    metadata = _optional(pod, "metadata", dict, "metadata") or {}
+    annotations = _optional(metadata, "annotations", dict, "metadata.annotations") or {}
+    for key in annotations:
+        _optional(annotations, key, str, f"metadata.annotations[{key!r}]")
     spec = pod.get("spec")
     if spec is None:
         raise PodShapeError("spec is missing")
