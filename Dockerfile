@@ -18,6 +18,8 @@ RUN --mount=type=bind,from=build,source=/wheels,target=/wheels \
 # Numeric, so Kubernetes' runAsNonRoot can verify it without reading /etc/passwd.
 USER 10001:10001
 EXPOSE 8443
-# `hami-web serve` runs gunicorn (one gthread worker, TLS from --cert-file/--key-file); see k8s/deployment.yaml.
+EXPOSE 9395
+# `hami-web serve` runs gunicorn (one worker: event loop + threads; TLS from --cert-file/--key-file) on 8443
+# (webhook), 127.0.0.1:8444 (extender, not exposed) and 9395 (metrics); see k8s/deployment.yaml.
 ENTRYPOINT ["hami-web"]
 CMD ["serve"]

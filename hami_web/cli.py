@@ -5,14 +5,12 @@ from __future__ import annotations
 
 import argparse
 import logging
-import sys
 from collections.abc import Sequence
 
 from hami_web import __version__
 from hami_web.ops.command import add_commands as add_ops_commands
+from hami_web.server.logs import configure_logging
 from hami_web.settings import SettingsError, add_arguments, build_settings
-
-LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -56,7 +54,7 @@ def _serve(arguments: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point; returns the process exit status (2 for a bad flag value, as argparse does)."""
-    logging.basicConfig(level=logging.INFO, format=LOG_FORMAT, stream=sys.stderr)
+    configure_logging(logging.INFO)
     parser = build_parser()
     arguments = parser.parse_args(argv)
     try:

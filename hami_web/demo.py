@@ -15,17 +15,13 @@ import contextlib
 import copy
 import json
 import logging
-import os
-import socket
 import ssl
-import subprocess
 import sys
 import tempfile
 import time
 import urllib.error
 import urllib.request
 import uuid
-from collections.abc import Iterator
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -35,14 +31,13 @@ import jsonpatch
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
-from hami_web.certs.command import make_local_certificates
 from hami_web.core import names
 from hami_web.core.grants import decode_pod_devices, describe_grants
 from hami_web.kube import Kube, KubeError
 from hami_web.localcluster import LocalCluster
+from hami_web.server.local import LocalServer, run_local_server
 
 EXPECT_ANNOTATION = "demo.hami.io/expect"
-READY_TIMEOUT_SECONDS = 30.0
 
 
 @dataclass(slots=True)
@@ -67,28 +62,9 @@ def add_command(commands: argparse._SubParsersAction) -> None:
                                  description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--cluster", type=Path, default=None, help="nodes and pods to seed (YAML)")
     parser.add_argument("--pods", type=Path, default=None, help="pods to submit, in order (YAML)")
-    parser.add_argument("--port", type=int, default=0, help="HTTPS port of the server (default: a free port)")
     parser.add_argument("--keep-serving", action="store_true",
                         help="keep the server and API server up after the run and print curl examples")
     parser.set_defaults(handler=run_demo)
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
-def _write_kubeconfig(directory: Path, server: str) -> Path:
-    config = {
-        "apiVersion": "v1", "kind": "Config", "current-context": "demo",
-        "clusters": [{"name": "demo", "cluster": {"server": server}}],
-        "users": [{"name": "demo", "user": {}}],
-        "contexts": [{"name": "demo", "context": {"cluster": "demo", "user": "demo"}}],
-    }
-    path = directory / "kubeconfig"
-    path.write_text(yaml.safe_dump(config))
-    return path
 
 
 class _Https:
@@ -112,37 +88,6 @@ class _Https:
             return json.loads(response.read())
 
 
-@contextlib.contextmanager
-def _server(kubeconfig: Path, cert: Path, key: Path, port: int, log_path: Path) -> Iterator[subprocess.Popen[bytes]]:
-    command = [sys.executable, "-m", "hami_web", "serve", "--kubeconfig", str(kubeconfig), "--cert-file", str(cert),
-               "--key-file", str(key), "--bind", f"127.0.0.1:{port}", "--refresh-interval", "10s", "--threads", "4"]
-    with open(log_path, "wb") as log_file:
-        process = subprocess.Popen(command, stdout=log_file, stderr=subprocess.STDOUT,
-                                   env={**os.environ, "PYTHONUNBUFFERED": "1"})
-        try:
-            yield process
-        finally:
-            process.terminate()
-            try:
-                process.wait(15)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
-
-
-def _wait_ready(client: _Https, process: subprocess.Popen[bytes], log_path: Path) -> None:
-    deadline = time.monotonic() + READY_TIMEOUT_SECONDS
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise RuntimeError(f"server exited with {process.returncode}:\n{log_path.read_text()[-3000:]}")
-        with contextlib.suppress(OSError):
-            status, _ = client.get("/readyz")
-            if status == 200:
-                return
-        time.sleep(0.2)
-    raise RuntimeError(f"server not ready after {READY_TIMEOUT_SECONDS:.0f}s:\n{log_path.read_text()[-3000:]}")
-
-
 def _admission_review(pod: dict[str, Any]) -> dict[str, Any]:
     metadata = pod.get("metadata") or {}
     return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {
@@ -151,13 +96,13 @@ def _admission_review(pod: dict[str, Any]) -> dict[str, Any]:
         "name": metadata.get("name", ""), "namespace": metadata.get("namespace", "default"), "object": pod}}
 
 
-def _play(pod: dict[str, Any], *, client: _Https, cluster: LocalCluster, kube: Kube,
+def _play(pod: dict[str, Any], *, webhook: _Https, extender: _Https, cluster: LocalCluster, kube: Kube,
           node_names: list[str]) -> Outcome:
     name = pod["metadata"]["name"]
     namespace = pod["metadata"].setdefault("namespace", "default")
     expect = (pod["metadata"].get("annotations") or {}).get(EXPECT_ANNOTATION, "")
     outcome = Outcome(pod=name, verdict="", expect=expect)
-    review = client.post("/webhook", _admission_review(pod))["response"]
+    review = webhook.post("/webhook", _admission_review(pod))["response"]
     if not review.get("allowed"):
         outcome.verdict, outcome.reason = "denied", review.get("status", {}).get("message", "")
         return outcome
@@ -169,7 +114,7 @@ def _play(pod: dict[str, Any], *, client: _Https, cluster: LocalCluster, kube: K
     if created["spec"].get("schedulerName") != "hami-scheduler":
         outcome.verdict, outcome.reason = "admitted", "not a GPU pod: left to the default scheduler"
         return outcome
-    result = client.post("/filter", {"Pod": created, "Nodes": None, "NodeNames": node_names})
+    result = extender.post("/filter", {"Pod": created, "Nodes": None, "NodeNames": node_names})
     if result.get("Error"):
         outcome.verdict, outcome.reason = "error", result["Error"]
         return outcome
@@ -179,7 +124,7 @@ def _play(pod: dict[str, Any], *, client: _Https, cluster: LocalCluster, kube: K
         outcome.reason = "; ".join(f"{node}: {reason}" for node, reason in sorted(failed.items()))
         return outcome
     node = result["NodeNames"][0]
-    bound = client.post("/bind", {"PodName": name, "PodNamespace": namespace,
+    bound = extender.post("/bind", {"PodName": name, "PodNamespace": namespace,
                                   "PodUID": created["metadata"]["uid"], "Node": node})
     if bound.get("Error"):
         outcome.verdict, outcome.node, outcome.reason = "bind failed", node, bound["Error"]
@@ -239,43 +184,52 @@ def run_demo(arguments: argparse.Namespace) -> int:
     cluster_file = arguments.cluster or _example("cluster.yaml")
     pods = [p for p in yaml.safe_load_all((arguments.pods or _example("pods.yaml")).read_text()) if p]
     with tempfile.TemporaryDirectory(prefix="hami-web-demo-") as scratch, LocalCluster() as cluster:
-        directory = Path(scratch)
         cluster.load_file(cluster_file)
-        certificates = make_local_certificates(directory / "certs")
-        kubeconfig = _write_kubeconfig(directory, cluster.url)
-        port = arguments.port or _free_port()
-        log_path = directory / "server.log"
-        print(f"API server (in-process): {cluster.url}   hami-web (gunicorn, TLS): https://127.0.0.1:{port}")
-        with _server(kubeconfig, certificates.cert_path, certificates.key_path, port, log_path) as process:
-            client = _Https(f"https://127.0.0.1:{port}", certificates.ca_path)
-            _wait_ready(client, process, log_path)
-            kube = Kube.for_url(cluster.url)
-            node_names = [n["metadata"]["name"] for n in cluster.list("nodes")]
-            outcomes = []
-            try:
-                for pod in pods:
-                    outcomes.append(_play(pod, client=client, cluster=cluster, kube=kube, node_names=node_names))
-            except (OSError, KubeError, KeyError, ValueError) as error:
-                print(f"demo failed: {error}\n--- server log ---\n{log_path.read_text()[-3000:]}", file=sys.stderr)
-                return 1
-            _print_outcomes(outcomes)
-            print()
-            _print_usage(client.get("/metrics")[1].decode())
-            if arguments.keep_serving:
-                _keep_serving(client.base_url, certificates.ca_path, cluster.url)
+        try:
+            with run_local_server(cluster.url, Path(scratch), extra_args=("--refresh-interval", "10s")) as server:
+                return _run_pods(pods, server=server, cluster=cluster, keep_serving=arguments.keep_serving)
+        except RuntimeError as error:  # the server did not start
+            print(f"demo failed: {error}", file=sys.stderr)
+            return 1
+
+
+def _run_pods(pods: list[dict[str, Any]], *, server: LocalServer, cluster: LocalCluster, keep_serving: bool
+              ) -> int:
+    print(f"API server (in-process): {cluster.url}\n"
+          f"hami-web (gunicorn): webhook {server.webhook_url}, extender {server.extender_url}, "
+          f"metrics {server.metrics_url}")
+    webhook = _Https(server.webhook_url, server.ca_path)
+    extender = _Https(server.extender_url, server.ca_path)
+    kube = Kube.for_url(cluster.url)
+    node_names = [n["metadata"]["name"] for n in cluster.list("nodes")]
+    outcomes = []
+    try:
+        for pod in pods:
+            outcomes.append(_play(pod, webhook=webhook, extender=extender, cluster=cluster, kube=kube,
+                                  node_names=node_names))
+    except (OSError, KubeError, KeyError, ValueError) as error:
+        print(f"demo failed: {error}\n--- server log ---\n{server.log_tail()}", file=sys.stderr)
+        return 1
+    _print_outcomes(outcomes)
+    print()
+    with urllib.request.urlopen(server.metrics_url + "/metrics", timeout=10) as response:
+        _print_usage(response.read().decode())
+    if keep_serving:
+        _keep_serving(server, cluster.url)
     return 0
 
 
-def _keep_serving(base_url: str, ca_file: Path, api_url: str) -> None:
+def _keep_serving(server: LocalServer, api_url: str) -> None:
     ca_copy = Path(tempfile.gettempdir()) / "hami-web-demo-ca.crt"
-    ca_copy.write_bytes(ca_file.read_bytes())
+    ca_copy.write_bytes(server.ca_path.read_bytes())
+    filter_body = ('{"Pod": {"metadata": {"name": "x", "uid": "1"}, "spec": {"containers": [{"name": "c", '
+                   '"resources": {"limits": {"nvidia.com/gpu": "1"}}}]}}, "NodeNames": ["gpu-a40-2"]}')
     print(f"\nServing until Ctrl-C. The API server is {api_url}. Try:\n"
-          f"  curl --cacert {ca_copy} {base_url}/readyz\n"
-          f"  curl --cacert {ca_copy} {base_url}/metrics | grep ^hami_gpu\n"
-          f"  curl --cacert {ca_copy} -X POST {base_url}/filter -H 'Content-Type: application/json' \\\n"
-          f"       -d '{{\"Pod\": {{\"metadata\": {{\"name\": \"x\", \"uid\": \"1\"}}, \"spec\": {{\"containers\": "
-          f"[{{\"name\": \"c\", \"resources\": {{\"limits\": {{\"nvidia.com/gpu\": \"1\"}}}}}}]}}}}, "
-          f"\"NodeNames\": [\"gpu-a40-2\"]}}'\n"
+          f"  curl --cacert {ca_copy} {server.webhook_url}/readyz          # webhook listener (the Service's)\n"
+          f"  curl {server.metrics_url}/metrics | grep ^hami_gpu          # metrics listener (plain HTTP)\n"
+          f"  curl --cacert {ca_copy} -X POST {server.extender_url}/filter -H 'Content-Type: application/json' "
+          f"\\\n       -d '{filter_body}'          # extender listener (loopback)\n"
+          f"  curl --cacert {ca_copy} -X POST {server.webhook_url}/filter -d '{{}}'   # 404: not on this listener\n"
           f"  curl {api_url}/api/v1/pods | python -m json.tool | grep vgpu")
     with contextlib.suppress(KeyboardInterrupt):
         while True:

@@ -56,6 +56,8 @@ class Settings:
     cert_file: str = ""
     key_file: str = ""
     bind: str = "0.0.0.0:8443"
+    extender_bind: str = "127.0.0.1:8444"
+    metrics_bind_address: str = ":9395"
     refresh_interval_seconds: float = 15.0
     privileged_policy: str = "deny"
     kubeconfig: str = ""
@@ -66,8 +68,23 @@ class Settings:
     @property
     def bind_host_port(self) -> tuple[str, int]:
         """``--bind`` split into host and port (validated at construction)."""
-        host, _, port = self.bind.rpartition(":")
-        return host.strip("[]") or "0.0.0.0", int(port)
+        return split_host_port(self.bind)
+
+    @property
+    def extender_host_port(self) -> tuple[str, int]:
+        """``--extender-bind`` split into host and port."""
+        return split_host_port(self.extender_bind)
+
+    @property
+    def metrics_host_port(self) -> tuple[str, int]:
+        """``--metrics-bind-address`` split into host and port (``:9395`` means every interface)."""
+        return split_host_port(self.metrics_bind_address)
+
+
+def split_host_port(address: str) -> tuple[str, int]:
+    """``HOST:PORT`` (``[v6]:PORT``, or ``:PORT`` for every interface) as ``(host, port)``."""
+    host, _, port = address.rpartition(":")
+    return host.strip("[]") or "0.0.0.0", int(port)
 
 
 _DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h)")
@@ -194,7 +211,13 @@ _OPTIONS: tuple[_Option, ...] = (
             "task priority resource (nvidia.com/priority)"),
     _Option("--cert-file", "cert_file", _text, "TLS certificate (PEM), re-read when it changes"),
     _Option("--key-file", "key_file", _text, "TLS private key (PEM)"),
-    _Option("--bind", "bind", _bind_address, "listen address HOST:PORT (0.0.0.0:8443)"),
+    _Option("--bind", "bind", _bind_address,
+            "TLS listener for /webhook, /healthz, /readyz: the Service's port, HOST:PORT (0.0.0.0:8443)"),
+    _Option("--extender-bind", "extender_bind", _bind_address,
+            "TLS listener for /filter, /bind (+ /healthz, /readyz): kube-scheduler in the same pod; keep it on "
+            "loopback (127.0.0.1:8444)"),
+    _Option("--metrics-bind-address", "metrics_bind_address", _bind_address,
+            "plain-HTTP listener for /metrics, HOST:PORT or :PORT (:9395)"),
     _Option("--refresh-interval", "refresh_interval_seconds", _positive_duration,
             "full resync period of the cluster cache, e.g. 15s (15s)"),
     _Option("--privileged-policy", "privileged_policy", _choice(PRIVILEGED_POLICIES),
@@ -202,7 +225,8 @@ _OPTIONS: tuple[_Option, ...] = (
     _Option("--kubeconfig", "kubeconfig", _text, "kubeconfig path (in-cluster config, else ~/.kube/config)"),
     _Option("--insecure-http", "insecure_http", _parse_bool,
             "serve plain HTTP instead of TLS (local use only)", is_switch=True),
-    _Option("--threads", "threads", _positive_int, "gunicorn worker threads (8)"),
+    _Option("--threads", "threads", _positive_int,
+            "threads that run the app; connections are read by the event loop (8)"),
     _Option("--log-level", "log_level", _choice(("DEBUG", "INFO", "WARNING", "ERROR")), "log level (INFO)"),
 )
 
@@ -260,6 +284,11 @@ def _check_consistency(settings: Settings) -> None:
         raise SettingsError("invalid value for --resource-*: the resource names must all differ")
     if bool(settings.cert_file) != bool(settings.key_file):
         raise SettingsError("invalid value for --cert-file/--key-file: give both or neither")
+    ports = [address[1] for address in (settings.bind_host_port, settings.extender_host_port,
+                                        settings.metrics_host_port)]
+    if len(set(ports)) != len(ports):
+        raise SettingsError("invalid value for --bind/--extender-bind/--metrics-bind-address: each listener "
+                            f"needs its own port (got {', '.join(map(str, ports))})")
     if not settings.scheduler_name:
         raise SettingsError("invalid value for --scheduler-name: must not be empty")
 

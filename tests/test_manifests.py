@@ -6,7 +6,11 @@ across files and with the code (Service → container port, webhook → Service 
 KubeSchedulerConfiguration → the extender routes, the ``--scheduler-name`` default and the resource names,
 the Secret the Job writes → the Secret the pod mounts → the files ``serve`` reads); RBAC subjects, roles and
 resource names point at objects that exist; containers are non-root, read-only, capability-free and sized;
-the webhook's selectors, versions and failure policy; the Dockerfile's user, entrypoint and port.
+the webhook's selectors, versions and failure policy; the Dockerfile's user, entrypoint and port. Listeners:
+the Service exposes only the webhook port; kube-scheduler calls the loopback extender listener; the metrics
+port is declared and annotated for scraping. Identities: hami-web and kube-scheduler each have their own
+ServiceAccount (the pod's token reaches only the hami-web container; kube-scheduler uses its own token
+through a kubeconfig), and the server's role has only the verbs it uses.
 """
 
 from __future__ import annotations
@@ -21,14 +25,15 @@ from kubernetes import client
 
 from hami_web import __version__
 from hami_web.server.app import create_app
-from hami_web.settings import ResourceNames, Settings
+from hami_web.server.listeners import ROUTES_BY_AUDIENCE
+from hami_web.settings import ResourceNames, Settings, split_host_port
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 K8S = REPO_ROOT / "k8s"
 NAMESPACE = "hami-system"
 
 API_VERSIONS = {
-    "Namespace": "v1", "ServiceAccount": "v1", "Service": "v1", "ConfigMap": "v1",
+    "Namespace": "v1", "ServiceAccount": "v1", "Service": "v1", "ConfigMap": "v1", "Secret": "v1",
     "Deployment": "apps/v1", "Job": "batch/v1", "CronJob": "batch/v1",
     "ClusterRole": "rbac.authorization.k8s.io/v1", "ClusterRoleBinding": "rbac.authorization.k8s.io/v1",
     "Role": "rbac.authorization.k8s.io/v1", "RoleBinding": "rbac.authorization.k8s.io/v1",
@@ -97,7 +102,9 @@ SERVER = _container(POD, "hami-web")
 SCHEDULER = _container(POD, "kube-scheduler")
 JOB_POD = _one("Job", "hami-web-certs")["spec"]["template"]["spec"]
 CRON_POD = _one("CronJob", "hami-web-certs-renew")["spec"]["jobTemplate"]["spec"]["template"]["spec"]
-SCHEDULER_CONFIG = yaml.safe_load(_one("ConfigMap", "hami-scheduler-config")["data"]["config.yaml"])
+SCHEDULER_CONFIG_MAP = _one("ConfigMap", "hami-scheduler-config")
+SCHEDULER_CONFIG = yaml.safe_load(SCHEDULER_CONFIG_MAP["data"]["config.yaml"])
+SCHEDULER_KUBECONFIG = yaml.safe_load(SCHEDULER_CONFIG_MAP["data"]["kubeconfig.yaml"])
 EXTENDER = SCHEDULER_CONFIG["extenders"][0]
 
 
@@ -134,17 +141,36 @@ def test_object_names_are_unique_per_kind_and_namespace() -> None:
 # -- the Service, the webhook and the server agree ----------------------------------------------------------
 
 
-def test_service_reaches_the_server_container_port() -> None:
+def test_service_exposes_only_the_webhook_listener() -> None:
     service = _one("Service", "hami-web")
+    assert len(service["spec"]["ports"]) == 1
     port = service["spec"]["ports"][0]
     container_ports = {p["name"]: p["containerPort"] for p in SERVER["ports"]}
     target = port["targetPort"]
-    assert container_ports.get(target, target) == 8443 == Settings(bind="0.0.0.0:8443").bind_host_port[1]
-    assert _flag(SERVER["args"], "--bind").endswith(":8443")
+    webhook_port = split_host_port(_flag(SERVER["args"], "--bind"))[1]
+    assert container_ports.get(target, target) == webhook_port == Settings().bind_host_port[1] == 8443
     assert port["port"] == 443
+    assert "/filter" not in ROUTES_BY_AUDIENCE["webhook"] and "/metrics" not in ROUTES_BY_AUDIENCE["webhook"]
     labels = DEPLOYMENT["spec"]["template"]["metadata"]["labels"]
     assert service["spec"]["selector"].items() <= labels.items()
     assert DEPLOYMENT["spec"]["selector"]["matchLabels"].items() <= labels.items()
+
+
+def test_the_extender_listener_is_loopback_and_not_a_container_port() -> None:
+    host, port = split_host_port(_flag(SERVER["args"], "--extender-bind"))
+    assert (host, port) == ("127.0.0.1", 8444) == Settings().extender_host_port
+    assert port not in {p["containerPort"] for p in SERVER["ports"]}
+
+
+def test_the_metrics_port_is_declared_and_annotated_for_scraping() -> None:
+    _, port = split_host_port(_flag(SERVER["args"], "--metrics-bind-address"))
+    assert port == Settings().metrics_host_port[1] == 9395
+    assert {"name": "metrics", "containerPort": port, "protocol": "TCP"} in SERVER["ports"]
+    annotations = DEPLOYMENT["spec"]["template"]["metadata"]["annotations"]
+    assert annotations["prometheus.io/scrape"] == "true"
+    assert annotations["prometheus.io/port"] == str(port)
+    assert annotations["prometheus.io/path"] == "/metrics" and ROUTES_BY_AUDIENCE["metrics"] == {"/metrics"}
+    assert annotations["prometheus.io/scheme"] == "http"
 
 
 def test_webhook_calls_the_service_on_the_webhook_route() -> None:
@@ -203,8 +229,9 @@ def test_profile_scheduler_name_is_the_one_the_webhook_sets() -> None:
     assert _flag(SERVER["args"], "--scheduler-name") == Settings().scheduler_name
 
 
-def test_extender_points_at_the_server_in_the_same_pod() -> None:
-    assert EXTENDER["urlPrefix"] == "https://127.0.0.1:8443"
+def test_extender_points_at_the_loopback_extender_listener_in_the_same_pod() -> None:
+    assert EXTENDER["urlPrefix"] == f"https://{_flag(SERVER['args'], '--extender-bind')}" == "https://127.0.0.1:8444"
+    assert {"/filter", "/bind"} <= ROUTES_BY_AUDIENCE["extender"]
     assert EXTENDER["enableHTTPS"] is True
     assert (EXTENDER["filterVerb"], EXTENDER["bindVerb"]) == ("filter", "bind")
     assert EXTENDER["nodeCacheCapable"] is True and EXTENDER["weight"] == 1 and EXTENDER["httpTimeout"] == "30s"
@@ -294,11 +321,49 @@ def test_bindings_point_at_existing_service_accounts_and_roles() -> None:
 def test_server_role_is_least_privilege() -> None:
     rules = {(rule["apiGroups"][0], resource): set(rule["verbs"])
              for rule in _one("ClusterRole", "hami-web")["rules"] for resource in rule["resources"]}
+    # Events go through core/v1 (Kube.create_event); events.k8s.io is not used, so not granted.
     assert rules == {("", "nodes"): {"get", "list", "watch", "patch"},
                      ("", "pods"): {"get", "list", "watch", "patch"},
                      ("", "pods/binding"): {"create"},
-                     ("", "events"): {"create"},
-                     ("events.k8s.io", "events"): {"create"}}
+                     ("", "events"): {"create"}}
+
+
+def _roles_bound_to(account: str) -> set[str]:
+    return {binding["roleRef"]["name"] for _, binding in DOCUMENTS
+            if binding["kind"] in ("ClusterRoleBinding", "RoleBinding")
+            and any(subject["name"] == account for subject in binding["subjects"])}
+
+
+def test_the_server_and_kube_scheduler_have_separate_service_accounts() -> None:
+    assert POD["serviceAccountName"] == "hami-web"
+    assert _roles_bound_to("hami-web") == {"hami-web"}
+    assert _roles_bound_to("hami-scheduler") == {"system:kube-scheduler", "system:volume-scheduler",
+                                                 "hami-web-leader-election",
+                                                 "extension-apiserver-authentication-reader"}
+
+
+def test_the_pod_token_reaches_only_the_server_container() -> None:
+    assert POD["automountServiceAccountToken"] is False
+    token_mount = "/var/run/secrets/kubernetes.io/serviceaccount"
+    projected = _volume(POD, next(m["name"] for m in SERVER["volumeMounts"] if m["mountPath"] == token_mount))
+    sources = projected["projected"]["sources"]
+    assert [s["serviceAccountToken"]["path"] for s in sources if "serviceAccountToken" in s] == ["token"]
+    assert all(m["mountPath"] != token_mount for m in SCHEDULER["volumeMounts"])
+
+
+def test_kube_scheduler_uses_its_own_token_through_its_kubeconfig() -> None:
+    kubeconfig_path = SCHEDULER_CONFIG["clientConnection"]["kubeconfig"]
+    config_dir = _mount_path_of_volume(SCHEDULER, "scheduler-config")
+    assert kubeconfig_path == f"{config_dir}/kubeconfig.yaml"
+    assert _flag(SCHEDULER["command"], "--authentication-kubeconfig") == kubeconfig_path
+    assert _flag(SCHEDULER["command"], "--authorization-kubeconfig") == kubeconfig_path
+    user = SCHEDULER_KUBECONFIG["users"][0]["user"]
+    cluster = SCHEDULER_KUBECONFIG["clusters"][0]["cluster"]
+    token_dir = _mount_path_of_volume(SCHEDULER, "scheduler-token")
+    assert (user["tokenFile"], cluster["certificate-authority"]) == (f"{token_dir}/token", f"{token_dir}/ca.crt")
+    secret = _one("Secret", _volume(POD, "scheduler-token")["secret"]["secretName"])
+    assert secret["type"] == "kubernetes.io/service-account-token"
+    assert secret["metadata"]["annotations"]["kubernetes.io/service-account.name"] == "hami-scheduler"
 
 
 # -- containers ----------------------------------------------------------------------------------------------

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import http.client
 import importlib
-import json
 import os
 import signal
 import socket
@@ -26,6 +25,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import NamedTuple
 
 import pytest
 from cryptography import x509
@@ -35,8 +35,10 @@ from hami_web.certs.pki import create_serving_certificate
 from hami_web.certs.stores import write_file_atomically
 from hami_web.cli import main
 from hami_web.localcluster import LocalCluster
+from hami_web.server.local import run_local_server
 from hami_web.server.serving import gunicorn_options, load_tls
 from hami_web.server.tlsreload import ReloadingTLSContext
+from hami_web.server.worker import FrontWorker
 from hami_web.settings import Settings, SettingsError
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -49,10 +51,11 @@ from hami_web.server.app import create_app
 from hami_web.server.serving import run_gunicorn
 from hami_web.settings import Settings
 from hami_web.server.tlsreload import ReloadingTLSContext
+from hami_web.server.worker import FrontWorker
 
-cert_file, key_file, bind, insecure = sys.argv[1:5]
-settings = replace(Settings(), bind=bind, threads=2, insecure_http=insecure == "1", cert_file=cert_file,
-                   key_file=key_file)
+cert_file, key_file, bind, extender_bind, metrics_bind, insecure = sys.argv[1:7]
+settings = replace(Settings(), bind=bind, extender_bind=extender_bind, metrics_bind_address=metrics_bind,
+                   threads=2, insecure_http=insecure == "1", cert_file=cert_file, key_file=key_file)
 tls = None if settings.insecure_http else ReloadingTLSContext(cert_file, key_file, check_interval_seconds=0.2)
 sys.exit(run_gunicorn(create_app(settings), settings, tls=tls))
 """
@@ -77,20 +80,30 @@ def _wait_for_port(port: int, process: subprocess.Popen, timeout_seconds: float 
     raise AssertionError(f"server did not listen on {port} within {timeout_seconds} s")
 
 
+class Ports(NamedTuple):
+    """The three listeners of a started server."""
+
+    webhook: int
+    extender: int
+    metrics: int
+
+
 @pytest.fixture
-def start_server() -> Iterator[Callable[..., int]]:
-    """Start ``run_gunicorn`` in a subprocess; returns its port. Stopped with SIGTERM, as kubelet does."""
+def start_server() -> Iterator[Callable[..., Ports]]:
+    """Start ``run_gunicorn`` in a subprocess; returns its ports. Stopped with SIGTERM, as kubelet does."""
     processes: list[subprocess.Popen] = []
 
-    def start(cert_file: str = "", key_file: str = "", *, insecure: bool = False) -> int:
-        port = _free_port()
+    def start(cert_file: str = "", key_file: str = "", *, insecure: bool = False) -> Ports:
+        ports = Ports(_free_port(), _free_port(), _free_port())
         environment = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
         process = subprocess.Popen(
-            [sys.executable, "-c", SERVER_SCRIPT, cert_file, key_file, f"127.0.0.1:{port}", "1" if insecure else "0"],
+            [sys.executable, "-c", SERVER_SCRIPT, cert_file, key_file, *(f"127.0.0.1:{port}" for port in ports),
+             "1" if insecure else "0"],
             env=environment, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         processes.append(process)
-        _wait_for_port(port, process)
-        return port
+        for port in ports:
+            _wait_for_port(port, process)
+        return ports
 
     yield start
     for process in processes:
@@ -134,9 +147,9 @@ def _serial(path: Path) -> int:
 
 
 def test_healthz_over_https_then_a_renewed_certificate_without_restart(tmp_path: Path,
-                                                                        start_server: Callable[..., int]) -> None:
+                                                                        start_server: Callable[..., Ports]) -> None:
     ca_path, cert_path, key_path = make_local_certificates(tmp_path)
-    port = start_server(str(cert_path), str(key_path))
+    port = start_server(str(cert_path), str(key_path)).webhook
 
     status, body, serial = _get_over_https(port, ca_path)
     assert (status, serial) == (200, _serial(cert_path))
@@ -151,10 +164,10 @@ def test_healthz_over_https_then_a_renewed_certificate_without_restart(tmp_path:
     assert serial == new_serial
 
 
-def test_plain_http_is_served_only_with_insecure_http(tmp_path: Path, start_server: Callable[..., int]) -> None:
+def test_plain_http_is_served_only_with_insecure_http(tmp_path: Path, start_server: Callable[..., Ports]) -> None:
     _, cert_path, key_path = make_local_certificates(tmp_path)
-    plain_port = start_server(insecure=True)
-    tls_port = start_server(str(cert_path), str(key_path))
+    plain_port = start_server(insecure=True).webhook
+    tls_port = start_server(str(cert_path), str(key_path)).webhook
 
     connection = http.client.HTTPConnection("127.0.0.1", plain_port, timeout=5)
     connection.request("GET", "/healthz")
@@ -207,7 +220,7 @@ def test_insecure_http_needs_no_certificate() -> None:
 # -- options ----------------------------------------------------------------------------------------------
 
 
-def test_one_gthread_worker_with_threads_and_keepalive(tmp_path: Path) -> None:
+def test_one_front_worker_with_threads_keepalive_and_three_listeners(tmp_path: Path) -> None:
     _, cert_path, key_path = make_local_certificates(tmp_path)
     settings = replace(Settings(), cert_file=str(cert_path), key_file=str(key_path), threads=12,
                        bind="[::1]:9443")
@@ -215,19 +228,24 @@ def test_one_gthread_worker_with_threads_and_keepalive(tmp_path: Path) -> None:
 
     options = gunicorn_options(settings, tls=tls)
 
-    assert (options["workers"], options["worker_class"], options["threads"]) == (1, "gthread", 12)
+    assert (options["workers"], options["threads"]) == (1, 12)
+    assert issubclass(options["worker_class"], FrontWorker)
+    assert options["worker_class"].tls is tls
     assert options["keepalive"] > 0 and options["max_requests"] == 0
-    assert options["bind"] == ["[::1]:9443"]
-    assert options["ssl_context"](None, None) is tls.current()
+    assert options["bind"] == ["[::1]:9443", "127.0.0.1:8444", "0.0.0.0:9395"]
+    assert "certfile" not in options and "ssl_context" not in options  # TLS is the worker's, per listener
 
 
 def test_gunicorn_config_file_has_the_serve_options(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("HAMI_INSECURE_HTTP", "true")
     monkeypatch.setenv("HAMI_THREADS", "3")
+    monkeypatch.setenv("HAMI_EXTENDER_BIND", "127.0.0.1:9444")
     import hami_web.server.gunicorn_conf as conf
 
     conf = importlib.reload(conf)
-    assert (conf.workers, conf.worker_class, conf.threads) == (1, "gthread", 3)
+    assert (conf.workers, conf.threads) == (1, 3)
+    assert issubclass(conf.worker_class, FrontWorker)
+    assert conf.bind == ["0.0.0.0:8443", "127.0.0.1:9444", "0.0.0.0:9395"]
     assert conf.wsgi_app == "hami_web.server.gunicorn_conf:application"
 
 
@@ -327,27 +345,9 @@ def test_a_broken_renewal_keeps_serving_the_previous_certificate(tmp_path: Path,
 
 
 def test_serve_starts_the_runtime_in_the_worker_and_becomes_ready(tmp_path: Path, apiserver: LocalCluster) -> None:
-    ca_path, cert_path, key_path = make_local_certificates(tmp_path)
-    kubeconfig = tmp_path / "kubeconfig"
-    kubeconfig.write_text(json.dumps({
-        "apiVersion": "v1", "kind": "Config", "current-context": "local",
-        "clusters": [{"name": "local", "cluster": {"server": apiserver.url}}],
-        "users": [{"name": "local", "user": {"token": "unused"}}],
-        "contexts": [{"name": "local", "context": {"cluster": "local", "user": "local"}}]}))
-    port = _free_port()
-    process = subprocess.Popen(
-        [sys.executable, "-m", "hami_web", "serve", "--cert-file", str(cert_path), "--key-file", str(key_path),
-         "--bind", f"127.0.0.1:{port}", "--kubeconfig", str(kubeconfig), "--threads", "2"],
-        env={**os.environ, "PYTHONPATH": str(REPO_ROOT)}, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    try:
-        _wait_for_port(port, process)
-        deadline = time.monotonic() + 10
-        status = 0
-        while status != 200 and time.monotonic() < deadline:
-            status, _, _ = _get_over_https(port, ca_path, "/readyz")  # 200 only once the cache synced
-            time.sleep(0.1)
+    with run_local_server(apiserver.url, tmp_path, threads=2) as server:  # waits for /readyz 200 (cache synced)
+        port = int(server.webhook_url.rsplit(":", 1)[1])
+        status, _, _ = _get_over_https(port, server.ca_path, "/readyz")
         assert status == 200
-    finally:
-        process.send_signal(signal.SIGTERM)  # what kubelet sends: graceful stop, runtime stopped in the worker
-        assert process.wait(timeout=15) == 0
-        process.stderr.close()
+    # Stopped with SIGTERM, as kubelet does: graceful stop, runtime stopped in the worker, exit status 0.
+    assert server.process.returncode == 0

@@ -14,6 +14,7 @@ from typing import Any
 from flask import Blueprint, Response, current_app, jsonify, request
 from werkzeug.exceptions import HTTPException, RequestEntityTooLarge
 
+from hami_web.routes.bodies import BodyError, read_json_body
 from hami_web.server.services import services
 
 log = logging.getLogger(__name__)
@@ -28,8 +29,12 @@ def _serve(route: str, handler: Callable[[Any, object], dict[str, Any]]) -> Resp
         if extender is None:
             answer: dict[str, Any] = {"Error": "scheduler extender is not configured in this process"}
         else:
-            body = request.get_json(force=True, silent=True)
-            answer = {"Error": f"{route}: request body is not JSON"} if body is None else handler(extender, body)
+            try:
+                body = read_json_body()
+            except BodyError as error:
+                answer = {"Error": f"/{route}: {error}"}
+            else:
+                answer = handler(extender, body)
     finally:
         metrics = services().metrics
         if metrics is not None:

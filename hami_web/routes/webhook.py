@@ -9,7 +9,6 @@ or a traceback.
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 
@@ -17,6 +16,7 @@ from flask import Blueprint, Response, g, jsonify, request
 from werkzeug.exceptions import HTTPException, RequestEntityTooLarge
 
 from hami_web.admission import AdmissionAnswer, reject_unreadable_body, review_admission
+from hami_web.routes.bodies import BodyError, read_json_body
 from hami_web.server.services import services
 
 log = logging.getLogger(__name__)
@@ -28,12 +28,10 @@ blueprint = Blueprint("webhook", __name__)
 def admission_webhook() -> tuple[Response, int]:
     """Answer one AdmissionReview."""
     g.webhook_started = time.perf_counter()
-    raw = request.get_data(cache=False)
     try:
-        body = json.loads(raw)
-    except (ValueError, RecursionError) as error:
-        # ValueError covers JSONDecodeError and bytes that are not UTF-8/16/32.
-        answer = reject_unreadable_body(f"the body is not JSON: {error}")
+        body = read_json_body()
+    except BodyError as error:
+        answer = reject_unreadable_body(str(error))
     else:
         answer = review_admission(body, services().settings)
     _log_answer(answer)

@@ -12,6 +12,7 @@ import logging
 from flask import Flask, Response, jsonify, request
 from werkzeug.exceptions import HTTPException
 
+from hami_web.server.listeners import RoutesByListener
 from hami_web.server.services import EXTENSION_KEY, Readiness, Services
 from hami_web.settings import Settings
 
@@ -40,6 +41,7 @@ def create_app(settings: Settings, *, readiness: Readiness | None = None, extend
         app.register_blueprint(metrics_routes.blueprint)
     app.register_error_handler(HTTPException, _http_error)
     app.register_error_handler(Exception, _unexpected_error)
+    app.wsgi_app = RoutesByListener(app.wsgi_app)  # type: ignore[method-assign]
     return app
 
 

@@ -3,7 +3,8 @@
     HAMI_CERT_FILE=/certs/tls.crt HAMI_KEY_FILE=/certs/tls.key gunicorn -c python:hami_web.server.gunicorn_conf
 
 Settings come from the ``HAMI_…`` environment variables (the same names as the flags). The options are
-exactly those of ``hami-web serve`` (one gthread worker, keep-alive, TLS with certificate hot reload), and
+exactly those of ``hami-web serve`` (one front worker with threads, three listeners, keep-alive, TLS with
+certificate hot reload, the log formatter), and
 the app is built and its background threads started inside the worker, after the fork. ``hami-web serve``
 stays the supported entry point; this file exists for platforms that insist on launching gunicorn.
 """
@@ -13,10 +14,12 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from hami_web.server.logs import configure_logging
 from hami_web.server.serving import gunicorn_options, load_tls
 from hami_web.settings import build_settings
 
 _settings = build_settings(None)
+configure_logging(_settings.log_level)
 _runtime: Any = None
 
 globals().update(gunicorn_options(_settings, tls=load_tls(_settings)))

@@ -1,12 +1,17 @@
-"""``hami-web serve``: the Flask app under an embedded gunicorn, over TLS, in one worker process with threads.
+"""``hami-web serve``: the Flask app under an embedded gunicorn, in one worker process with threads.
 
 Why one worker with threads: all scheduling state — the cluster cache and the filter-time assumptions
 ("this GPU is promised to pod X until its bind lands") — lives in the memory of one process. Several
 worker processes would each hold their own cache and each promise the same free GPU to a different pod;
-kube-scheduler would then bind both and the device plugin would overcommit the card. Threads (gunicorn's
-``gthread`` worker) give concurrency for slow API calls inside ``/bind`` while the cache stays shared and is
-protected by its own lock. Keep-alive is on because kube-scheduler and the API server reuse connections
+kube-scheduler would then bind both and the device plugin would overcommit the card. Threads give
+concurrency for slow API calls inside ``/bind`` while the cache stays shared and is protected by its own
+lock. Keep-alive is on because kube-scheduler and the API server reuse connections
 for every filter/bind and admission call; a TLS handshake per request would dominate the latency.
+
+The worker is ours (`hami_web.server.worker.FrontWorker`): an event loop does the TLS handshakes and reads
+whole requests under deadlines, and the threads only run the app, so slow or idle clients cannot take them.
+It serves three listeners (`hami_web.server.listeners`): the webhook on ``--bind``, the extender on
+``--extender-bind`` (loopback), metrics on ``--metrics-bind-address`` (plain HTTP).
 
 gunicorn is embedded through its application API so that one command starts everything and the
 Deployment needs no separate config file. Background threads (cache refresh, watches) do not survive
@@ -24,13 +29,17 @@ from typing import Any
 from flask import Flask
 from gunicorn.app.base import BaseApplication
 
+from hami_web.server.listeners import plan_listeners
 from hami_web.server.tlsreload import CertificateLoadError, ReloadingTLSContext
+from hami_web.server.worker import front_worker_class
 from hami_web.settings import Settings, SettingsError
 
 log = logging.getLogger(__name__)
 
 # Seconds an idle client connection is kept open for its next request (kube-scheduler, API server).
 KEEPALIVE_SECONDS = 5
+# Open connections at once (all listeners); more are closed on accept. Idle ones cost memory, not threads.
+MAX_CONNECTIONS = 1000
 # Seconds a request may run before gunicorn restarts the worker; above kube-scheduler's 30 s httpTimeout.
 WORKER_TIMEOUT_SECONDS = 60
 # Seconds in-flight requests get to finish on SIGTERM (below the pod's terminationGracePeriodSeconds).
@@ -74,14 +83,18 @@ def load_tls(settings: Settings) -> ReloadingTLSContext | None:
 
 
 def gunicorn_options(settings: Settings, *, tls: ReloadingTLSContext | None) -> dict[str, Any]:
-    """The gunicorn settings hami-web runs with (also used by ``hami_web.server.gunicorn_conf``)."""
-    host, port = settings.bind_host_port
-    address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    """The gunicorn settings hami-web runs with (also used by ``hami_web.server.gunicorn_conf``).
+
+    TLS is not gunicorn's: it would apply to every listener, and the metrics listener is plain HTTP. The
+    worker wraps each TLS listener itself with ``tls``.
+    """
+    listeners = plan_listeners(settings)
     options: dict[str, Any] = {
-        "bind": [address],
+        "bind": [listener.address for listener in listeners],
         "workers": 1,  # never more: see the module docstring
-        "worker_class": "gthread",
+        "worker_class": front_worker_class(listeners, tls),
         "threads": settings.threads,
+        "worker_connections": MAX_CONNECTIONS,
         "keepalive": KEEPALIVE_SECONDS,
         "timeout": WORKER_TIMEOUT_SECONDS,
         "graceful_timeout": GRACEFUL_TIMEOUT_SECONDS,
@@ -95,10 +108,6 @@ def gunicorn_options(settings: Settings, *, tls: ReloadingTLSContext | None) -> 
     if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK):
         # The worker heartbeat file; tmpfs keeps it off a read-only root filesystem and off the disk.
         options["worker_tmp_dir"] = "/dev/shm"
-    if tls is not None:
-        options["certfile"] = tls.cert_file
-        options["keyfile"] = tls.key_file
-        options["ssl_context"] = lambda _config, _default_factory: tls.current()
     return options
 
 
@@ -130,9 +139,9 @@ def run_gunicorn(app: Flask, settings: Settings, *, tls: ReloadingTLSContext | N
     if tls is None and not settings.insecure_http:
         raise SettingsError("invalid value for --cert-file/--key-file: no TLS context and no --insecure-http")
     options = gunicorn_options(settings, tls=tls)
-    scheme = "https" if tls is not None else "http"
-    options["when_ready"] = lambda _arbiter: log.info("hami-web listening on %s://%s", scheme,
-                                                      options["bind"][0])
+    listening = ", ".join(f"{listener.audience} on {listener.scheme}://{listener.address}"
+                          for listener in plan_listeners(settings))
+    options["when_ready"] = lambda _arbiter: log.info("hami-web listening: %s", listening)
     if on_started is not None:
         options["post_worker_init"] = lambda _worker: on_started()
     if on_stopped is not None:

@@ -5,10 +5,10 @@ file event we could rely on (kubelet swaps a symlink; inotify on the path sees n
 re-checked by their (mtime, size, inode) — at most every few seconds, when a client connects — instead of
 being watched. Two entry points cover both ways a server can use the context:
 
-* `ReloadingTLSContext.current()` — call it for every new connection (gunicorn's ``ssl_context`` hook is
-  called per connection by the gthread worker);
+* `ReloadingTLSContext.current()` — call it for every new connection;
 * each context carries an ``sni_callback`` that swaps a fresher context into the handshake, so a server
-  that builds its context once still serves the renewed certificate.
+  that builds its context once still serves the renewed certificate (hami-web's front worker hands one
+  context per listener to `asyncio` and relies on this).
 
 A reload that fails (half-written files, key and certificate from different generations) keeps the
 previous context and logs; the next check retries once the files change again.

@@ -1,0 +1,115 @@
+"""hami-web's gunicorn worker: an asyncio event loop that owns every connection, and threads for the app.
+
+gunicorn's ``gthread`` worker wraps TLS and reads the request header on its worker threads, so a few
+clients that connect and stall (no ClientHello, half a header) take every thread and stop the webhook and
+the extender. Here the event loop does the TLS handshake (`asyncio` with a handshake deadline), reads the
+whole request with deadlines (`hami_web.server.front`), and only then hands it to a thread. gunicorn keeps
+doing what it is good at: binding the sockets, one worker process, restarts, signals, graceful stop.
+
+Each listening socket is matched to its `Listener` by port; TLS listeners use the process's
+`ReloadingTLSContext`, whose SNI hook swaps a renewed certificate into every new handshake.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
+from functools import partial
+from typing import Any, ClassVar
+
+from gunicorn.workers.base import Worker
+
+from hami_web.server.front import Connection, Deadlines
+from hami_web.server.listeners import Listener
+from hami_web.server.tlsreload import ReloadingTLSContext
+
+# Seconds between two heartbeats to the arbiter (it kills a worker silent for ``timeout``).
+HEARTBEAT_SECONDS = 1.0
+# Bytes read ahead from one client before the loop stops reading it (asyncio's flow control).
+READ_BUFFER_BYTES = 64 * 1024
+
+
+class FrontWorker(Worker):
+    """One worker process: the event loop accepts and reads, a thread pool of ``threads`` runs the app."""
+
+    listeners: ClassVar[tuple[Listener, ...]] = ()
+    tls: ClassVar[ReloadingTLSContext | None] = None
+    deadlines: ClassVar[Deadlines] = Deadlines()
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._served: dict[asyncio.Task[None], Connection] = {}
+
+    def run(self) -> None:
+        """The worker's main loop (gunicorn calls it after ``post_worker_init``)."""
+        asyncio.run(self._serve())
+
+    def _listener_for(self, listening: socket.socket) -> Listener:
+        port = listening.getsockname()[1]
+        for listener in self.listeners:
+            if listener.port == port:
+                return listener
+        raise RuntimeError(f"no listener planned for port {port}")
+
+    async def _serve(self) -> None:
+        deadlines = replace(self.deadlines, idle_seconds=float(self.cfg.keepalive or self.deadlines.idle_seconds))
+        executor = ThreadPoolExecutor(max_workers=self.cfg.threads, thread_name_prefix="hami-web-request")
+        servers = []
+        for wrapped in self.sockets:
+            listening = getattr(wrapped, "sock", wrapped)
+            listener = self._listener_for(listening)
+            if listener.tls and self.tls is None:
+                raise RuntimeError(f"{listener.flag} is a TLS listener but the worker has no TLS context")
+            context = self.tls.current() if listener.tls and self.tls is not None else None
+            servers.append(await asyncio.start_server(
+                partial(self._accept, listener=listener, executor=executor, deadlines=deadlines),
+                sock=listening, ssl=context,
+                ssl_handshake_timeout=deadlines.handshake_seconds if context is not None else None,
+                limit=READ_BUFFER_BYTES))
+        try:
+            while self.alive:
+                self.notify()
+                if os.getppid() != self.ppid:
+                    self.log.info("parent changed, shutting down: %s", self)
+                    break
+                await asyncio.sleep(HEARTBEAT_SECONDS)
+        finally:
+            await self._stop(servers)
+            executor.shutdown(wait=False, cancel_futures=True)
+
+    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, *, listener: Listener,
+                      executor: ThreadPoolExecutor, deadlines: Deadlines) -> None:
+        task = asyncio.current_task()
+        if task is None or len(self._served) >= self.cfg.worker_connections or not self.alive:
+            writer.close()
+            return
+        connection = Connection(reader, writer, listener=listener, app=self.wsgi, executor=executor,
+                                deadlines=deadlines)
+        self._served[task] = connection
+        try:
+            await connection.serve()
+        finally:
+            del self._served[task]
+
+    async def _stop(self, servers: list[asyncio.Server]) -> None:
+        """Stop accepting, drop idle connections, give requests in flight ``graceful_timeout`` to finish."""
+        for server in servers:
+            server.close()
+        for task, connection in list(self._served.items()):
+            connection.closing = True
+            if not connection.busy:
+                task.cancel()
+        pending = [task for task in self._served if not task.done()]
+        if pending:
+            await asyncio.wait(pending, timeout=self.cfg.graceful_timeout)
+        for task in pending:
+            task.cancel()
+
+
+def front_worker_class(listeners: tuple[Listener, ...], tls: ReloadingTLSContext | None) -> type[FrontWorker]:
+    """A `FrontWorker` bound to these listeners and TLS context (gunicorn takes a class as its worker)."""
+    return type("HamiWebWorker", (FrontWorker,), {"listeners": listeners, "tls": tls,
+                                                  "__module__": __name__})

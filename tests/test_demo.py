@@ -1,0 +1,22 @@
+"""``hami-web demo`` (the README's first command) end to end: the production server on its three listeners.
+
+Covers: the demo exits 0, every example pod gets a verdict, GPU pods are scheduled through ``/webhook`` on
+the webhook listener and ``/filter`` + ``/bind`` on the extender listener, and the usage table is read from
+``/metrics`` on the plain-HTTP metrics listener.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from hami_web.cli import main
+
+
+def test_the_demo_schedules_the_example_pods_through_the_three_listeners(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["demo"]) == 0
+    output = capsys.readouterr().out
+    assert "webhook https://127.0.0.1:" in output and "extender https://127.0.0.1:" in output
+    assert "metrics http://127.0.0.1:" in output
+    assert " scheduled " in output and " denied " in output
+    assert "GPU usage as the server reports it on /metrics:" in output
+    assert "demo failed" not in output

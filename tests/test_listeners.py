@@ -1,0 +1,66 @@
+"""Listeners by audience: the flags that place them and the routes each serves (in-process).
+
+Covers: the safe defaults (webhook on every interface, extender on loopback, metrics plain HTTP on :9395);
+the ``HAMI_…`` twins of the new flags; two listeners on one port refused naming the flags; a bad address
+naming its flag; TLS on the webhook and extender listeners only (none under ``--insecure-http``); the app
+answering a plain JSON 404 for a route asked for on a listener that does not serve it — before any
+blueprint's handler (the extender's would turn it into a 200) — and every route when no listener is marked
+(an in-process test client). Over real sockets: ``tests/test_front.py``.
+"""
+
+from __future__ import annotations
+
+import pytest
+from flask.testing import FlaskClient
+
+from hami_web.server.listeners import LISTENER_ENVIRON_KEY, ROUTES_BY_AUDIENCE, plan_listeners
+from hami_web.settings import Settings, SettingsError, build_settings
+
+ALL_ROUTES = [("POST", "/webhook"), ("POST", "/filter"), ("POST", "/bind"), ("GET", "/healthz"),
+              ("GET", "/readyz"), ("GET", "/metrics")]
+
+
+def test_defaults_are_the_safe_layout() -> None:
+    settings = build_settings(None, environ={})
+    assert [(listener.audience, listener.address, listener.tls) for listener in plan_listeners(settings)] == [
+        ("webhook", "0.0.0.0:8443", True), ("extender", "127.0.0.1:8444", True), ("metrics", "0.0.0.0:9395", False)]
+
+
+def test_the_listener_flags_have_environment_twins() -> None:
+    settings = build_settings(None, environ={"HAMI_EXTENDER_BIND": "127.0.0.1:9000",
+                                             "HAMI_METRICS_BIND_ADDRESS": "127.0.0.1:9001"})
+    assert (settings.extender_host_port, settings.metrics_host_port) == (("127.0.0.1", 9000), ("127.0.0.1", 9001))
+
+
+def test_two_listeners_on_one_port_are_refused() -> None:
+    with pytest.raises(SettingsError, match="--bind/--extender-bind/--metrics-bind-address"):
+        build_settings(None, environ={"HAMI_EXTENDER_BIND": "127.0.0.1:8443"})
+
+
+@pytest.mark.parametrize("variable", ["HAMI_EXTENDER_BIND", "HAMI_METRICS_BIND_ADDRESS"])
+def test_a_bad_listener_address_names_its_flag(variable: str) -> None:
+    flag = "--" + variable.removeprefix("HAMI_").lower().replace("_", "-")
+    with pytest.raises(SettingsError, match=flag):
+        build_settings(None, environ={variable: "no-port"})
+
+
+def test_insecure_http_makes_every_listener_plain() -> None:
+    settings = Settings(insecure_http=True)
+    assert [listener.tls for listener in plan_listeners(settings)] == [False, False, False]
+
+
+@pytest.mark.parametrize("audience", sorted(ROUTES_BY_AUDIENCE))
+@pytest.mark.parametrize(("method", "path"), ALL_ROUTES)
+def test_a_route_on_the_wrong_listener_is_a_plain_404(client: FlaskClient, audience: str, method: str,
+                                                      path: str) -> None:
+    response = client.open(path, method=method, data=b"{}", environ_base={LISTENER_ENVIRON_KEY: audience})
+    if path in ROUTES_BY_AUDIENCE[audience]:
+        assert response.status_code != 404 or path == "/metrics"  # no metrics collaborator in this app
+    else:
+        assert response.status_code == 404
+        assert response.get_json() == {"error": "Not Found", "message": "no such route on this listener"}
+
+
+@pytest.mark.parametrize(("method", "path"), [route for route in ALL_ROUTES if route[1] != "/metrics"])
+def test_an_unmarked_request_reaches_every_route(client: FlaskClient, method: str, path: str) -> None:
+    assert client.open(path, method=method, data=b"{}").status_code != 404
