@@ -524,6 +524,8 @@ class ControlPlane:
                          "--extender-bind", f"127.0.0.1:{self.extender_port}"]
             if _serve_supports("--metrics-bind-address"):
                 arguments += ["--metrics-bind-address", f"127.0.0.1:{self.metrics_port}"]
+            if _serve_supports("--ui-bind"):
+                arguments += ["--ui-bind", "off"]  # several control planes may run at once: no fixed port
             return arguments
         self.extender_port = self.webhook_port
         return ["--bind", f"127.0.0.1:{self.webhook_port}"]
