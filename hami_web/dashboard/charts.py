@@ -26,7 +26,7 @@ def histogram(values: Sequence[int], *, top: int, bins: int = HISTOGRAM_BINS) ->
     width = CHART_WIDTH / bins
     bars = []
     for position, count in enumerate(counts):
-        height = round(count / tallest * (CHART_HEIGHT - 20), 1)
+        height = round(count / tallest * (CHART_HEIGHT - 30), 1)  # room for the count above the bar
         bars.append({"low": position * top // bins, "high": (position + 1) * top // bins, "count": count,
                      "x": round(position * width + 1, 1), "y": round(CHART_HEIGHT - 14 - height, 1),
                      "width": round(width - 2, 1), "height": height})
