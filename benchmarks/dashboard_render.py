@@ -23,15 +23,15 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from inspect_scale import GPUS_PER_NODE, generate  # noqa: E402
+from inspect_scale import GPUS_PER_NODE, generate
 
-from hami_web.core.options import pod_options  # noqa: E402
-from hami_web.core.requests import RequestDefaults, pod_request  # noqa: E402
-from hami_web.dashboard.data import DashboardSources  # noqa: E402
-from hami_web.server.app import create_app  # noqa: E402
-from hami_web.settings import Settings  # noqa: E402
-from hami_web.state.cache import ClusterCache  # noqa: E402
-from hami_web.state.decisions import DECISION_CAPACITY, Decision, DecisionLog  # noqa: E402
+from hami_web.core.options import pod_options
+from hami_web.core.requests import RequestDefaults, pod_request
+from hami_web.dashboard.data import DashboardSources
+from hami_web.server.app import create_app
+from hami_web.settings import Settings
+from hami_web.state.cache import ClusterCache
+from hami_web.state.decisions import DECISION_CAPACITY, Decision, DecisionLog
 
 
 def _pending_pod(number: int) -> dict:
