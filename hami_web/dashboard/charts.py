@@ -44,6 +44,7 @@ def latency_chart(series: dict[str, Sequence[tuple[float, float]]], *, start: fl
         coordinates = [(round((at - start) / span * CHART_WIDTH, 1),
                         round(CHART_HEIGHT - latency * 1000 / scale_ms * CHART_HEIGHT, 1))
                        for at, latency in sorted(points) if start <= at <= end]
-        lines[name] = {"points": " ".join(f"{x},{y}" for x, y in coordinates), "count": len(coordinates)}
+        lines[name] = {"points": " ".join(f"{x},{y}" for x, y in coordinates), "count": len(coordinates),
+                       "dots": [{"x": x, "y": y} for x, y in coordinates]}
     return {"width": CHART_WIDTH, "height": CHART_HEIGHT, "scale_ms": round(scale_ms, 1),
             "window_seconds": round(end - start), "lines": lines}

@@ -32,6 +32,7 @@ DEFAULT_PER_PAGE = 50
 MAX_PER_PAGE = 500
 PENDING_PER_PAGE = 25
 LATENCY_WINDOW_SECONDS = 600.0
+LATENCY_MIN_WINDOW_SECONDS = 10.0
 WHATIF_NODES_SHOWN = 50
 
 
@@ -215,7 +216,9 @@ def decisions(sources: DashboardSources, args: Mapping[str, str]) -> dict[str, A
     now = sources.decisions.now()
     remembered = sources.decisions.decisions()
     shown = [d for d in remembered if kind == "all" or d.kind == kind]
-    start = now - LATENCY_WINDOW_SECONDS
+    # The last ten minutes, or less when the log is younger, so a fresh server's few decisions spread out.
+    oldest = min((d.at for d in remembered), default=now)
+    start = min(max(now - LATENCY_WINDOW_SECONDS, oldest), now - LATENCY_MIN_WINDOW_SECONDS)
     series = {name: [(d.at, d.latency_seconds) for d in remembered if d.kind == name and d.at >= start]
               for name in (FILTER, BIND)}
     summary = {}
