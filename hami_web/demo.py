@@ -197,7 +197,8 @@ def _run_pods(pods: list[dict[str, Any]], *, server: LocalServer, cluster: Local
               ) -> int:
     print(f"API server (in-process): {cluster.url}\n"
           f"hami-web (gunicorn): webhook {server.webhook_url}, extender {server.extender_url}, "
-          f"metrics {server.metrics_url}")
+          f"metrics {server.metrics_url}\n"
+          f"Dashboard: {server.dashboard_url}")
     webhook = _Https(server.webhook_url, server.ca_path)
     extender = _Https(server.extender_url, server.ca_path)
     kube = Kube.for_url(cluster.url)
@@ -224,7 +225,8 @@ def _keep_serving(server: LocalServer, api_url: str) -> None:
     ca_copy.write_bytes(server.ca_path.read_bytes())
     filter_body = ('{"Pod": {"metadata": {"name": "x", "uid": "1"}, "spec": {"containers": [{"name": "c", '
                    '"resources": {"limits": {"nvidia.com/gpu": "1"}}}]}}, "NodeNames": ["gpu-a40-2"]}')
-    print(f"\nServing until Ctrl-C. The API server is {api_url}. Try:\n"
+    print(f"\nServing until Ctrl-C. The API server is {api_url}.\n"
+          f"Dashboard (read-only, loopback): {server.dashboard_url}\nTry:\n"
           f"  curl --cacert {ca_copy} {server.webhook_url}/readyz          # webhook listener (the Service's)\n"
           f"  curl {server.metrics_url}/metrics | grep ^hami_gpu          # metrics listener (plain HTTP)\n"
           f"  curl --cacert {ca_copy} -X POST {server.extender_url}/filter -H 'Content-Type: application/json' "

@@ -217,6 +217,14 @@ class Kube:
     def _admission(self) -> kubernetes.client.AdmissionregistrationV1Api:
         return kubernetes.client.AdmissionregistrationV1Api(self._api_client)
 
+    @functools.cached_property
+    def _authentication(self) -> kubernetes.client.AuthenticationV1Api:
+        return kubernetes.client.AuthenticationV1Api(self._api_client)
+
+    @functools.cached_property
+    def _authorization(self) -> kubernetes.client.AuthorizationV1Api:
+        return kubernetes.client.AuthorizationV1Api(self._api_client)
+
     @classmethod
     def for_url(cls, url: str, **options: Any) -> Kube:
         """Client for a plain-HTTP API server at ``url`` (the in-process test/demo server)."""
@@ -475,3 +483,18 @@ class Kube:
         return self._call(f"patch mutatingwebhookconfiguration {name}",
                           self._admission.patch_mutating_webhook_configuration, name, patch,
                           _content_type=JSON_PATCH)
+
+    # -- delegated authentication and authorization (the exposed dashboard) ------------------------------
+
+    def review_token(self, token: str) -> JsonObject:
+        """TokenReview ``token``; the answer's ``status`` says whether it is authenticated, and as whom."""
+        body = {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview", "spec": {"token": token}}
+        return self._call("create tokenreview", self._authentication.create_token_review, body)
+
+    def review_access(self, *, user: JsonObject, verb: str, resource: str) -> JsonObject:
+        """SubjectAccessReview: may ``user`` (a TokenReview's ``status.user``) ``verb`` ``resource`` cluster-wide."""
+        spec: JsonObject = {"user": user.get("username", ""), "groups": user.get("groups") or [],
+                            "uid": user.get("uid", ""), "extra": user.get("extra") or {},
+                            "resourceAttributes": {"verb": verb, "resource": resource, "group": ""}}
+        body = {"apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview", "spec": spec}
+        return self._call("create subjectaccessreview", self._authorization.create_subject_access_review, body)

@@ -8,6 +8,7 @@ surfacing later as a confusing scheduling decision.
 from __future__ import annotations
 
 import argparse
+import ipaddress
 import os
 import re
 from collections.abc import Callable, Mapping, Sequence
@@ -62,6 +63,8 @@ class Settings:
     bind: str = "0.0.0.0:8443"
     extender_bind: str = "127.0.0.1:8444"
     metrics_bind_address: str = ":9395"
+    ui_bind: str = "127.0.0.1:9396"
+    ui_expose: bool = False
     refresh_interval_seconds: float = 15.0
     privileged_policy: str = "deny"
     kubeconfig: str = ""
@@ -91,11 +94,26 @@ class Settings:
         """``--metrics-bind-address`` split into host and port (``:9395`` means every interface)."""
         return split_host_port(self.metrics_bind_address)
 
+    @property
+    def ui_host_port(self) -> tuple[str, int] | None:
+        """``--ui-bind`` split into host and port; None when the dashboard is off."""
+        return split_host_port(self.ui_bind) if self.ui_bind else None
+
 
 def split_host_port(address: str) -> tuple[str, int]:
     """``HOST:PORT`` (``[v6]:PORT``, or ``:PORT`` for every interface) as ``(host, port)``."""
     host, _, port = address.rpartition(":")
     return host.strip("[]") or "0.0.0.0", int(port)
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` (an IP address or ``localhost``) only listens on this machine."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 _DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h)")
@@ -208,6 +226,10 @@ def _bind_address(text: str) -> str:
     return f"{host}:{port}"
 
 
+def _optional_bind_address(text: str) -> str:
+    return "" if text.strip().lower() in ("", "off") else _bind_address(text)
+
+
 def _resource_name(text: str) -> str:
     value = text.strip()
     if not re.fullmatch(r"[A-Za-z0-9.\-]+/[A-Za-z0-9.\-_]+", value):
@@ -262,6 +284,13 @@ _OPTIONS: tuple[_Option, ...] = (
             "loopback (127.0.0.1:8444)"),
     _Option("--metrics-bind-address", "metrics_bind_address", _bind_address,
             "plain-HTTP listener for /metrics, HOST:PORT or :PORT (:9395)"),
+    _Option("--ui-bind", "ui_bind", _optional_bind_address,
+            "listener of the read-only dashboard /ui/, HOST:PORT or off; plain HTTP on loopback, reach it with "
+            "kubectl port-forward (127.0.0.1:9396)"),
+    _Option("--ui-expose", "ui_expose", _parse_bool,
+            "allow --ui-bind on a non-loopback address: then every request needs a Kubernetes bearer token "
+            "allowed to list pods and nodes (TokenReview + SubjectAccessReview), and TLS unless "
+            "--insecure-http", is_switch=True),
     _Option("--refresh-interval", "refresh_interval_seconds", _positive_duration,
             "full resync period of the cluster cache, e.g. 15s (15s)"),
     _Option("--privileged-policy", "privileged_policy", _choice(PRIVILEGED_POLICIES),
@@ -378,10 +407,14 @@ def _check_consistency(settings: Settings) -> None:
     if bool(settings.cert_file) != bool(settings.key_file):
         raise SettingsError("invalid value for --cert-file/--key-file: give both or neither")
     ports = [address[1] for address in (settings.bind_host_port, settings.extender_host_port,
-                                        settings.metrics_host_port)]
+                                        settings.metrics_host_port, settings.ui_host_port) if address]
     if len(set(ports)) != len(ports):
-        raise SettingsError("invalid value for --bind/--extender-bind/--metrics-bind-address: each listener "
-                            f"needs its own port (got {', '.join(map(str, ports))})")
+        raise SettingsError("invalid value for --bind/--extender-bind/--metrics-bind-address/--ui-bind: each "
+                            f"listener needs its own port (got {', '.join(map(str, ports))})")
+    if settings.ui_host_port and not settings.ui_expose and not is_loopback(settings.ui_host_port[0]):
+        raise SettingsError(f"invalid value for --ui-bind: {settings.ui_bind} is not a loopback address; the "
+                            "dashboard shows pod and node names, so exposing it needs --ui-expose (which then "
+                            "requires a Kubernetes bearer token on every request)")
     if not settings.scheduler_name:
         raise SettingsError("invalid value for --scheduler-name: must not be empty")
 

@@ -23,7 +23,8 @@ ALL_ROUTES = [("POST", "/webhook"), ("POST", "/filter"), ("POST", "/bind"), ("GE
 def test_defaults_are_the_safe_layout() -> None:
     settings = build_settings(None, environ={})
     assert [(listener.audience, listener.address, listener.tls) for listener in plan_listeners(settings)] == [
-        ("webhook", "0.0.0.0:8443", True), ("extender", "127.0.0.1:8444", True), ("metrics", "0.0.0.0:9395", False)]
+        ("webhook", "0.0.0.0:8443", True), ("extender", "127.0.0.1:8444", True), ("metrics", "0.0.0.0:9395", False),
+        ("ui", "127.0.0.1:9396", False)]
 
 
 def test_the_listener_flags_have_environment_twins() -> None:
@@ -46,7 +47,7 @@ def test_a_bad_listener_address_names_its_flag(variable: str) -> None:
 
 def test_insecure_http_makes_every_listener_plain() -> None:
     settings = Settings(insecure_http=True)
-    assert [listener.tls for listener in plan_listeners(settings)] == [False, False, False]
+    assert [listener.tls for listener in plan_listeners(settings)] == [False, False, False, False]
 
 
 @pytest.mark.parametrize("audience", sorted(ROUTES_BY_AUDIENCE))

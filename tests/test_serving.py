@@ -59,7 +59,7 @@ from hami_web.server.worker import FrontWorker
 
 cert_file, key_file, bind, extender_bind, metrics_bind, insecure = sys.argv[1:7]
 settings = replace(Settings(), bind=bind, extender_bind=extender_bind, metrics_bind_address=metrics_bind,
-                   threads=2, insecure_http=insecure == "1", cert_file=cert_file, key_file=key_file)
+                   threads=2, insecure_http=insecure == "1", cert_file=cert_file, key_file=key_file, ui_bind="")
 tls = None if settings.insecure_http else ReloadingTLSContext(cert_file, key_file, check_interval_seconds=0.2)
 sys.exit(run_gunicorn(create_app(settings), settings, tls=tls))
 """
@@ -236,7 +236,7 @@ def test_one_front_worker_with_threads_keepalive_and_three_listeners(tmp_path: P
     assert issubclass(options["worker_class"], FrontWorker)
     assert options["worker_class"].tls is tls
     assert options["keepalive"] > 0 and options["max_requests"] == 0
-    assert options["bind"] == ["[::1]:9443", "127.0.0.1:8444", "0.0.0.0:9395"]
+    assert options["bind"] == ["[::1]:9443", "127.0.0.1:8444", "0.0.0.0:9395", "127.0.0.1:9396"]
     assert "certfile" not in options and "ssl_context" not in options  # TLS is the worker's, per listener
     assert options["logger_class"] is GunicornLogger and options["accesslog"] is None
 
@@ -250,7 +250,7 @@ def test_gunicorn_config_file_has_the_serve_options(monkeypatch: pytest.MonkeyPa
     conf = importlib.reload(conf)
     assert (conf.workers, conf.threads) == (1, 3)
     assert issubclass(conf.worker_class, FrontWorker)
-    assert conf.bind == ["0.0.0.0:8443", "127.0.0.1:9444", "0.0.0.0:9395"]
+    assert conf.bind == ["0.0.0.0:8443", "127.0.0.1:9444", "0.0.0.0:9395", "127.0.0.1:9396"]
     assert conf.wsgi_app == "hami_web.server.gunicorn_conf:application"
 
 

@@ -55,6 +55,9 @@ RESOURCE_TYPES: dict[str, ResourceType] = {
         ResourceType("secrets", "Secret", "", "v1", namespaced=True, field_selectors=(*COMMON_FIELDS, "type")),
         ResourceType("mutatingwebhookconfigurations", "MutatingWebhookConfiguration",
                      "admissionregistration.k8s.io", "v1", namespaced=False),
+        ResourceType("clusterroles", "ClusterRole", "rbac.authorization.k8s.io", "v1", namespaced=False),
+        ResourceType("clusterrolebindings", "ClusterRoleBinding", "rbac.authorization.k8s.io", "v1",
+                     namespaced=False),
     )
 }
 

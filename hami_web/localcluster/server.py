@@ -23,6 +23,7 @@ from hami_web.localcluster import selectors
 from hami_web.localcluster.errors import ApiError, bad_request, conflict, success_status
 from hami_web.localcluster.httpserver import RESET_CONNECTION
 from hami_web.localcluster.resources import RESOURCE_TYPES, ResourceType, resource_type
+from hami_web.localcluster.reviews import review_access, review_token
 from hami_web.localcluster.store import Change, Expired, Store
 
 JsonObject = dict[str, Any]
@@ -33,6 +34,9 @@ DEFAULT_WATCH_TIMEOUT_SECONDS = 1800.0
 # Paginated lists whose remaining pages are kept (the oldest unfinished one is forgotten first).
 LIST_SNAPSHOTS = 16
 POLL_SECONDS = 0.05
+# Reviews are created and answered, never stored (kube-apiserver's TokenReview and SubjectAccessReview).
+REVIEWS = {("apis", "authentication.k8s.io", "v1", "tokenreviews"): review_token,
+           ("apis", "authorization.k8s.io", "v1", "subjectaccessreviews"): review_access}
 VERSION = {"major": "1", "minor": "31", "gitVersion": "v1.31.0-hami-web-localcluster", "platform": "linux/amd64",
            "goVersion": "go1.22", "compiler": "gc", "buildDate": "2024-01-01T00:00:00Z", "gitCommit": "",
            "gitTreeState": "clean"}
@@ -123,6 +127,11 @@ class ApiServer:
         discovery = _discovery(parts)
         if discovery is not None:
             return _json(discovery, 200), None
+        review = REVIEWS.get(tuple(parts))
+        if review is not None:
+            if request.method != "POST":
+                raise ApiError(405, f"the server does not allow this method on the requested resource ({parts[-1]})")
+            return _json(review(self.store, _body(request)), 201), None
         target = _parse_target(parts)
         if target is None:
             raise ApiError(404, "the server could not find the requested resource")

@@ -22,7 +22,7 @@ MAX_BODY_BYTES = 4 * 1024 * 1024
 
 
 def create_app(settings: Settings, *, readiness: Readiness | None = None, extender: object = None,
-               metrics: object = None) -> Flask:
+               metrics: object = None, dashboard: object = None) -> Flask:
     """Build the app with its blueprints; collaborators left as None disable the routes that need them."""
     from hami_web.routes import extender as extender_routes
     from hami_web.routes import health, webhook
@@ -31,7 +31,7 @@ def create_app(settings: Settings, *, readiness: Readiness | None = None, extend
     app.config["MAX_CONTENT_LENGTH"] = MAX_BODY_BYTES
     app.json.sort_keys = False
     app.extensions[EXTENSION_KEY] = Services(settings=settings, readiness=readiness, extender=extender,
-                                             metrics=metrics)
+                                             metrics=metrics, dashboard=dashboard)
     app.register_blueprint(health.blueprint)
     app.register_blueprint(webhook.blueprint)
     app.register_blueprint(extender_routes.blueprint)
@@ -39,6 +39,10 @@ def create_app(settings: Settings, *, readiness: Readiness | None = None, extend
         from hami_web.routes import metrics as metrics_routes
 
         app.register_blueprint(metrics_routes.blueprint)
+    if dashboard is not None:
+        from hami_web.dashboard import views as dashboard_views
+
+        app.register_blueprint(dashboard_views.blueprint)
     app.register_error_handler(HTTPException, _http_error)
     app.register_error_handler(Exception, _unexpected_error)
     app.wsgi_app = RoutesByListener(app.wsgi_app)  # type: ignore[method-assign]

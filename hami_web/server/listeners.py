@@ -4,6 +4,8 @@ Any pod in the cluster can reach the Service, so the Service's listener serves o
 needs (the webhook) and what kubelet probes. The extender routes change cluster state (annotate and bind
 pods with hami-web's RBAC) and only kube-scheduler, in the same pod, needs them: they live on a loopback
 listener. Metrics are plain HTTP on their own port, where Prometheus expects them (HAMi uses ``:9395``).
+The read-only dashboard (``/ui/…``, `hami_web.dashboard`) has a loopback listener of its own, off with
+``--ui-bind off``.
 A route asked for on a listener that does not serve it answers 404, as if it did not exist.
 """
 
@@ -24,12 +26,16 @@ LISTENER_ENVIRON_KEY = "hami_web.listener"
 WEBHOOK = "webhook"
 EXTENDER = "extender"
 METRICS = "metrics"
+UI = "ui"
 
 ROUTES_BY_AUDIENCE: dict[str, frozenset[str]] = {
     WEBHOOK: frozenset({"/webhook", "/healthz", "/readyz"}),
     EXTENDER: frozenset({"/filter", "/bind", "/healthz", "/readyz"}),
     METRICS: frozenset({"/metrics"}),
+    UI: frozenset({"/ui"}),
 }
+# Audiences that also serve every path under one of these prefixes.
+ROUTE_PREFIXES_BY_AUDIENCE: dict[str, tuple[str, ...]] = {UI: ("/ui/",)}
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,13 +60,25 @@ class Listener:
 
 
 def plan_listeners(settings: Settings) -> tuple[Listener, ...]:
-    """The three listeners from the settings; TLS on the webhook and extender unless ``--insecure-http``."""
+    """The listeners from the settings; TLS on the webhook and extender unless ``--insecure-http``.
+
+    The dashboard's is plain HTTP on loopback; exposed (``--ui-expose``) it speaks TLS like the others.
+    """
     tls = not settings.insecure_http
-    return (
+    listeners = (
         Listener(WEBHOOK, "--bind", *settings.bind_host_port, tls=tls),
         Listener(EXTENDER, "--extender-bind", *settings.extender_host_port, tls=tls),
         Listener(METRICS, "--metrics-bind-address", *settings.metrics_host_port, tls=False),
     )
+    if settings.ui_host_port is None:
+        return listeners
+    return (*listeners, Listener(UI, "--ui-bind", *settings.ui_host_port, tls=tls and settings.ui_expose))
+
+
+def serves(audience: str, path: str) -> bool:
+    """Whether the listener of ``audience`` serves ``path``."""
+    prefixes = ROUTE_PREFIXES_BY_AUDIENCE.get(audience, ())
+    return path in ROUTES_BY_AUDIENCE.get(audience, ()) or path.startswith(prefixes)
 
 
 class RoutesByListener:
@@ -76,7 +94,7 @@ class RoutesByListener:
 
     def __call__(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
         audience = environ.get(LISTENER_ENVIRON_KEY)
-        if audience is not None and environ.get("PATH_INFO", "") not in ROUTES_BY_AUDIENCE.get(audience, ()):
+        if audience is not None and not serves(audience, environ.get("PATH_INFO", "")):
             body = json.dumps({"error": "Not Found", "message": "no such route on this listener"})
             return Response(body, status=404, mimetype="application/json")(environ, start_response)
         return self._app(environ, start_response)

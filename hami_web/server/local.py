@@ -1,7 +1,7 @@
 """``hami-web serve`` as a child process on this machine, against a given API server, on free local ports.
 
 The demo, the end-to-end tests and the benchmarks all need the production server exactly as it runs in a
-pod (gunicorn, the front worker, TLS, three listeners); this starts it with a throwaway certificate and a
+pod (gunicorn, the front worker, TLS, its listeners); this starts it with a throwaway certificate and a
 kubeconfig, waits until ``/readyz`` answers 200, and stops it with SIGTERM as kubelet would.
 """
 
@@ -29,7 +29,7 @@ STOP_TIMEOUT_SECONDS = 15.0
 
 @dataclass(frozen=True, slots=True)
 class LocalServer:
-    """A running server: its process, the three listeners' base URLs, and the CA that signed its certificate."""
+    """A running server: its process, the listeners' base URLs, and the CA that signed its certificate."""
 
     process: subprocess.Popen[bytes]
     webhook_url: str
@@ -37,6 +37,12 @@ class LocalServer:
     metrics_url: str
     ca_path: Path
     log_path: Path
+    ui_url: str = ""
+
+    @property
+    def dashboard_url(self) -> str:
+        """The dashboard's overview page."""
+        return f"{self.ui_url}/ui/"
 
     def log_tail(self, characters: int = 3000) -> str:
         """The end of the server's log (for error messages)."""
@@ -80,18 +86,19 @@ def run_local_server(api_url: str, directory: Path, *, threads: int = 4, extra_a
     """
     certificates = make_local_certificates(directory / "certs")
     kubeconfig = write_kubeconfig(directory, api_url)
-    webhook, extender, metrics = free_port(), free_port(), free_port()
+    webhook, extender, metrics, ui = free_port(), free_port(), free_port(), free_port()
     log_path = directory / "server.log"
     command = [sys.executable, "-m", "hami_web", "serve", "--kubeconfig", str(kubeconfig),
                "--cert-file", str(certificates.cert_path), "--key-file", str(certificates.key_path),
                "--bind", f"127.0.0.1:{webhook}", "--extender-bind", f"127.0.0.1:{extender}",
-               "--metrics-bind-address", f"127.0.0.1:{metrics}", "--threads", str(threads), *extra_args]
+               "--metrics-bind-address", f"127.0.0.1:{metrics}", "--ui-bind", f"127.0.0.1:{ui}",
+               "--threads", str(threads), *extra_args]
     with open(log_path, "wb") as log_file:
         process = subprocess.Popen(command, stdout=log_file, stderr=subprocess.STDOUT,
                                    env={**os.environ, "PYTHONUNBUFFERED": "1"})
     server = LocalServer(process=process, webhook_url=f"https://127.0.0.1:{webhook}",
                          extender_url=f"https://127.0.0.1:{extender}", metrics_url=f"http://127.0.0.1:{metrics}",
-                         ca_path=certificates.ca_path, log_path=log_path)
+                         ca_path=certificates.ca_path, log_path=log_path, ui_url=f"http://127.0.0.1:{ui}")
     try:
         _wait_ready(server)
         yield server

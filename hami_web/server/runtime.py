@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from flask import Flask
 
+from hami_web.dashboard.data import DashboardSources
 from hami_web.extender.binding import Binder
 from hami_web.extender.events import EventRecorder
 from hami_web.extender.filtering import Filter
@@ -24,6 +25,7 @@ from hami_web.server.app import create_app
 from hami_web.settings import Settings
 from hami_web.state.budget import RequestBudget
 from hami_web.state.cache import ClusterCache
+from hami_web.state.decisions import DecisionLog
 from hami_web.state.sync import ClusterSync
 
 
@@ -39,6 +41,7 @@ class Runtime:
     extender: Extender
     metrics: Metrics
     app: Flask
+    decisions: DecisionLog
 
     def start(self) -> None:
         """Start the event sender and the list/watch loops."""
@@ -63,6 +66,7 @@ def build_runtime(settings: Settings, *, kube: Kube | None = None, clock: Callab
                        node_label_selector=settings.node_label_selector, clock=clock)
     metrics = Metrics(cache, sync)
     events = EventRecorder(kube)
+    decisions = DecisionLog(clock=clock)
     node_lock = NodeLock(kube, timeout_seconds=settings.node_lock_timeout_seconds, clock=clock)
     extender = Extender(
         filterer=Filter(settings=settings, cache=cache, events=events, metrics=metrics, clock=clock),
@@ -71,8 +75,10 @@ def build_runtime(settings: Settings, *, kube: Kube | None = None, clock: Callab
                       lock_wait_seconds=settings.node_lock_retry_timeout_seconds,
                       max_lock_waiters=max(1, settings.threads // 2),
                       count_resource=settings.resources.count),
-        events=events,
+        events=events, cache=cache, decisions=decisions,
     )
-    app = create_app(settings, readiness=sync, extender=extender, metrics=metrics)
+    dashboard = DashboardSources(settings=settings, cache=cache, decisions=decisions, kube=kube) \
+        if settings.ui_bind else None
+    app = create_app(settings, readiness=sync, extender=extender, metrics=metrics, dashboard=dashboard)
     return Runtime(settings=settings, kube=kube, cache=cache, sync=sync, events=events, extender=extender,
-                   metrics=metrics, app=app)
+                   metrics=metrics, app=app, decisions=decisions)

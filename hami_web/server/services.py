@@ -32,6 +32,7 @@ class Services:
     readiness: Readiness | None = None
     extender: Any = None
     metrics: Any = None
+    dashboard: Any = None
 
 
 def services() -> Services:

@@ -377,3 +377,8 @@ class ClusterCache:
         with self._lock:
             return [held.usage for held in self._held.values()]
 
+
+    def read_consistent(self) -> tuple[dict[str, NodeView], dict[str, str], list[PodUsage]]:
+        """Views, broken nodes and pod usages taken under one lock acquisition, so they agree (dashboard)."""
+        with self._lock:
+            return dict(self._views), dict(self._broken_nodes), [held.usage for held in self._held.values()]

@@ -539,7 +539,7 @@ class ControlPlane:
         return [sys.executable, "-m", "hami_web", "serve",
                 "--cert-file", str(self.tls_dir / "tls.crt"), "--key-file", str(self.tls_dir / "tls.key"),
                 "--bind", f"127.0.0.1:{webhook}", "--extender-bind", f"127.0.0.1:{extender}",
-                "--metrics-bind-address", f"127.0.0.1:{metrics}",
+                "--metrics-bind-address", f"127.0.0.1:{metrics}", "--ui-bind", "off",  # replicas share the host
                 "--kubeconfig", str(self.hami_web_kubeconfig), "--threads", "8", *self.hami_web_arguments]
 
     def start_hami_web(self, name: str = "hami-web") -> Process:

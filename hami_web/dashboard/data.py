@@ -1,0 +1,289 @@
+"""What each dashboard page shows, as plain JSON-able data: the page's template and its ``/ui/api`` twin read it.
+
+Everything comes from the running server's memory — one consistent read of the cluster cache
+(`ClusterCache.read_consistent`) and the extender's `DecisionLog` — never from extra API lists, and goes
+through the operator tools' logic (`ops.inspect`, `ops.explain`, `ops.capacity`), so the dashboard, the
+``kubectl hami`` commands and the filter agree on every number.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from hami_web.core.options import NODE_POLICIES, OptionsError, parse_gpu_policy
+from hami_web.core.reasons import group_reasons
+from hami_web.core.requests import RequestDefaults
+from hami_web.dashboard import charts
+from hami_web.kube import Kube
+from hami_web.ops.capacity import PodShape, ShapeError, plan_capacity
+from hami_web.ops.explain import Policies, explain_pod
+from hami_web.ops.inspect import GpuReport, inspect_cluster
+from hami_web.ops.render import explain_data
+from hami_web.ops.snapshot import ClusterSnapshot, NodeFacts
+from hami_web.settings import Settings
+from hami_web.state.cache import ClusterCache
+from hami_web.state.decisions import BIND, FILTER, DecisionLog
+
+METRICS = ("memory", "cores")
+SORTS = ("fullness", "name", "pods")
+DEFAULT_PER_PAGE = 50
+MAX_PER_PAGE = 500
+PENDING_PER_PAGE = 25
+LATENCY_WINDOW_SECONDS = 600.0
+LATENCY_MIN_WINDOW_SECONDS = 10.0
+WHATIF_NODES_SHOWN = 50
+
+
+class QueryError(ValueError):
+    """A page parameter is invalid; the message names it."""
+
+
+@dataclass(slots=True)
+class DashboardSources:
+    """What the dashboard reads: the settings (policies), the cache, the decision log (and who may read it)."""
+
+    settings: Settings
+    cache: ClusterCache
+    decisions: DecisionLog
+    kube: Kube | None = None  # checks bearer tokens when the dashboard is exposed (``--ui-expose``)
+
+    def policies(self) -> Policies:
+        """The server's own defaults, as the filter applies them."""
+        settings = self.settings
+        return Policies(node_policy=settings.node_scheduler_policy, gpu_policy=settings.gpu_scheduler_policy,
+                        defaults=RequestDefaults(resources=settings.resources, default_mem_mib=settings.default_mem_mib,
+                                                 default_cores=settings.default_cores))
+
+    def snapshot(self) -> ClusterSnapshot:
+        """The cache's views, broken nodes and usages, read together, in the operator tools' form.
+
+        The cache does not keep which nodes are cordoned (kube-scheduler leaves them out of the candidates
+        it sends), so every GPU node counts as schedulable here.
+        """
+        views, broken, usages = self.cache.read_consistent()
+        nodes = {name: NodeFacts(name=name, gpu_node=True, cordoned=False) for name in views}
+        nodes.update({name: NodeFacts(name=name, gpu_node=True, cordoned=False, error=error)
+                      for name, error in broken.items()})
+        return ClusterSnapshot(nodes=nodes, views=views, broken_nodes=broken, usages=usages)
+
+
+# -- parameters -------------------------------------------------------------------------------------------
+
+
+def _whole(args: Mapping[str, str], name: str, default: int, *, low: int = 0, high: int | None = None) -> int:
+    raw = str(args.get(name, "") or "").strip()
+    if not raw:
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise QueryError(f"{name} must be a whole number, got {raw!r}") from None
+    if value < low or (high is not None and value > high):
+        bounds = f"between {low} and {high}" if high is not None else f"at least {low}"
+        raise QueryError(f"{name} must be {bounds}, got {value}")
+    return value
+
+
+def _one_of(args: Mapping[str, str], name: str, options: tuple[str, ...], default: str) -> str:
+    value = str(args.get(name, "") or "").strip() or default
+    if value not in options:
+        raise QueryError(f"{name} must be one of {', '.join(options)}, got {value!r}")
+    return value
+
+
+def _gpu_policy(args: Mapping[str, str]) -> str:
+    """What the filter accepts: a single policy or a chain such as ``binpack,numa``; empty = the server's."""
+    value = str(args.get("gpu_policy", "") or "").strip()
+    try:
+        return parse_gpu_policy(value, source="gpu_policy") if value else ""
+    except OptionsError as error:
+        raise QueryError(str(error)) from None
+
+
+def _paging(total: int, page: int, per_page: int) -> dict[str, int]:
+    pages = max((total + per_page - 1) // per_page, 1)
+    if page > pages:
+        raise QueryError(f"page must be at most {pages}, got {page}")
+    return {"page": page, "pages": pages, "per_page": per_page, "total": total}
+
+
+# -- overview ---------------------------------------------------------------------------------------------
+
+
+def _fill(used: int, total: int) -> float:
+    return round(used / total, 4) if total else 0.0
+
+
+def _gpu_cell(gpu: GpuReport, metric: str) -> dict[str, Any]:
+    fill = _fill(gpu.memory_booked_mib, gpu.memory_mib) if metric == "memory" else _fill(gpu.cores_booked, gpu.cores)
+    return {"index": gpu.index, "uuid": gpu.uuid, "type": gpu.type, "status": gpu.status, "fill": fill,
+            "level": min(int(fill * 10), 10), "memory_mib": gpu.memory_mib, "memory_booked_mib": gpu.memory_booked_mib,
+            "cores": gpu.cores, "cores_booked": gpu.cores_booked, "tasks": gpu.tasks, "task_slots": gpu.task_slots,
+            "pods": [{"pod": f"{share.namespace}/{share.pod}", "container": share.container,
+                      "memory_mib": share.memory_mib, "cores": share.cores} for share in gpu.pods]}
+
+
+def _histograms(snapshot: ClusterSnapshot) -> list[dict[str, Any]]:
+    """Per GPU type, how free memory is spread over its usable GPUs (unhealthy and cordoned ones excluded)."""
+    free: dict[str, list[int]] = {}
+    largest: dict[str, int] = {}
+    for view in snapshot.views.values():
+        for device, used in zip(view.inventory.devices, view.usage, strict=True):
+            if not device.healthy or device.uuid in view.inventory.cordoned:
+                continue
+            free.setdefault(device.type, []).append(device.memory_mib - used.memory_mib)
+            largest[device.type] = max(largest.get(device.type, 0), device.memory_mib)
+    return [{"type": gpu_type, "gpus": len(values), **charts.histogram(values, top=largest[gpu_type])}
+            for gpu_type, values in sorted(free.items())]
+
+
+def _only_type(snapshot: ClusterSnapshot, gpu_type: str) -> ClusterSnapshot:
+    views = {name: view for name, view in snapshot.views.items() if gpu_type in view.device_types}
+    return ClusterSnapshot(nodes={name: snapshot.nodes[name] for name in views}, views=views,
+                           usages=[usage for usage in snapshot.usages if usage.node in views])
+
+
+def overview(sources: DashboardSources, args: Mapping[str, str]) -> dict[str, Any]:
+    """Cluster totals, one page of the heatmap (rows = nodes, cells = GPUs) and the free-memory histograms.
+
+    Parameters: ``metric`` (memory|cores: what colours a cell and what ``fullness`` sorts by), ``sort``
+    (fullness|name|pods), ``type`` (only nodes with a GPU of this type), ``node`` (name contains),
+    ``page`` and ``per_page``.
+    """
+    metric = _one_of(args, "metric", METRICS, "memory")
+    sort = _one_of(args, "sort", SORTS, "fullness")
+    gpu_type = str(args.get("type", "") or "").strip()
+    node_filter = str(args.get("node", "") or "").strip()
+    page = _whole(args, "page", 1, low=1)
+    per_page = _whole(args, "per_page", DEFAULT_PER_PAGE, low=1, high=MAX_PER_PAGE)
+    snapshot = sources.snapshot()
+    cluster = inspect_cluster(snapshot, top=1).cluster
+    shown = _only_type(snapshot, gpu_type) if gpu_type else snapshot
+    if node_filter:
+        shown = ClusterSnapshot(nodes={n: f for n, f in shown.nodes.items() if node_filter in n},
+                                views={n: v for n, v in shown.views.items() if node_filter in n}, usages=shown.usages)
+    inspect_sort = {"fullness": metric, "name": "name", "pods": "pods"}[sort]
+    report = inspect_cluster(shown, sort=inspect_sort, top=page * per_page)
+    paging = _paging(report.nodes_total, page, per_page)
+    rows = [{"name": node.name, "status": node.status, "pods": node.totals.pods,
+             "fill": _fill(node.totals.memory_booked_mib, node.totals.memory_mib) if metric == "memory"
+             else _fill(node.totals.cores_booked, node.totals.cores),
+             "gpus": [_gpu_cell(gpu, metric) for gpu in node.gpus]}
+            for node in report.nodes[(page - 1) * per_page:]]
+    shared_gpus = {device.uuid for view in snapshot.views.values()
+                   for device, held in zip(view.inventory.devices, view.usage, strict=True) if held.tasks > 1}
+    sharing = [usage for usage in snapshot.usages if shared_gpus.intersection(usage.booking)]
+    types = sorted({t for view in snapshot.views.values() for t in view.device_types})
+    return {
+        "totals": {"nodes": len(snapshot.views), "broken_nodes": len(snapshot.broken_nodes),
+                   **dataclasses.asdict(cluster), "shared_gpus": len(shared_gpus), "pods_sharing": len(sharing),
+                   "unreadable_pods": len(sources.cache.stats.broken_pods)},
+        "query": {"metric": metric, "sort": sort, "type": gpu_type, "node": node_filter},
+        "paging": paging, "gpu_types": types, "nodes": rows, "histograms": _histograms(snapshot),
+        "broken_nodes": dict(sorted(snapshot.broken_nodes.items())),
+    }
+
+
+# -- pending ----------------------------------------------------------------------------------------------
+
+
+def pending(sources: DashboardSources, args: Mapping[str, str]) -> dict[str, Any]:
+    """The GPU pods whose last filter found no node: the filter's reasons grouped, and ``explain`` now.
+
+    ``last_filter`` is what the filter answered (its own per-node reasons, grouped by cause); ``now`` is
+    `explain_pod` on the current cache, with the nearest miss — it may already fit if capacity was freed.
+    """
+    page = _whole(args, "page", 1, low=1)
+    now = sources.decisions.now()
+    snapshot = sources.snapshot()
+    placed = {usage.uid for usage in snapshot.usages}
+    refusals = [refusal for refusal in sources.decisions.refusals() if refusal.uid not in placed]
+    paging = _paging(len(refusals), page, PENDING_PER_PAGE)
+    policies = sources.policies()
+    pods = []
+    for refusal in refusals[(page - 1) * PENDING_PER_PAGE: page * PENDING_PER_PAGE]:
+        explanation = explain_data(explain_pod(refusal.pod_object, snapshot, policies))
+        explanation.pop("node_reasons")
+        pods.append({
+            "pod": refusal.pod, "uid": refusal.uid, "age_seconds": round(now - refusal.first_at, 1),
+            "last_filter_seconds_ago": round(now - refusal.last_at, 1), "attempts": refusal.attempts,
+            "last_filter": {"nodes": len(refusal.reasons),
+                            "groups": [dataclasses.asdict(g) for g in group_reasons(refusal.reasons)]},
+            "now": explanation,
+        })
+    return {"paging": paging, "pods": pods}
+
+
+# -- decisions --------------------------------------------------------------------------------------------
+
+
+def decisions(sources: DashboardSources, args: Mapping[str, str]) -> dict[str, Any]:
+    """The last decisions (newest first; ``kind`` filter|bind narrows them) and the latency chart."""
+    kind = _one_of(args, "kind", ("all", FILTER, BIND), "all")
+    now = sources.decisions.now()
+    remembered = sources.decisions.decisions()
+    shown = [d for d in remembered if kind == "all" or d.kind == kind]
+    # The last ten minutes, or less when the log is younger, so a fresh server's few decisions spread out.
+    oldest = min((d.at for d in remembered), default=now)
+    start = min(max(now - LATENCY_WINDOW_SECONDS, oldest), now - LATENCY_MIN_WINDOW_SECONDS)
+    series = {name: [(d.at, d.latency_seconds) for d in remembered if d.kind == name and d.at >= start]
+              for name in (FILTER, BIND)}
+    summary = {}
+    for name, points in series.items():
+        latencies = sorted(latency for _, latency in points)
+        summary[name] = {"count": len(latencies),
+                         "p50_ms": round(latencies[len(latencies) // 2] * 1000, 2) if latencies else None,
+                         "max_ms": round(latencies[-1] * 1000, 2) if latencies else None}
+    return {
+        "query": {"kind": kind}, "count": len(shown), "latency": summary,
+        "chart": charts.latency_chart(series, start=start, end=now),
+        "decisions": [{**dataclasses.asdict(d), "seconds_ago": round(now - d.at, 1),
+                       "latency_ms": round(d.latency_seconds * 1000, 2)} for d in shown],
+    }
+
+
+# -- what-if ----------------------------------------------------------------------------------------------
+
+
+def parse_shape(args: Mapping[str, str]) -> PodShape | None:
+    """The pod shape of the what-if form, or None when the form was not submitted (no ``gpus``)."""
+    if not str(args.get("gpus", "") or "").strip():
+        return None
+    memory_mib = _whole(args, "memory_mib", 0)
+    memory_percent = _whole(args, "memory_percent", 0, high=100)
+    if memory_mib and memory_percent:
+        raise QueryError("give memory_mib or memory_percent, not both")
+    numa = str(args.get("numa_bind", "") or "").strip().lower()
+    if numa not in ("", "true", "false", "on", "off", "1", "0"):
+        raise QueryError(f"numa_bind must be true or false, got {numa!r}")
+    return PodShape(gpus=_whole(args, "gpus", 1, low=1, high=64), memory_mib=memory_mib,
+                    memory_percent=memory_percent, cores=_whole(args, "cores", 0, high=100),
+                    gpu_type=str(args.get("type", "") or "").strip(),
+                    node_policy=_one_of(args, "node_policy", ("", *NODE_POLICIES), ""),
+                    gpu_policy=_gpu_policy(args),
+                    numa_bind=numa in ("true", "on", "1"))
+
+
+def whatif(sources: DashboardSources, args: Mapping[str, str]) -> dict[str, Any]:
+    """How many pods of the asked shape fit now and where, by `ops.capacity` on the cache's state."""
+    shape = parse_shape(args)
+    types = sorted({t for view in sources.cache.node_views().values() for t in view.device_types})
+    if shape is None:
+        return {"shape": None, "answer": None, "gpu_types": types}
+    try:
+        report = plan_capacity(sources.snapshot(), shape, sources.policies())
+    except ShapeError as error:
+        raise QueryError(str(error)) from None
+    by_node = list(report.by_node.items())
+    return {
+        "shape": dataclasses.asdict(shape), "gpu_types": types,
+        "answer": {"fits": report.fits, "limited": report.limited, "limit": report.limit,
+                   "candidates": report.candidates, "by_gpu_type": report.by_gpu_type,
+                   "nodes_used": len(by_node),
+                   "by_node": [{"node": node, "pods": count} for node, count in by_node[:WHATIF_NODES_SHOWN]],
+                   "runs_out_first": report.runs_out_first, "runs_out_first_nodes": report.runs_out_first_nodes,
+                   "exhausted": [dataclasses.asdict(group) for group in report.exhausted]},
+    }

@@ -1,0 +1,73 @@
+"""Fixtures of the dashboard tests: the demo cluster in the in-process API server, scheduled by a real runtime.
+
+The demo's pods go through ``/filter`` and ``/bind`` as kube-scheduler would send them, so the decision log,
+the pending pod (``ml/too-big``) and the bookings the pages show are the server's own.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
+from importlib import resources
+from typing import Any
+
+import pytest
+import yaml
+
+from hami_web.kube import Kube
+from hami_web.localcluster import LocalCluster
+from hami_web.server.runtime import Runtime, build_runtime
+from hami_web.settings import Settings
+from tests.extender.helpers import SYNC_TIMEOUT_SECONDS, Scheduler, release_lock
+
+PENDING_POD = "ml/too-big"
+
+
+@dataclass(slots=True)
+class DemoCluster:
+    """The API server, the running runtime, and what each demo pod's filter answered."""
+
+    apiserver: LocalCluster
+    runtime: Runtime
+    outcomes: dict[str, str]
+
+
+def _demo_pods() -> list[dict[str, Any]]:
+    text = resources.files("hami_web").joinpath("examples/pods.yaml").read_text()
+    return [pod for pod in yaml.safe_load_all(text) if pod]
+
+
+def play_demo(apiserver: LocalCluster, runtime: Runtime) -> dict[str, str]:
+    """Create each demo pod and filter (then bind) it on every node; returns ``pod → node or error``."""
+    scheduler = Scheduler(runtime.app.test_client(), apiserver)
+    nodes = [node["metadata"]["name"] for node in apiserver.list("nodes")]
+    outcomes = {}
+    for pod in _demo_pods():
+        namespace = pod["metadata"].get("namespace", "default")
+        name = pod["metadata"]["name"]
+        apiserver.load([pod])
+        if pod["spec"].get("nodeName"):
+            continue  # already bound: kube-scheduler never filters it
+        answer = scheduler.filter(name, nodes, namespace)
+        chosen = answer.get("NodeNames") or []
+        if answer["Error"] or len(chosen) != 1:
+            outcomes[f"{namespace}/{name}"] = answer["Error"] or "unschedulable"
+            continue
+        bound = scheduler.bind(name, chosen[0], namespace)
+        release_lock(runtime.kube, name, chosen[0], namespace=namespace)  # as the device plugin does
+        outcomes[f"{namespace}/{name}"] = bound["Error"] or chosen[0]
+    return outcomes
+
+
+@pytest.fixture(scope="module")
+def demo() -> Iterator[DemoCluster]:
+    """The demo cluster with every demo pod played, shared by a module's tests (the pages only read)."""
+    with LocalCluster(bookmark_interval_seconds=0.1) as apiserver:
+        apiserver.load_file(str(resources.files("hami_web").joinpath("examples/cluster.yaml")))
+        runtime = build_runtime(replace(Settings(), refresh_interval_seconds=300.0), kube=Kube.for_url(apiserver.url))
+        runtime.start()
+        try:
+            assert runtime.cache.wait_synced(SYNC_TIMEOUT_SECONDS), "runtime did not complete its first sync"
+            yield DemoCluster(apiserver=apiserver, runtime=runtime, outcomes=play_demo(apiserver, runtime))
+        finally:
+            runtime.stop()

@@ -1,0 +1,175 @@
+"""The dashboard's JSON twins on the demo cluster, through the Flask test client and the in-process API server.
+
+Covers: overview totals and one heatmap cell per GPU with its pods, paging, sorting by fullness, the GPU-type
+filter, the memory/cores switch and the free-memory histograms; the pending pod with the filter's grouped
+reasons and the nearest miss; the decision log of filters and binds with latencies; the what-if answer as
+``kubectl hami capacity`` gives it; the HTML pages render the same data; bad parameters answer 400 naming
+the parameter; the dashboard lives on its own listener only; nothing but GET is served.
+"""
+
+from __future__ import annotations
+
+import pytest
+from flask.testing import FlaskClient
+
+from hami_web.ops.capacity import PodShape, plan_capacity
+from hami_web.server.listeners import LISTENER_ENVIRON_KEY
+
+from .conftest import PENDING_POD, DemoCluster
+
+DEMO_GPUS = 18  # 4 + 4 A40, 8 A100, 2 T4 (examples/cluster.yaml)
+
+
+@pytest.fixture
+def client(demo: DemoCluster) -> FlaskClient:
+    return demo.runtime.app.test_client()
+
+
+def _get(client: FlaskClient, path: str) -> dict:
+    response = client.get(path)
+    assert response.status_code == 200, response.get_data(as_text=True)
+    return response.get_json()
+
+
+def test_overview_has_one_cell_per_gpu_with_the_pods_the_cache_holds(client: FlaskClient, demo: DemoCluster) -> None:
+    overview = _get(client, "/ui/api/overview")
+    cells = [gpu for node in overview["nodes"] for gpu in node["gpus"]]
+    assert len(cells) == overview["totals"]["gpus"] == DEMO_GPUS
+    held = {usage.name for usage in demo.runtime.cache.pod_usages()}
+    shown = {pod["pod"].split("/")[1] for cell in cells for pod in cell["pods"]}
+    assert shown == held
+    assert overview["totals"]["pods"] == len(held)
+
+
+def test_overview_sorts_by_fullness_of_the_chosen_metric(client: FlaskClient) -> None:
+    for metric in ("memory", "cores"):
+        nodes = _get(client, f"/ui/api/overview?metric={metric}&sort=fullness")["nodes"]
+        fills = [node["fill"] for node in nodes]
+        assert fills == sorted(fills, reverse=True)
+        for cell in (gpu for node in nodes for gpu in node["gpus"]):
+            used, total = (("memory_booked_mib", "memory_mib") if metric == "memory" else ("cores_booked", "cores"))
+            assert cell["fill"] == pytest.approx(cell[used] / cell[total], abs=1e-4)
+
+
+def test_overview_pages_by_node_and_keeps_the_totals(client: FlaskClient) -> None:
+    first = _get(client, "/ui/api/overview?sort=name&per_page=3")
+    second = _get(client, "/ui/api/overview?sort=name&per_page=3&page=2")
+    assert first["paging"] == {"page": 1, "pages": 2, "per_page": 3, "total": 4}
+    names = [node["name"] for node in first["nodes"] + second["nodes"]]
+    assert names == sorted(names) and len(names) == 4
+    assert first["totals"] == second["totals"]
+
+
+def test_overview_filters_by_gpu_type(client: FlaskClient) -> None:
+    t4 = next(t for t in _get(client, "/ui/api/overview")["gpu_types"] if "T4" in t)
+    nodes = _get(client, f"/ui/api/overview?type={t4}")["nodes"]
+    assert [node["name"] for node in nodes] == ["gpu-t4-1"]
+
+
+def test_overview_draws_a_free_memory_histogram_per_gpu_type(client: FlaskClient) -> None:
+    histograms = _get(client, "/ui/api/overview")["histograms"]
+    assert len(histograms) == 3
+    for histogram in histograms:
+        assert sum(bar["count"] for bar in histogram["bars"]) == histogram["gpus"]
+    # Unhealthy and cordoned GPUs cannot take pods: they are not free memory.
+    assert sum(h["gpus"] for h in histograms) == DEMO_GPUS - 2
+
+
+def test_pending_shows_the_refused_pod_with_grouped_reasons_and_nearest_miss(client: FlaskClient) -> None:
+    pods = {pod["pod"]: pod for pod in _get(client, "/ui/api/pending")["pods"]}
+    too_big = pods[PENDING_POD]
+    causes = {group["cause"]: group for group in too_big["last_filter"]["groups"]}
+    assert causes["CardInsufficientMemory"]["nodes"] == 4
+    assert too_big["attempts"] == 1 and too_big["age_seconds"] >= 0
+    assert too_big["now"]["verdict"] == "unschedulable"
+    assert too_big["now"]["nearest_miss"] is None  # no GPU is that large: freeing memory would not help
+    whole_card = pods["ml/whole-card"]["now"]
+    assert whole_card["nearest_miss"]["text"] == "gpu-t4-1: GPU 0 has 13360 of 15360 MiB free, the pod asks 15360 MiB"
+
+
+def test_pending_leaves_out_placed_pods(client: FlaskClient, demo: DemoCluster) -> None:
+    placed = {f"{u.namespace}/{u.name}" for u in demo.runtime.cache.pod_usages()}
+    assert not placed & {pod["pod"] for pod in _get(client, "/ui/api/pending")["pods"]}
+
+
+def test_decisions_list_filters_and_binds_newest_first_with_latency(client: FlaskClient, demo: DemoCluster) -> None:
+    answer = _get(client, "/ui/api/decisions")
+    decisions = answer["decisions"]
+    placed = [d for d in decisions if d["kind"] == "filter" and d["result"] == "placed"]
+    bound = [d for d in decisions if d["kind"] == "bind" and d["result"] == "bound"]
+    assert {d["pod"] for d in bound} == {pod for pod, node in demo.outcomes.items() if node.startswith("gpu-")}
+    assert all(d["node"] and d["gpus"] for d in placed)
+    assert any(d["pod"] == PENDING_POD and d["result"] == "unschedulable" for d in decisions)
+    assert [d["at"] for d in decisions] == sorted((d["at"] for d in decisions), reverse=True)
+    assert all(d["latency_ms"] > 0 for d in decisions)
+    assert answer["latency"]["bind"]["count"] == len([d for d in decisions if d["kind"] == "bind"])
+    only_binds = _get(client, "/ui/api/decisions?kind=bind")["decisions"]
+    assert {d["kind"] for d in only_binds} == {"bind"}
+
+
+def test_whatif_answers_as_the_capacity_command(client: FlaskClient, demo: DemoCluster) -> None:
+    answer = _get(client, "/ui/api/whatif?gpus=1&memory_mib=8000&cores=10")["answer"]
+    dashboard = demo.runtime.app.extensions["hami_web"].dashboard
+    report = plan_capacity(dashboard.snapshot(), PodShape(gpus=1, memory_mib=8000, cores=10), dashboard.policies())
+    assert answer["fits"] == report.fits > 0
+    assert answer["by_gpu_type"] == report.by_gpu_type
+    assert sum(row["pods"] for row in answer["by_node"]) == report.fits
+    assert answer["runs_out_first"] == report.runs_out_first
+
+
+def test_whatif_without_a_shape_only_offers_the_form(client: FlaskClient) -> None:
+    answer = _get(client, "/ui/api/whatif")
+    assert answer["answer"] is None and answer["gpu_types"]
+
+
+@pytest.mark.parametrize(("path", "named"), [
+    ("/ui/api/overview?metric=power", "metric"),
+    ("/ui/api/overview?per_page=0", "per_page"),
+    ("/ui/api/overview?page=99", "page"),
+    ("/ui/api/overview?page=two", "page"),
+    ("/ui/api/decisions?kind=delete", "kind"),
+    ("/ui/api/whatif?gpus=0", "gpus"),
+    ("/ui/api/whatif?gpus=1&memory_mib=100&memory_percent=50", "memory_percent"),
+    ("/ui/api/whatif?gpus=1&gpu_policy=binpak", "gpu_policy"),
+    ("/ui/api/whatif?gpus=1&cores=101", "cores"),
+])
+def test_a_bad_parameter_is_a_400_naming_it(client: FlaskClient, path: str, named: str) -> None:
+    response = client.get(path)
+    assert response.status_code == 400
+    assert named in response.get_json()["message"]
+    page = client.get(path.replace("/api/", "/").replace("/ui/overview", "/ui/"))
+    assert page.status_code == 400 and named in page.get_data(as_text=True)
+
+
+@pytest.mark.parametrize("page", ["/ui/", "/ui/pending", "/ui/decisions", "/ui/whatif?gpus=1&memory_mib=8000"])
+def test_every_page_renders_with_its_json_twin_linked(client: FlaskClient, page: str) -> None:
+    response = client.get(page)
+    assert response.status_code == 200
+    assert 'id="json-twin"' in response.get_data(as_text=True)
+    assert "default-src 'self'" in response.headers["Content-Security-Policy"]
+
+
+def test_the_pending_page_names_the_pod_and_its_reason(client: FlaskClient) -> None:
+    html = client.get("/ui/pending").get_data(as_text=True)
+    assert PENDING_POD in html and "CardInsufficientMemory" in html
+
+
+def test_static_files_are_served_from_the_package(client: FlaskClient) -> None:
+    for name in ("dashboard.css", "dashboard.js"):
+        assert client.get(f"/ui/static/{name}").status_code == 200
+
+
+@pytest.mark.parametrize("method", ["POST", "PUT", "DELETE", "PATCH"])
+def test_no_page_accepts_a_write(client: FlaskClient, method: str) -> None:
+    for path in ("/ui/", "/ui/api/overview", "/ui/whatif"):
+        assert client.open(path, method=method).status_code == 405
+
+
+@pytest.mark.parametrize(("audience", "path", "found"), [
+    ("ui", "/ui/", True), ("ui", "/ui/api/overview", True), ("ui", "/filter", False), ("ui", "/webhook", False),
+    ("webhook", "/ui/", False), ("extender", "/ui/api/pending", False), ("metrics", "/ui/", False),
+])
+def test_the_dashboard_is_served_on_its_own_listener_only(client: FlaskClient, audience: str, path: str,
+                                                          found: bool) -> None:
+    response = client.get(path, environ_base={LISTENER_ENVIRON_KEY: audience})
+    assert (response.status_code != 404) is found

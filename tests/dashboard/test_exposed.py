@@ -1,0 +1,123 @@
+"""The dashboard exposed beyond loopback (``--ui-expose``): a bearer token checked as kube-rbac-proxy does.
+
+Covers: the listener layout and flags (loopback by default, a non-loopback ``--ui-bind`` refused without
+``--ui-expose``, ``--ui-bind off``); with ``--ui-expose``, no token → 401 with a Bearer challenge, an unknown
+token → 401, a ServiceAccount token without RBAC → 403 naming what is missing, a token whose ServiceAccount
+may list pods and nodes → the page; removing the ClusterRoleBinding takes access away at the next request
+(TokenReview and SubjectAccessReview against the in-process API server's stored RBAC objects).
+"""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Iterator
+from dataclasses import replace
+
+import kubernetes.client
+import pytest
+from flask.testing import FlaskClient
+
+from hami_web.kube import Kube
+from hami_web.localcluster import LocalCluster
+from hami_web.server.listeners import plan_listeners
+from hami_web.server.runtime import build_runtime
+from hami_web.settings import Settings, SettingsError, build_settings
+
+VIEWER_TOKEN = "viewer-token-1234"
+NOBODY_TOKEN = "nobody-token-5678"
+
+
+def _token_secret(account: str, token: str) -> dict:
+    return {"apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/service-account-token",
+            "metadata": {"name": f"{account}-token", "namespace": "monitoring",
+                         "annotations": {"kubernetes.io/service-account.name": account}},
+            "data": {"token": base64.b64encode(token.encode()).decode()}}
+
+
+RBAC = [
+    {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": "gpu-viewer"},
+     "rules": [{"apiGroups": [""], "resources": ["pods", "nodes"], "verbs": ["get", "list", "watch"]}]},
+    {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": {"name": "gpu-viewer"},
+     "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "gpu-viewer"},
+     "subjects": [{"kind": "ServiceAccount", "name": "viewer", "namespace": "monitoring"}]},
+]
+
+
+@pytest.fixture
+def apiserver() -> Iterator[LocalCluster]:
+    with LocalCluster(bookmark_interval_seconds=0.1) as cluster:
+        cluster.load([_token_secret("viewer", VIEWER_TOKEN), _token_secret("nobody", NOBODY_TOKEN), *RBAC])
+        yield cluster
+
+
+@pytest.fixture
+def exposed(apiserver: LocalCluster) -> Iterator[FlaskClient]:
+    settings = replace(Settings(), ui_bind="0.0.0.0:9396", ui_expose=True, refresh_interval_seconds=300.0)
+    runtime = build_runtime(settings, kube=Kube.for_url(apiserver.url))
+    runtime.start()
+    try:
+        yield runtime.app.test_client()
+    finally:
+        runtime.stop()
+
+
+def test_the_dashboard_listens_on_loopback_in_plain_http_by_default() -> None:
+    ui = [listener for listener in plan_listeners(build_settings(None, environ={})) if listener.audience == "ui"]
+    assert [(listener.address, listener.tls) for listener in ui] == [("127.0.0.1:9396", False)]
+
+
+@pytest.mark.parametrize("address", ["0.0.0.0:9396", ":9396", "10.0.0.5:9396", "[::]:9396"])
+def test_a_non_loopback_dashboard_needs_ui_expose(address: str) -> None:
+    with pytest.raises(SettingsError, match=r"--ui-bind.*--ui-expose"):
+        build_settings(None, environ={"HAMI_UI_BIND": address})
+    exposed = build_settings(None, environ={"HAMI_UI_BIND": address, "HAMI_UI_EXPOSE": "true"})
+    assert [listener.tls for listener in plan_listeners(exposed) if listener.audience == "ui"] == [True]
+
+
+def test_ui_bind_off_serves_no_dashboard() -> None:
+    settings = build_settings(None, environ={"HAMI_UI_BIND": "off"})
+    assert "ui" not in {listener.audience for listener in plan_listeners(settings)}
+    assert build_runtime(settings, kube=Kube.for_url("http://127.0.0.1:9")).app.test_client().get(
+        "/ui/").status_code == 404
+
+
+def test_the_dashboard_port_must_differ_from_the_others() -> None:
+    with pytest.raises(SettingsError, match="--ui-bind"):
+        build_settings(None, environ={"HAMI_UI_BIND": "127.0.0.1:8444"})
+
+
+def test_without_a_token_the_exposed_dashboard_answers_401_with_a_bearer_challenge(exposed: FlaskClient) -> None:
+    response = exposed.get("/ui/api/overview")
+    assert response.status_code == 401
+    assert response.headers["WWW-Authenticate"].startswith("Bearer")
+    assert "bearer token" in response.get_json()["message"]
+
+
+def test_an_unknown_token_is_401(exposed: FlaskClient) -> None:
+    response = exposed.get("/ui/", headers={"Authorization": "Bearer not-a-token"})
+    assert response.status_code == 401 and "not valid" in response.get_json()["message"]
+
+
+def test_a_token_without_rbac_is_403_naming_what_is_missing(exposed: FlaskClient) -> None:
+    response = exposed.get("/ui/", headers={"Authorization": f"Bearer {NOBODY_TOKEN}"})
+    assert response.status_code == 403
+    assert response.get_json()["message"] == \
+        "user 'system:serviceaccount:monitoring:nobody' may not list pods cluster-wide"
+
+
+def test_a_token_allowed_to_list_pods_and_nodes_sees_the_pages(exposed: FlaskClient) -> None:
+    for path in ("/ui/", "/ui/api/overview", "/ui/pending", "/ui/static/dashboard.css"):
+        assert exposed.get(path, headers={"Authorization": f"Bearer {VIEWER_TOKEN}"}).status_code == 200
+
+
+def test_removing_the_binding_takes_access_away_at_once(exposed: FlaskClient, apiserver: LocalCluster) -> None:
+    headers = {"Authorization": f"Bearer {VIEWER_TOKEN}"}
+    assert exposed.get("/ui/api/overview", headers=headers).status_code == 200
+    _rbac_api(apiserver).delete_cluster_role_binding("gpu-viewer")  # as an admin would, with kubectl
+    assert exposed.get("/ui/api/overview", headers=headers).status_code == 403
+
+
+def _rbac_api(apiserver: LocalCluster) -> kubernetes.client.RbacAuthorizationV1Api:
+    configuration = kubernetes.client.Configuration()
+    configuration.host = apiserver.url
+    return kubernetes.client.RbacAuthorizationV1Api(kubernetes.client.ApiClient(configuration))
