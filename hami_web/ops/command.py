@@ -13,7 +13,7 @@ import logging
 import sys
 from collections.abc import Sequence
 
-from hami_web.core.options import GPU_POLICIES, NODE_POLICIES
+from hami_web.core.options import NODE_POLICIES, OptionsError, parse_gpu_policy
 from hami_web.core.requests import RequestDefaults
 from hami_web.kube import Kube, KubeError, NotFoundError
 from hami_web.ops.capacity import DEFAULT_LIMIT, PodShape, ShapeError, plan_capacity
@@ -46,6 +46,16 @@ def _whole(text: str) -> int:
     return value
 
 
+def _gpu_policy(text: str) -> str:
+    """What the server's --gpu-scheduler-policy accepts: a policy or a chain such as ``binpack,numa``."""
+    if not text:
+        return ""  # capacity's --gpu-policy default: the server's
+    try:
+        return parse_gpu_policy(text, source="GPU policy")
+    except OptionsError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+
+
 def _connection_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--kubeconfig", default="", help="kubeconfig file (default: in-cluster, else ~/.kube/config)")
     parser.add_argument("-s", "--server", default="", help="API server URL, plain HTTP (e.g. the demo's API server)")
@@ -57,7 +67,7 @@ def _policy_flags(parser: argparse.ArgumentParser) -> None:
     group.add_argument("-l", "--selector", "--node-label-selector", dest="selector", default="",
                        help="node label selector (the server's --node-label-selector)")
     group.add_argument("--node-scheduler-policy", choices=NODE_POLICIES, default="binpack")
-    group.add_argument("--gpu-scheduler-policy", choices=GPU_POLICIES, default="spread")
+    group.add_argument("--gpu-scheduler-policy", type=_gpu_policy, default="spread", metavar="POLICY")
     group.add_argument("--default-mem", type=_whole, default=0, metavar="MIB")
     group.add_argument("--default-cores", type=_whole, default=0, metavar="PERCENT")
     group.add_argument("--scheduler-name", default="hami-scheduler", metavar="NAME")
@@ -101,7 +111,7 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
     capacity.add_argument("--numa-bind", action="store_true", help="all GPUs of the pod on one NUMA node")
     capacity.add_argument("--node-policy", choices=NODE_POLICIES, default="",
                           help="the pod's hami.io/node-scheduler-policy (default: the server's)")
-    capacity.add_argument("--gpu-policy", choices=GPU_POLICIES, default="",
+    capacity.add_argument("--gpu-policy", type=_gpu_policy, default="", metavar="POLICY",
                           help="the pod's hami.io/gpu-scheduler-policy (default: the server's)")
     capacity.add_argument("--limit", type=_whole, default=DEFAULT_LIMIT, metavar="N",
                           help=f"stop counting at N pods (default {DEFAULT_LIMIT})")

@@ -104,3 +104,12 @@ def test_filling_node_by_node_counts_what_the_filter_would_place_pod_by_pod(shap
 
     assert report.fits == sum(placed.values()) > 0
     assert report.by_node == dict(placed)
+
+
+def test_a_gpu_policy_chain_the_server_accepts_is_accepted_and_a_typo_refused(run: Run) -> None:
+    chained = json.loads(run("capacity", "--gpumem", "10000", "--limit", "3", "-o", "json",
+                             "--gpu-policy", "binpack, numa").out)
+    assert (chained["fits"], chained["shape"]["gpu_policy"]) == (3, "binpack,numa")
+    with pytest.raises(SystemExit) as refused:
+        run("capacity", "--gpu-policy", "binpak")
+    assert refused.value.code == 2
