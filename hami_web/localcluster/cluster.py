@@ -128,15 +128,17 @@ class LocalCluster:
         return self._store.resource_version
 
     def inject_failure(self, method: str, resource: str, *, name: str | None = None, status: int = 409,
-                       count: int = 1, subresource: str | None = None) -> None:
+                       count: int = 1, subresource: str | None = None, skip: int = 0) -> None:
         """Answer the next ``count`` matching requests with a ``Status`` of ``status``, changing nothing.
 
-        ``subresource`` None matches requests to the object or collection itself, not its subresources
+        The first ``skip`` matching requests are served normally (fail the second page of a list with
+        ``skip=1``). ``subresource`` None matches requests to the object or collection itself, not its subresources
         (fail a binding with ``subresource="binding"``).
         """
         resource_type(resource)
         with self._api._lock:
-            self._api.failures.append(InjectedFailure(method.upper(), resource, name, subresource, status, count))
+            self._api.failures.append(InjectedFailure(method.upper(), resource, name, subresource, status, count,
+                                                      skip))
 
     @property
     def request_log(self) -> list[tuple[str, str]]:

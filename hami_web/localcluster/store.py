@@ -60,6 +60,12 @@ class Store:
         with self.condition:
             return self._resource_version
 
+    @property
+    def oldest_resource_version(self) -> int:
+        """The oldest resourceVersion a watch or a continued list may still start from."""
+        with self.condition:
+            return self._evicted_through
+
     def get(self, rt: ResourceType, namespace: str, name: str) -> JsonObject:
         """The stored object (do not mutate it); `ApiError` 404 when absent."""
         with self.condition:

@@ -32,6 +32,30 @@ class PodUsage:
     container_names: tuple[str, ...] = ()
 
 
+@dataclass(frozen=True, slots=True)
+class PodRecord:
+    """What the cache keeps of one pod list item or watch event: its usage, or why it cannot be read.
+
+    The whole object is dropped as soon as this is built, so memory and work stay proportional to the GPU
+    pods, not to every pod in the cluster.
+    """
+
+    uid: str
+    usage: PodUsage | None = None
+    error: str = ""
+    finished: bool = False
+
+
+def pod_record(pod: Mapping[str, Any]) -> PodRecord:
+    """Read a pod object's usage; an unreadable device annotation becomes ``error`` (never an exception)."""
+    uid, namespace, name = pod_key(pod)
+    finished = (pod.get("status") or {}).get("phase") in FINISHED_PHASES
+    try:
+        return PodRecord(uid=uid, usage=pod_usage(pod), finished=finished)
+    except AnnotationError as error:
+        return PodRecord(uid=uid, error=f"pod {namespace}/{name}: {error}", finished=finished)
+
+
 def pod_key(pod: Mapping[str, Any]) -> tuple[str, str, str]:
     """``(uid, namespace, name)`` of a pod object."""
     metadata = pod.get("metadata") or {}
