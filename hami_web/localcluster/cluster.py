@@ -145,3 +145,10 @@ class LocalCluster:
         """``(method, path)`` of every request served so far (path without the query string)."""
         with self._api._lock:
             return list(self._api.request_log)
+
+    def requests(self, method: str, path: str) -> list[dict[str, str]]:
+        """The query parameters of every ``method path`` request so far, in order (e.g. ``limit``, ``watch``)."""
+        with self._api._lock:
+            return [query for (logged_method, logged_path), query
+                    in zip(self._api.request_log, self._api.request_queries, strict=True)
+                    if (logged_method, logged_path) == (method.upper(), path)]

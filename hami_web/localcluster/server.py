@@ -68,6 +68,7 @@ class ApiServer:
     bookmark_interval_seconds: float = 2.0
     stopping: threading.Event = field(default_factory=threading.Event)
     request_log: list[tuple[str, str]] = field(default_factory=list)
+    request_queries: list[dict[str, str]] = field(default_factory=list)
     failures: list[InjectedFailure] = field(default_factory=list)
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _snapshots: dict[tuple[SnapshotQuery, int], list[JsonObject]] = field(default_factory=dict)
@@ -76,6 +77,7 @@ class ApiServer:
         request = Request(environ)
         with self._lock:
             self.request_log.append((request.method, request.path))
+            self.request_queries.append(dict(request.args.items()))
         try:
             response = self._dispatch(request)
         except ApiError as error:

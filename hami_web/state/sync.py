@@ -65,7 +65,8 @@ class ClusterSync:
 
     def __init__(self, cache: ClusterCache, kube: Kube, *, refresh_interval_seconds: float = 15.0,
                  relist_interval_seconds: float = 0.0, node_label_selector: str = "",
-                 clock: Callable[[], float] = time.time, page_size: int = LIST_PAGE_SIZE) -> None:
+                 clock: Callable[[], float] = time.time, page_size: int = LIST_PAGE_SIZE,
+                 watch_timeout_seconds: float = WATCH_TIMEOUT_SECONDS) -> None:
         self._cache = cache
         self._kube = kube
         self._interval = refresh_interval_seconds
@@ -73,6 +74,8 @@ class ClusterSync:
         self._selector = node_label_selector
         self._clock = clock
         self._page_size = page_size
+        self._watch_timeout = watch_timeout_seconds
+        self.resyncs = 0
         self._stopping = threading.Event()
         self.nodes = ResourceSync("nodes")
         self.pods = ResourceSync("pods")
@@ -110,6 +113,7 @@ class ClusterSync:
         if not self._cache.synced:
             return
         self._answer_handshakes(self._cache.resync())
+        self.resyncs += 1
         for status in (self.nodes, self.pods):
             if status.watching and not status.last_error:
                 status.last_success = self._clock()
@@ -144,7 +148,7 @@ class ClusterSync:
             try:
                 if listing:
                     self._list(status)
-                    must_list = False
+                    must_list = listing = False
                 self._watch(status)
                 failures, backoff = 0, 1.0
                 continue
@@ -218,7 +222,7 @@ class ClusterSync:
         self._answer_handshakes(due)
 
     def _watch(self, status: ResourceSync) -> None:
-        timeout = WATCH_TIMEOUT_SECONDS * (1 + random.random())
+        timeout = self._watch_timeout * (1 + random.random())
         if self._relist_interval and status.last_list is not None:
             timeout = min(timeout, status.last_list + self._relist_interval - self._clock())
             if timeout <= 0:
