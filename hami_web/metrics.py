@@ -106,6 +106,9 @@ class _ClusterCollector(Collector):
         longest = GaugeMetricFamily("hami_web_cache_lock_hold_max_seconds",
                                     "the longest hold of the cache lock since start, by kind of work",
                                     labels=["work"])
+        longest_cpu = GaugeMetricFamily("hami_web_cache_lock_hold_max_cpu_seconds",
+                                        "the most CPU time a holder spent in one hold, by kind of work",
+                                        labels=["work"])
         for work, stats in sorted(holds.items()):
             cumulative, buckets = 0, []
             for bound, count in zip(LOCK_HOLD_BUCKETS_SECONDS, stats.bucket_counts, strict=True):
@@ -114,7 +117,8 @@ class _ClusterCollector(Collector):
             buckets.append(("+Inf", stats.count))
             histogram.add_metric([work], buckets, stats.total_seconds)
             longest.add_metric([work], stats.max_seconds)
-        yield from (histogram, longest)
+            longest_cpu.add_metric([work], stats.max_cpu_seconds)
+        yield from (histogram, longest, longest_cpu)
 
 
 class Metrics:
