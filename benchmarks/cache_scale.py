@@ -7,7 +7,9 @@ The API backend is the project's in-process API server (`hami_web.localcluster`)
 pods), each of realistic size (~4 KB of JSON: containers with env, probes, mounts and resources, status with
 conditions and container statuses, managedFields). It serves paginated lists, watches with bookmarks and
 patches as kube-apiserver does; to fit 100,000 such pods in memory, the stored objects share their unchanging
-parts (safe: the store never mutates a stored object). hami-web runs as it does in production: gunicorn, TLS,
+parts (safe: the store never mutates a stored object). The first paginated lists are answered from pages
+encoded at start-up (`PreencodedLists`), because Python encoding 400 MB of JSON per list would measure the
+backend rather than hami-web; ``--plain-backend`` turns that off. hami-web runs as it does in production: gunicorn, TLS,
 its own process, reaching the backend through a kubeconfig.
 
 Printed: seconds from start to ``/readyz`` 200; peak and steady RSS of the hami-web processes; CPU seconds per
@@ -31,6 +33,7 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.parse
 import zlib
 from pathlib import Path
 from typing import Any
@@ -43,6 +46,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from hami_web.certs.command import make_local_certificates
 from hami_web.core.devices import Device, encode_register_json
 from hami_web.localcluster import LocalCluster
+from hami_web.localcluster.httpserver import WsgiHttpServer
 from hami_web.localcluster.resources import resource_type
 from hami_web.state.sync import LIST_PAGE_SIZE
 
@@ -164,22 +168,66 @@ def cluster_objects(nodes: int) -> list[dict[str, Any]]:
 # -- the backend (child process) -------------------------------------------------------------------------------
 
 
-def run_backend(nodes: int, port_file: Path) -> int:
+class PreencodedLists:
+    """WSGI middleware: the first paginated lists of pods and nodes answered from pages encoded at start-up.
+
+    The in-process API server encodes each page with Python's json module, which at 100,000 pods costs more
+    than hami-web's own decoding and would be measured instead of it; kube-apiserver (Go) serves a page in a
+    fraction of that. Requests that do not match (other page sizes, selectors, watches, a list after a
+    write) go to the API server itself, and watches continue from the pre-encoded lists' resourceVersion.
+    """
+
+    def __init__(self, app: Any, cluster: LocalCluster, page_size: int) -> None:
+        self.app = app
+        self.store = cluster._store
+        self.version = self.store.resource_version
+        self.page_size = page_size
+        self.pages: dict[str, list[bytes]] = {}
+        for plural, kind in (("pods", "PodList"), ("nodes", "NodeList")):
+            items, _ = self.store.list(resource_type(plural), None)
+            chunks = [items[start:start + page_size] for start in range(0, len(items), page_size)] or [[]]
+            pages = []
+            for position, chunk in enumerate(chunks):
+                metadata: dict[str, Any] = {"resourceVersion": str(self.version)}
+                if position + 1 < len(chunks):
+                    metadata["continue"] = f"bench-{position + 1}"
+                    metadata["remainingItemCount"] = len(items) - (position + 1) * page_size
+                stripped = [{k: v for k, v in item.items() if k not in ("kind", "apiVersion")} for item in chunk]
+                pages.append(json.dumps({"kind": kind, "apiVersion": "v1", "metadata": metadata,
+                                         "items": stripped}, separators=(",", ":")).encode())
+            self.pages[f"/api/v1/{plural}"] = pages
+
+    def __call__(self, environ: dict[str, Any], start_response: Any) -> Any:
+        pages = self.pages.get(environ.get("PATH_INFO", "")) if environ["REQUEST_METHOD"] == "GET" else None
+        query = urllib.parse.parse_qs(environ.get("QUERY_STRING", ""))
+        if pages is not None and set(query) <= {"limit", "continue"} and query.get("limit") == [str(self.page_size)]:
+            token = query.get("continue", [""])[0]
+            if (token.startswith("bench-") or not token) and self.store.resource_version == self.version:
+                body = pages[int(token.removeprefix("bench-") or 0)]
+                start_response("200 OK", [("Content-Type", "application/json"), ("Content-Length", str(len(body)))])
+                return [body]
+        return self.app(environ, start_response)
+
+
+def run_backend(nodes: int, port_file: Path, *, preencoded: bool) -> int:
     """Serve the cluster until stdin closes; ``events <rate>`` on stdin starts writing pod changes."""
     cluster = LocalCluster(history_size=100_000, bookmark_interval_seconds=30.0)
     store = cluster._store  # objects share their unchanging parts, so load them without the deep copy
     for obj in cluster_objects(nodes):
         rt = resource_type("nodes" if obj["kind"] == "Node" else "pods")
         store.create(rt, obj["metadata"].get("namespace", ""), obj)
-    url = cluster.start()
-    port_file.write_text(url)
+    app = PreencodedLists(cluster._api, cluster, LIST_PAGE_SIZE) if preencoded else cluster._api
+    server = WsgiHttpServer(("127.0.0.1", 0), app)
+    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+    port_file.write_text(f"http://127.0.0.1:{server.server_port}")
     rate = [0.0]
     threading.Thread(target=_write_events, args=(cluster, nodes, rate), daemon=True).start()
     for line in sys.stdin:
         command, _, value = line.strip().partition(" ")
         if command == "events":
             rate[0] = float(value)
-    cluster.stop()
+    cluster._api.stopping.set()
+    server.shutdown()
     return 0
 
 
@@ -295,18 +343,23 @@ def _metric_values(text: str, name: str) -> dict[str, float]:
     return values
 
 
-def _page_decode_ms() -> tuple[float, float, int]:
-    """Median and longest json.loads of one list page, with the heap frozen as hami-web freezes it."""
+def _page_decode_ms() -> tuple[float, float, float, int]:
+    """Median and longest json.loads of one list page (wall), its median CPU time, and the bytes per pod.
+
+    The heap is frozen first, as hami-web freezes its own, so the collector does not add its passes.
+    """
     pods = [pod_object(f"gpu-{n}-{i}", node=n, gpu_index=i) for n in range(32) for i in range(GPUS_PER_NODE)]
     body = json.dumps({"kind": "PodList", "items": pods[:LIST_PAGE_SIZE]}).encode()
     gc.collect()
     gc.freeze()
-    timings = []
+    timings, cpu_timings = [], []
     for _ in range(40):
-        started = time.perf_counter()
+        started, started_cpu = time.perf_counter(), time.thread_time()
         json.loads(body)
         timings.append(time.perf_counter() - started)
-    return statistics.median(timings) * 1000, max(timings) * 1000, len(body) // LIST_PAGE_SIZE
+        cpu_timings.append(time.thread_time() - started_cpu)
+    return statistics.median(timings) * 1000, max(timings) * 1000, statistics.median(cpu_timings) * 1000, \
+        len(body) // LIST_PAGE_SIZE
 
 
 def _serve_flags() -> set[str]:
@@ -322,8 +375,11 @@ def measure(arguments: argparse.Namespace) -> None:
     print(f"building the backend: {arguments.nodes} nodes, {arguments.nodes * GPUS_PER_NODE} GPU pods, "
           f"{arguments.nodes * ORDINARY_PODS_PER_NODE} ordinary pods ...", flush=True)
     port_file = workdir / "backend-url"
-    backend = subprocess.Popen([sys.executable, __file__, "--backend", "--nodes", str(arguments.nodes),
-                                "--port-file", str(port_file)], stdin=subprocess.PIPE, text=True)
+    backend_command = [sys.executable, __file__, "--backend", "--nodes", str(arguments.nodes), "--port-file",
+                       str(port_file)]
+    if arguments.plain_backend:
+        backend_command.append("--plain-backend")
+    backend = subprocess.Popen(backend_command, stdin=subprocess.PIPE, text=True)
     serve = None
     try:
         while not port_file.exists() or not port_file.read_text():
@@ -371,6 +427,7 @@ def measure(arguments: argparse.Namespace) -> None:
                 pass
             time.sleep(0.1)
         ready_seconds = time.monotonic() - started
+        ready_cpu_seconds = _cpu_seconds(_process_tree(serve.pid))
         print(f"ready after {ready_seconds:.1f} s", flush=True)
 
         time.sleep(5)
@@ -399,12 +456,13 @@ def measure(arguments: argparse.Namespace) -> None:
         sampler.stopping.set()
         holds = _metric_values(metrics, "hami_web_cache_lock_hold_max_seconds")
         holds_cpu = _metric_values(metrics, "hami_web_cache_lock_hold_max_cpu_seconds")
-        decode_median_ms, decode_max_ms, pod_bytes = _page_decode_ms()
+        decode_median_ms, decode_max_ms, decode_cpu_ms, pod_bytes = _page_decode_ms()
 
         print()
         print(f"nodes: {arguments.nodes} x {GPUS_PER_NODE} GPUs; pods: {arguments.nodes * GPUS_PER_NODE} GPU + "
               f"{arguments.nodes * ORDINARY_PODS_PER_NODE} ordinary (~{pod_bytes / 1024:.1f} KB each)")
-        print(f"time to /readyz 200:           {ready_seconds:.1f} s")
+        print(f"time to /readyz 200:           {ready_seconds:.1f} s "
+              f"(hami-web used {ready_cpu_seconds:.1f} CPU seconds by then)")
         print(f"peak RSS:                      {sampler.peak_mib:.0f} MiB")
         print(f"steady RSS:                    {steady_mib:.0f} MiB")
         print(f"CPU while nothing changes:     {idle_cpu_per_minute:.2f} s per minute "
@@ -417,7 +475,7 @@ def measure(arguments: argparse.Namespace) -> None:
             print(f"longest lock hold {labels:<14} {seconds * 1000:.2f} ms "
                   f"(most CPU in one hold: {holds_cpu.get(labels, 0) * 1000:.2f} ms)")
         print(f"decode of one page of {LIST_PAGE_SIZE} pods:  median {decode_median_ms:.1f} ms, "
-              f"max {decode_max_ms:.1f} ms")
+              f"max {decode_max_ms:.1f} ms (median CPU {decode_cpu_ms:.1f} ms)")
         print(f"load average after: {os.getloadavg()}")
     finally:
         if serve is not None:
@@ -435,11 +493,13 @@ def main() -> int:
     parser.add_argument("--idle-seconds", type=float, default=60.0, help="window for the idle CPU figure")
     parser.add_argument("--filters", type=int, default=300, help="/filter calls per phase")
     parser.add_argument("--event-rate", type=float, default=100.0, help="pod events per second while busy")
+    parser.add_argument("--plain-backend", action="store_true",
+                        help="let the in-process API server encode every list page itself (slower backend)")
     parser.add_argument("--backend", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--port-file", type=Path, help=argparse.SUPPRESS)
     arguments = parser.parse_args()
     if arguments.backend:
-        return run_backend(arguments.nodes, arguments.port_file)
+        return run_backend(arguments.nodes, arguments.port_file, preencoded=not arguments.plain_backend)
     measure(arguments)
     return 0
 

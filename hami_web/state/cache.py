@@ -46,7 +46,7 @@ NodeTotals = Mapping[str, DeviceUsage]
 # forgetting an assumption whose annotations were removed by someone else.
 ASSUMPTION_GRACE_SECONDS = 30.0
 # Changes applied per lock acquisition when a list is reconciled: keeps every swap well under a millisecond.
-CHUNK_SIZE = 200
+CHUNK_SIZE = 100
 # Plans that lost a race with a filter before the batch is applied under the lock instead.
 COMMIT_ATTEMPTS = 3
 LOCK_HOLD_BUCKETS_SECONDS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0)
@@ -416,7 +416,8 @@ class ClusterCache:
     def pod_usages(self) -> list[PodUsage]:
         """Every pod's usage (API-confirmed and assumed)."""
         with self._locked("read"):
-            return [held.usage for held in self._held.values()]
+            held = list(self._held.values())  # one C-level copy under the lock; unpacked outside it
+        return [entry.usage for entry in held]
 
 
 # -- planning outside the lock --------------------------------------------------------------------------

@@ -46,6 +46,11 @@ class PodRecord:
     finished: bool = False
 
 
+def holds_nothing(pod: Mapping[str, Any]) -> bool:
+    """Cheap test for the common case of a list: a pod without our node annotation holds no GPU."""
+    return not ((pod.get("metadata") or {}).get("annotations") or {}).get(names.POD_ASSIGNED_NODE)
+
+
 def pod_record(pod: Mapping[str, Any]) -> PodRecord:
     """Read a pod object's usage; an unreadable device annotation becomes ``error`` (never an exception)."""
     uid, namespace, name = pod_key(pod)

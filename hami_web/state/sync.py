@@ -34,7 +34,7 @@ from hami_web.core import names
 from hami_web.kube import GoneError, Kube, KubeError, ListPage, WatchEvent
 from hami_web.state.cache import ClusterCache
 from hami_web.state.nodes import NodeRecord, handshake_value, node_record
-from hami_web.state.pods import PodRecord, pod_record
+from hami_web.state.pods import PodRecord, holds_nothing, pod_record
 
 log = logging.getLogger(__name__)
 
@@ -261,8 +261,8 @@ class ClusterSync:
             pod_records: list[PodRecord] = []
             for page in _each_page(self._kube.list_pod_pages(limit=self._page_size)):
                 # Pods that hold nothing and read fine (most of a cluster) are not kept at all.
-                pod_records.extend(record for record in map(pod_record, page.items)
-                                   if record.usage is not None or record.error)
+                records = (pod_record(item) for item in page.items if not holds_nothing(item))
+                pod_records.extend(record for record in records if record.usage is not None or record.error)
                 version = page.resource_version
             self._cache.replace_pods(pod_records, listed_at=listed_at)
             due = []
