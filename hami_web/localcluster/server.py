@@ -3,7 +3,9 @@
 Plain werkzeug rather than Flask: the routes are kube's path grammar (``/api/v1/namespaces/{ns}/{plural}/
 {name}/{subresource}``), parsed once, and watches are chunked responses fed by a generator that sleeps on
 the store's condition with a short timeout, so it notices new writes, its ``timeoutSeconds`` and the
-server stopping without holding a thread forever.
+server stopping without holding a thread forever. A list with ``limit`` keeps its sorted snapshot (references
+to immutable objects) for its ``continue`` tokens, which answer 410 once the history has moved past the
+snapshot's resourceVersion, as etcd compaction makes them expire on the real server.
 """
 
 from __future__ import annotations

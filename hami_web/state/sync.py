@@ -239,11 +239,12 @@ class ClusterSync:
         return bool(self._relist_interval) and status.last_list is not None \
             and self._clock() - status.last_list >= self._relist_interval
 
-    def _heard(self, status: ResourceSync) -> None:
+    def _heard(self, status: ResourceSync, *, current: bool = True) -> None:
+        """The API answered; ``current`` when everything up to now has been delivered (not a watch just opened)."""
         now = self._clock()
         status.last_success = now
         status.last_error = ""
-        if status is self.pods:
+        if status is self.pods and current:
             self._cache.note_pods_current(now)
 
     def _list(self, status: ResourceSync) -> None:
@@ -288,7 +289,7 @@ class ClusterSync:
 
         def opened() -> None:
             status.watching = True
-            self._heard(status)
+            self._heard(status, current=False)  # events from before this moment may still be on their way
 
         seconds = max(1, math.ceil(timeout))  # the API takes whole seconds
         if status is self.nodes:
