@@ -271,8 +271,8 @@ class ClusterCache:
             held = held_map.get(uid)
             if record.error or held is None or held.assumed_at is not None or not _same_usage(held.usage, record.usage):
                 changes.append(_PodChange(uid, "listed", record))
-        for start in range(0, len(changes), CHUNK_SIZE):
-            self._commit_pods(changes[start:start + CHUNK_SIZE], listed_at=listed_at)
+        for chunk in _chunks_by_node(changes, held_map):
+            self._commit_pods(chunk, listed_at=listed_at)
         with self._locked("pods"):
             self.stats.broken_pods = errors
         self.note_pods_current(listed_at)
@@ -421,6 +421,32 @@ class ClusterCache:
 
 
 # -- planning outside the lock --------------------------------------------------------------------------
+
+
+def _chunks_by_node(changes: list[_PodChange], held: Mapping[str, _Held]) -> Iterator[list[_PodChange]]:
+    """``changes`` in chunks of about `CHUNK_SIZE` that keep each node's pods together.
+
+    A list arrives sorted by namespace and name, which scatters a node's pods over the whole list; chunked in
+    that order, a node's view would be rebuilt once per chunk holding one of its pods (8 times per node here).
+    """
+
+    def node_of(change: _PodChange) -> str:
+        if change.record is not None and change.record.usage is not None:
+            return change.record.usage.node
+        previous = held.get(change.uid)
+        return previous.usage.node if previous is not None else ""
+
+    chunk: list[_PodChange] = []
+    last_node = None
+    for change in sorted(changes, key=node_of):
+        node = node_of(change)
+        if len(chunk) >= CHUNK_SIZE and node != last_node:
+            yield chunk
+            chunk = []
+        chunk.append(change)
+        last_node = node
+    if chunk:
+        yield chunk
 
 
 def _same_usage(held: PodUsage, observed: PodUsage | None) -> bool:
