@@ -6,10 +6,11 @@ from every pod. A filter's decision and the booking of its result happen under o
 
 Sync work (watch events, list pages, resyncs) must not stall filters, so it is applied in three steps: read
 what it touches under the lock (a few dict lookups), compute the new per-node totals and `NodeView`s outside
-it, then swap them in under the lock — but only if nothing it read has changed meanwhile (every held entry,
-node state and per-node total is replaced, never mutated, so an identity check tells). A batch that lost a
-race is planned again; after a few lost races it is applied under the lock in one go, which is correct and
-merely slower. The longest hold per kind of work is recorded for ``hami_web_cache_lock_hold_seconds``.
+it (`state.planning`), then swap them in under the lock — but only if nothing it read has changed meanwhile
+(every held entry, node state and per-node total is replaced, never mutated, so an identity check tells). A
+batch that lost a race is planned again; after a few lost races it is applied under the lock in one go,
+which is correct and merely slower. The longest hold per kind of work is recorded for
+``hami_web_cache_lock_hold_seconds``.
 
 Filter-time assumptions (pods we placed whose annotations the API has not echoed back yet) are usage like any
 other; a later observation of the pod confirms or replaces them. A full list only overrides an assumption
@@ -26,54 +27,36 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Literal
 
 from hami_web.core.choose import NoPlacement, Placement, choose_node
 from hami_web.core.grants import encode_pod_devices
 from hami_web.core.options import PodOptions
 from hami_web.core.requests import PodRequest
-from hami_web.core.usage import NO_USAGE, DeviceUsage, NodeView, build_node_view, pod_booking
+from hami_web.core.usage import NodeView, build_node_view, pod_booking
 from hami_web.state.nodes import NodeRecord, NodeState, device_plugin_gone, handshake_due, node_state
+from hami_web.state.planning import (
+    ASSUMPTION_GRACE_SECONDS,
+    CHUNK_SIZE,
+    Held,
+    NodeTotals,
+    Plan,
+    PodChange,
+    add_booking,
+    chunks_by_node,
+    node_view,
+    plan_pods,
+    same_usage,
+    touched_nodes,
+)
 from hami_web.state.pods import PodRecord, PodUsage
 
 log = logging.getLogger(__name__)
 
 Clock = Callable[[], float]
-NodeTotals = Mapping[str, DeviceUsage]
 
-# How long after booking a placement a full list may still not show the pod patch: longer than the patch can
-# take (the adapter's request timeout is 10 s). A failed patch drops its booking itself, so this only delays
-# forgetting an assumption whose annotations were removed by someone else.
-ASSUMPTION_GRACE_SECONDS = 30.0
-# Changes applied per lock acquisition when a list is reconciled: keeps every swap well under a millisecond.
-CHUNK_SIZE = 100
 # Plans that lost a race with a filter before the batch is applied under the lock instead.
 COMMIT_ATTEMPTS = 3
 LOCK_HOLD_BUCKETS_SECONDS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0)
-
-ChangeKind = Literal["event", "deleted", "listed", "expire"]
-
-
-@dataclass(frozen=True, slots=True)
-class _Held:
-    """A pod's usage plus where we learned it: the API, or our own filter (``assumed_at`` set).
-
-    For an assumption, ``api_usage`` is what the API last showed for the pod (it replaces the assumption
-    when the assumption expires).
-    """
-
-    usage: PodUsage
-    assumed_at: float | None = None
-    api_usage: PodUsage | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class _PodChange:
-    """One thing learned about a pod: a watch event, a list's verdict, or an assumption's expiry."""
-
-    uid: str
-    kind: ChangeKind
-    record: PodRecord | None = None
 
 
 @dataclass(slots=True)
@@ -112,17 +95,6 @@ class LockHolds:
                 break
 
 
-@dataclass(slots=True)
-class _Plan:
-    """A batch's outcome computed outside the lock, and what it read (to detect a race at commit)."""
-
-    held_before: dict[str, _Held | None]
-    nodes_before: dict[str, tuple[NodeState | None, NodeTotals | None]]
-    held_after: dict[str, _Held | None] = field(default_factory=dict)
-    totals_after: dict[str, NodeTotals | None] = field(default_factory=dict)
-    views_after: dict[str, NodeView | None] = field(default_factory=dict)
-    errors: dict[str, str] = field(default_factory=dict)
-    fixed: set[str] = field(default_factory=set)
 
 
 class ClusterCache:
@@ -136,7 +108,7 @@ class ClusterCache:
         self._nodes: dict[str, NodeState] = {}
         self._views: dict[str, NodeView] = {}
         self._broken_nodes: dict[str, str] = {}
-        self._held: dict[str, _Held] = {}
+        self._held: dict[str, Held] = {}
         self._assumed: set[str] = set()
         self._node_usage: dict[str, NodeTotals] = {}
         self._pods_current_at = 0.0
@@ -214,7 +186,7 @@ class ClusterCache:
             views: dict[str, NodeView | None] = {}
             for name, state in latest.items():
                 previous, totals, view = before[name]
-                views[name] = _node_view(state, totals, previous, view)
+                views[name] = node_view(state, totals, previous, view)
             with self._locked("nodes"):
                 if all(self._nodes.get(name) is b[0] and self._node_usage.get(name) is b[1]
                        for name, b in before.items()):
@@ -222,7 +194,7 @@ class ClusterCache:
                     return
                 self.stats.lost_races += 1
         with self._locked("nodes"):
-            views = {name: _node_view(state, self._node_usage.get(name), self._nodes.get(name),
+            views = {name: node_view(state, self._node_usage.get(name), self._nodes.get(name),
                                       self._views.get(name)) for name, state in latest.items()}
             self._swap_nodes_locked(latest, views)
 
@@ -265,13 +237,13 @@ class ClusterCache:
                 observed[record.uid] = record
         with self._locked("pods"):
             held_now = list(self._held.items())
-        changes = [_PodChange(uid, "listed") for uid, held in held_now if uid not in observed]
+        changes = [PodChange(uid, "listed") for uid, held in held_now if uid not in observed]
         held_map = dict(held_now)
         for uid, record in observed.items():
             held = held_map.get(uid)
-            if record.error or held is None or held.assumed_at is not None or not _same_usage(held.usage, record.usage):
-                changes.append(_PodChange(uid, "listed", record))
-        for chunk in _chunks_by_node(changes, held_map):
+            if record.error or held is None or held.assumed_at is not None or not same_usage(held.usage, record.usage):
+                changes.append(PodChange(uid, "listed", record))
+        for chunk in chunks_by_node(changes, held_map):
             self._commit_pods(chunk, listed_at=listed_at)
         with self._locked("pods"):
             self.stats.broken_pods = errors
@@ -279,18 +251,18 @@ class ClusterCache:
 
     def apply_pod_events(self, events: Sequence[tuple[str, PodRecord]]) -> None:
         """Apply watch events for pods as one batch: a deleted or finished pod frees its GPUs at once."""
-        self._commit_pods([_PodChange(record.uid, "deleted" if kind == "DELETED" else "event", record)
+        self._commit_pods([PodChange(record.uid, "deleted" if kind == "DELETED" else "event", record)
                            for kind, record in events], listed_at=None)
 
-    def _commit_pods(self, changes: Sequence[_PodChange], *, listed_at: float | None) -> None:
+    def _commit_pods(self, changes: Sequence[PodChange], *, listed_at: float | None) -> None:
         if not changes:
             return
         for _ in range(COMMIT_ATTEMPTS):
             with self._locked("pods"):
                 held_before = {change.uid: self._held.get(change.uid) for change in changes}
-                nodes = _touched_nodes(changes, held_before)
+                nodes = touched_nodes(changes, held_before)
                 nodes_before = {node: (self._nodes.get(node), self._node_usage.get(node)) for node in nodes}
-            plan = _plan_pods(changes, held_before, nodes_before, listed_at=listed_at)
+            plan = plan_pods(changes, held_before, nodes_before, listed_at=listed_at)
             with self._locked("pods"):
                 if all(self._held.get(uid) is plan.held_before[uid] for uid in plan.held_before) and all(
                         self._nodes.get(node) is state and self._node_usage.get(node) is totals
@@ -301,10 +273,10 @@ class ClusterCache:
         with self._locked("pods"):
             held_before = {change.uid: self._held.get(change.uid) for change in changes}
             nodes_before = {node: (self._nodes.get(node), self._node_usage.get(node))
-                            for node in _touched_nodes(changes, held_before)}
-            self._swap_pods_locked(_plan_pods(changes, held_before, nodes_before, listed_at=listed_at))
+                            for node in touched_nodes(changes, held_before)}
+            self._swap_pods_locked(plan_pods(changes, held_before, nodes_before, listed_at=listed_at))
 
-    def _swap_pods_locked(self, plan: _Plan) -> None:
+    def _swap_pods_locked(self, plan: Plan) -> None:
         for uid, held in plan.held_after.items():
             if held is None:
                 self._held.pop(uid, None)
@@ -349,7 +321,7 @@ class ClusterCache:
                    if state.record is not None and state.record.register is not None and not state.plugin_gone
                    and device_plugin_gone(state.record, now=now)]
         self._commit_nodes(changed)
-        expired = [_PodChange(uid, "expire") for uid, held in assumed
+        expired = [PodChange(uid, "expire") for uid, held in assumed
                    if held.assumed_at is not None and held.assumed_at + ASSUMPTION_GRACE_SECONDS < current_at]
         self._commit_pods(expired, listed_at=None)
         return [state.name for state in nodes if state.handshake_due]
@@ -367,7 +339,7 @@ class ClusterCache:
                 usage = PodUsage(uid=uid, namespace=namespace, name=name, node=result.node, grants=result.grants,
                                  booking=booking, devices_text=encode_pod_devices(result.grants),
                                  container_names=tuple(container_names))
-                self._held[uid] = _Held(usage=usage, assumed_at=self._clock())
+                self._held[uid] = Held(usage=usage, assumed_at=self._clock())
                 self._assumed.add(uid)
                 self._add_usage_locked(usage.node, usage.booking, sign=1)
             return result
@@ -386,7 +358,7 @@ class ClusterCache:
         return held.usage
 
     def _add_usage_locked(self, node: str, booking: NodeTotals, *, sign: int) -> None:
-        totals = _add_booking(self._node_usage.get(node), booking, sign=sign)
+        totals = add_booking(self._node_usage.get(node), booking, sign=sign)
         if totals:
             self._node_usage[node] = totals
         else:
@@ -418,134 +390,3 @@ class ClusterCache:
         with self._locked("read"):
             held = list(self._held.values())  # one C-level copy under the lock; unpacked outside it
         return [entry.usage for entry in held]
-
-
-# -- planning outside the lock --------------------------------------------------------------------------
-
-
-def _chunks_by_node(changes: list[_PodChange], held: Mapping[str, _Held]) -> Iterator[list[_PodChange]]:
-    """``changes`` in chunks of about `CHUNK_SIZE` that keep each node's pods together.
-
-    A list arrives sorted by namespace and name, which scatters a node's pods over the whole list; chunked in
-    that order, a node's view would be rebuilt once per chunk holding one of its pods (8 times per node here).
-    """
-
-    def node_of(change: _PodChange) -> str:
-        if change.record is not None and change.record.usage is not None:
-            return change.record.usage.node
-        previous = held.get(change.uid)
-        return previous.usage.node if previous is not None else ""
-
-    chunk: list[_PodChange] = []
-    last_node = None
-    for change in sorted(changes, key=node_of):
-        node = node_of(change)
-        if len(chunk) >= CHUNK_SIZE and node != last_node:
-            yield chunk
-            chunk = []
-        chunk.append(change)
-        last_node = node
-    if chunk:
-        yield chunk
-
-
-def _same_usage(held: PodUsage, observed: PodUsage | None) -> bool:
-    return observed is not None and held.node == observed.node and held.devices_text == observed.devices_text \
-        and held.booking == observed.booking and held.container_names == observed.container_names
-
-
-def _node_view(state: NodeState | None, totals: NodeTotals | None, previous: NodeState | None,
-               view: NodeView | None) -> NodeView | None:
-    """The view a node gets with ``state``; the existing one when its inventory did not change."""
-    if state is None or state.inventory is None:
-        return None
-    if view is not None and previous is not None and previous.inventory == state.inventory:
-        return view
-    return build_node_view(state.inventory, totals or {})
-
-
-def _touched_nodes(changes: Sequence[_PodChange], held_before: Mapping[str, _Held | None]) -> set[str]:
-    nodes = {change.record.usage.node for change in changes
-             if change.record is not None and change.record.usage is not None}
-    nodes.update(held.usage.node for held in held_before.values() if held is not None)
-    return nodes
-
-
-def _assumed_since(held: _Held, listed_at: float) -> bool:
-    """Whether ``held`` is an assumption whose pod patch a list started at ``listed_at`` may not show."""
-    return held.assumed_at is not None and held.assumed_at + ASSUMPTION_GRACE_SECONDS >= listed_at
-
-
-def _next_held(change: _PodChange, held: _Held | None, *, listed_at: float | None) -> _Held | None:
-    """What a pod holds after ``change`` (SPEC.md §4 usage, with the assumption rules above)."""
-    record = change.record
-    if change.kind == "deleted":
-        return None
-    if change.kind == "expire":
-        if held is None or held.assumed_at is None:
-            return held
-        return None if held.api_usage is None else _Held(usage=held.api_usage)
-    if record is not None and record.error:
-        return None  # the old usage of a pod whose annotation became unreadable is no longer trustworthy
-    usage = record.usage if record is not None else None
-    if held is not None and held.assumed_at is not None:
-        keep = _assumed_since(held, listed_at) if listed_at is not None else not (record and record.finished)
-        if usage is None:
-            return _Held(held.usage, held.assumed_at, None) if keep else None
-        if held.usage.devices_text != usage.devices_text and (keep or listed_at is None):
-            return _Held(held.usage, held.assumed_at, usage)  # our placement may be newer than what the API showed
-    if usage is None:
-        return None
-    if held is not None and held.assumed_at is None and _same_usage(held.usage, usage):
-        return held  # e.g. a status update of a running pod: nothing to rebuild
-    return _Held(usage=usage)
-
-
-def _plan_pods(changes: Sequence[_PodChange], held_before: dict[str, _Held | None],
-               nodes_before: dict[str, tuple[NodeState | None, NodeTotals | None]], *,
-               listed_at: float | None) -> _Plan:
-    plan = _Plan(held_before=held_before, nodes_before=nodes_before)
-    current = dict(held_before)
-    for change in changes:
-        held = current[change.uid]
-        record = change.record
-        if record is not None and record.error:
-            plan.errors[change.uid] = record.error
-            plan.fixed.discard(change.uid)
-        elif change.kind in ("event", "deleted"):
-            plan.fixed.add(change.uid)
-            plan.errors.pop(change.uid, None)
-        current[change.uid] = _next_held(change, held, listed_at=listed_at)
-    deltas: dict[str, list[tuple[NodeTotals, int]]] = {}
-    for uid, before in held_before.items():
-        after = current[uid]
-        if after is before:
-            continue
-        plan.held_after[uid] = after
-        if before is not None and after is not None and before.usage is after.usage:
-            continue  # only the bookkeeping of an assumption changed, not the usage
-        if before is not None:
-            deltas.setdefault(before.usage.node, []).append((before.usage.booking, -1))
-        if after is not None:
-            deltas.setdefault(after.usage.node, []).append((after.usage.booking, 1))
-    for node, node_deltas in deltas.items():
-        state, totals = nodes_before[node]
-        for booking, sign in node_deltas:
-            totals = _add_booking(totals, booking, sign=sign)
-        plan.totals_after[node] = totals
-        if state is not None and state.inventory is not None:
-            plan.views_after[node] = build_node_view(state.inventory, totals or {})
-    return plan
-
-
-def _add_booking(totals: NodeTotals | None, booking: NodeTotals, *, sign: int) -> dict[str, DeviceUsage]:
-    """A new per-GPU totals map with ``booking`` added (sign 1) or removed (sign -1); never mutates ``totals``."""
-    updated = dict(totals or {})
-    for uuid, amount in booking.items():
-        current = updated.get(uuid, NO_USAGE)
-        value = current + amount if sign > 0 else current - amount
-        if value == NO_USAGE:
-            updated.pop(uuid, None)
-        else:
-            updated[uuid] = value
-    return updated
