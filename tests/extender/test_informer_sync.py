@@ -1,14 +1,15 @@
 """The cache kept in step as an informer does (SPEC.md §4): list once in pages, then watch.
 
 Covers: the first sync lists pods and nodes in pages of one snapshot; a page that fails mid-list keeps the
-previous state and the next list applies the new one; a watch that ends resumes from the resourceVersion of
-its last bookmark without a list even after the history moved on; a watch whose version expired (410) is
-followed by a list that repairs what the watch missed; the periodic resync makes no list or watch request
-yet takes GPUs from a node whose device plugin missed its handshake deadline and answers a handshake the
-device plugin reset; an assumption the API never shows is dropped by the resync once the pod stream has been
-current for the grace period; ``--relist-interval`` lists again; the lock-hold bound: while thousands of pods
-are listed, relisted and changed, a probe thread never waits long for the cache lock, and the longest hold of
-sync work stays far below what a whole-list apply would take; a deleted pod frees its GPUs among thousands.
+previous state and the next list applies the new one; a watch that ends resumes from the resourceVersion of its
+last bookmark without a list even after the history moved on; a watch whose version expired (410) is followed by
+a list that repairs what the watch missed, and so are three failed watch requests in a row; the periodic resync
+makes no list or watch request yet takes GPUs from a node whose device plugin missed its handshake deadline and
+answers a handshake the device plugin reset; an assumption the API never shows is dropped by the resync once the
+pod stream has been current for the grace period; ``--relist-interval`` lists again; the lock-hold bound: while
+thousands of pods are listed, relisted and changed, a probe thread never waits long for the cache lock, and the
+longest hold of sync work stays far below what a whole-list apply would take; a deleted pod frees its GPUs among
+thousands.
 """
 
 from __future__ import annotations
@@ -183,6 +184,19 @@ def test_a_watch_answered_410_is_followed_by_a_list_that_repairs_the_cache() -> 
         finally:
             sync.stop()
             kube.close()
+
+
+def test_a_watch_that_keeps_failing_is_followed_by_a_list(apiserver: LocalCluster, make_sync: SyncFactory) -> None:
+    apiserver.load([gpu_node("node1", gpus("node1", 1)), running_pod("pod1", "node1", "node1-gpu0")])
+    sync = make_sync(watch_timeout_seconds=1.0, refresh_interval_seconds=0.1)  # backoff capped at 0.1 s
+    _watching(sync)
+    apiserver.inject_failure("GET", "pods", status=500, count=3)  # the next three watch requests
+
+    wait_for(lambda: sync.pods.lists >= 2, timeout_seconds=6, what="a list after three failed watches")
+    assert sync.pods.errors == 3
+    watches = [query.get("watch") == "true" for query in apiserver.requests("GET", POD_LIST)]
+    second_list = watches.index(False, 1)
+    assert watches[second_list - 3:second_list] == [True, True, True]  # the three that failed
 
 
 def test_the_relist_interval_lists_again(apiserver: LocalCluster, make_runtime: RuntimeFactory) -> None:
