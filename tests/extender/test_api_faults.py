@@ -67,7 +67,8 @@ def _uid(scheduler: Scheduler, pod: str) -> str:
 def test_failed_lists_keep_the_last_good_state_and_recover(apiserver: LocalCluster, make_runtime: RuntimeFactory,
                                                            status: int) -> None:
     apiserver.load([gpu_node("node1", gpus("node1", 1, count=1)), gpu_pod("pod1"), gpu_pod("pod2")])
-    runtime = make_runtime(refresh_interval_seconds=0.5)
+    # Lists happen only at start, on a 410 or every --relist-interval: relist often so the faults hit lists.
+    runtime = make_runtime(refresh_interval_seconds=0.5, relist_interval_seconds=0.5)
     scheduler = Scheduler(runtime.app.test_client(), apiserver)
     assert scheduler.schedule("pod1", ["node1"]) == "node1"
     assert runtime.cache.held_by(_uid(scheduler, "pod1")) is not None
