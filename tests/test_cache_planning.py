@@ -1,10 +1,10 @@
 """Planning a batch of pod changes outside the cache lock (SPEC.md §4 usage; `hami_web.state.planning`).
 
 Covers, one change at a time: which observation wins over a filter-time assumption (a watch event that shows
-the same devices confirms it; one that shows none or other devices leaves it standing unless the pod finished;
-a list keeps it only within the grace period; an expiry falls back to what the API last showed); deletion and
-unreadable annotations release the pod; the node totals and views the batch would swap in; a list's changes
-grouped by node in chunks.
+the same devices confirms it; one that shows none or other devices leaves it standing unless the pod finished
+or is bound; a list keeps it only within the grace period, and not at all when the pod is absent; an expiry falls
+back to what the API last showed); deletion and unreadable annotations release the pod; the node totals and
+views the batch would swap in; a list's changes grouped by node in chunks.
 """
 
 from __future__ import annotations
@@ -28,13 +28,14 @@ NODE = NodeState(name="n1", inventory=NodeInventory(name="n1", devices=(
     Device(uuid="g1", index=1, count=10, memory_mib=8000, cores=100, type="NVIDIA-A40"))))
 
 
-def record(devices: str | None, *, phase: str = "Running") -> PodRecord:
+def record(devices: str | None, *, phase: str = "Running", node: str = "") -> PodRecord:
     """What a list item or watch event says about pod ``p``: ``devices`` on ``n1``, or no annotations."""
     annotations: dict[str, Any] = {}
     if devices is not None:
         annotations = {names.POD_ASSIGNED_NODE: "n1", names.POD_DEVICES_ALLOCATED: devices}
+    spec: dict[str, Any] = {"containers": [GPU_CONTAINER], **({"nodeName": node} if node else {})}
     return pod_record({"metadata": {"uid": "p", "namespace": "ns", "name": "p", "annotations": annotations},
-                       "spec": {"containers": [GPU_CONTAINER]}, "status": {"phase": phase}})
+                       "spec": spec, "status": {"phase": phase}})
 
 
 API_G0 = record("g0,NVIDIA,1000,10:;")
@@ -58,6 +59,9 @@ OLD = NOW - ASSUMPTION_GRACE_SECONDS - 1
     (PodChange("p", "event", NOTHING), held(API_G0, assumed_at=RECENT), None, "g0 assumed"),
     (PodChange("p", "event", record(None, phase="Succeeded")), held(API_G0, assumed_at=RECENT), None, None),
     (PodChange("p", "event", API_G1), held(API_G0, assumed_at=RECENT), None, "g0 assumed"),
+    # bound by another scheduler with other devices (or none): ours can never follow, the API's booking is final
+    (PodChange("p", "event", record("g1,NVIDIA,2000,20:;", node="n1")), held(API_G0, assumed_at=RECENT), None, "g1"),
+    (PodChange("p", "event", record(None, node="n1")), held(API_G0, assumed_at=RECENT), None, None),
     (PodChange("p", "event", API_G0), held(API_G0, assumed_at=RECENT), None, "g0"),
     (PodChange("p", "event", API_G1), held(API_G0), None, "g1"),
     (PodChange("p", "deleted", API_G0), held(API_G0, assumed_at=RECENT), None, None),

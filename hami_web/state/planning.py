@@ -142,7 +142,9 @@ def _next_held(change: PodChange, held: Held | None, *, listed_at: float | None)
     if record is not None and record.error:
         return None  # the old usage of a pod whose annotation became unreadable is no longer trustworthy
     usage = record.usage if record is not None else None
-    if held is not None and held.assumed_at is not None:
+    # A bound pod never takes a placement of ours any more (we write our booking before our Binding, so a bound
+    # pod showing other devices, or none, was bound by someone else): what the API shows is final.
+    if held is not None and held.assumed_at is not None and not (record is not None and record.bound):
         keep = _assumed_since(held, listed_at, listed=not change.absent) if listed_at is not None \
             else not (record and record.finished)
         if usage is None:

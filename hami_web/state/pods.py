@@ -50,6 +50,7 @@ class PodRecord:
     usage: PodUsage | None = None
     error: str = ""
     finished: bool = False
+    bound: bool = False  # spec.nodeName is set: what the pod holds is final, no placement of ours can follow
 
 
 def holds_nothing(pod: Mapping[str, Any]) -> bool:
@@ -75,14 +76,17 @@ def pod_record(pod: Mapping[str, Any], *, count_resource: str = "nvidia.com/gpu"
     """
     uid, namespace, name = pod_key(pod)
     finished = pod_finished(pod)
+    spec = pod.get("spec") if isinstance(pod, Mapping) else None
+    bound = isinstance(spec, Mapping) and bool(spec.get("nodeName"))
     try:
-        return PodRecord(uid=uid, usage=pod_usage(pod, count_resource=count_resource), finished=finished)
+        return PodRecord(uid=uid, usage=pod_usage(pod, count_resource=count_resource), finished=finished,
+                         bound=bound)
     except AnnotationError as error:
-        return PodRecord(uid=uid, error=f"pod {namespace}/{name}: {error}", finished=finished)
+        return PodRecord(uid=uid, error=f"pod {namespace}/{name}: {error}", finished=finished, bound=bound)
     except Exception as error:
         log.exception("pod %s/%s: unexpected error reading its GPU usage", namespace, name)
         return PodRecord(uid=uid, error=f"pod {namespace}/{name}: unreadable: {type(error).__name__}",
-                         finished=finished)
+                         finished=finished, bound=bound)
 
 
 def pod_key(pod: Mapping[str, Any]) -> tuple[str, str, str]:
