@@ -139,6 +139,15 @@ class _DeadlineExceeded(Exception):
 
 
 @dataclass(frozen=True, slots=True)
+class ListPage:
+    """One chunk of a paginated list: its items, the list's resourceVersion, and whether more follow."""
+
+    items: list[JsonObject]
+    resource_version: str
+    continue_token: str = ""
+
+
+@dataclass(frozen=True, slots=True)
 class WatchEvent:
     """One event of a watch stream: ``ADDED``, ``MODIFIED``, ``DELETED`` or ``BOOKMARK``."""
 
@@ -163,6 +172,15 @@ class _RawWatch(kubernetes.watch.Watch):
         if isinstance(metadata, dict) and metadata.get("resourceVersion"):
             self.resource_version = metadata["resourceVersion"]
         return event
+
+
+def _joined(pages: Iterator[ListPage]) -> tuple[list[JsonObject], str]:
+    items: list[JsonObject] = []
+    version = ""
+    for page in pages:
+        items.extend(page.items)
+        version = page.resource_version
+    return items, version
 
 
 def load_client_configuration(kubeconfig: str = "") -> kubernetes.client.Configuration:
@@ -323,8 +341,14 @@ class Kube:
 
     def list_nodes(self, *, label_selector: str = "") -> tuple[list[JsonObject], str]:
         """All nodes (optionally by label selector) and the list's resourceVersion."""
-        body = self._call("list nodes", self._core.list_node, label_selector=label_selector or None)
-        return body.get("items") or [], str(body.get("metadata", {}).get("resourceVersion", ""))
+        return _joined(self.list_node_pages(label_selector=label_selector))
+
+    def list_node_pages(self, *, label_selector: str = "", limit: int = 0) -> Iterator[ListPage]:
+        """Nodes in pages of at most ``limit`` (0: one page), all from one consistent snapshot.
+
+        A `GoneError` means the snapshot expired between two pages; the list must start again.
+        """
+        return self._pages("list nodes", self._core.list_node, limit=limit, label_selector=label_selector or None)
 
     def get_node(self, name: str) -> JsonObject:
         """One node; `NotFoundError` when it does not exist."""
@@ -338,8 +362,24 @@ class Kube:
 
     def list_pods(self) -> tuple[list[JsonObject], str]:
         """Pods of every namespace and the list's resourceVersion."""
-        body = self._call("list pods", self._core.list_pod_for_all_namespaces)
-        return body.get("items") or [], str(body.get("metadata", {}).get("resourceVersion", ""))
+        return _joined(self.list_pod_pages())
+
+    def list_pod_pages(self, *, limit: int = 0) -> Iterator[ListPage]:
+        """Pods of every namespace in pages of at most ``limit`` (0: one page); see `list_node_pages`."""
+        return self._pages("list pods", self._core.list_pod_for_all_namespaces, limit=limit)
+
+    def _pages(self, what: str, method: Any, *, limit: int, **kwargs: Any) -> Iterator[ListPage]:
+        # resourceVersion unset: a consistent read (from etcd on a real server), which honours limit; a
+        # list at resourceVersion "0" is served whole from the watch cache, the one big decode to avoid.
+        token = ""
+        while True:
+            body = self._call(what, method, limit=limit or None, _continue=token or None, **kwargs)
+            metadata = body.get("metadata") or {}
+            token = str(metadata.get("continue") or "")
+            yield ListPage(items=body.get("items") or [], resource_version=str(metadata.get("resourceVersion", "")),
+                           continue_token=token)
+            if not token:
+                return
 
     def list_pods_on_node(self, node: str, *, assigned_label: str, not_older_than: str = "") -> list[JsonObject]:
         """Pods bound to ``node`` plus unbound pods labelled ``assigned_label=node`` (given GPUs there).
@@ -419,23 +459,37 @@ class Kube:
 
     # -- watches ----------------------------------------------------------------------------------
 
-    def watch_pods(self, *, resource_version: str, timeout_seconds: int) -> Iterator[WatchEvent]:
-        """Pod events after ``resource_version``; ends after ``timeout_seconds``; `GoneError` when too old."""
-        return self._watch("watch pods", self._core.list_pod_for_all_namespaces,
+    def watch_pods(self, *, resource_version: str, timeout_seconds: int,
+                   on_open: Callable[[], None] | None = None) -> Iterator[WatchEvent]:
+        """Pod events after ``resource_version``; ends after ``timeout_seconds``; `GoneError` when too old.
+
+        ``on_open`` runs once the server has accepted the watch (before any event), so a caller can tell a
+        quiet healthy watch from one that cannot connect. BOOKMARK events carry only a resourceVersion.
+        """
+        return self._watch("watch pods", self._core.list_pod_for_all_namespaces, on_open,
                            resource_version=resource_version, timeout_seconds=timeout_seconds)
 
-    def watch_nodes(self, *, resource_version: str, timeout_seconds: int,
-                    label_selector: str = "") -> Iterator[WatchEvent]:
-        """Node events after ``resource_version``; ends after ``timeout_seconds``; `GoneError` when too old."""
-        return self._watch("watch nodes", self._core.list_node, resource_version=resource_version,
+    def watch_nodes(self, *, resource_version: str, timeout_seconds: int, label_selector: str = "",
+                    on_open: Callable[[], None] | None = None) -> Iterator[WatchEvent]:
+        """Node events after ``resource_version``; see `watch_pods`."""
+        return self._watch("watch nodes", self._core.list_node, on_open, resource_version=resource_version,
                            timeout_seconds=timeout_seconds, label_selector=label_selector or None)
 
-    def _watch(self, what: str, method: Any, **kwargs: Any) -> Iterator[WatchEvent]:
+    def _watch(self, what: str, method: Any, on_open: Callable[[], None] | None,
+               **kwargs: Any) -> Iterator[WatchEvent]:
         watch = _RawWatch()
         kwargs["_request_timeout"] = (self._timeout_seconds, kwargs["timeout_seconds"] + self._timeout_seconds)
         self._spend_budget(what, None)
+
+        @functools.wraps(method)  # the client reads the return type from the method's signature
+        def open_stream(*args: Any, **call_kwargs: Any) -> Any:
+            response = method(*args, **call_kwargs)
+            if on_open is not None:
+                on_open()
+            return response
+
         try:
-            for event in watch.stream(method, allow_watch_bookmarks=True, **kwargs):
+            for event in watch.stream(open_stream, allow_watch_bookmarks=True, **kwargs):
                 yield WatchEvent(type=str(event.get("type", "")), object=event.get("object") or {})
         except ApiException as error:
             raise _error_from(error, what) from error

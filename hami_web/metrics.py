@@ -15,12 +15,12 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from hami_web import __version__
 from hami_web.core.reasons import reason_causes
-from hami_web.state.cache import ClusterCache
+from hami_web.state.cache import LOCK_HOLD_BUCKETS_SECONDS, ClusterCache
 
 MIB = 1024 * 1024
 CORE_PERCENT = 100.0
@@ -131,10 +131,12 @@ class _ClusterCollector(Collector):
         broken.add_metric(["node"], len(self._cache.broken_nodes()))
         broken.add_metric(["pod"], len(self._cache.stats.broken_pods))
         yield broken
+        yield from self._lock_holds()
 
         if self._sync is not None:
-            age = GaugeMetricFamily("hami_web_cache_refresh_age_seconds", "seconds since the last good full list",
-                                    labels=["resource"])
+            age = GaugeMetricFamily("hami_web_cache_refresh_age_seconds",
+                                    "seconds since the cache was last known in step with the API (list, watch "
+                                    "event or bookmark, or a resync while the watch is open)", labels=["resource"])
             errors = CounterMetricFamily("hami_web_cache_refresh_errors", "failed lists and watches",
                                          labels=["resource"])
             for status in (self._sync.nodes, self._sync.pods):
@@ -142,6 +144,28 @@ class _ClusterCollector(Collector):
                 age.add_metric([status.resource], float("inf") if seconds is None else seconds)
                 errors.add_metric([status.resource], status.errors)
             yield from (age, errors)
+
+
+    def _lock_holds(self) -> Iterator[Metric]:
+        holds = self._cache.lock_hold_snapshot()
+        histogram = HistogramMetricFamily("hami_web_cache_lock_hold_seconds",
+                                          "how long the cache lock was held, by kind of work", labels=["work"])
+        longest = GaugeMetricFamily("hami_web_cache_lock_hold_max_seconds",
+                                    "the longest hold of the cache lock since start, by kind of work",
+                                    labels=["work"])
+        longest_cpu = GaugeMetricFamily("hami_web_cache_lock_hold_max_cpu_seconds",
+                                        "the most CPU time a holder spent in one hold, by kind of work",
+                                        labels=["work"])
+        for work, stats in sorted(holds.items()):
+            cumulative, buckets = 0, []
+            for bound, count in zip(LOCK_HOLD_BUCKETS_SECONDS, stats.bucket_counts, strict=True):
+                cumulative += count
+                buckets.append((repr(bound), cumulative))
+            buckets.append(("+Inf", stats.count))
+            histogram.add_metric([work], buckets, stats.total_seconds)
+            longest.add_metric([work], stats.max_seconds)
+            longest_cpu.add_metric([work], stats.max_cpu_seconds)
+        yield from (histogram, longest, longest_cpu)
 
 
 class Metrics:

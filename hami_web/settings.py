@@ -66,6 +66,7 @@ class Settings:
     ui_bind: str = "127.0.0.1:9396"
     ui_expose: bool = False
     refresh_interval_seconds: float = 15.0
+    relist_interval_seconds: float = 0.0
     privileged_policy: str = "deny"
     kubeconfig: str = ""
     insecure_http: bool = False
@@ -197,6 +198,12 @@ def _positive_duration(text: str) -> float:
     return seconds
 
 
+def _duration_or_off(text: str) -> float:
+    if text.strip().lower() in ("off", "0", "false", "none"):
+        return 0.0
+    return _positive_duration(text)
+
+
 def _choice(options: Sequence[str]) -> Callable[[str], str]:
     def parse(text: str) -> str:
         value = text.strip()
@@ -292,7 +299,9 @@ _OPTIONS: tuple[_Option, ...] = (
             "allowed to list pods and nodes (TokenReview + SubjectAccessReview), and TLS unless "
             "--insecure-http", is_switch=True),
     _Option("--refresh-interval", "refresh_interval_seconds", _positive_duration,
-            "full resync period of the cluster cache, e.g. 15s (15s)"),
+            "period of the cache's resync from local state: handshakes, device plugins gone (15s)"),
+    _Option("--relist-interval", "relist_interval_seconds", _duration_or_off,
+            "full list of nodes and pods this often besides the watches, e.g. 30m, or off (off)"),
     _Option("--privileged-policy", "privileged_policy", _choice(PRIVILEGED_POLICIES),
             "deny GPU pods with privileged containers, or skip them as HAMi v2.4 did (deny)"),
     _Option("--kubeconfig", "kubeconfig", _text, "kubeconfig path (in-cluster config, else ~/.kube/config)"),

@@ -56,12 +56,19 @@ def test_defaults_without_flags_or_environment() -> None:
     assert (settings.refresh_interval_seconds, settings.node_lock_timeout_seconds) == (15.0, 300.0)
 
 
+@pytest.mark.parametrize(("value", "seconds"), [(None, 0.0), ("off", 0.0), ("0", 0.0), ("30m", 1800.0)])
+def test_the_relist_interval_is_off_by_default_or_a_duration(value: str | None, seconds: float) -> None:
+    settings = settings_from([] if value is None else ["--relist-interval", value])
+    assert settings.relist_interval_seconds == seconds
+
+
 @pytest.mark.parametrize(("flag", "value"), [
     ("--default-cores", "101"),
     ("--node-scheduler-policy", "foo"),
     ("--refresh-interval", "0"),
     ("--bind", "nope"),
     ("--node-lock-timeout", "5x"),
+    ("--relist-interval", "soon"),
 ])
 def test_bad_values_name_the_flag(flag: str, value: str) -> None:
     with pytest.raises(SettingsError, match=flag):

@@ -3,9 +3,10 @@
 Covers: node/pod CRUD and server-side defaults; merge, strategic and JSON patch (null deletes, failed
 ``test`` → 422); resourceVersion compare-and-swap on PATCH and PUT (409); AlreadyExists; bindings (201,
 second one 409, missing pod 404); pod status only through ``/status``; watches (ADDED/MODIFIED/DELETED in
-order, resume from a resourceVersion, 410 through `GoneError`, selectors on watch); label and field
-selectors on list; loading multi-document YAML and ``kind: List``; injected failures and the fault modes
-(reset = applied then unanswered, delay and drip cut at the caller's deadline, cut watches); secrets;
+order, resume from a resourceVersion, 410 through `GoneError`, selectors on watch); paginated lists (``limit``
+and ``continue`` from one snapshot, 410 once the history moved past it); label and field selectors on list;
+loading multi-document YAML and ``kind: List``; injected failures (``skip``) and the fault modes (reset =
+applied then unanswered, delay and drip cut at the caller's deadline, cut watches); secrets;
 MutatingWebhookConfiguration JSON patch; events; Status bodies reaching `KubeError`; concurrent CAS patches.
 """
 
@@ -331,6 +332,54 @@ def test_stop_ends_open_watches_promptly() -> None:
     thread.join(timeout=5)
     assert not thread.is_alive() and time.monotonic() - started < 2
     watcher.close()
+
+
+# -- pagination ---------------------------------------------------------------------------------------
+
+
+def test_a_paginated_list_returns_every_object_once_from_one_snapshot(kube: Kube, apiserver: LocalCluster) -> None:
+    apiserver.load([pod(f"p{i}") for i in range(7)])
+    pages = []
+    for page in kube.list_pod_pages(limit=3):
+        pages.append(page)
+        if len(pages) == 1:  # a write between two pages belongs to a later list, not this one
+            apiserver.load([pod("late")])
+    assert [len(page.items) for page in pages] == [3, 3, 1]
+    assert [item["metadata"]["name"] for page in pages for item in page.items] == [f"p{i}" for i in range(7)]
+    assert len({page.resource_version for page in pages}) == 1
+    assert [bool(page.continue_token) for page in pages] == [True, True, False]
+    queries = apiserver.requests("GET", "/api/v1/pods")
+    assert [q.get("limit") for q in queries] == ["3", "3", "3"]
+    assert ["continue" in q for q in queries] == [False, True, True]
+
+
+def test_a_list_without_limit_is_one_page(kube: Kube, apiserver: LocalCluster) -> None:
+    apiserver.load([pod(f"p{i}") for i in range(4)])
+    pages = list(kube.list_pod_pages())
+    assert len(pages) == 1 and len(pages[0].items) == 4 and not pages[0].continue_token
+
+
+def test_a_continue_token_older_than_the_history_is_gone() -> None:
+    with LocalCluster(history_size=3) as cluster:
+        cluster.load([pod(f"p{i}") for i in range(5)])
+        kube = Kube.for_url(cluster.url)
+        pages = kube.list_pod_pages(limit=2)
+        next(pages)
+        cluster.load([node(f"n{i}") for i in range(5)])  # the history moves past the list's version
+        with pytest.raises(GoneError) as error:
+            next(pages)
+        assert error.value.status == 410 and "continue parameter is too old" in str(error.value)
+        kube.close()
+
+
+def test_an_injected_failure_can_skip_the_first_page(kube: Kube, apiserver: LocalCluster) -> None:
+    apiserver.load([pod(f"p{i}") for i in range(4)])
+    apiserver.inject_failure("GET", "pods", status=500, skip=1)
+    pages = kube.list_pod_pages(limit=2)
+    assert len(next(pages).items) == 2
+    with pytest.raises(KubeError) as error:
+        next(pages)
+    assert error.value.status == 500
 
 
 # -- selectors ----------------------------------------------------------------------------------------

@@ -14,7 +14,7 @@ import requests
 
 from hami_web.kube import Kube
 from hami_web.localcluster import LocalCluster
-from hami_web.localcluster.server import LIST_SNAPSHOTS
+from hami_web.localcluster.server import MAX_LIST_SNAPSHOTS as LIST_SNAPSHOTS
 
 
 def _nodes(count: int) -> list[dict]:
@@ -48,7 +48,7 @@ def test_no_limit_gives_everything() -> None:
 
 @pytest.mark.parametrize(("params", "message"), [
     pytest.param({"limit": "x"}, "invalid limit", id="limit"),
-    pytest.param({"limit": "2", "continue": "not-a-token"}, "invalid continue token", id="token"),
+    pytest.param({"limit": "2", "continue": "not-a-token"}, "continue key is not valid", id="token"),
 ])
 def test_malformed_paging_parameters_are_bad_requests(params: dict[str, str], message: str) -> None:
     with LocalCluster(_nodes(3)) as cluster:
@@ -58,17 +58,19 @@ def test_malformed_paging_parameters_are_bad_requests(params: dict[str, str], me
 
 
 def test_a_token_for_another_list_is_refused() -> None:
+    # A token names a snapshot of one list (resource, namespace, selectors); another list has none: the client is
+    # told to start again (410 Expired), never given pages of the wrong list.
     with LocalCluster(_nodes(3)) as cluster:
         token = _get(cluster, "/api/v1/nodes", limit="1").json()["metadata"]["continue"]
         response = _get(cluster, "/api/v1/pods", limit="1", **{"continue": token})
-    assert response.status_code == 400
+    assert (response.status_code, response.json()["reason"]) == (410, "Expired")
 
 
 def test_an_expired_snapshot_is_410_for_the_client() -> None:
     with LocalCluster(_nodes(3)) as cluster:
         token = _get(cluster, "/api/v1/nodes", limit="1").json()["metadata"]["continue"]
-        for _ in range(LIST_SNAPSHOTS):  # newer unfinished lists push the first snapshot out
-            _get(cluster, "/api/v1/nodes", limit="1")
+        for index in range(LIST_SNAPSHOTS):  # newer unfinished lists push the first snapshot out
+            _get(cluster, "/api/v1/nodes", limit="1", labelSelector=f"unrelated-{index}!=x")
         response = _get(cluster, "/api/v1/nodes", limit="1", **{"continue": token})
         assert (response.status_code, response.json()["reason"]) == (410, "Expired")
         kube = Kube.for_url(cluster.url)

@@ -129,20 +129,23 @@ class LocalCluster:
 
     def inject_failure(self, method: str, resource: str, *, name: str | None = None, status: int = 409,
                        count: int = 1, subresource: str | None = None, mode: str = FAULT_STATUS,
-                       seconds: float = 0.0, events: int = 0) -> None:
+                       seconds: float = 0.0, events: int = 0, skip: int = 0, watch: bool | None = None) -> None:
         """Give the next ``count`` matching requests a fault; by default a ``Status`` of ``status``, changing nothing.
 
-        ``subresource`` None matches requests to the object or collection itself, not its subresources
+        The first ``skip`` matching requests are served normally (fail the second page of a list with
+        ``skip=1``). ``subresource`` None matches requests to the object or collection itself, not its subresources
         (fail a binding with ``subresource="binding"``). Other modes: ``delay`` (wait ``seconds``, then serve),
         ``drip`` (the body one byte every ``seconds``), ``reset`` (apply, then drop the connection unanswered),
-        ``cut`` (a watch: ``events`` events, then the connection drops mid-stream).
+        ``cut`` (a watch: ``events`` events, then the connection drops mid-stream). A cut matches watch requests
+        only and every other mode requests that are not watches, unless ``watch`` says which (True: watches).
         """
         resource_type(resource)
         if mode not in FAULT_MODES:
             raise ValueError(f"unknown fault mode {mode!r} (expected one of {', '.join(FAULT_MODES)})")
         with self._api._lock:
             self._api.failures.append(InjectedFailure(method.upper(), resource, name, subresource, status, count,
-                                                      mode=mode, seconds=seconds, events=events))
+                                                      mode=mode, seconds=seconds, events=events, skip=skip,
+                                                      watch=watch))
 
     def clear_failures(self) -> None:
         """Forget every injected fault that has not been used up (the API server is healthy again)."""
@@ -154,3 +157,10 @@ class LocalCluster:
         """``(method, path)`` of every request served so far (path without the query string)."""
         with self._api._lock:
             return list(self._api.request_log)
+
+    def requests(self, method: str, path: str) -> list[dict[str, str]]:
+        """The query parameters of every ``method path`` request so far, in order (e.g. ``limit``, ``watch``)."""
+        with self._api._lock:
+            return [query for (logged_method, logged_path), query
+                    in zip(self._api.request_log, self._api.request_queries, strict=True)
+                    if (logged_method, logged_path) == (method.upper(), path)]

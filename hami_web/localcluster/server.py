@@ -3,7 +3,9 @@
 Plain werkzeug rather than Flask: the routes are kube's path grammar (``/api/v1/namespaces/{ns}/{plural}/
 {name}/{subresource}``), parsed once, and watches are chunked responses fed by a generator that sleeps on
 the store's condition with a short timeout, so it notices new writes, its ``timeoutSeconds`` and the
-server stopping without holding a thread forever.
+server stopping without holding a thread forever. A list with ``limit`` keeps its sorted snapshot (references
+to immutable objects) for its ``continue`` tokens, which answer 410 once the history has moved past the
+snapshot's resourceVersion, as etcd compaction makes them expire on the real server.
 """
 
 from __future__ import annotations
@@ -12,7 +14,6 @@ import base64
 import json
 import threading
 import time
-from collections import OrderedDict
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -31,12 +32,13 @@ JsonObject = dict[str, Any]
 SUBRESOURCES = {"pods": ("binding", "status"), "nodes": ("status",)}
 # Without timeoutSeconds the real server ends a watch after 30-60 minutes; one bound is enough here.
 DEFAULT_WATCH_TIMEOUT_SECONDS = 1800.0
-# Paginated lists whose remaining pages are kept (the oldest unfinished one is forgotten first).
-LIST_SNAPSHOTS = 16
 POLL_SECONDS = 0.05
 # Reviews are created and answered, never stored (kube-apiserver's TokenReview and SubjectAccessReview).
 REVIEWS = {("apis", "authentication.k8s.io", "v1", "tokenreviews"): review_token,
            ("apis", "authorization.k8s.io", "v1", "subjectaccessreviews"): review_access}
+# Paginated lists whose continue tokens stay valid at once (oldest forgotten first).
+MAX_LIST_SNAPSHOTS = 16
+SnapshotQuery = tuple[str, str | None, str, str]  # plural, namespace, label selector, field selector
 VERSION = {"major": "1", "minor": "31", "gitVersion": "v1.31.0-hami-web-localcluster", "platform": "linux/amd64",
            "goVersion": "go1.22", "compiler": "gc", "buildDate": "2024-01-01T00:00:00Z", "gitCommit": "",
            "gitTreeState": "clean"}
@@ -74,20 +76,8 @@ class InjectedFailure:
     mode: str = FAULT_STATUS
     seconds: float = 0.0
     events: int = 0
-
-
-@dataclass(frozen=True, slots=True)
-class ListSnapshot:
-    """The items of a paginated list, kept until its last page is served (or evicted)."""
-
-    query: tuple[Any, ...]
-    resource_version: str
-    items: list[JsonObject]
-
-
-def _continue_metadata(snapshot_id: str, resource_version: str, offset: int, total: int) -> JsonObject:
-    token = base64.urlsafe_b64encode(json.dumps([snapshot_id, offset]).encode()).decode()
-    return {"resourceVersion": resource_version, "continue": token, "remainingItemCount": total - offset}
+    skip: int = 0
+    watch: bool | None = None
 
 
 @dataclass
@@ -98,15 +88,16 @@ class ApiServer:
     bookmark_interval_seconds: float = 2.0
     stopping: threading.Event = field(default_factory=threading.Event)
     request_log: list[tuple[str, str]] = field(default_factory=list)
+    request_queries: list[dict[str, str]] = field(default_factory=list)
     failures: list[InjectedFailure] = field(default_factory=list)
     _lock: threading.Lock = field(default_factory=threading.Lock)
-    _list_snapshots: OrderedDict[str, ListSnapshot] = field(default_factory=OrderedDict)
-    _list_serial: int = 0
+    _snapshots: dict[tuple[SnapshotQuery, int], list[JsonObject]] = field(default_factory=dict)
 
     def __call__(self, environ: dict[str, Any], start_response: Any) -> Any:
         request = Request(environ)
         with self._lock:
             self.request_log.append((request.method, request.path))
+            self.request_queries.append(dict(request.args.items()))
         fault: InjectedFailure | None = None
         try:
             response, fault = self._dispatch(request)
@@ -150,10 +141,15 @@ class ApiServer:
     def _take_fault(self, method: str, target: Target, *, watch: bool) -> InjectedFailure | None:
         with self._lock:
             for failure in self.failures:
-                if (failure.mode == FAULT_CUT) != watch:  # a cut is for watches, everything else for the rest
+                # A cut is for watches, everything else for the rest, unless the fault names which it is for.
+                for_watch = failure.mode == FAULT_CUT if failure.watch is None else failure.watch
+                if for_watch != watch:
                     continue
                 if failure.remaining > 0 and failure.method == method and failure.resource == target.rt.plural \
                         and failure.name in (None, target.name) and failure.subresource == target.subresource:
+                    if failure.skip > 0:
+                        failure.skip -= 1
+                        return None
                     failure.remaining -= 1
                     return failure
         return None
@@ -205,59 +201,47 @@ class ApiServer:
 
     def _list(self, request: Request, target: Target) -> Response:
         rt = target.rt
-        predicate = _predicate(request, rt)
-        limit_text = request.args.get("limit", "")
-        if limit_text and not limit_text.isdigit():
-            raise bad_request(f"invalid limit: {limit_text!r}")
-        limit = int(limit_text or 0)
+        limit = _limit(request.args.get("limit", ""))
+        token = request.args.get("continue", "")
         query = (rt.plural, target.namespace, request.args.get("labelSelector", ""),
                  request.args.get("fieldSelector", ""))
-        token = request.args.get("continue", "")
         if token:
-            items, metadata = self._next_page(token, query, limit)
+            items, resource_version, start = self._continued(query, token)
         else:
-            items, resource_version = self.store.list(rt, target.namespace, predicate)
-            items, metadata = self._first_page(items, str(resource_version), query, limit)
+            items, resource_version = self.store.list(rt, target.namespace, _predicate(request, rt))
+            start = 0
+            if limit:
+                self._remember_snapshot(query, resource_version, items)
+        page = items[start:start + limit] if limit else items
+        metadata: JsonObject = {"resourceVersion": str(resource_version)}
+        if limit and start + limit < len(items):
+            metadata["continue"] = _encode_continue(resource_version, start + limit)
+            metadata["remainingItemCount"] = len(items) - start - limit
         # Items of a typed list carry no kind/apiVersion on the wire; the list does.
-        stripped = [{k: v for k, v in item.items() if k not in ("kind", "apiVersion")} for item in items]
-        return _json({"kind": f"{rt.kind}List", "apiVersion": rt.api_version,
-                      "metadata": metadata, "items": stripped}, 200)
+        stripped = [{k: v for k, v in item.items() if k not in ("kind", "apiVersion")} for item in page]
+        return _json({"kind": f"{rt.kind}List", "apiVersion": rt.api_version, "metadata": metadata,
+                      "items": stripped}, 200)
 
-    # Paginated lists, as the real server serves them: every page of one list comes from the snapshot the first
-    # page was cut from (its resourceVersion); a continue token whose snapshot is gone answers 410 Expired.
-
-    def _first_page(self, items: list[JsonObject], resource_version: str, query: tuple[Any, ...],
-                    limit: int) -> tuple[list[JsonObject], JsonObject]:
-        if not limit or len(items) <= limit:
-            return items, {"resourceVersion": resource_version}
+    def _remember_snapshot(self, query: SnapshotQuery, resource_version: int, items: list[JsonObject]) -> None:
+        """Keep a paginated list's items (references to immutable objects) for its continue tokens."""
         with self._lock:
-            self._list_serial += 1
-            snapshot_id = str(self._list_serial)
-            self._list_snapshots[snapshot_id] = ListSnapshot(query, resource_version, items)
-            while len(self._list_snapshots) > LIST_SNAPSHOTS:
-                self._list_snapshots.popitem(last=False)
-        return items[:limit], _continue_metadata(snapshot_id, resource_version, limit, len(items))
+            self._snapshots[(query, resource_version)] = items
+            while len(self._snapshots) > MAX_LIST_SNAPSHOTS:
+                del self._snapshots[next(iter(self._snapshots))]
 
-    def _next_page(self, token: str, query: tuple[Any, ...], limit: int) -> tuple[list[JsonObject], JsonObject]:
-        try:
-            snapshot_id, offset = json.loads(base64.urlsafe_b64decode(token.encode()))
-            offset = int(offset)
-        except (ValueError, TypeError):
-            raise bad_request(f"invalid continue token: {token!r}") from None
+    def _continued(self, query: SnapshotQuery, token: str) -> tuple[list[JsonObject], int, int]:
+        """The snapshot a continue token points into; 410 once the history has moved past its version.
+
+        The real server reads the next chunk from etcd at the token's revision, which works until that
+        revision is compacted; the kept history plays the role of etcd's uncompacted window here.
+        """
+        resource_version, start = _decode_continue(token)
         with self._lock:
-            snapshot = self._list_snapshots.get(str(snapshot_id))
-        if snapshot is None:
+            items = self._snapshots.get((query, resource_version))
+        if items is None or resource_version < self.store.oldest_resource_version:
             raise ApiError(410, "The provided continue parameter is too old to display a consistent list result. "
                                 "You can start a new list without the continue parameter.", reason="Expired")
-        if snapshot.query != query:
-            raise bad_request("continue token was issued for a different list")
-        end = offset + limit if limit else len(snapshot.items)
-        if end >= len(snapshot.items):
-            with self._lock:
-                self._list_snapshots.pop(str(snapshot_id), None)
-            return snapshot.items[offset:], {"resourceVersion": snapshot.resource_version}
-        return (snapshot.items[offset:end],
-                _continue_metadata(str(snapshot_id), snapshot.resource_version, end, len(snapshot.items)))
+        return items, resource_version, start
 
     def _watch(self, request: Request, target: Target) -> Response:
         predicate = _predicate(request, target.rt)
@@ -361,6 +345,27 @@ def _visible(changes: list[Change], target: Target, predicate: selectors.Predica
                 yield "DELETED", change.object
         elif now:
             yield change.type, change.object
+
+
+def _limit(text: str) -> int:
+    if not text:
+        return 0
+    if not text.isdigit():
+        raise bad_request(f"invalid limit: {text!r}")
+    return int(text)
+
+
+def _encode_continue(resource_version: int, start: int) -> str:
+    raw = json.dumps({"v": "meta.k8s.io/v1", "rv": resource_version, "start": start}).encode()
+    return base64.urlsafe_b64encode(raw).decode()
+
+
+def _decode_continue(token: str) -> tuple[int, int]:
+    try:
+        body = json.loads(base64.urlsafe_b64decode(token.encode()))
+        return int(body["rv"]), int(body["start"])
+    except (ValueError, KeyError, TypeError):
+        raise bad_request(f"continue key is not valid: {token!r}") from None
 
 
 def _event_line(kind: str, obj: JsonObject) -> bytes:

@@ -60,6 +60,12 @@ class Store:
         with self.condition:
             return self._resource_version
 
+    @property
+    def oldest_resource_version(self) -> int:
+        """The oldest resourceVersion a watch or a continued list may still start from."""
+        with self.condition:
+            return self._evicted_through
+
     def get(self, rt: ResourceType, namespace: str, name: str) -> JsonObject:
         """The stored object (do not mutate it); `ApiError` 404 when absent."""
         with self.condition:
@@ -85,7 +91,13 @@ class Store:
             raise Expired(resource_version, self._evicted_through + 1)
         if not self._history or self._history[-1].resource_version <= resource_version:
             return []
-        return [change for change in self._history if change.resource_version > resource_version]
+        newer: list[Change] = []
+        for change in reversed(self._history):  # from the newest: a watch that keeps up reads only its news
+            if change.resource_version <= resource_version:
+                break
+            newer.append(change)
+        newer.reverse()
+        return newer
 
     # -- writes -----------------------------------------------------------------------------------
 

@@ -17,7 +17,7 @@ from typing import Any
 from hami_web.core.devices import AnnotationError
 from hami_web.core.usage import NodeView, build_node_view, sum_bookings
 from hami_web.kube import Kube
-from hami_web.state.nodes import node_state
+from hami_web.state.nodes import node_record, node_state
 from hami_web.state.pods import PodUsage, pod_key, pod_usage
 
 JsonObject = dict[str, Any]
@@ -72,7 +72,7 @@ def build_snapshot(nodes: Iterable[Mapping[str, Any]], pods: Iterable[Mapping[st
             snapshot.usages.append(usage)
             by_node.setdefault(usage.node, []).append(usage)
     for node in nodes:
-        state = node_state(node, count_resource=count_resource, now=now)
+        state = node_state(node_record(node, count_resource=count_resource), now=now)
         spec = node.get("spec") or {}
         gpu_node = state.inventory is not None or bool(state.error)
         snapshot.nodes[state.name] = NodeFacts(name=state.name, gpu_node=gpu_node,

@@ -63,6 +63,7 @@ def build_runtime(settings: Settings, *, kube: Kube | None = None, clock: Callab
                                     throttle=budget.take if budget else None)
     cache = ClusterCache(count_resource=settings.resources.count, clock=clock)
     sync = ClusterSync(cache, kube, refresh_interval_seconds=settings.refresh_interval_seconds,
+                       relist_interval_seconds=settings.relist_interval_seconds,
                        node_label_selector=settings.node_label_selector, clock=clock)
     metrics = Metrics(cache, sync)
     events = EventRecorder(kube)

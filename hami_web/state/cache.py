@@ -4,52 +4,70 @@ Usage is kept per pod UID and folded into per-node totals incrementally, so a fi
 from every pod. A filter's decision and the booking of its result happen under one lock acquisition
 (`place`), which is what guarantees that two concurrent filters never promise the same GPU capacity.
 
+Sync work (watch events, list pages, resyncs) must not stall filters, so it is applied in three steps: read
+what it touches under the lock (a few dict lookups), compute the new per-node totals and `NodeView`s outside
+it (`state.planning`), then swap them in under the lock — but only if nothing it read has changed meanwhile
+(every held entry, node state and per-node total is replaced, never mutated, so an identity check tells). A
+batch that lost a race is planned again; after a few lost races it is applied under the lock in one go,
+which is correct and merely slower. The longest hold per kind of work is recorded for
+``hami_web_cache_lock_hold_seconds``.
+
 Filter-time assumptions (pods we placed whose booking the API does not show yet: the filter decides in memory
 and `/bind` writes the booking) are usage like any other; a later observation of the pod confirms or replaces
 them. A full list only overrides an assumption made more than `ASSUMPTION_GRACE_SECONDS` before the list
 started: the assumption is booked (again, by `reassume` at bind) *before* the pod patch is sent, so a list that
-starts a moment after the booking may still miss the patch.
+starts a moment after the booking may still miss the patch; a list that does not show the pod at all drops it
+at once (the pod was deleted). Between lists the resync drops an assumption once the pod stream has been
+current for that long after it without showing it. What the API showed a pod holding while our different
+assumption stood (a booking another binder wrote) is kept with the assumption (`Held.api_usage`, the
+"shadowed" booking) and restored when ours is abandoned or expires.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from hami_web.core.choose import NoPlacement, Placement, choose_node
-from hami_web.core.devices import AnnotationError
 from hami_web.core.grants import encode_pod_devices
 from hami_web.core.options import PodOptions
 from hami_web.core.requests import PodRequest
-from hami_web.core.usage import NO_USAGE, DeviceUsage, NodeView, build_node_view, pod_booking
-from hami_web.state.nodes import NodeState, node_name, node_state
-from hami_web.state.pods import PodUsage, pod_finished, pod_key, pod_usage
+from hami_web.core.usage import NodeView, build_node_view, pod_booking
+from hami_web.state.nodes import NodeRecord, NodeState, device_plugin_gone, handshake_due, node_record, node_state
+from hami_web.state.planning import (
+    ASSUMPTION_GRACE_SECONDS,
+    CHUNK_SIZE,
+    Held,
+    NodeTotals,
+    Plan,
+    PodChange,
+    add_booking,
+    chunks_by_node,
+    node_view,
+    plan_pods,
+    same_usage,
+    touched_nodes,
+)
+from hami_web.state.pods import PodRecord, PodUsage, pod_record
+
+__all__ = ["ASSUMPTION_GRACE_SECONDS", "AlreadyBooked", "CacheStats", "ClusterCache", "LockHolds"]
 
 log = logging.getLogger(__name__)
 
 Clock = Callable[[], float]
 
-# How long after booking a placement a full list may still not show the pod patch: no shorter than the filter's
-# API calls can take (18 s with the default --extender-deadline, 30 s at most: 27 s and a 3 s read-back). A
-# failed patch drops its booking itself; a patch without an answer keeps it, and this is how long it stays
-# unless a list or watch shows the pod.
-ASSUMPTION_GRACE_SECONDS = 30.0
+# Plans that lost a race with a filter before the batch is applied under the lock instead.
+COMMIT_ATTEMPTS = 3
+LOCK_HOLD_BUCKETS_SECONDS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0)
 
 
 class AlreadyBooked(Exception):
     """The pod's booking is already written in the API (by a binder of this or another replica)."""
-
-
-@dataclass(slots=True)
-class _Held:
-    """A pod's usage plus where we learned it: the API, or our own filter (``assumed_at`` set)."""
-
-    usage: PodUsage
-    assumed_at: float | None = None
 
 
 @dataclass(slots=True)
@@ -59,29 +77,74 @@ class CacheStats:
     pod_annotation_errors: int = 0
     node_annotation_errors: int = 0
     broken_pods: dict[str, str] = field(default_factory=dict)
+    lost_races: int = 0
+
+
+@dataclass(slots=True)
+class LockHolds:
+    """How long the cache lock was held, by kind of work: a histogram and the longest hold."""
+
+    count: int = 0
+    total_seconds: float = 0.0
+    max_seconds: float = 0.0
+    bucket_counts: list[int] = field(default_factory=lambda: [0] * len(LOCK_HOLD_BUCKETS_SECONDS))
+    max_cpu_seconds: float = 0.0
+
+    def observe(self, seconds: float, cpu_seconds: float) -> None:
+        """Record one hold: wall time (what a waiting filter sees) and the holder's own CPU time.
+
+        The two differ when the holder is preempted while holding the lock, by the OS on a busy machine or
+        by another thread's long GIL-holding call; the CPU time is the work done under the lock.
+        """
+        self.count += 1
+        self.total_seconds += seconds
+        self.max_seconds = max(self.max_seconds, seconds)
+        self.max_cpu_seconds = max(self.max_cpu_seconds, cpu_seconds)
+        for position, bound in enumerate(LOCK_HOLD_BUCKETS_SECONDS):
+            if seconds <= bound:
+                self.bucket_counts[position] += 1
+                break
 
 
 class ClusterCache:
     """Thread-safe inventory and usage of every GPU node, fed by lists and watches (see `state.sync`)."""
 
     def __init__(self, *, count_resource: str = "nvidia.com/gpu", clock: Clock = time.time) -> None:
-        self._lock = threading.RLock()
+        self._lock = threading.Lock()
         self._synced = threading.Event()
-        self._count_resource = count_resource
+        self.count_resource = count_resource
         self._clock = clock
         self._nodes: dict[str, NodeState] = {}
         self._views: dict[str, NodeView] = {}
         self._broken_nodes: dict[str, str] = {}
-        self._held: dict[str, _Held] = {}
-        self._node_usage: dict[str, dict[str, DeviceUsage]] = {}
+        self._held: dict[str, Held] = {}
+        self._assumed: set[str] = set()
+        self._node_usage: dict[str, NodeTotals] = {}
+        self._pods_current_at = 0.0
         # Pods this process placed and has not seen bound, deleted or abandoned, with their placement.
         # `/bind` binds only these, so nobody can use our RBAC to bind a pod we never chose a node for, and it
         # writes the booking it finds here (the filter writes nothing to the API).
         self._placed: dict[str, PodUsage] = {}
-        # What the watch showed a pod holding while our (different) assumption for it stood: restored if ours is
-        # abandoned, so a booking written by another binder is never lost with it.
-        self._shadowed: dict[str, PodUsage] = {}
         self.stats = CacheStats()
+        self.lock_holds: dict[str, LockHolds] = {}
+
+    @contextlib.contextmanager
+    def _locked(self, work: str) -> Iterator[None]:
+        with self._lock:
+            started, started_cpu = time.perf_counter(), time.thread_time()
+            try:
+                yield
+            finally:
+                holds = self.lock_holds.get(work)
+                if holds is None:
+                    holds = self.lock_holds[work] = LockHolds()
+                holds.observe(time.perf_counter() - started, time.thread_time() - started_cpu)
+
+    def lock_hold_snapshot(self) -> dict[str, LockHolds]:
+        """A copy of the lock-hold statistics per kind of work (``filter``, ``pods``, ``nodes``, ``resync``…)."""
+        with self._lock:
+            return {work: LockHolds(h.count, h.total_seconds, h.max_seconds, list(h.bucket_counts),
+                                    h.max_cpu_seconds) for work, h in self.lock_holds.items()}
 
     # -- readiness --------------------------------------------------------------------------------
 
@@ -98,185 +161,217 @@ class ClusterCache:
         """Whether the first full sync has completed."""
         return self._synced.is_set()
 
+    def note_pods_current(self, at: float) -> None:
+        """The pod stream delivered everything up to about ``at`` (an event, a bookmark, a finished list)."""
+        self._pods_current_at = max(self._pods_current_at, at)
+
     # -- nodes ------------------------------------------------------------------------------------
 
-    def replace_nodes(self, nodes: Iterable[Mapping[str, Any]]) -> list[str]:
-        """Replace every node from a full list; returns the names whose handshake we should answer."""
+    def replace_nodes(self, records: Iterable[NodeRecord]) -> list[str]:
+        """Reconcile every node with a full list; returns the names whose handshake we should answer."""
+        listed = {record.name: record for record in records}
+        with self._locked("nodes"):
+            current = dict(self._nodes)
         now = self._clock()
-        states = [self._read_node(node, now) for node in nodes]
-        with self._lock:
-            for name in set(self._nodes) - {state.name for state in states}:
-                self._drop_node_locked(name)
-            for state in states:
-                self._set_node_locked(state)
-        return [state.name for state in states if state.handshake_due]
+        changes: list[tuple[str, NodeState | None]] = [(name, None) for name in current if name not in listed]
+        for name, record in listed.items():
+            previous = current.get(name)
+            if previous is None or previous.record != record:
+                changes.append((name, self._judge_node(record, now)))
+        for start in range(0, len(changes), CHUNK_SIZE):
+            self._commit_nodes(changes[start:start + CHUNK_SIZE])
+        return [name for name, record in listed.items() if handshake_due(record)]
+
+    def apply_node_events(self, events: Sequence[tuple[str, NodeRecord]]) -> None:
+        """Apply watch events (``ADDED``, ``MODIFIED``, ``DELETED``) for nodes, as one batch."""
+        now = self._clock()
+        self._commit_nodes([(record.name, None if kind == "DELETED" else self._judge_node(record, now))
+                            for kind, record in events])
 
     def observe_node(self, event_type: str, node: Mapping[str, Any]) -> None:
-        """Apply one watch event for a node."""
-        name = node_name(node)
-        with self._lock:
-            if event_type == "DELETED":
-                self._drop_node_locked(name)
-            else:
-                self._set_node_locked(self._read_node(node, self._clock()))
+        """Apply one watch event for a node object (reads it first; see `apply_node_events`)."""
+        self.apply_node_events([(event_type, node_record(node, count_resource=self.count_resource))])
 
-    def _read_node(self, node: Mapping[str, Any], now: float) -> NodeState:
+    @staticmethod
+    def _judge_node(record: NodeRecord, now: float) -> NodeState:
         try:
-            return node_state(node, count_resource=self._count_resource, now=now)
+            return node_state(record, now=now)
         except Exception as error:  # one bad object must not stop the loop that reads all the others
-            name = node_name(node)
-            log.exception("node %s: unexpected error reading its GPU inventory", name)
-            return NodeState(name=name, inventory=None, error=f"unreadable node: {type(error).__name__}")
+            log.exception("node %s: unexpected error reading its GPU inventory", record.name)
+            return NodeState(name=record.name, inventory=None, error=f"unreadable node: {type(error).__name__}",
+                             record=record)
 
-    def _set_node_locked(self, state: NodeState) -> None:
-        previous = self._nodes.get(state.name)
-        self._nodes[state.name] = state
-        if state.error and (previous is None or previous.error != state.error):
-            self.stats.node_annotation_errors += 1
-            log.warning("node %s: cannot read GPU annotations: %s", state.name, state.error)
-        if state.inventory is None:
-            self._views.pop(state.name, None)
-            if state.error:
-                self._broken_nodes[state.name] = state.error
+    def _commit_nodes(self, changes: Sequence[tuple[str, NodeState | None]]) -> None:
+        if not changes:
+            return
+        latest = dict(changes)  # the last change of a node in the batch wins
+        for _ in range(COMMIT_ATTEMPTS):
+            with self._locked("nodes"):
+                before = {name: (self._nodes.get(name), self._node_usage.get(name), self._views.get(name))
+                          for name in latest}
+            views: dict[str, NodeView | None] = {}
+            for name, state in latest.items():
+                previous, totals, view = before[name]
+                views[name] = node_view(state, totals, previous, view)
+            with self._locked("nodes"):
+                if all(self._nodes.get(name) is b[0] and self._node_usage.get(name) is b[1]
+                       for name, b in before.items()):
+                    self._swap_nodes_locked(latest, views)
+                    return
+                self.stats.lost_races += 1
+        with self._locked("nodes"):
+            views = {name: node_view(state, self._node_usage.get(name), self._nodes.get(name),
+                                      self._views.get(name)) for name, state in latest.items()}
+            self._swap_nodes_locked(latest, views)
+
+    def _swap_nodes_locked(self, states: Mapping[str, NodeState | None], views: Mapping[str, NodeView | None]) -> None:
+        for name, state in states.items():
+            previous = self._nodes.get(name)
+            if state is None:
+                self._nodes.pop(name, None)
+                self._broken_nodes.pop(name, None)
             else:
-                self._broken_nodes.pop(state.name, None)
-            return
-        self._broken_nodes.pop(state.name, None)
-        if previous is not None and previous.inventory == state.inventory and state.name in self._views:
-            return
-        self._rebuild_view_locked(state.name)
-
-    def _drop_node_locked(self, name: str) -> None:
-        self._nodes.pop(name, None)
-        self._views.pop(name, None)
-        self._broken_nodes.pop(name, None)
-
-    def _rebuild_view_locked(self, name: str) -> None:
-        state = self._nodes.get(name)
-        if state is None or state.inventory is None:
-            return
-        self._views[name] = build_node_view(state.inventory, self._node_usage.get(name, {}))
+                self._nodes[name] = state
+                if state.error and (previous is None or previous.error != state.error):
+                    self.stats.node_annotation_errors += 1
+                    log.warning("node %s: cannot read GPU annotations: %s", name, state.error)
+                if state.inventory is None and state.error:
+                    self._broken_nodes[name] = state.error
+                else:
+                    self._broken_nodes.pop(name, None)
+            view = views.get(name)
+            if view is None:
+                self._views.pop(name, None)
+            else:
+                self._views[name] = view
 
     # -- pods -------------------------------------------------------------------------------------
 
-    def replace_pods(self, pods: Iterable[Mapping[str, Any]], *, listed_at: float) -> None:
-        """Replace all API-derived usage from a full pod list started at ``listed_at`` (clock seconds)."""
-        observed: dict[str, PodUsage] = {}
-        errors: dict[str, str] = {}
-        alive: set[str] = set()
-        listed: set[str] = set()
-        for pod in pods:
-            uid, usage, error = self._read_pod(pod)
-            listed.add(uid)
-            if not pod_finished(pod):
-                alive.add(uid)
-            if error:
-                errors[uid] = error
-            elif usage is not None:
-                observed[uid] = usage
-        with self._lock:
-            for uid, held in list(self._held.items()):
-                if uid not in observed and not self._assumed_since_locked(held, listed_at, listed=uid in listed):
-                    self._release_locked(uid)
-            for uid in list(self._placed):
-                if uid not in alive and uid not in self._held:
-                    del self._placed[uid]
-            for uid, usage in observed.items():
-                held = self._held.get(uid)
-                if held is not None and self._assumed_since_locked(held, listed_at, listed=True) \
-                        and held.usage.devices_text != usage.devices_text:
-                    continue  # our placement may be newer than what this list saw
-                self._hold_locked(uid, usage, assumed_at=None)
-            self._note_errors_locked(errors, replace=True)
+    def replace_pods(self, records: Iterable[PodRecord], *, listed_at: float, listed: Iterable[str] | None = None,
+                     ended: Iterable[str] = ()) -> None:
+        """Reconcile all API-derived usage with a full pod list started at ``listed_at`` (clock seconds).
 
-    @staticmethod
-    def _assumed_since_locked(held: _Held, listed_at: float, *, listed: bool) -> bool:
-        """Whether ``held`` is an assumption whose pod patch a list started at ``listed_at`` may not show.
-
-        A pod we placed existed before its assumption was made, so a list started after that which does not
-        show the pod at all (``listed`` False) proves it deleted: the grace is for a patch, not the pod. With
-        the filter writing nothing, this is how a pod deleted between filter and bind while the watch was
-        down frees its GPUs at the next list rather than ASSUMPTION_GRACE_SECONDS later.
+        ``records`` need only cover the pods that hold GPUs or cannot be read; ``listed`` is the UID of every pod
+        the list showed (default: those of ``records``) and ``ended`` those that are Succeeded or Failed. An
+        assumption for a pod the list does not show at all is dropped at once: the pod existed before we placed
+        it, so a list started after that proves it deleted (the grace is for an unseen patch, not an absent pod).
+        Only differences are applied, in chunks, so a list that changes nothing costs one snapshot of the held
+        pods and no view rebuild.
         """
-        if held.assumed_at is None:
-            return False
-        if not listed and held.assumed_at < listed_at:
-            return False
-        return held.assumed_at + ASSUMPTION_GRACE_SECONDS >= listed_at
+        observed: dict[str, PodRecord] = {}
+        errors: dict[str, str] = {}
+        seen: set[str] = set()
+        for record in records:
+            seen.add(record.uid)
+            if record.error:
+                errors[record.uid] = record.error
+                observed[record.uid] = record
+            elif record.usage is not None:
+                observed[record.uid] = record
+        if listed is not None:
+            seen.update(listed)
+        alive = seen.difference(ended)
+        with self._locked("pods"):
+            held_now = list(self._held.items())
+        changes = [PodChange(uid, "listed", absent=uid not in seen) for uid, held in held_now if uid not in observed]
+        held_map = dict(held_now)
+        for uid, record in observed.items():
+            held = held_map.get(uid)
+            if record.error or held is None or held.assumed_at is not None or not same_usage(held.usage, record.usage):
+                changes.append(PodChange(uid, "listed", record))
+        for chunk in chunks_by_node(changes, held_map):
+            self._commit_pods(chunk, listed_at=listed_at)
+        with self._locked("pods"):
+            self.stats.broken_pods = errors
+            for uid in [uid for uid in self._placed if uid not in alive and uid not in self._held]:
+                del self._placed[uid]
+        self.note_pods_current(listed_at)
+
+    def apply_pod_events(self, events: Sequence[tuple[str, PodRecord]]) -> None:
+        """Apply watch events for pods as one batch: a deleted or finished pod frees its GPUs at once."""
+        self._commit_pods([PodChange(record.uid, "deleted" if kind == "DELETED" else "event", record)
+                           for kind, record in events], listed_at=None)
+        gone = [record.uid for kind, record in events if kind == "DELETED" or record.finished]
+        if gone:
+            with self._locked("pods"):
+                for uid in gone:
+                    self._placed.pop(uid, None)
 
     def observe_pod(self, event_type: str, pod: Mapping[str, Any]) -> None:
-        """Apply one watch event for a pod: a deleted or finished pod frees its GPUs at once."""
-        uid, usage, error = self._read_pod(pod)
-        with self._lock:
-            held = self._held.get(uid)
-            if event_type == "DELETED" or pod_finished(pod):
-                self._placed.pop(uid, None)
-            self._shadowed.pop(uid, None)
-            if event_type == "DELETED":
-                self._release_locked(uid)
-                self.stats.broken_pods.pop(uid, None)
-                return
-            if error:
-                self._note_errors_locked({uid: error}, replace=False)
-                return
+        """Apply one watch event for a pod object (reads it first; see `apply_pod_events`)."""
+        self.apply_pod_events([(event_type, pod_record(pod, count_resource=self.count_resource))])
+
+    def _commit_pods(self, changes: Sequence[PodChange], *, listed_at: float | None) -> None:
+        if not changes:
+            return
+        for _ in range(COMMIT_ATTEMPTS):
+            with self._locked("pods"):
+                held_before = {change.uid: self._held.get(change.uid) for change in changes}
+                nodes = touched_nodes(changes, held_before)
+                nodes_before = {node: (self._nodes.get(node), self._node_usage.get(node)) for node in nodes}
+            plan = plan_pods(changes, held_before, nodes_before, listed_at=listed_at)
+            with self._locked("pods"):
+                if all(self._held.get(uid) is plan.held_before[uid] for uid in plan.held_before) and all(
+                        self._nodes.get(node) is state and self._node_usage.get(node) is totals
+                        for node, (state, totals) in plan.nodes_before.items()):
+                    self._swap_pods_locked(plan)
+                    return
+                self.stats.lost_races += 1
+        with self._locked("pods"):
+            held_before = {change.uid: self._held.get(change.uid) for change in changes}
+            nodes_before = {node: (self._nodes.get(node), self._node_usage.get(node))
+                            for node in touched_nodes(changes, held_before)}
+            self._swap_pods_locked(plan_pods(changes, held_before, nodes_before, listed_at=listed_at))
+
+    def _swap_pods_locked(self, plan: Plan) -> None:
+        for uid, held in plan.held_after.items():
+            if held is None:
+                self._held.pop(uid, None)
+                self._assumed.discard(uid)
+            else:
+                self._held[uid] = held
+                if held.assumed_at is None:
+                    self._assumed.discard(uid)
+                else:
+                    self._assumed.add(uid)
+        for node, totals in plan.totals_after.items():
+            if totals:
+                self._node_usage[node] = totals
+            else:
+                self._node_usage.pop(node, None)
+            view = plan.views_after.get(node)
+            if view is not None:
+                self._views[node] = view
+        for uid in plan.fixed:
             self.stats.broken_pods.pop(uid, None)
-            if usage is None:
-                if held is not None and (held.assumed_at is None or pod_finished(pod)):
-                    self._release_locked(uid)
-                return
-            if held is not None and held.assumed_at is not None and held.usage.devices_text != usage.devices_text:
-                # Either an event from before our patch, or a booking another binder wrote: the assumption stands
-                # until the API shows ours, and what the API showed is kept aside in case ours is abandoned.
-                self._shadowed[uid] = usage
-                return
-            self._hold_locked(uid, usage, assumed_at=None)
-
-    def _read_pod(self, pod: Mapping[str, Any]) -> tuple[str, PodUsage | None, str]:
-        uid, namespace, name = pod_key(pod)
-        try:
-            return uid, pod_usage(pod, count_resource=self._count_resource), ""
-        except AnnotationError as error:
-            return uid, None, f"pod {namespace}/{name}: {error}"
-        except Exception as error:  # one bad object must not stop the loop that reads all the others
-            log.exception("pod %s/%s: unexpected error reading its GPU usage", namespace, name)
-            return uid, None, f"pod {namespace}/{name}: unreadable: {type(error).__name__}"
-
-    def _note_errors_locked(self, errors: Mapping[str, str], *, replace: bool) -> None:
-        for uid, message in errors.items():
+        for uid, message in plan.errors.items():
             if self.stats.broken_pods.get(uid) != message:
                 self.stats.pod_annotation_errors += 1
                 log.warning("%s; its GPU usage is unknown and not counted", message)
-            # The old usage of a pod whose annotation became unreadable is no longer trustworthy either.
-            self._release_locked(uid)
-        if replace:
-            self.stats.broken_pods = dict(errors)
-        else:
-            self.stats.broken_pods.update(errors)
+            self.stats.broken_pods[uid] = message
 
-    def _hold_locked(self, uid: str, usage: PodUsage, *, assumed_at: float | None) -> None:
-        self._release_locked(uid)
-        self._held[uid] = _Held(usage=usage, assumed_at=assumed_at)
-        self._apply_locked(usage.node, usage.booking, sign=1)
+    # -- resync -----------------------------------------------------------------------------------
 
-    def _release_locked(self, uid: str) -> PodUsage | None:
-        held = self._held.pop(uid, None)
-        if held is None:
-            return None
-        self._apply_locked(held.usage.node, held.usage.booking, sign=-1)
-        return held.usage
+    def resync(self) -> list[str]:
+        """Re-judge the local state without the API; returns the nodes whose handshake we should answer.
 
-    def _apply_locked(self, node: str, booking: Mapping[str, DeviceUsage], *, sign: int) -> None:
-        totals = self._node_usage.setdefault(node, {})
-        for uuid, amount in booking.items():
-            current = totals.get(uuid, NO_USAGE)
-            updated = current + amount if sign > 0 else current - amount
-            if updated == NO_USAGE:
-                totals.pop(uuid, None)
-            else:
-                totals[uuid] = updated
-        if not totals:
-            self._node_usage.pop(node, None)
-        self._rebuild_view_locked(node)
+        A node whose ``Requesting_`` handshake just passed its deadline (and whose kubelet reports no GPUs)
+        loses its GPUs; an assumption the pod stream has not confirmed within the grace period is dropped
+        (falling back to what the API last showed for the pod).
+        """
+        now = self._clock()
+        with self._locked("resync"):
+            nodes = list(self._nodes.values())
+            assumed = [(uid, self._held[uid]) for uid in self._assumed]
+            current_at = self._pods_current_at
+        changed = [(state.name, self._judge_node(state.record, now)) for state in nodes
+                   if state.record is not None and state.record.register is not None and not state.plugin_gone
+                   and device_plugin_gone(state.record, now=now)]
+        self._commit_nodes(changed)
+        expired = [PodChange(uid, "expire") for uid, held in assumed
+                   if held.assumed_at is not None and held.assumed_at + ASSUMPTION_GRACE_SECONDS < current_at]
+        self._commit_pods(expired, listed_at=None)
+        return [state.name for state in nodes if state.handshake_due]
 
     # -- scheduling -------------------------------------------------------------------------------
 
@@ -287,11 +382,12 @@ class ClusterCache:
         Raises `AlreadyBooked` when the API shows the pod holding GPUs already (another binder wrote its booking:
         kube-scheduler's informer has not seen the pod bound yet): a second placement would book it twice.
         """
-        with self._lock:
+        with self._locked("filter"):
             held = self._held.get(uid)
             if held is not None and held.assumed_at is None:
                 raise AlreadyBooked(f"pod {namespace}/{name} already holds GPUs on node {held.usage.node} "
                                     f"({held.usage.devices_text}); it is not placed again")
+            shadowed = held.api_usage if held is not None else None
             self._release_locked(uid)
             result = choose_node(request, options, candidates, self._views, self._broken_nodes)
             if isinstance(result, Placement):
@@ -299,10 +395,12 @@ class ClusterCache:
                 usage = PodUsage(uid=uid, namespace=namespace, name=name, node=result.node, grants=result.grants,
                                  booking=booking, devices_text=encode_pod_devices(result.grants),
                                  container_names=tuple(container_names), init_count=request.init_count)
-                self._hold_locked(uid, usage, assumed_at=self._clock())
+                self._hold_locked(uid, usage, assumed_at=self._clock(), api_usage=shadowed)
                 self._placed[uid] = usage
             else:
                 self._placed.pop(uid, None)
+                if shadowed is not None:  # the API showed the pod holding this meanwhile: that is the truth now
+                    self._hold_locked(uid, shadowed, assumed_at=None)
             return result
 
     def forget(self, uid: str, *, keep_booking: bool = False) -> PodUsage | None:
@@ -313,18 +411,17 @@ class ClusterCache:
         it was the pod's last. ``keep_booking``: drop only the placement; what the pod holds stays booked, as an
         assumption from now (its booking may stand in the API), until a list or the watch shows the truth.
         """
-        with self._lock:
+        with self._locked("filter"):
             placed = self._placed.pop(uid, None)
-            shadowed = self._shadowed.pop(uid, None)
+            held = self._held.get(uid)
             if not keep_booking:
-                held = self._held.get(uid)
                 if held is not None and held.assumed_at is None:
                     return None
+                shadowed = held.api_usage if held is not None else None
                 dropped = self._release_locked(uid)
                 if shadowed is not None:  # the API showed the pod holding this meanwhile: that is the truth now
                     self._hold_locked(uid, shadowed, assumed_at=None)
                 return dropped
-            held = self._held.get(uid)
             usage = held.usage if held is not None else placed
             if usage is not None:
                 self._hold_locked(uid, usage, assumed_at=self._clock())
@@ -332,7 +429,7 @@ class ClusterCache:
 
     def placed(self, uid: str) -> PodUsage | None:
         """The placement this process last chose for the pod ``uid`` and has not seen bound."""
-        with self._lock:
+        with self._locked("read"):
             return self._placed.get(uid)
 
     def reassume(self, usage: PodUsage) -> None:
@@ -341,22 +438,50 @@ class ClusterCache:
         Restarts the grace period in which a list that does not show the pod yet leaves the booking alone, and
         books it again if a list dropped it while kube-scheduler had not bound the pod yet.
         """
-        with self._lock:
-            self._hold_locked(usage.uid, usage, assumed_at=self._clock())
+        with self._locked("filter"):
+            held = self._held.get(usage.uid)
+            shadowed = held.api_usage if held is not None and held.assumed_at is not None else None
+            self._hold_locked(usage.uid, usage, assumed_at=self._clock(), api_usage=shadowed)
 
     def node_view(self, name: str) -> NodeView | None:
         """One GPU node's current view (immutable), or None when the node is not a GPU node we know."""
-        with self._lock:
+        with self._locked("read"):
             return self._views.get(name)
 
     def mark_bound(self, uid: str) -> None:
         """The pod's Binding exists: it can never be bound again, so it stops being bindable."""
-        with self._lock:
+        with self._locked("filter"):
             self._placed.pop(uid, None)
+
+    def _hold_locked(self, uid: str, usage: PodUsage, *, assumed_at: float | None,
+                     api_usage: PodUsage | None = None) -> None:
+        self._release_locked(uid)
+        self._held[uid] = Held(usage=usage, assumed_at=assumed_at, api_usage=api_usage)
+        if assumed_at is not None:
+            self._assumed.add(uid)
+        self._add_usage_locked(usage.node, usage.booking, sign=1)
+
+    def _release_locked(self, uid: str) -> PodUsage | None:
+        held = self._held.pop(uid, None)
+        self._assumed.discard(uid)
+        if held is None:
+            return None
+        self._add_usage_locked(held.usage.node, held.usage.booking, sign=-1)
+        return held.usage
+
+    def _add_usage_locked(self, node: str, booking: NodeTotals, *, sign: int) -> None:
+        totals = add_booking(self._node_usage.get(node), booking, sign=sign)
+        if totals:
+            self._node_usage[node] = totals
+        else:
+            self._node_usage.pop(node, None)
+        state = self._nodes.get(node)
+        if state is not None and state.inventory is not None:
+            self._views[node] = build_node_view(state.inventory, totals)
 
     def held_by(self, uid: str) -> PodUsage | None:
         """What a pod holds according to the cache, if anything."""
-        with self._lock:
+        with self._locked("read"):
             held = self._held.get(uid)
             return held.usage if held else None
 
@@ -364,21 +489,22 @@ class ClusterCache:
 
     def node_views(self) -> dict[str, NodeView]:
         """A consistent snapshot of every GPU node's view (views are immutable)."""
-        with self._lock:
+        with self._locked("read"):
             return dict(self._views)
 
     def broken_nodes(self) -> dict[str, str]:
         """Nodes whose register annotation does not parse, with the error."""
-        with self._lock:
+        with self._locked("read"):
             return dict(self._broken_nodes)
 
     def pod_usages(self) -> list[PodUsage]:
         """Every pod's usage (API-confirmed and assumed)."""
-        with self._lock:
-            return [held.usage for held in self._held.values()]
-
+        with self._locked("read"):
+            held = list(self._held.values())  # one C-level copy under the lock; unpacked outside it
+        return [entry.usage for entry in held]
 
     def read_consistent(self) -> tuple[dict[str, NodeView], dict[str, str], list[PodUsage]]:
         """Views, broken nodes and pod usages taken under one lock acquisition, so they agree (dashboard)."""
-        with self._lock:
-            return dict(self._views), dict(self._broken_nodes), [held.usage for held in self._held.values()]
+        with self._locked("read"):
+            views, broken, held = dict(self._views), dict(self._broken_nodes), list(self._held.values())
+        return views, broken, [entry.usage for entry in held]

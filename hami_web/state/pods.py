@@ -6,6 +6,7 @@ containers stop counting — are plain functions that can be tested without thre
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -16,6 +17,8 @@ from hami_web.core.grants import PodGrants, decode_pod_devices
 from hami_web.core.limits import json_type_name, quote
 from hami_web.core.requests import RequestError, asked_gpu_count
 from hami_web.core.usage import DeviceUsage, pod_booking
+
+log = logging.getLogger(__name__)
 
 FINISHED_PHASES = frozenset({"Succeeded", "Failed"})
 
@@ -33,6 +36,57 @@ class PodUsage:
     devices_text: str
     container_names: tuple[str, ...] = ()
     init_count: int = 0  # the first ``init_count`` entries of ``grants`` belong to init containers
+
+
+@dataclass(frozen=True, slots=True)
+class PodRecord:
+    """What the cache keeps of one pod list item or watch event: its usage, or why it cannot be read.
+
+    The whole object is dropped as soon as this is built, so memory and work stay proportional to the GPU
+    pods, not to every pod in the cluster.
+    """
+
+    uid: str
+    usage: PodUsage | None = None
+    error: str = ""
+    finished: bool = False
+    bound: bool = False  # spec.nodeName is set: what the pod holds is final, no placement of ours can follow
+
+
+def holds_nothing(pod: Mapping[str, Any]) -> bool:
+    """Cheap test for the common case of a list: a pod without our node annotation holds no GPU.
+
+    A pod whose metadata or annotations are not maps is not "nothing": `pod_record` reports it as unreadable.
+    """
+    metadata = pod.get("metadata")
+    if metadata is None:
+        return True
+    if not isinstance(metadata, Mapping):
+        return False
+    annotations = metadata.get("annotations")
+    if annotations is None:
+        return True
+    return isinstance(annotations, Mapping) and not annotations.get(names.POD_ASSIGNED_NODE)
+
+
+def pod_record(pod: Mapping[str, Any], *, count_resource: str = "nvidia.com/gpu") -> PodRecord:
+    """Read a pod object's usage; anything unreadable becomes ``error`` (never an exception).
+
+    One bad object must not stop the loop that reads all the others, so even an unexpected error is caught.
+    """
+    uid, namespace, name = pod_key(pod)
+    finished = pod_finished(pod)
+    spec = pod.get("spec") if isinstance(pod, Mapping) else None
+    bound = isinstance(spec, Mapping) and bool(spec.get("nodeName"))
+    try:
+        return PodRecord(uid=uid, usage=pod_usage(pod, count_resource=count_resource), finished=finished,
+                         bound=bound)
+    except AnnotationError as error:
+        return PodRecord(uid=uid, error=f"pod {namespace}/{name}: {error}", finished=finished, bound=bound)
+    except Exception as error:
+        log.exception("pod %s/%s: unexpected error reading its GPU usage", namespace, name)
+        return PodRecord(uid=uid, error=f"pod {namespace}/{name}: unreadable: {type(error).__name__}",
+                         finished=finished, bound=bound)
 
 
 def pod_key(pod: Mapping[str, Any]) -> tuple[str, str, str]:

@@ -67,7 +67,8 @@ def _uid(scheduler: Scheduler, pod: str) -> str:
 def test_failed_lists_keep_the_last_good_state_and_recover(apiserver: LocalCluster, make_runtime: RuntimeFactory,
                                                            status: int) -> None:
     apiserver.load([gpu_node("node1", gpus("node1", 1, count=1)), gpu_pod("pod1"), gpu_pod("pod2")])
-    runtime = make_runtime(refresh_interval_seconds=0.5)
+    # Lists happen only at start, on a 410 or every --relist-interval: relist often so the faults hit lists.
+    runtime = make_runtime(refresh_interval_seconds=0.5, relist_interval_seconds=0.5)
     scheduler = Scheduler(runtime.app.test_client(), apiserver)
     assert scheduler.schedule("pod1", ["node1"]) == "node1"
     assert runtime.cache.held_by(_uid(scheduler, "pod1")) is not None
@@ -147,6 +148,7 @@ def test_a_failed_binding_leaves_no_booking_and_no_lock_of_ours(fast: tuple[Runt
     # The watch may still deliver the booking patch after the bind dropped it; the voiding patch follows.
     wait_for(lambda: runtime.cache.held_by(_uid(scheduler, "pod1")) is None, what="pod1's booking to be dropped")
     wait_for(lambda: usage_by_gpu(runtime) == {}, what="pod1's GPUs to be free")
+    assert runtime.cache.held_by(_uid(scheduler, "pod1")) is None
 
 
 # -- a slow or absent API server ---------------------------------------------------------------------------------

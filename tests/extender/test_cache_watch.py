@@ -1,12 +1,12 @@
 """The cache kept current by watches between refreshes (SPEC.md §4), seen through ``/filter``.
 
-The runtime refreshes only every 300 s here, so only the pod and node watches can explain what the tests
-see. Covers: a pod deleted after placement (bound or only filtered) frees its GPUs for the next filter; a
+The runtime never lists again here (no ``--relist-interval``), so only the pod and node watches can explain
+what the tests see. Covers: a pod deleted after placement (bound or only filtered) frees its GPUs for the next filter; a
 pod whose phase becomes Succeeded or Failed does too, while a Running one keeps them; pods created with
 annotations by someone else count as usage; a pod whose device annotation is garbage (present at the first
 list, or arriving through the watch) is counted in the parse-error metric and the rest of the cluster keeps
 scheduling; a register annotation that grows is re-read from the watch; a deleted node stops being a
-candidate; a failed refresh keeps the previous state, is counted and retried.
+candidate; a failed relist (``--relist-interval``) keeps the previous state, is counted and retried.
 """
 
 from __future__ import annotations
@@ -139,10 +139,10 @@ def test_a_deleted_node_is_no_longer_a_candidate(one_gpu: None, scheduler: Sched
              what="the node's deletion to reach the cache")
 
 
-def test_a_failed_refresh_keeps_the_state_counts_an_error_and_retries(apiserver: LocalCluster,
-                                                                      make_runtime: RuntimeFactory) -> None:
+def test_a_failed_relist_keeps_the_state_counts_an_error_and_retries(apiserver: LocalCluster,
+                                                                     make_runtime: RuntimeFactory) -> None:
     apiserver.load([gpu_node("node1", gpus("node1", 1, count=1)), gpu_pod("pod1"), gpu_pod("pod2")])
-    runtime = make_runtime(refresh_interval_seconds=2.0)
+    runtime = make_runtime(refresh_interval_seconds=2.0, relist_interval_seconds=1.0)
     scheduler = Scheduler(runtime.app.test_client(), apiserver)
     assert _placed(scheduler, "pod1")
     apiserver.inject_failure("GET", "pods", status=500, count=1)

@@ -22,7 +22,7 @@ from hami_web.core.grants import decode_pod_devices
 from hami_web.core.quantities import QuantityError, parse_whole_quantity
 from hami_web.localcluster import LocalCluster
 from hami_web.server.runtime import Runtime
-from hami_web.state.nodes import node_state
+from hami_web.state.nodes import node_record, node_state
 from hami_web.state.pods import pod_usage
 
 from .helpers import gpu_node, gpu_pod
@@ -95,7 +95,7 @@ def test_reading_any_pod_or_node_object_never_raises_anything_else(pod: Any, nod
     if isinstance(node_annotations, dict):
         node["metadata"]["annotations"] = {names.NODE_REGISTER: node_annotations.get(names.POD_DEVICES_ALLOCATED, ""),
                                            **node_annotations}
-    node_state(node, count_resource="nvidia.com/gpu", now=0.0)
+    node_state(node_record(node, count_resource="nvidia.com/gpu"), now=0.0)
 
 
 @FUZZ

@@ -1,13 +1,13 @@
 """Readiness (SPEC.md §1, §4) and the device-plugin handshake (SPEC.md §4).
 
-Covers: ``/readyz`` 503 before the first sync and 200 after, 503 again when the last good list is older than
-3 refresh periods (fake clock); a filter that arrives before the first sync waits for it (bounded) and is
-answered once the sync completes, or answers ``Error`` when it does not come in time, while a pod asking
-for no GPU passes at once; the handshake: a node whose ``hami.io/node-handshake`` is missing or
-``Reported_…`` gets ``Requesting_<YYYY-MM-DD HH:MM:SS>`` (UTC) written; a node ``Requesting_`` for over 60 s
-whose kubelet reports no ``nvidia.com/gpu`` (0 or absent), or ``Deleted_…``, gets no pods (reason
-NodeInsufficientDevice), in either time layout; a recent ``Requesting_`` or one with GPUs allocatable keeps
-its GPUs.
+Covers: ``/readyz`` 503 before the first sync and 200 after, 503 again when the API has been unreachable for
+over 3 refresh periods (fake clock), 200 while a quiet watch is healthy; a filter that arrives before the first
+sync waits for it (bounded) and is answered once the sync completes, or answers ``Error`` when it does not come
+in time, while a pod asking for no GPU passes at once; the handshake: a node whose ``hami.io/node-handshake`` is
+missing or ``Reported_…`` gets ``Requesting_<YYYY-MM-DD HH:MM:SS>`` (UTC) written; a node ``Requesting_`` for
+over 60 s whose kubelet reports no ``nvidia.com/gpu`` (0 or absent), or ``Deleted_…``, gets no pods (reason
+NodeInsufficientDevice), in either time layout; a recent ``Requesting_`` or one with GPUs allocatable keeps its
+GPUs.
 """
 
 from __future__ import annotations
@@ -58,15 +58,20 @@ def test_readyz_is_503_before_the_first_sync_and_200_after(apiserver: LocalClust
     assert runtime.app.test_client().get("/healthz").status_code == 200
 
 
-def test_readyz_turns_503_when_the_last_list_is_older_than_three_refresh_periods(
+def test_readyz_turns_503_when_the_api_is_unreachable_for_three_refresh_periods(
         apiserver: LocalCluster, make_runtime: RuntimeFactory) -> None:
     clock = FakeClock()
     runtime = make_runtime(clock=clock, refresh_interval_seconds=10.0)
+    clock.advance(100)
+    assert _readyz(runtime)[0] == 200  # a quiet but healthy watch is in step
+    apiserver.stop()
+    wait_for(lambda: runtime.sync.pods.last_error and runtime.sync.nodes.last_error, timeout_seconds=5,
+             what="the watches to fail")
     clock.advance(29)
     assert _readyz(runtime)[0] == 200
     clock.advance(2)
     status, body = _readyz(runtime)
-    assert status == 503 and "last refreshed 31s ago" in body["reason"]
+    assert status == 503 and "last in step with the API 31s ago (last error: " in body["reason"]
 
 
 def _short_wait(runtime: Runtime, seconds: float) -> None:
