@@ -91,6 +91,10 @@ class FrontWorker(Worker):
         self._served[task] = connection
         try:
             await connection.serve()
+        except asyncio.CancelledError:
+            # Our own shutdown cancels connections still open. Ending the task normally keeps asyncio's
+            # start_server callback (Python 3.11) from logging the cancellation as an unhandled error.
+            pass
         finally:
             del self._served[task]
 
