@@ -280,18 +280,6 @@ class DevicePluginStandIn:
             thread.start()
         return self
 
-    @property
-    def webhook_port(self) -> int:
-        return self.listeners["hami-web"][0]
-
-    @property
-    def extender_port(self) -> int:
-        return self.listeners["hami-web"][1]
-
-    @property
-    def metrics_port(self) -> int:
-        return self.listeners["hami-web"][2]
-
     def stop(self) -> None:
         self._stop.set()
         self._resumed.set()
@@ -404,6 +392,7 @@ class ControlPlane:
 
     @property
     def webhook_port(self) -> int:
+        """The webhook listener of replica ``hami-web`` (the one the webhook registration calls)."""
         return self.listeners["hami-web"][0]
 
     @property
