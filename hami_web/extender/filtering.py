@@ -11,8 +11,7 @@ written. HAMi's device plugin reads the annotations only after the Binding, so i
 from __future__ import annotations
 
 import logging
-import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from hami_web.core.choose import Placement
@@ -47,14 +46,12 @@ class Filter:
     """Answers kube-scheduler's filter calls."""
 
     def __init__(self, *, settings: Settings, cache: ClusterCache, events: EventRecorder,
-                 metrics: Any = None, clock: Callable[[], float] = time.time,
-                 sync_wait_seconds: float = SYNC_WAIT_SECONDS) -> None:
+                 metrics: Any = None, sync_wait_seconds: float = SYNC_WAIT_SECONDS) -> None:
         self._deadline_seconds = settings.extender_deadline_seconds
         self._settings = settings
         self._cache = cache
         self._events = events
         self._metrics = metrics
-        self._clock = clock
         self._sync_wait_seconds = sync_wait_seconds
         self._defaults = RequestDefaults(resources=settings.resources, default_mem_mib=settings.default_mem_mib,
                                          default_cores=settings.default_cores)

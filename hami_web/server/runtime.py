@@ -70,7 +70,7 @@ def build_runtime(settings: Settings, *, kube: Kube | None = None, clock: Callab
     decisions = DecisionLog(clock=clock)
     node_lock = NodeLock(kube, timeout_seconds=settings.node_lock_timeout_seconds, clock=clock)
     extender = Extender(
-        filterer=Filter(settings=settings, cache=cache, events=events, metrics=metrics, clock=clock),
+        filterer=Filter(settings=settings, cache=cache, events=events, metrics=metrics),
         binder=Binder(cache=cache, kube=kube, events=events, node_lock=node_lock, metrics=metrics, clock=clock,
                       deadline_seconds=settings.extender_deadline_seconds,
                       lock_wait_seconds=settings.node_lock_retry_timeout_seconds,
