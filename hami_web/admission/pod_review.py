@@ -101,11 +101,8 @@ def review_pod(pod: object, settings: Settings) -> AdmissionDecision:
         return _deny(FORBIDDEN, f"container {privileged_containers[0]} is privileged")
     if spec.get("nodeName"):
         return _deny(FORBIDDEN, MESSAGE_NODE_ASSIGNED)
-    metadata = pod.get("metadata")
-    annotations = metadata.get("annotations") if isinstance(metadata, dict) else None
-    weights = annotations.get(names.POD_SCORING_WEIGHTS) if isinstance(annotations, dict) else None
-    if weights is not None and not isinstance(weights, str):
-        return _deny(MALFORMED, f"annotation {names.POD_SCORING_WEIGHTS} must be a string")
+    # check_pod_shape has made sure metadata.annotations, when present, is a map of strings.
+    weights = ((pod.get("metadata") or {}).get("annotations") or {}).get(names.POD_SCORING_WEIGHTS)
     if weights is not None:
         # As HAMi v2.10: refused at creation, not left Pending with a filter error (the filter checks it too).
         try:
