@@ -29,7 +29,7 @@ from hami_web.ops.render import (
     render_explain,
     render_inspect,
 )
-from hami_web.ops.snapshot import read_snapshot
+from hami_web.ops.snapshot import ClusterSnapshot, read_snapshot
 
 
 class CommandError(Exception):
@@ -142,16 +142,21 @@ def _unreachable(error: KubeError) -> CommandError:
     return CommandError(f"cannot reach the Kubernetes API: {error}")
 
 
-def run_inspect(arguments: argparse.Namespace) -> int:
-    """``inspect [NODE…]``."""
-    sort = arguments.sort or ("memory" if arguments.top else "name")
+def _read_cluster(arguments: argparse.Namespace) -> ClusterSnapshot:
+    """One read-only snapshot of the cluster through the command's kubeconfig; API failures as one line."""
     kube = _kube(arguments)
     try:
-        snapshot = read_snapshot(kube, label_selector=arguments.selector)
+        return read_snapshot(kube, label_selector=arguments.selector)
     except KubeError as error:
         raise _unreachable(error) from None
     finally:
         kube.close()
+
+
+def run_inspect(arguments: argparse.Namespace) -> int:
+    """``inspect [NODE…]``."""
+    sort = arguments.sort or ("memory" if arguments.top else "name")
+    snapshot = _read_cluster(arguments)
     try:
         report = inspect_cluster(snapshot, nodes=arguments.nodes, sort=sort, top=arguments.top)
     except InspectError as error:
@@ -200,13 +205,7 @@ def run_capacity(arguments: argparse.Namespace) -> int:
     shape = PodShape(gpus=arguments.gpus, memory_mib=arguments.gpumem, memory_percent=arguments.gpumem_percentage,
                      cores=arguments.gpucores, gpu_type=arguments.type, numa_bind=arguments.numa_bind,
                      node_policy=arguments.node_policy, gpu_policy=arguments.gpu_policy)
-    kube = _kube(arguments)
-    try:
-        snapshot = read_snapshot(kube, label_selector=arguments.selector)
-    except KubeError as error:
-        raise _unreachable(error) from None
-    finally:
-        kube.close()
+    snapshot = _read_cluster(arguments)
     try:
         report = plan_capacity(snapshot, shape, _policies(arguments), limit=arguments.limit)
     except ShapeError as error:
