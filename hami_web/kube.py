@@ -71,6 +71,31 @@ def deadline(seconds: float, *, within_current: bool = False) -> Iterator[None]:
         _deadline.reset(token)
 
 
+@dataclass(slots=True)
+class CallCount:
+    """API requests sent inside a `counting_calls` block (a bind's round trips, for its metric)."""
+
+    calls: int = 0
+
+
+_call_count: contextvars.ContextVar[CallCount | None] = contextvars.ContextVar("hami_web_kube_calls", default=None)
+
+
+@contextlib.contextmanager
+def counting_calls() -> Iterator[CallCount]:
+    """Count every API request this thread sends inside the block (requests refused before sending do not count).
+
+    A bind's latency is mostly its round trips to kube-apiserver in a row, so their number per bind is the figure
+    to watch (``hami_web_bind_api_calls``).
+    """
+    count = CallCount()
+    token = _call_count.set(count)
+    try:
+        yield count
+    finally:
+        _call_count.reset(token)
+
+
 def deadline_left_seconds() -> float | None:
     """Seconds left before the current deadline (may be negative), or None outside `deadline`."""
     end = _deadline.get()
@@ -279,8 +304,11 @@ class Kube:
 
     def _call(self, what: str, method: Any, *args: Any, **kwargs: Any) -> JsonObject:
         end = _deadline.get()
+        count = _call_count.get()
         if end is None:
             self._spend_budget(what, None)
+            if count is not None:
+                count.calls += 1
             kwargs.setdefault("_request_timeout", self._timeout_seconds)
             return self._request(what, method, args, kwargs, end=None)
         # A wait for the request budget counts against the deadline: it happens here, in the caller's thread,
@@ -292,6 +320,8 @@ class Kube:
         # The helper's own read timeout runs a little past the deadline: the caller stops waiting first, and
         # the helper thread still ends soon after.
         kwargs["_request_timeout"] = min(self._timeout_seconds, left + 1.0)
+        if count is not None:
+            count.calls += 1
         responses: list[Any] = []
         future = self._helpers().submit(self._request, what, method, args, kwargs, end=end, responses=responses)
         try:
@@ -382,23 +412,18 @@ class Kube:
                 return
 
     def list_pods_on_node(self, node: str, *, assigned_label: str, not_older_than: str = "") -> list[JsonObject]:
-        """Pods bound to ``node`` plus unbound pods labelled ``assigned_label=node`` (given GPUs there).
+        """Pods labelled ``assigned_label=node``: every pod given GPUs there, bound or not (our booking sets it).
 
-        What ``/bind`` checks a placement against. With ``not_older_than`` (a resourceVersion) the API answers
-        from its watch cache once that has caught up with the version — as fresh as needed, without reading every
-        pod of the cluster from etcd, which a plain (quorum) list with a field selector does.
+        What ``/bind`` checks a placement against, in one request. With ``not_older_than`` (a resourceVersion) the
+        API answers from its watch cache once that has caught up with the version — as fresh as needed, without
+        reading every pod of the cluster from etcd, which a plain (quorum) list with a selector does.
         """
         fresh: dict[str, Any] = {}
         if not_older_than:
             fresh = {"resource_version": not_older_than, "resource_version_match": "NotOlderThan"}
-        bound = self._call(f"list pods on node {node}", self._core.list_pod_for_all_namespaces,
-                           field_selector=f"spec.nodeName={node}", **fresh)
-        assigned = self._call(f"list pods assigned to node {node}", self._core.list_pod_for_all_namespaces,
-                              label_selector=f"{assigned_label}={node}", field_selector="spec.nodeName=", **fresh)
-        pods: dict[str, JsonObject] = {}
-        for pod in [*(bound.get("items") or []), *(assigned.get("items") or [])]:
-            pods[str((pod.get("metadata") or {}).get("uid", ""))] = pod
-        return list(pods.values())
+        booked = self._call(f"list pods given GPUs on node {node}", self._core.list_pod_for_all_namespaces,
+                            label_selector=f"{assigned_label}={node}", **fresh)
+        return list(booked.get("items") or [])
 
     def get_pod(self, namespace: str, name: str) -> JsonObject:
         """One pod; `NotFoundError` when it does not exist."""

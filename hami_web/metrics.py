@@ -30,6 +30,8 @@ GO_ARCH = {"x86_64": "amd64", "aarch64": "arm64"}  # hami_build_info's platform 
 REVISION = os.environ.get("HAMI_WEB_REVISION", "unknown")
 BUILD_DATE = os.environ.get("HAMI_WEB_BUILD_DATE", "unknown")
 LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+# Requests per bind: 4 on the happy path; more after a conflict, a lock takeover, a cleanup.
+BIND_CALL_BUCKETS = (1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 16, 24)
 
 
 def reason_names(reason: str) -> list[str]:
@@ -180,6 +182,9 @@ class Metrics:
         self._rejections = Counter("hami_web_filter_node_rejections", "nodes refused by filter, by reason",
                                    ["reason"], registry=self.registry)
         self._bind = Counter("hami_web_bind_results", "bind answers by result", ["result"], registry=self.registry)
+        self._bind_calls = Histogram("hami_web_bind_api_calls", "requests one /bind sent to kube-apiserver (4 on the "
+                                     "happy path: lock, booking, verification read, Binding)",
+                                     registry=self.registry, buckets=BIND_CALL_BUCKETS)
         self._webhook = Counter("hami_web_webhook_reviews", "admission reviews by verdict", ["allowed"],
                                 registry=self.registry)
         self._lock_waits = Counter("hami_web_node_lock_waits", "gang pods that found their node locked and waited, "
@@ -209,6 +214,10 @@ class Metrics:
     def observe_bind(self, result: str) -> None:
         """Count a bind answer (bound, locked, failed)."""
         self._bind.labels(result=result).inc()
+
+    def observe_bind_calls(self, calls: int) -> None:
+        """Record how many API requests one bind sent (its round trips in a row)."""
+        self._bind_calls.observe(calls)
 
     def observe_lock_wait(self, outcome: str) -> None:
         """Count a gang pod's wait for a held node lock (started, acquired, timed_out, failed, no_slot)."""

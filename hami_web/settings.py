@@ -79,6 +79,7 @@ class Settings:
     kube_timeout_seconds: float = 10.0
     log_format: str = "text"
     extender_deadline_seconds: float = 15.0
+    busy_nodes_last: bool = True
 
     @property
     def bind_host_port(self) -> tuple[str, int]:
@@ -323,6 +324,9 @@ _OPTIONS: tuple[_Option, ...] = (
     _Option("--extender-deadline", "extender_deadline_seconds", _bind_deadline(allow_zero=False),
             "time one /filter or /bind may spend on API calls; reading back an unanswered write or cleaning up "
             "a failed bind gets a third more, at most 3s; at most 27s (15s)"),
+    _Option("--busy-nodes-last", "busy_nodes_last", _parse_bool,
+            "a filter tries nodes whose HAMi node lock a live bind holds, or that have a placement not yet bound, "
+            "after the free ones (never excluding them); false = strict HAMi node order (true)", is_switch=True),
 )
 
 # HAMi scheduler flags an operator may carry over, for features hami-web does not have: refused with a reason,

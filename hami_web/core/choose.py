@@ -3,11 +3,16 @@
 The node score does not depend on the pod, so candidates are ranked first and tried in rank order; the
 first that fits is the answer. Nodes whose aggregates already rule them out are skipped without a fit, and
 exact per-GPU reasons are only computed when no node fits, because only then does anyone read them.
+
+Nodes busy binding (their HAMi node lock held by a live owner, or a placement of ours not yet bound) are ranked
+after the free ones, each group in the policy's order (issue 19): under binpack every pod of a burst would
+otherwise go to the one fullest node, whose lock the previous pod holds until its device plugin is done, and
+have its bind refused. A busy node is never excluded: a pod that fits only there still gets it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from operator import attrgetter
 
@@ -29,6 +34,7 @@ class Placement:
     node: str
     grants: PodGrants
     node_score: float
+    node_busy: bool = False  # the node was busy binding: no free node fitted
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,20 +78,39 @@ def _fit_or_reason(ask: _Ask, view: NodeView) -> PodFit | str:
     return summary
 
 
-def rank_nodes(views: Sequence[NodeView], policy: str) -> list[NodeView]:
-    """Binpack: highest score first (fill nodes up); spread: lowest first; ties by node name ascending."""
+def rank_nodes(views: Sequence[NodeView], policy: str, busy: Collection[str] = ()) -> list[NodeView]:
+    """Binpack: highest score first (fill nodes up); spread: lowest first; ties by node name ascending.
+
+    Nodes named in ``busy`` come after all the others, in the same order among themselves.
+    """
     # Two stable sorts with C-level keys: by name, then by score (reverse keeps equal scores in name order).
     ranked = sorted(views, key=_BY_NAME)
     ranked.sort(key=_BY_SCORE, reverse=policy != SPREAD)
-    return ranked
+    return list(_busy_last(ranked, busy)) if busy else ranked
+
+
+def _busy_last(ranked: Sequence[NodeView], busy: Collection[str]) -> Iterator[NodeView]:
+    """``ranked`` with the busy nodes moved behind the others, lazily: a filter that stops at the first free node
+    that fits looks no further (a sort by busyness would touch every candidate of a 5,000-node cluster)."""
+    if not busy:
+        yield from ranked
+        return
+    deferred: list[NodeView] = []
+    for view in ranked:
+        if view.name in busy:
+            deferred.append(view)
+        else:
+            yield view
+    yield from deferred
 
 
 def choose_node(request: PodRequest, options: PodOptions, candidates: Sequence[str],
-                nodes: Mapping[str, NodeView], broken: Mapping[str, str] | None = None) -> Placement | NoPlacement:
+                nodes: Mapping[str, NodeView], broken: Mapping[str, str] | None = None,
+                busy: Collection[str] = ()) -> Placement | NoPlacement:
     """Place ``request`` on the best-ranked candidate that fits, or give a reason for every candidate.
 
     ``nodes`` are the GPU nodes the cache knows; ``broken`` maps nodes whose register annotation does not
-    parse to the parse error.
+    parse to the parse error; ``busy`` names nodes busy binding, tried after the others (see the module).
     """
     broken = broken or {}
     reasons: dict[str, str] = {}
@@ -98,7 +123,7 @@ def choose_node(request: PodRequest, options: PodOptions, candidates: Sequence[s
             reasons[name] = f"{INVALID_REGISTER}: {broken[name]}"
         else:
             reasons[name] = NODE_UNREGISTERED
-    ranked = rank_nodes(known, options.node_policy)
+    ranked = _busy_last(rank_nodes(known, options.node_policy), busy)
     ask = _Ask(request=request, options=options, digest=hash((request, options)))
     skipped: list[NodeView] = []
     for view in ranked:
@@ -107,13 +132,15 @@ def choose_node(request: PodRequest, options: PodOptions, candidates: Sequence[s
             continue
         result = _fit_or_reason(ask, view)
         if isinstance(result, PodFit):
-            return Placement(node=view.name, grants=result.grants, node_score=view.score)
+            return Placement(node=view.name, grants=result.grants, node_score=view.score,
+                             node_busy=view.name in busy)
         reasons[view.name] = result
     for view in skipped:
         # The full fit is the authority on the reason (may_fit is only a necessary condition); should it
         # ever disagree, the skipped nodes are still in rank order, so the first fit is the right answer.
         result = _fit_or_reason(ask, view)
         if isinstance(result, PodFit):
-            return Placement(node=view.name, grants=result.grants, node_score=view.score)
+            return Placement(node=view.name, grants=result.grants, node_score=view.score,
+                             node_busy=view.name in busy)
         reasons[view.name] = result
     return NoPlacement(reasons={name: reasons[name] for name in dict.fromkeys(candidates)})

@@ -1,10 +1,14 @@
 """``/bind``: lock the node, write the booking, verify it, create the Binding (SPEC.md §6, issue 13).
 
 The filter writes nothing: this is the one place that writes a booking, and it is checked when it is written.
-Under the node lock: the pod is read (it must still be ours and unbound: another extender may have bound it
-elsewhere), the booking is written onto it in one patch (HAMi's device annotations, ``bind-phase=allocating``,
-with the pod's resourceVersion as a precondition), and then checked against the bookings of the other pods the
-API shows on the node. kube-scheduler's leader election is not a fence: a second extender may have booked the
+Under the node lock, the booking is written onto the pod in one patch (HAMi's device annotations,
+``bind-phase=allocating``, the ``hami.io/vgpu-node`` label) with the pod's uid and resourceVersion as
+preconditions — the version kube-scheduler sent to ``/filter``, so an unchanged pod is not read first; a pod that
+changed since (409) is read: it must still be ours and unbound (another extender may have bound it elsewhere) —
+and then checked against the bookings of the other pods the API shows on the node. The happy path is four round
+trips (issue 19): the lock (one write preconditioned on the node's resourceVersion from the watch), the booking,
+one read of the node's booked pods, the Binding; ``hami_web_bind_api_calls`` counts them per bind.
+kube-scheduler's leader election is not a fence: a second extender may have booked the
 same GPUs from a cache that had not seen ours. Reading the node's pods *after* our own write lets the API answer
 from its watch cache at our write's version (fresh, and cheap: no read of every pod from etcd), and any other
 booking on this node was written before ours, under the same lock. A placement that no longer fits is voided
@@ -42,13 +46,23 @@ from hami_web.extender.deadlines import after_deadline_seconds
 from hami_web.extender.events import EventRecorder
 from hami_web.extender.nodelock import NodeLock, NodeLockError, NodeLockHeld
 from hami_web.extender.wire import ExtenderBindingResult, WireError, binding_target, require_object
-from hami_web.kube import ConflictError, JsonObject, Kube, KubeError, NotFoundError, deadline, deadline_left_seconds
+from hami_web.kube import (
+    ConflictError,
+    JsonObject,
+    Kube,
+    KubeError,
+    NotFoundError,
+    counting_calls,
+    deadline,
+    deadline_left_seconds,
+)
 from hami_web.state.budget import WaitSlots
 from hami_web.state.cache import ClusterCache
 from hami_web.state.pods import PodUsage, pod_key, pod_usage
 
 log = logging.getLogger(__name__)
 
+HTTP_INVALID = 422
 # A gang member stops looking at a held lock this share of its deadline early (at most LOCK_WAIT_RESERVE_MAX_SECONDS),
 # so the last look at the lock, the pod patch and the Binding still have time before the deadline.
 LOCK_WAIT_RESERVE_SHARE = 0.2
@@ -108,7 +122,10 @@ class Binder:
         if placed.node != node:
             message = f"pod {namespace}/{name} was given GPUs on node {placed.node}, not {node}; filter it again"
             return self._fail(namespace, name, uid, node, message, locked=False, annotated=False)
-        answer = self._bind_placed(placed, node)
+        with counting_calls() as calls:
+            answer = self._bind_placed(placed, node)
+        if self._metrics is not None:
+            self._metrics.observe_bind_calls(calls.calls)
         if answer is not None:
             return answer
         self._cache.mark_bound(uid)
@@ -139,37 +156,46 @@ class Binder:
                 # The lock patch may have landed without an answer: release covers it (it only removes ours).
                 return self._fail(namespace, name, uid, node, f"cannot lock node {node}: {error}", locked=True,
                                   annotated=False, budget=bind_deadline.seconds)
-            try:
-                pod, refusal = self._pod_still_unbound(placed)
-            except KubeError as error:
-                return self._fail(namespace, name, uid, node, f"cannot read pod {namespace}/{name}: {error}",
-                                  locked=True, annotated=False, budget=bind_deadline.seconds)
-            if refusal and pod is not None and self._bound_here(pod, placed, node):
-                return None  # a retry after a Binding whose answer was lost: done, and our lock stays as after a bind
-            if refusal:
-                self._count("conflict")
-                return self._fail(namespace, name, uid, node, refusal, locked=True, annotated=False,
-                                  budget=bind_deadline.seconds)
             self._cache.reassume(placed)  # written from here on; the watch confirms it
-            now = str(int(self._clock()))
-            try:
-                written = self._kube.patch_pod(namespace, name, {"metadata": {
-                    # Preconditions: the pod of that name has our uid, and nobody (another extender binding the same
-                    # pod) changed it since we found it unbound a moment ago.
-                    "uid": uid, "resourceVersion": (pod or {}).get("metadata", {}).get("resourceVersion"),
-                    "annotations": {
-                        names.POD_ASSIGNED_NODE: node, names.POD_ASSIGNED_TIME: now,
-                        names.POD_DEVICES_TO_ALLOCATE: placed.devices_text,
-                        names.POD_DEVICES_ALLOCATED: placed.devices_text,
-                        names.POD_BIND_PHASE: "allocating", names.POD_BIND_TIME: now},
-                    "labels": {names.LABEL_ASSIGNED_NODE: node}}})
-            except ConflictError as error:  # changed meanwhile: nothing of ours was written
-                return self._fail(namespace, name, uid, node, f"pod {namespace}/{name} changed while its GPUs were "
-                                  f"being booked ({error}); filter it again", locked=True, annotated=False,
-                                  budget=bind_deadline.seconds)
-            except KubeError as error:
-                return self._fail(namespace, name, uid, node, f"cannot write the GPU booking onto the pod: {error}",
-                                  locked=True, budget=bind_deadline.seconds)
+            written: JsonObject | None = None
+            if placed.resource_version:
+                # The pod as kube-scheduler sent it to /filter is the precondition: unchanged since, it is still ours
+                # and unbound, so no read is needed; changed (409), it is read and judged below.
+                try:
+                    written = self._write_booking(placed, node, placed.resource_version)
+                except ConflictError:
+                    written = None
+                except NotFoundError:
+                    return self._fail(namespace, name, uid, node, f"pod {namespace}/{name} no longer exists",
+                                      locked=True, annotated=False, budget=bind_deadline.seconds)
+                except KubeError as error:
+                    if error.status != HTTP_INVALID:
+                        return self._fail(namespace, name, uid, node, f"cannot write the GPU booking onto the pod: "
+                                          f"{error}", locked=True, budget=bind_deadline.seconds)
+                    # Refused, nothing written: the uid precondition fails as "uid is immutable" (422) when the pod
+                    # was replaced by one of the same name; the read below says so.
+            if written is None:
+                try:
+                    pod, refusal = self._pod_still_unbound(placed)
+                except KubeError as error:
+                    return self._fail(namespace, name, uid, node, f"cannot read pod {namespace}/{name}: {error}",
+                                      locked=True, annotated=False, budget=bind_deadline.seconds)
+                if refusal and pod is not None and self._bound_here(pod, placed, node):
+                    return None  # a retry after a Binding whose answer was lost: done; our lock stays as after a bind
+                if refusal:
+                    self._count("conflict")
+                    return self._fail(namespace, name, uid, node, refusal, locked=True, annotated=False,
+                                      budget=bind_deadline.seconds)
+                try:
+                    written = self._write_booking(placed, node, str(
+                        ((pod or {}).get("metadata") or {}).get("resourceVersion") or ""))
+                except ConflictError as error:  # changed meanwhile: nothing of ours was written
+                    return self._fail(namespace, name, uid, node, f"pod {namespace}/{name} changed while its GPUs "
+                                      f"were being booked ({error}); filter it again", locked=True, annotated=False,
+                                      budget=bind_deadline.seconds)
+                except KubeError as error:
+                    return self._fail(namespace, name, uid, node, f"cannot write the GPU booking onto the pod: "
+                                      f"{error}", locked=True, budget=bind_deadline.seconds)
             try:
                 conflicts = self.verify(placed, node, not_older_than=str(
                     (written.get("metadata") or {}).get("resourceVersion") or ""))
@@ -186,6 +212,22 @@ class Binder:
             except KubeError as error:
                 return self._after_failed_binding(namespace, name, uid, node, error, bind_deadline.seconds)
         return None
+
+    def _write_booking(self, placed: PodUsage, node: str, resource_version: str) -> JsonObject:
+        """Write the booking onto the pod in one patch; `ConflictError` when the pod is not at ``resource_version``.
+
+        Preconditions: the pod of that name has our uid, and nobody (another extender binding the same pod, a Binding)
+        changed it since that version was read.
+        """
+        now = str(int(self._clock()))
+        return self._kube.patch_pod(placed.namespace, placed.name, {"metadata": {
+            "uid": placed.uid, "resourceVersion": resource_version or None,
+            "annotations": {
+                names.POD_ASSIGNED_NODE: node, names.POD_ASSIGNED_TIME: now,
+                names.POD_DEVICES_TO_ALLOCATE: placed.devices_text,
+                names.POD_DEVICES_ALLOCATED: placed.devices_text,
+                names.POD_BIND_PHASE: "allocating", names.POD_BIND_TIME: now},
+            "labels": {names.LABEL_ASSIGNED_NODE: node}}})
 
     def _after_failed_binding(self, namespace: str, name: str, uid: str, node: str, error: KubeError,
                               budget: float) -> ExtenderBindingResult | None:
@@ -286,7 +328,7 @@ class Binder:
         for the wait and every call after it; the wait ends a little early so those calls still have time.
         """
         try:
-            self._lock.acquire(node, namespace, name)
+            self._lock.acquire(node, namespace, name, seen=self._cache.seen_node(node))
             return
         except NodeLockHeld as held:
             group = self._pod_group(namespace, name) if self._lock_wait_seconds > 0 else ""

@@ -91,7 +91,8 @@ class Filter:
                     "Error": "cluster cache has not completed its first sync yet; retry later"}
         try:
             result = self._cache.place(uid=uid, namespace=namespace, name=name, request=request, options=options,
-                                       candidates=candidates, container_names=[c.name for c in request.containers])
+                                       candidates=candidates, container_names=[c.name for c in request.containers],
+                                       resource_version=str(metadata.get("resourceVersion") or ""))
         except AlreadyBooked as error:
             return self._refuse(namespace, name, uid, str(error))
         if not isinstance(result, Placement):
@@ -103,8 +104,9 @@ class Filter:
         # Nothing is written here: the booking is an assumption in the cache until /bind verifies it against
         # the API under the node lock and writes it onto the pod (see `extender.binding`).
         devices = describe_grants(placement.grants)
-        log.info("filter pod=%s/%s node=%s devices=%s score=%.3f", namespace, name, placement.node, devices,
-                 placement.node_score, extra={"pod": f"{namespace}/{name}", "node": placement.node})
+        log.info("filter pod=%s/%s node=%s devices=%s score=%.3f%s", namespace, name, placement.node, devices,
+                 placement.node_score, " (busy binding: no free node fits)" if placement.node_busy else "",
+                 extra={"pod": f"{namespace}/{name}", "node": placement.node})
         self._events.record(namespace=namespace, name=name, uid=uid, reason="FilteringSucceed",
                             message=f"placed on node {placement.node} with devices {devices}")
         self._count("placed", {})

@@ -18,10 +18,9 @@ import logging
 import random
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
-from datetime import UTC, datetime
 
 from hami_web.core import names
+from hami_web.core.nodelocks import LockValue, Owner, SeenNode, age_stale_reason, format_lock, parse_lock, stale_reason
 from hami_web.kube import ConflictError, Kube, NotFoundError
 
 log = logging.getLogger(__name__)
@@ -31,7 +30,6 @@ BACKOFF_BASE_SECONDS = 0.02
 # Waiting for a held lock: first look again after 100 ms (as HAMi polls), then up to every second.
 WAIT_FIRST_SECONDS = 0.1
 WAIT_MAX_SECONDS = 1.0
-FINISHED_BIND_PHASES = frozenset({"success", "failed"})
 
 
 class NodeLockError(RuntimeError):
@@ -40,36 +38,6 @@ class NodeLockError(RuntimeError):
 
 class NodeLockHeld(NodeLockError):
     """Another pod holds a fresh lock on the node (the only failure worth waiting out)."""
-
-
-@dataclass(frozen=True, slots=True)
-class LockValue:
-    """A parsed lock annotation. ``namespace``/``pod`` are empty for HAMi's old owner-less format."""
-
-    taken_at: float | None
-    namespace: str
-    pod: str
-
-    def owned_by(self, namespace: str, pod: str) -> bool:
-        """Whether this lock belongs to ``namespace/pod``."""
-        return (self.namespace, self.pod) == (namespace, pod)
-
-
-def format_lock(now: float, namespace: str, pod: str) -> str:
-    """``<RFC3339 UTC>,<namespace>,<pod>``, as newer HAMi writes it."""
-    return f"{datetime.fromtimestamp(now, tz=UTC).strftime('%Y-%m-%dT%H:%M:%SZ')},{namespace},{pod}"
-
-
-def parse_lock(value: str) -> LockValue:
-    """Parse a lock annotation; an unreadable time gives ``taken_at=None`` (treated as stale)."""
-    parts = value.split(",")
-    try:
-        taken_at = datetime.fromisoformat(parts[0].strip().replace("Z", "+00:00")).timestamp()
-    except ValueError:
-        taken_at = None
-    namespace = parts[1].strip() if len(parts) > 1 else ""
-    pod = parts[2].strip() if len(parts) > 2 else ""
-    return LockValue(taken_at=taken_at, namespace=namespace, pod=pod)
 
 
 class NodeLock:
@@ -105,12 +73,22 @@ class NodeLock:
                 self._sleep(min(pause, remaining))
                 pause = min(pause * 2, WAIT_MAX_SECONDS)
 
-    def acquire(self, node: str, namespace: str, pod: str) -> str:
+    def acquire(self, node: str, namespace: str, pod: str, *, seen: SeenNode | None = None) -> str:
         """Lock ``node`` for ``namespace/pod`` (re-entrant), or raise `NodeLockError`.
 
-        Returns the node's resourceVersion once locked: every write that happened before the lock was taken
-        (such as another binder's booking, made before it gave the lock up) is at most this version.
+        With ``seen`` (the node as the watch last showed it) and the lock free there, or stale by its age, the
+        lock is taken with one write preconditioned on that resourceVersion; a conflict (the node changed since)
+        falls back to reading the node. Returns the node's resourceVersion once locked: every write that happened
+        before the lock was taken (such as another binder's booking, made before it gave the lock up) is at most
+        this version.
         """
+        if seen is not None and seen.resource_version and self._free_as_seen(seen):
+            try:
+                return self._write_lock(node, namespace, pod, seen.resource_version)
+            except ConflictError:
+                pass  # the node changed since the watch showed it: read it, as without ``seen``
+            except NotFoundError:
+                raise NodeLockError(f"node {node} does not exist") from None
         last_conflict = ""
         for attempt in range(MAX_TRIES):
             try:
@@ -125,19 +103,29 @@ class NodeLock:
                     return str(metadata.get("resourceVersion") or "")
                 stale_because = self._stale_reason(lock)
                 if not stale_because:
-                    owner = f"{lock.namespace}/{lock.pod}" if lock.pod else f"an unnamed owner since {value}"
+                    owner = lock.owner or f"an unnamed owner since {value}"
                     raise NodeLockHeld(f"node {node} is locked by {owner}")
                 log.info("node %s: taking over stale lock of %s/%s (%s)", node, lock.namespace, lock.pod,
                          stale_because)
-            patch = {"metadata": {"resourceVersion": metadata.get("resourceVersion"),
-                                  "annotations": {names.NODE_LOCK: format_lock(self._clock(), namespace, pod)}}}
             try:
-                locked = self._kube.patch_node(node, patch)
-                return str((locked.get("metadata") or {}).get("resourceVersion") or "")
+                return self._write_lock(node, namespace, pod, str(metadata.get("resourceVersion") or ""))
             except ConflictError as error:
                 last_conflict = str(error)
                 self._sleep(BACKOFF_BASE_SECONDS * (2 ** attempt) * (1 + random.random()))
         raise NodeLockError(f"node {node}: lock still contended after {MAX_TRIES} tries: {last_conflict}")
+
+    def _free_as_seen(self, seen: SeenNode) -> bool:
+        """Whether the watch's copy shows no lock, or one stale by its age (takeover needs no owner lookup)."""
+        if not seen.lock:
+            return True
+        return bool(age_stale_reason(parse_lock(seen.lock), now=self._clock(), timeout_seconds=self._timeout_seconds))
+
+    def _write_lock(self, node: str, namespace: str, pod: str, resource_version: str) -> str:
+        """Write our lock with ``resource_version`` as the precondition; the node's new resourceVersion."""
+        patch = {"metadata": {"resourceVersion": resource_version or None,
+                              "annotations": {names.NODE_LOCK: format_lock(self._clock(), namespace, pod)}}}
+        locked = self._kube.patch_node(node, patch)
+        return str((locked.get("metadata") or {}).get("resourceVersion") or "")
 
     def release(self, node: str, namespace: str, pod: str) -> bool:
         """Remove the lock if ``namespace/pod`` holds it; True when removed. Never touches another's lock."""
@@ -160,18 +148,15 @@ class NodeLock:
         return False
 
     def _stale_reason(self, lock: LockValue) -> str:
-        if lock.taken_at is None:
-            return "unreadable lock time"
-        age = self._clock() - lock.taken_at
-        if age > self._timeout_seconds:
-            return f"{age:.0f}s old"
-        if not lock.pod:
-            return ""
+        """`stale_reason` with the owner pod read from the API (only when its age does not decide already)."""
+        now = self._clock()
+        by_age = age_stale_reason(lock, now=now, timeout_seconds=self._timeout_seconds)
+        if by_age or not lock.pod:
+            return by_age
         try:
             owner = self._kube.get_pod(lock.namespace, lock.pod)
         except NotFoundError:
-            return "owner pod no longer exists"
+            return stale_reason(lock, now=now, timeout_seconds=self._timeout_seconds, owner=Owner.GONE)
         phase = ((owner.get("metadata") or {}).get("annotations") or {}).get(names.POD_BIND_PHASE)
-        if phase in FINISHED_BIND_PHASES:
-            return f"owner pod bind-phase is {phase}"
-        return ""
+        return stale_reason(lock, now=now, timeout_seconds=self._timeout_seconds, owner=Owner.PRESENT,
+                            owner_bind_phase=str(phase or ""))

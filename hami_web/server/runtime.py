@@ -61,7 +61,9 @@ def build_runtime(settings: Settings, *, kube: Kube | None = None, clock: Callab
         budget = RequestBudget(qps=settings.kube_qps, burst=settings.kube_burst) if settings.kube_qps > 0 else None
         kube = Kube.from_kubeconfig(settings.kubeconfig, timeout_seconds=settings.kube_timeout_seconds,
                                     throttle=budget.take if budget else None)
-    cache = ClusterCache(count_resource=settings.resources.count, clock=clock)
+    cache = ClusterCache(count_resource=settings.resources.count, clock=clock,
+                         busy_nodes_last=settings.busy_nodes_last,
+                         node_lock_timeout_seconds=settings.node_lock_timeout_seconds)
     sync = ClusterSync(cache, kube, refresh_interval_seconds=settings.refresh_interval_seconds,
                        relist_interval_seconds=settings.relist_interval_seconds,
                        node_label_selector=settings.node_label_selector, clock=clock)

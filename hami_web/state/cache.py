@@ -35,6 +35,7 @@ from typing import Any
 
 from hami_web.core.choose import NoPlacement, Placement, choose_node
 from hami_web.core.grants import encode_pod_devices
+from hami_web.core.nodelocks import LockValue, Owner, SeenNode, parse_lock, stale_reason
 from hami_web.core.options import PodOptions
 from hami_web.core.requests import PodRequest
 from hami_web.core.usage import NodeView, build_node_view, pod_booking
@@ -109,8 +110,14 @@ class LockHolds:
 class ClusterCache:
     """Thread-safe inventory and usage of every GPU node, fed by lists and watches (see `state.sync`)."""
 
-    def __init__(self, *, count_resource: str = "nvidia.com/gpu", clock: Clock = time.time) -> None:
+    def __init__(self, *, count_resource: str = "nvidia.com/gpu", clock: Clock = time.time,
+                 busy_nodes_last: bool = True, node_lock_timeout_seconds: float = 300.0) -> None:
+        """``busy_nodes_last``: a filter tries nodes busy binding after the others (see `busy_nodes`);
+        ``node_lock_timeout_seconds`` is ``--node-lock-timeout``, after which a node lock no longer makes it busy.
+        """
         self._lock = threading.Lock()
+        self._busy_nodes_last = busy_nodes_last
+        self._node_lock_timeout_seconds = node_lock_timeout_seconds
         self._synced = threading.Event()
         self.count_resource = count_resource
         self._clock = clock
@@ -125,6 +132,11 @@ class ClusterCache:
         # `/bind` binds only these, so nobody can use our RBAC to bind a pod we never chose a node for, and it
         # writes the booking it finds here (the filter writes nothing to the API).
         self._placed: dict[str, PodUsage] = {}
+        # What the watch last showed of each GPU node's resourceVersion and lock (a bind takes a free lock with one
+        # conditional write), the nodes whose lock is set, and the pod of each namespace/name (whose lock it is).
+        self._seen_nodes: dict[str, SeenNode] = {}
+        self._node_locks: dict[str, LockValue] = {}
+        self._uid_by_name: dict[tuple[str, str], str] = {}
         self.stats = CacheStats()
         self.lock_holds: dict[str, LockHolds] = {}
 
@@ -172,6 +184,8 @@ class ClusterCache:
         listed = {record.name: record for record in records}
         with self._locked("nodes"):
             current = dict(self._nodes)
+            self._note_seen_locked([(name, None) for name in self._seen_nodes if name not in listed])
+            self._note_seen_locked([(name, record) for name, record in listed.items()])
         now = self._clock()
         changes: list[tuple[str, NodeState | None]] = [(name, None) for name in current if name not in listed]
         for name, record in listed.items():
@@ -185,12 +199,32 @@ class ClusterCache:
     def apply_node_events(self, events: Sequence[tuple[str, NodeRecord]]) -> None:
         """Apply watch events (``ADDED``, ``MODIFIED``, ``DELETED``) for nodes, as one batch."""
         now = self._clock()
+        with self._locked("nodes"):
+            self._note_seen_locked([(record.name, None if kind == "DELETED" else record) for kind, record in events])
         self._commit_nodes([(record.name, None if kind == "DELETED" else self._judge_node(record, now))
                             for kind, record in events])
 
     def observe_node(self, event_type: str, node: Mapping[str, Any]) -> None:
         """Apply one watch event for a node object (reads it first; see `apply_node_events`)."""
         self.apply_node_events([(event_type, node_record(node, count_resource=self.count_resource))])
+
+    def _note_seen_locked(self, records: Iterable[tuple[str, NodeRecord | None]]) -> None:
+        """Remember each GPU node's resourceVersion and lock as the API showed them (None: the node is gone)."""
+        for name, record in records:
+            if record is None or record.register is None:
+                self._seen_nodes.pop(name, None)
+                self._node_locks.pop(name, None)
+                continue
+            self._seen_nodes[name] = SeenNode(resource_version=record.resource_version, lock=record.lock)
+            if record.lock:
+                self._node_locks[name] = parse_lock(record.lock)
+            else:
+                self._node_locks.pop(name, None)
+
+    def seen_node(self, name: str) -> SeenNode | None:
+        """The GPU node's resourceVersion and lock as the watch last showed them (None when unknown)."""
+        with self._locked("read"):
+            return self._seen_nodes.get(name)
 
     @staticmethod
     def _judge_node(record: NodeRecord, now: float) -> NodeState:
@@ -326,10 +360,11 @@ class ClusterCache:
     def _swap_pods_locked(self, plan: Plan) -> None:
         for uid, held in plan.held_after.items():
             if held is None:
-                self._held.pop(uid, None)
+                self._unindex_locked(uid, self._held.pop(uid, None))
                 self._assumed.discard(uid)
             else:
                 self._held[uid] = held
+                self._uid_by_name[(held.usage.namespace, held.usage.name)] = uid
                 if held.assumed_at is None:
                     self._assumed.discard(uid)
                 else:
@@ -376,11 +411,15 @@ class ClusterCache:
     # -- scheduling -------------------------------------------------------------------------------
 
     def place(self, *, uid: str, namespace: str, name: str, request: PodRequest, options: PodOptions,
-              candidates: Sequence[str], container_names: Sequence[str] = ()) -> Placement | NoPlacement:
+              candidates: Sequence[str], container_names: Sequence[str] = (),
+              resource_version: str = "") -> Placement | NoPlacement:
         """Forget the pod's earlier assumption, choose a node, and book the result — atomically.
 
-        Raises `AlreadyBooked` when the API shows the pod holding GPUs already (another binder wrote its booking:
-        kube-scheduler's informer has not seen the pod bound yet): a second placement would book it twice.
+        Nodes busy binding (`busy_nodes`) are tried after the others unless the cache was made with
+        ``busy_nodes_last=False``. ``resource_version`` is the pod's as kube-scheduler sent it: `/bind` writes the
+        booking with it as a precondition instead of reading the pod first. Raises `AlreadyBooked` when the API
+        shows the pod holding GPUs already (another binder wrote its booking: kube-scheduler's informer has not
+        seen the pod bound yet): a second placement would book it twice.
         """
         with self._locked("filter"):
             held = self._held.get(uid)
@@ -389,12 +428,14 @@ class ClusterCache:
                                     f"({held.usage.devices_text}); it is not placed again")
             shadowed = held.api_usage if held is not None else None
             self._release_locked(uid)
-            result = choose_node(request, options, candidates, self._views, self._broken_nodes)
+            busy = self._busy_nodes_locked(uid, namespace, name) if self._busy_nodes_last else frozenset()
+            result = choose_node(request, options, candidates, self._views, self._broken_nodes, busy=busy)
             if isinstance(result, Placement):
                 booking = pod_booking(result.grants, init_count=request.init_count)
                 usage = PodUsage(uid=uid, namespace=namespace, name=name, node=result.node, grants=result.grants,
                                  booking=booking, devices_text=encode_pod_devices(result.grants),
-                                 container_names=tuple(container_names), init_count=request.init_count)
+                                 container_names=tuple(container_names), init_count=request.init_count,
+                                 resource_version=resource_version)
                 self._hold_locked(uid, usage, assumed_at=self._clock(), api_usage=shadowed)
                 self._placed[uid] = usage
             else:
@@ -402,6 +443,41 @@ class ClusterCache:
                 if shadowed is not None:  # the API showed the pod holding this meanwhile: that is the truth now
                     self._hold_locked(uid, shadowed, assumed_at=None)
             return result
+
+    def busy_nodes(self) -> frozenset[str]:
+        """The GPU nodes busy binding now: a live owner holds their lock, or a placement of ours awaits its bind."""
+        with self._locked("read"):
+            return self._busy_nodes_locked("", "", "")
+
+    def _busy_nodes_locked(self, uid: str, namespace: str, name: str) -> frozenset[str]:
+        """`busy_nodes`, leaving out what belongs to the pod being placed (``uid``, ``namespace/name``).
+
+        A lock is live by the rules `/bind` applies (`core.nodelocks.stale_reason`), with the owner's bind-phase
+        as the watch showed it; an owner without a booking in the cache for `ASSUMPTION_GRACE_SECONDS` after it
+        took the lock counts as gone (its bind failed or it was deleted). A placement counts for as long as its
+        assumption is fresh (kube-scheduler binds at once, so an older one is a bind that never came).
+        """
+        now = self._clock()
+        busy: set[str] = set()
+        for node, lock in self._node_locks.items():
+            if lock.owned_by(namespace, name):
+                continue
+            owner, phase = Owner.UNKNOWN, ""
+            owner_uid = self._uid_by_name.get((lock.namespace, lock.pod)) if lock.pod else None
+            held = self._held.get(owner_uid) if owner_uid is not None else None
+            if held is not None:
+                owner, phase = Owner.PRESENT, held.usage.bind_phase
+            elif lock.pod and lock.taken_at is not None and now - lock.taken_at > ASSUMPTION_GRACE_SECONDS:
+                owner = Owner.GONE
+            if not stale_reason(lock, now=now, timeout_seconds=self._node_lock_timeout_seconds, owner=owner,
+                                owner_bind_phase=phase):
+                busy.add(node)
+        for placed_uid, usage in self._placed.items():
+            held = self._held.get(placed_uid)
+            if placed_uid != uid and held is not None and held.assumed_at is not None \
+                    and now - held.assumed_at <= ASSUMPTION_GRACE_SECONDS:
+                busy.add(usage.node)
+        return frozenset(busy)
 
     def forget(self, uid: str, *, keep_booking: bool = False) -> PodUsage | None:
         """Drop the pod's placement and our assumption of its booking (abandoned); returns what was dropped.
@@ -457,6 +533,7 @@ class ClusterCache:
                      api_usage: PodUsage | None = None) -> None:
         self._release_locked(uid)
         self._held[uid] = Held(usage=usage, assumed_at=assumed_at, api_usage=api_usage)
+        self._uid_by_name[(usage.namespace, usage.name)] = uid
         if assumed_at is not None:
             self._assumed.add(uid)
         self._add_usage_locked(usage.node, usage.booking, sign=1)
@@ -464,10 +541,17 @@ class ClusterCache:
     def _release_locked(self, uid: str) -> PodUsage | None:
         held = self._held.pop(uid, None)
         self._assumed.discard(uid)
+        self._unindex_locked(uid, held)
         if held is None:
             return None
         self._add_usage_locked(held.usage.node, held.usage.booking, sign=-1)
         return held.usage
+
+    def _unindex_locked(self, uid: str, held: Held | None) -> None:
+        if held is not None:
+            key = (held.usage.namespace, held.usage.name)
+            if self._uid_by_name.get(key) == uid:
+                del self._uid_by_name[key]
 
     def _add_usage_locked(self, node: str, booking: NodeTotals, *, sign: int) -> None:
         totals = add_booking(self._node_usage.get(node), booking, sign=sign)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
@@ -46,6 +46,10 @@ class NodeRecord:
     requested_at: float | None = None
     allocatable_gpus: int = 0
     error: str = ""
+    # Change on every bind (the lock) or every write (the version); they do not change the inventory, so two
+    # records that differ only in them are equal and a node is not re-judged for them (see `ClusterCache`).
+    lock: str = field(default="", compare=False)
+    resource_version: str = field(default="", compare=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,7 +131,9 @@ def _node_record(node: Mapping[str, Any], count_resource: str) -> NodeRecord:
                     if handshake.startswith("Requesting_") else None)
     return NodeRecord(name=name, register=str(register), pair_scores=str(annotations.get(names.NODE_PAIR_SCORES) or ""),
                       cordon=str(annotations.get(names.NODE_DEVICE_CORDON) or ""), handshake=handshake,
-                      requested_at=requested_at, allocatable_gpus=_allocatable_gpus(node, count_resource))
+                      requested_at=requested_at, allocatable_gpus=_allocatable_gpus(node, count_resource),
+                      lock=str(annotations.get(names.NODE_LOCK) or ""),
+                      resource_version=str(metadata.get("resourceVersion") or ""))
 
 
 def device_plugin_gone(record: NodeRecord, *, now: float) -> bool:

@@ -153,7 +153,8 @@ def _next_held(change: PodChange, held: Held | None, *, listed_at: float | None)
             return Held(held.usage, held.assumed_at, usage)  # our placement may be newer than what the API showed
     if usage is None:
         return None
-    if held is not None and held.assumed_at is None and same_usage(held.usage, usage):
+    if held is not None and held.assumed_at is None and same_usage(held.usage, usage) \
+            and held.usage.bind_phase == usage.bind_phase:
         return held  # e.g. a status update of a running pod: nothing to rebuild
     return Held(usage=usage)
 
@@ -179,8 +180,9 @@ def plan_pods(changes: Sequence[PodChange], held_before: dict[str, Held | None],
         if after is before:
             continue
         plan.held_after[uid] = after
-        if before is not None and after is not None and before.usage is after.usage:
-            continue  # only the bookkeeping of an assumption changed, not the usage
+        if before is not None and after is not None and (before.usage is after.usage
+                                                         or same_usage(before.usage, after.usage)):
+            continue  # only the bookkeeping (an assumption's, the bind-phase) changed, not the usage
         if before is not None:
             deltas.setdefault(before.usage.node, []).append((before.usage.booking, -1))
         if after is not None:

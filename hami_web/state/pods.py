@@ -36,6 +36,10 @@ class PodUsage:
     devices_text: str
     container_names: tuple[str, ...] = ()
     init_count: int = 0  # the first ``init_count`` entries of ``grants`` belong to init containers
+    # Not part of what the pod holds (`planning.same_usage` ignores them): the pod's ``hami.io/bind-phase`` (does
+    # a node lock it owns still matter?) and the resourceVersion it was read at (a precondition for our patch).
+    bind_phase: str = ""
+    resource_version: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -195,4 +199,6 @@ def pod_usage(pod: Mapping[str, Any], *, count_resource: str = "nvidia.com/gpu")
         devices_text=devices_text,
         container_names=tuple(str(c.get("name", "")) for c in containers),
         init_count=len(init_containers),
+        bind_phase=annotations.get(names.POD_BIND_PHASE, ""),
+        resource_version=str(metadata.get("resourceVersion") or ""),
     )

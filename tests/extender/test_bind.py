@@ -131,7 +131,8 @@ def test_a_conflict_on_the_node_patch_is_retried(cluster: None, scheduler: Sched
 def test_a_lock_that_stays_contended_is_an_error_that_changes_nothing(cluster: None, scheduler: Scheduler,
                                                                       apiserver: LocalCluster) -> None:
     assert scheduler.filter("pod1", ["node1"])["NodeNames"] == ["node1"]
-    apiserver.inject_failure("PATCH", "nodes", name="node1", status=409, count=5)
+    # The write preconditioned on the watch's version, then every try after reading the node (issue 19).
+    apiserver.inject_failure("PATCH", "nodes", name="node1", status=409, count=6)
 
     answer = scheduler.bind("pod1", "node1")
 
@@ -235,9 +236,11 @@ def test_a_booking_another_scheduler_wrote_first_fails_the_bind_and_voids_ours(a
     apiserver.load([gpu_node("node1", gpus("node1", 1, count=1)), gpu_pod("pod1")])
     runtime.sync.sync_now()
     assert scheduler.filter("pod1", ["node1"])["NodeNames"] == ["node1"]
-    # Another scheduler, whose cache had not seen our placement, bound a pod to the same exclusive GPU.
+    # Another scheduler (a second hami-web), whose cache had not seen our placement, bound a pod to the same
+    # exclusive GPU; its booking carries the hami.io/vgpu-node label, as every hami-web booking does.
     intruder = gpu_pod("intruder", annotations={names.POD_ASSIGNED_NODE: "node1",
                                                 names.POD_DEVICES_ALLOCATED: "node1-gpu0,NVIDIA,8000,0:;"})
+    intruder["metadata"]["labels"] = {names.LABEL_ASSIGNED_NODE: "node1"}
     intruder["spec"]["nodeName"] = "node1"
     apiserver.load([intruder])
 

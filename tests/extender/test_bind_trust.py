@@ -119,7 +119,12 @@ def test_a_forged_filter_for_a_real_pod_with_another_uid_is_never_written_or_bou
     answer = scheduler.post("/bind", _bind_args(apiserver, "pod1", PodUID=forged["metadata"]["uid"]))
 
     assert answer["Error"] == f"pod default/pod1 was replaced (uid {real_uid})"
-    assert [entry for entry in _writes(apiserver)[len(before):] if "/pods" in entry[1]] == []  # no patch, no Binding
+    # At most the booking write, refused by its uid precondition (issue 19: the pod is not read first); no Binding.
+    pod_writes = [entry for entry in _writes(apiserver)[len(before):] if "/pods" in entry[1]]
+    assert [method for method, _path in pod_writes] in ([], ["PATCH"])
+    assert apiserver.get("pods", "pod1", "default")["metadata"]["resourceVersion"] == forged["metadata"][
+        "resourceVersion"]  # the refused write changed nothing
+    assert names.POD_ASSIGNED_NODE not in annotations_of(apiserver, "pods", "pod1", "default")
     assert names.NODE_LOCK not in annotations_of(apiserver, "nodes", "node1")
     assert runtime.cache.placed(forged["metadata"]["uid"]) is None
     assert usage_by_gpu(runtime) == {}
