@@ -1,33 +1,42 @@
-"""Scheduling throughput through the real kube-scheduler: with hami-web as its extender, and without.
+"""A burst of GPU pods through the real kube-scheduler: with hami-web as its extender, and without.
 
 Starts the end-to-end tier's control plane (``tests/e2e/controlplane.py``: etcd, kube-apiserver, hami-web,
-kube-scheduler with ``k8s/scheduler-config.yaml``), creates GPU nodes, then
+kube-scheduler with ``k8s/scheduler-config.yaml``, and the device-plugin stand-in), creates GPU nodes, then
 
 1. creates N GPU pods (through the webhook) for ``hami-scheduler`` — kube-scheduler calls ``/filter`` and
-   ``/bind`` for each — and times first create → last pod bound;
+   ``/bind`` for each — and times first create → last pod bound. The device-plugin stand-in releases each node lock
+   and sets ``bind-phase=success`` only ``--allocate-delay`` seconds after it sees the pod bound, as kubelet's
+   admission and the plugin's Allocate take on a real node; until then the node's HAMi lock is held;
 2. starts a second kube-scheduler with the same configuration minus the extender (profile ``plain-scheduler``)
    and times N pods without GPUs through it on the same nodes.
 
-Prints pods per second both ways and their ratio, and hami-web's own filter / bind latency from its metrics.
+Prints pods per second both ways and their ratio; binds per pod, binds refused on a held node lock, API calls per
+bind, and hami-web's filter / bind latency percentiles (estimated from its histograms, as Prometheus'
+``histogram_quantile`` does); the nodes the burst used and the whole nodes it left free beside what serial binpack
+leaves free for the same pods (computed with the core's own rules); and whether any GPU ended over-booked.
 Needs ``KUBEBUILDER_ASSETS`` (see the README's "End-to-end tests").
 
-    python benchmarks/e2e_throughput.py [--nodes 200] [--pods 300]
+    python benchmarks/e2e_throughput.py [--nodes 200] [--pods 300] [--node-policy binpack|spread]
+                                        [--allocate-delay 0.5] [--strict-hami-order]
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 import os
-import re
 import sys
 import tempfile
 import threading
 import time
-import urllib.request
+from collections import Counter
+from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import kubernetes
+from prometheus_client.parser import text_string_to_metric_families
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
@@ -39,23 +48,35 @@ from e2e.controlplane import (
     pod_manifest,
 )
 
-from hami_web.core.devices import Device
+from hami_web.core.choose import Placement, choose_node
+from hami_web.core.devices import Device, NodeInventory
+from hami_web.core.options import pod_options
+from hami_web.core.requests import RequestDefaults, pod_request
+from hami_web.core.usage import DeviceUsage, build_node_view, pod_booking, sum_bookings
+from hami_web.settings import ResourceNames
+from hami_web.state.pods import pod_usage
 
 A40 = "NVIDIA-NVIDIA A40"
 CREATE_THREADS = 8
+GPU_LIMITS = {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "4000", "nvidia.com/gpucores": "10"}
 
 
-def create_nodes(plane: ControlPlane, how_many: int, gpus_per_node: int) -> None:
-    def create(index: int) -> None:
-        name = f"bench-node-{index:04d}"
-        plane.create_gpu_node(name, [Device(uuid=f"GPU-{name}-{i}", index=i, count=10, memory_mib=46068, cores=100,
-                                            type=A40, numa=0) for i in range(gpus_per_node)])
+def node_devices(name: str, gpus_per_node: int) -> list[Device]:
+    return [Device(uuid=f"GPU-{name}-{i}", index=i, count=10, memory_mib=46068, cores=100, type=A40, numa=0)
+            for i in range(gpus_per_node)]
 
+
+def node_names(how_many: int) -> list[str]:
+    return [f"bench-node-{index:04d}" for index in range(how_many)]
+
+
+def create_nodes(plane: ControlPlane, names: Sequence[str], gpus_per_node: int) -> None:
     with ThreadPoolExecutor(CREATE_THREADS) as pool:
-        list(pool.map(create, range(how_many)))
+        list(pool.map(lambda name: plane.create_gpu_node(name, node_devices(name, gpus_per_node)), names))
 
 
-def time_pods(plane: ControlPlane, namespace: str, manifests: list[dict], *, timeout_seconds: float) -> float:
+def time_pods(plane: ControlPlane, namespace: str, manifests: list[dict[str, Any]], *,
+              timeout_seconds: float) -> float:
     """Seconds from the first create to the last pod bound (a watch on the namespace counts bindings)."""
     bound: set[str] = set()
     done = threading.Event()
@@ -87,27 +108,119 @@ def time_pods(plane: ControlPlane, namespace: str, manifests: list[dict], *, tim
     return elapsed
 
 
-def extender_latency(plane: ControlPlane) -> str:
-    """Mean filter and bind latency from hami-web's request-duration histogram."""
-    text = ""
-    for url in (f"http://127.0.0.1:{plane.metrics_port}/metrics", f"https://127.0.0.1:{plane.webhook_port}/metrics"):
-        try:
-            if url.startswith("https"):
-                text = plane.hami_web_get("/metrics")[1]
-            else:
-                with urllib.request.urlopen(url, timeout=5) as response:
-                    text = response.read().decode()
-            break
-        except OSError:
-            continue
-    parts = []
-    for route in ("filter", "bind", "webhook"):
-        sums = re.search(rf'hami_web_request_duration_seconds_sum{{route="/?{route}"}} ([0-9.e+-]+)', text)
-        counts = re.search(rf'hami_web_request_duration_seconds_count{{route="/?{route}"}} ([0-9.e+-]+)', text)
-        if sums and counts and float(counts.group(1)):
-            parts.append(f"{route} {1000 * float(sums.group(1)) / float(counts.group(1)):.1f} ms "
-                         f"(n={int(float(counts.group(1)))})")
-    return ", ".join(parts) or "no latency series found"
+# -- hami-web's metrics -------------------------------------------------------------------------------------------
+
+
+def scrape(plane: ControlPlane) -> dict[str, Any]:
+    """hami-web's metric families by name (its plain-HTTP metrics listener)."""
+    import urllib.request
+
+    with urllib.request.urlopen(f"http://127.0.0.1:{plane.metrics_port}/metrics", timeout=5) as response:
+        text = response.read().decode()
+    return {family.name: family for family in text_string_to_metric_families(text)}
+
+
+def counter_values(family: Any, label: str) -> dict[str, float]:
+    return {sample.labels.get(label, ""): sample.value for sample in family.samples if sample.name.endswith("_total")}
+
+
+def histogram_buckets(family: Any, **labels: str) -> list[tuple[float, float]]:
+    """``(upper bound, cumulative count)`` of one series of a histogram family."""
+    return sorted((float(sample.labels["le"]), sample.value) for sample in family.samples
+                  if sample.name.endswith("_bucket")
+                  and all(sample.labels.get(key) == value for key, value in labels.items()))
+
+
+def histogram_quantile(quantile: float, buckets: Sequence[tuple[float, float]]) -> float:
+    """Prometheus' estimate: linear interpolation inside the bucket that holds the quantile."""
+    if not buckets or buckets[-1][1] == 0:
+        return math.nan
+    rank = quantile * buckets[-1][1]
+    lower_bound, lower_count = 0.0, 0.0
+    for upper_bound, count in buckets:
+        if count >= rank:
+            if math.isinf(upper_bound):
+                return lower_bound
+            return lower_bound + (upper_bound - lower_bound) * (rank - lower_count) / max(count - lower_count, 1e-9)
+        lower_bound, lower_count = upper_bound, count
+    return lower_bound
+
+
+def histogram_mean(family: Any, **labels: str) -> float:
+    def value(suffix: str) -> float:
+        return sum(sample.value for sample in family.samples if sample.name.endswith(suffix)
+                   and all(sample.labels.get(key) == v for key, v in labels.items()))
+
+    count = value("_count")
+    return value("_sum") / count if count else math.nan
+
+
+def route_label(family: Any, route: str) -> dict[str, str]:
+    for sample in family.samples:
+        if sample.labels.get("route", "").lstrip("/") == route:
+            return {"route": sample.labels["route"]}
+    return {"route": route}
+
+
+# -- what the burst left ----------------------------------------------------------------------------------------
+
+
+def final_bookings(plane: ControlPlane, namespace: str) -> tuple[dict[str, int], dict[str, dict[str, DeviceUsage]]]:
+    """Pods per node, and every GPU's booked usage per node, as the API shows them after the burst."""
+    core = kubernetes.client.CoreV1Api(plane.api_client)
+    response = core.list_namespaced_pod(namespace, _preload_content=False)
+    import json
+
+    pods = json.loads(response.data)["items"]
+    per_node: Counter[str] = Counter()
+    bookings: dict[str, list[Mapping[str, DeviceUsage]]] = {}
+    for pod in pods:
+        node = pod["spec"].get("nodeName")
+        if node:
+            per_node[node] += 1
+        usage = pod_usage(pod)
+        if usage is not None:
+            bookings.setdefault(usage.node, []).append(usage.booking)
+    return dict(per_node), {node: sum_bookings(items) for node, items in bookings.items()}
+
+
+def over_booked(bookings: Mapping[str, Mapping[str, DeviceUsage]], gpus_per_node: int) -> list[str]:
+    """GPUs whose booked tasks, memory or cores exceed what the node's register annotation offers."""
+    problems = []
+    for node, by_uuid in bookings.items():
+        devices = {device.uuid: device for device in node_devices(node, gpus_per_node)}
+        for uuid, used in by_uuid.items():
+            device = devices.get(uuid)
+            if device is None or used.tasks > device.count or used.memory_mib > device.memory_mib \
+                    or used.cores > device.cores:
+                problems.append(f"{node}/{uuid}: {used}")
+    return problems
+
+
+def serial_binpack_nodes(names: Sequence[str], gpus_per_node: int, manifests: Sequence[dict[str, Any]],
+                         node_policy: str) -> int:
+    """Nodes used when the same pods are placed one at a time, each bound before the next is filtered."""
+    defaults = RequestDefaults(resources=ResourceNames(), default_mem_mib=0, default_cores=0)
+    views = {name: build_node_view(NodeInventory(name=name, devices=tuple(node_devices(name, gpus_per_node))), {})
+             for name in names}
+    usage: dict[str, dict[str, DeviceUsage]] = {name: {} for name in names}
+    used: set[str] = set()
+    for manifest in manifests:
+        request = pod_request(manifest, defaults)
+        options = pod_options(manifest["metadata"].get("annotations") or {}, node_policy=node_policy,
+                              gpu_policy="spread")
+        result = choose_node(request, options, list(names), views)
+        if not isinstance(result, Placement):
+            raise SystemExit(f"serial placement found no node for {manifest['metadata']['name']}")
+        usage[result.node] = sum_bookings([usage[result.node],
+                                           pod_booking(result.grants, init_count=request.init_count)])
+        views[result.node] = build_node_view(views[result.node].inventory, usage[result.node])
+        used.add(result.node)
+    return len(used)
+
+
+def percent(part: float, whole: float) -> str:
+    return f"{100 * part / whole:.0f} %" if whole else "-"
 
 
 def main() -> int:
@@ -117,46 +230,92 @@ def main() -> int:
     parser.add_argument("--gpus-per-node", type=int, default=4)
     parser.add_argument("--node-policy", choices=("binpack", "spread"), default="binpack",
                         help="hami.io/node-scheduler-policy of the GPU pods (binpack is hami-web's default)")
-    parser.add_argument("--timeout", type=float, default=300.0)
+    parser.add_argument("--allocate-delay", type=float, default=0.5, metavar="SECONDS",
+                        help="how long after a bind the device-plugin stand-in releases the node lock (0.5)")
+    parser.add_argument("--strict-hami-order", action="store_true",
+                        help="run hami-web with --busy-nodes-last=false (HAMi's node order) for comparison")
+    parser.add_argument("--hami-web-arg", action="append", default=[], metavar="FLAG",
+                        help="an extra flag for hami-web serve, e.g. --hami-web-arg=--threads=16 (repeatable)")
+    parser.add_argument("--skip-plain", action="store_true", help="do not time the run without the extender")
+    parser.add_argument("--timeout", type=float, default=600.0)
     arguments = parser.parse_args()
     assets = find_assets()
     if assets is None:
         print(SKIP_REASON, file=sys.stderr)
         return 2
+    hami_web_arguments = (*(("--busy-nodes-last=false",) if arguments.strict_hami_order else ()),
+                          *arguments.hami_web_arg)
     with tempfile.TemporaryDirectory(prefix="hami-web-e2e-bench-") as workdir:
-        plane = ControlPlane(Path(workdir), assets).start()
+        plane = ControlPlane(Path(workdir), assets, hami_web_arguments=hami_web_arguments).start()
         try:
-            create_nodes(plane, arguments.nodes, arguments.gpus_per_node)
+            assert plane.device_plugin is not None
+            plane.device_plugin.allocate_delay_seconds = arguments.allocate_delay
+            names = node_names(arguments.nodes)
+            create_nodes(plane, names, arguments.gpus_per_node)
             time.sleep(2)  # let hami-web's cache and kube-scheduler's informer see every node
             gpu_namespace = plane.create_namespace("bench-gpu")
             plain_namespace = plane.create_namespace("bench-plain")
-            print(f"{arguments.nodes} nodes x {arguments.gpus_per_node} GPUs, {arguments.pods} pods each way, "
-                  f"{os.cpu_count()} CPUs, load {os.getloadavg()[0]:.2f}")
+            print(f"{arguments.nodes} nodes x {arguments.gpus_per_node} GPUs (10 tasks each), {arguments.pods} pods "
+                  f"each way, allocate delay {arguments.allocate_delay:g} s, {os.cpu_count()} CPUs, load "
+                  f"{os.getloadavg()[0]:.2f}{', strict HAMi node order' if arguments.strict_hami_order else ''}"
+                  f"{', hami-web ' + ' '.join(arguments.hami_web_arg) if arguments.hami_web_arg else ''}")
 
             print(f"with the extender (hami-scheduler -> /filter, /bind; node policy {arguments.node_policy}):")
-            gpu_pods = [pod_manifest(f"gpu-{i:04d}", [gpu_container("cuda", {
-                "nvidia.com/gpu": "1", "nvidia.com/gpumem": "4000", "nvidia.com/gpucores": "10"})],
-                annotations={"hami.io/node-scheduler-policy": arguments.node_policy})
-                for i in range(arguments.pods)]
+            gpu_pods = [pod_manifest(f"gpu-{i:04d}", [gpu_container("cuda", GPU_LIMITS)],
+                                     annotations={"hami.io/node-scheduler-policy": arguments.node_policy})
+                        for i in range(arguments.pods)]
             with_extender = time_pods(plane, gpu_namespace, gpu_pods, timeout_seconds=arguments.timeout)
-            print(f"  hami-web latency (mean): {extender_latency(plane)}")
+            metrics = scrape(plane)
+            per_node, bookings = final_bookings(plane, gpu_namespace)
 
-            plane.start_scheduler("plain-scheduler", with_extender=False, profile_name="plain-scheduler",
-                                  leader_elect=False)
-            print("without the extender (plain-scheduler, pods without GPUs):")
-            plain_pods = [pod_manifest(f"plain-{i:04d}", [gpu_container("app")], schedulerName="plain-scheduler")
-                          for i in range(arguments.pods)]
-            without_extender = time_pods(plane, plain_namespace, plain_pods, timeout_seconds=arguments.timeout)
-
-            with_rate = arguments.pods / with_extender
-            without_rate = arguments.pods / without_extender
-            print(f"\nwith extender:    {with_rate:6.1f} pods/s")
-            print(f"without extender: {without_rate:6.1f} pods/s")
-            print(f"ratio:            {with_rate / without_rate:.2f} (the extender adds "
-                  f"{100 * (with_extender / without_extender - 1):.0f} % to the time)")
+            without_extender = math.nan
+            if not arguments.skip_plain:
+                plane.start_scheduler("plain-scheduler", with_extender=False, profile_name="plain-scheduler",
+                                      leader_elect=False)
+                print("without the extender (plain-scheduler, pods without GPUs):")
+                plain_pods = [pod_manifest(f"plain-{i:04d}", [gpu_container("app")],
+                                           schedulerName="plain-scheduler") for i in range(arguments.pods)]
+                without_extender = time_pods(plane, plain_namespace, plain_pods, timeout_seconds=arguments.timeout)
+            load = os.getloadavg()[0]
         finally:
             plane.stop()
-    return 0
+
+    binds = counter_values(metrics["hami_web_bind_results"], "result")
+    bind_calls = sum(binds.values())
+    latency = metrics["hami_web_request_duration_seconds"]
+    calls = metrics["hami_web_bind_api_calls"]
+    with_rate = arguments.pods / with_extender
+    print(f"\nwith extender:     {with_rate:6.1f} pods/s ({with_extender:.1f} s)")
+    if not math.isnan(without_extender):
+        without_rate = arguments.pods / without_extender
+        print(f"without extender:  {without_rate:6.1f} pods/s ({without_extender:.1f} s)")
+        print(f"ratio:             {with_rate / without_rate:.2f} (the extender adds "
+              f"{100 * (with_extender / without_extender - 1):.0f} % to the time)")
+    print(f"binds:             {bind_calls:.0f} for {arguments.pods} pods = {bind_calls / arguments.pods:.2f} per pod; "
+          + ", ".join(f"{result} {count:.0f}" for result, count in sorted(binds.items())))
+    print(f"lock refusals:     {binds.get('locked', 0):.0f} = {percent(binds.get('locked', 0), bind_calls)} of binds")
+    rereads = counter_values(metrics["hami_web_bind_rereads"], "what")
+    call_counts = histogram_buckets(calls)
+    exact = {int(bound): count - previous for (bound, count), (_b, previous) in
+             zip(call_counts, [(0.0, 0.0), *call_counts[:-1]], strict=True) if count > previous}
+    print(f"API calls / bind:  mean {histogram_mean(calls):.2f}; binds by calls (bucket <=): "
+          + ", ".join(f"{bound if not math.isinf(bound) else '>24'}: {count:.0f}" for bound, count in exact.items())
+          + f"; re-reads after a 409: node {rereads.get('node', 0):.0f}, pod {rereads.get('pod', 0):.0f}")
+    for route in ("filter", "bind"):
+        labels = route_label(latency, route)
+        buckets = histogram_buckets(latency, **labels)
+        print(f"/{route} latency:    mean {1000 * histogram_mean(latency, **labels):.1f} ms, "
+              f"p50 {1000 * histogram_quantile(0.5, buckets):.1f} ms, "
+              f"p99 {1000 * histogram_quantile(0.99, buckets):.1f} ms (n={buckets[-1][1] if buckets else 0:.0f})")
+    serial_used = serial_binpack_nodes(names, arguments.gpus_per_node, gpu_pods, arguments.node_policy)
+    free, serial_free = arguments.nodes - len(per_node), arguments.nodes - serial_used
+    print(f"nodes used:        {len(per_node)} (serial {arguments.node_policy}: {serial_used}); whole nodes left "
+          f"free: {free} vs {serial_free} = {percent(free, serial_free)} of serial {arguments.node_policy}'s")
+    problems = over_booked(bookings, arguments.gpus_per_node)
+    print(f"over-booked GPUs:  {len(problems)}" + (f" ({'; '.join(problems[:5])})" if problems else " (checked "
+          f"{sum(len(by_uuid) for by_uuid in bookings.values())} GPUs against their capacity)"))
+    print(f"load average at the end: {load:.2f}")
+    return 1 if problems else 0
 
 
 if __name__ == "__main__":

@@ -185,6 +185,9 @@ class Metrics:
         self._bind_calls = Histogram("hami_web_bind_api_calls", "requests one /bind sent to kube-apiserver (4 on the "
                                      "happy path: lock, booking, verification read, Binding)",
                                      registry=self.registry, buckets=BIND_CALL_BUCKETS)
+        self._bind_rereads = Counter("hami_web_bind_rereads", "binds whose preconditioned write met a newer version "
+                                     "(409) and read the object first: node (the lock), pod (the booking)", ["what"],
+                                     registry=self.registry)
         self._webhook = Counter("hami_web_webhook_reviews", "admission reviews by verdict", ["allowed"],
                                 registry=self.registry)
         self._lock_waits = Counter("hami_web_node_lock_waits", "gang pods that found their node locked and waited, "
@@ -214,6 +217,10 @@ class Metrics:
     def observe_bind(self, result: str) -> None:
         """Count a bind answer (bound, locked, failed)."""
         self._bind.labels(result=result).inc()
+
+    def observe_bind_reread(self, what: str) -> None:
+        """Count a bind that had to read ``what`` (node, pod): the version it wrote against was stale (409)."""
+        self._bind_rereads.labels(what=what).inc()
 
     def observe_bind_calls(self, calls: int) -> None:
         """Record how many API requests one bind sent (its round trips in a row)."""

@@ -165,6 +165,8 @@ class Binder:
                     written = self._write_booking(placed, node, placed.resource_version)
                 except ConflictError:
                     written = None
+                    log.debug("bind pod=%s/%s: changed since kube-scheduler sent version %s; reading it", namespace,
+                              name, placed.resource_version)
                 except NotFoundError:
                     return self._fail(namespace, name, uid, node, f"pod {namespace}/{name} no longer exists",
                                       locked=True, annotated=False, budget=bind_deadline.seconds)
@@ -175,6 +177,8 @@ class Binder:
                     # Refused, nothing written: the uid precondition fails as "uid is immutable" (422) when the pod
                     # was replaced by one of the same name; the read below says so.
             if written is None:
+                if self._metrics is not None:
+                    self._metrics.observe_bind_reread("pod")
                 try:
                     pod, refusal = self._pod_still_unbound(placed)
                 except KubeError as error:

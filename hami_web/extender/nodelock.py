@@ -45,8 +45,11 @@ class NodeLock:
 
     def __init__(self, kube: Kube, *, timeout_seconds: float, clock: Callable[[], float] = time.time,
                  sleep: Callable[[float], None] = time.sleep,
-                 monotonic: Callable[[], float] = time.monotonic) -> None:
+                 monotonic: Callable[[], float] = time.monotonic,
+                 on_reread: Callable[[], None] | None = None) -> None:
+        """``on_reread`` is called when a lock write preconditioned on the watch's version met a newer node."""
         self._kube = kube
+        self._on_reread = on_reread
         self._timeout_seconds = timeout_seconds
         self._clock = clock
         self._sleep = sleep
@@ -86,7 +89,11 @@ class NodeLock:
             try:
                 return self._write_lock(node, namespace, pod, seen.resource_version)
             except ConflictError:
-                pass  # the node changed since the watch showed it: read it, as without ``seen``
+                # The node changed since the watch showed it: read it, as without ``seen``.
+                log.debug("node %s: changed since the watch showed version %s; reading it to lock it", node,
+                          seen.resource_version)
+                if self._on_reread is not None:
+                    self._on_reread()
             except NotFoundError:
                 raise NodeLockError(f"node {node} does not exist") from None
         last_conflict = ""
@@ -115,8 +122,8 @@ class NodeLock:
         raise NodeLockError(f"node {node}: lock still contended after {MAX_TRIES} tries: {last_conflict}")
 
     def _free_as_seen(self, seen: SeenNode) -> bool:
-        """Whether the watch's copy shows no lock, or one stale by its age (takeover needs no owner lookup)."""
-        if not seen.lock:
+        """Whether the watch's copy shows no lock, one whose owner succeeded, or one stale by its age."""
+        if not seen.lock or seen.owner_succeeded:
             return True
         return bool(age_stale_reason(parse_lock(seen.lock), now=self._clock(), timeout_seconds=self._timeout_seconds))
 

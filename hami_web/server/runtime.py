@@ -70,7 +70,8 @@ def build_runtime(settings: Settings, *, kube: Kube | None = None, clock: Callab
     metrics = Metrics(cache, sync)
     events = EventRecorder(kube)
     decisions = DecisionLog(clock=clock)
-    node_lock = NodeLock(kube, timeout_seconds=settings.node_lock_timeout_seconds, clock=clock)
+    node_lock = NodeLock(kube, timeout_seconds=settings.node_lock_timeout_seconds, clock=clock,
+                         on_reread=lambda: metrics.observe_bind_reread("node"))
     extender = Extender(
         filterer=Filter(settings=settings, cache=cache, events=events, metrics=metrics),
         binder=Binder(cache=cache, kube=kube, events=events, node_lock=node_lock, metrics=metrics, clock=clock,

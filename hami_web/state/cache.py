@@ -224,7 +224,14 @@ class ClusterCache:
     def seen_node(self, name: str) -> SeenNode | None:
         """The GPU node's resourceVersion and lock as the watch last showed them (None when unknown)."""
         with self._locked("read"):
-            return self._seen_nodes.get(name)
+            seen = self._seen_nodes.get(name)
+            lock = self._node_locks.get(name)
+            if seen is None or lock is None or not lock.pod:
+                return seen
+            held = self._lock_owner_locked(lock)
+            if held is None or held.usage.bind_phase != "success":
+                return seen
+            return SeenNode(resource_version=seen.resource_version, lock=seen.lock, owner_succeeded=True)
 
     @staticmethod
     def _judge_node(record: NodeRecord, now: float) -> NodeState:
@@ -463,8 +470,7 @@ class ClusterCache:
             if lock.owned_by(namespace, name):
                 continue
             owner, phase = Owner.UNKNOWN, ""
-            owner_uid = self._uid_by_name.get((lock.namespace, lock.pod)) if lock.pod else None
-            held = self._held.get(owner_uid) if owner_uid is not None else None
+            held = self._lock_owner_locked(lock)
             if held is not None:
                 owner, phase = Owner.PRESENT, held.usage.bind_phase
             elif lock.pod and lock.taken_at is not None and now - lock.taken_at > ASSUMPTION_GRACE_SECONDS:
@@ -546,6 +552,11 @@ class ClusterCache:
             return None
         self._add_usage_locked(held.usage.node, held.usage.booking, sign=-1)
         return held.usage
+
+    def _lock_owner_locked(self, lock: LockValue) -> Held | None:
+        """What the cache holds for the pod a node lock names (None: unknown, or an owner-less lock)."""
+        owner_uid = self._uid_by_name.get((lock.namespace, lock.pod)) if lock.pod else None
+        return self._held.get(owner_uid) if owner_uid is not None else None
 
     def _unindex_locked(self, uid: str, held: Held | None) -> None:
         if held is not None:

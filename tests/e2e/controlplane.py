@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import heapq
 import json
 import os
 import re
@@ -33,6 +34,7 @@ import threading
 import time
 import urllib.request
 from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -259,18 +261,28 @@ def _subject_of_binding(documents: Sequence[dict[str, Any]], role: str) -> tuple
 class DevicePluginStandIn:
     """Does what HAMi's device plugin does once a pod bound to its node starts (there is no kubelet here).
 
-    For each pod with ``hami.io/bind-phase=allocating`` and ``spec.nodeName`` set: mark it
-    ``bind-phase=success`` and release the node lock if the lock names that pod. It also answers the node
-    handshake (``Requesting_…`` → ``Reported_…``), as the plugin does on every registration round.
+    For each pod with ``hami.io/bind-phase=allocating`` and ``spec.nodeName`` set: ``allocate_delay_seconds`` after
+    it is seen bound (what kubelet's admission and the plugin's Allocate take on a real node: hundreds of
+    milliseconds to seconds), mark it ``bind-phase=success`` and release the node lock if the lock names that pod.
+    Allocations run concurrently, as every node's plugin works on its own. It also answers the node handshake
+    (``Requesting_…`` → ``Reported_…``), as the plugin does on every registration round.
     """
 
-    def __init__(self, api_client: kubernetes.client.ApiClient) -> None:
+    def __init__(self, api_client: kubernetes.client.ApiClient, *, allocate_delay_seconds: float = 0.0,
+                 workers: int = 16) -> None:
         self._core = kubernetes.client.CoreV1Api(api_client)
+        self.allocate_delay_seconds = allocate_delay_seconds
         self._stop = threading.Event()
         self._resumed = threading.Event()
         self._resumed.set()
+        self._due: list[tuple[float, int, str, str, str, str]] = []  # (due, sequence, namespace, name, uid, node)
+        self._due_changed = threading.Condition()
+        self._scheduled: set[tuple[str, str, str]] = set()
+        self._sequence = 0
+        self._workers = ThreadPoolExecutor(workers, thread_name_prefix="device-plugin-allocate")
         self._threads = [threading.Thread(target=self._loop, args=(self._watch_allocations,), daemon=True,
                                           name="device-plugin-pods"),
+                         threading.Thread(target=self._dispatch, daemon=True, name="device-plugin-due"),
                          threading.Thread(target=self._loop, args=(self._answer_handshakes,), daemon=True,
                                           name="device-plugin-handshake")]
         self.completed: list[str] = []
@@ -283,8 +295,11 @@ class DevicePluginStandIn:
     def stop(self) -> None:
         self._stop.set()
         self._resumed.set()
+        with self._due_changed:
+            self._due_changed.notify_all()
         for thread in self._threads:
             thread.join(timeout=5)
+        self._workers.shutdown(wait=False, cancel_futures=True)
 
     @contextlib.contextmanager
     def paused(self) -> Iterator[None]:
@@ -294,6 +309,8 @@ class DevicePluginStandIn:
             yield
         finally:
             self._resumed.set()
+            with self._due_changed:
+                self._due_changed.notify_all()
 
     def _loop(self, step: Callable[[], None]) -> None:
         while not self._stop.is_set():
@@ -304,10 +321,10 @@ class DevicePluginStandIn:
                 self._stop.wait(0.2)
 
     def _watch_allocations(self) -> None:
-        """List, then watch bound pods; complete each allocation as soon as it is seen."""
+        """List, then watch bound pods; schedule each allocation's completion when it is first seen."""
         listing = self._core.list_pod_for_all_namespaces(field_selector="spec.nodeName!=")
         for pod in listing.items:
-            self._complete(pod)
+            self._schedule(pod)
         stream = kubernetes.watch.Watch()
         for event in stream.stream(self._core.list_pod_for_all_namespaces, field_selector="spec.nodeName!=",
                                    resource_version=listing.metadata.resource_version, timeout_seconds=30):
@@ -315,15 +332,41 @@ class DevicePluginStandIn:
                 stream.stop()
                 return
             if event["type"] in ("ADDED", "MODIFIED"):
-                self._complete(event["object"])
+                self._schedule(event["object"])
 
-    def _complete(self, pod: Any) -> None:
+    def _schedule(self, pod: Any) -> None:
         if (pod.metadata.annotations or {}).get(names.POD_BIND_PHASE) != "allocating":
             return
-        self._core.patch_namespaced_pod(pod.metadata.name, pod.metadata.namespace,
-                                        {"metadata": {"annotations": {names.POD_BIND_PHASE: "success"}}})
-        self._release_lock(pod.spec.node_name, pod.metadata.namespace, pod.metadata.name)
-        self.completed.append(f"{pod.metadata.namespace}/{pod.metadata.name}")
+        key = (pod.metadata.namespace, pod.metadata.name, pod.metadata.uid)
+        with self._due_changed:
+            if key in self._scheduled:
+                return
+            self._scheduled.add(key)
+            self._sequence += 1
+            heapq.heappush(self._due, (time.monotonic() + self.allocate_delay_seconds, self._sequence, *key,
+                                       pod.spec.node_name))
+            self._due_changed.notify_all()
+
+    def _dispatch(self) -> None:
+        """Hand each allocation to a worker when its delay is over (and the plugin is not paused)."""
+        while not self._stop.is_set():
+            with self._due_changed:
+                now = time.monotonic()
+                if not self._due or not self._resumed.is_set() or self._due[0][0] > now:
+                    self._due_changed.wait(min(self._due[0][0] - now, 0.5) if self._due else 0.5)
+                    continue
+                _due, _sequence, namespace, name, uid, node = heapq.heappop(self._due)
+            self._workers.submit(self._complete, namespace, name, uid, node)
+
+    def _complete(self, namespace: str, name: str, uid: str, node: str) -> None:
+        try:
+            self._core.patch_namespaced_pod(name, namespace,
+                                            {"metadata": {"annotations": {names.POD_BIND_PHASE: "success"}}})
+            self._release_lock(node, namespace, name)
+            self.completed.append(f"{namespace}/{name}")
+        except Exception:  # a test deleted the pod meanwhile: a later event schedules it again if it still matters
+            with self._due_changed:
+                self._scheduled.discard((namespace, name, uid))
 
     def _release_lock(self, node_name: str, namespace: str, pod_name: str) -> None:
         for _ in range(5):
