@@ -219,6 +219,43 @@ def serial_binpack_nodes(names: Sequence[str], gpus_per_node: int, manifests: Se
     return len(used)
 
 
+# -- where the CPU goes --------------------------------------------------------------------------------------------
+
+
+def _proc_stat(pid: int) -> tuple[int, float]:
+    """``(parent pid, CPU seconds used)`` of one process, from /proc."""
+    with open(f"/proc/{pid}/stat") as stat:
+        fields = stat.read().rsplit(")", 1)[1].split()
+    return int(fields[1]), (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def cpu_seconds_by_process(plane: ControlPlane) -> dict[str, float]:
+    """CPU seconds used so far by each control-plane process and its children (gunicorn's worker), and by this one
+    (the pod creators, the watch that times them, the device-plugin stand-in)."""
+    parents: dict[int, int] = {}
+    used: dict[int, float] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                parents[int(entry)], used[int(entry)] = _proc_stat(int(entry))
+            except (OSError, IndexError, ValueError):
+                continue
+
+    def tree(pid: int) -> float:
+        return used.get(pid, 0.0) + sum(tree(child) for child, parent in parents.items() if parent == pid)
+
+    totals = {name: tree(process.popen.pid) for name, process in plane.processes.items()
+              if process.popen is not None and process.popen.poll() is None}
+    totals["benchmark + device-plugin stand-in"] = used.get(os.getpid(), 0.0)
+    return totals
+
+
+def cpu_used_between(before: Mapping[str, float], after: Mapping[str, float]) -> str:
+    spent = {name: after[name] - before.get(name, 0.0) for name in after}
+    return ", ".join(f"{name} {seconds:.1f}" for name, seconds in sorted(spent.items(), key=lambda item: -item[1])
+                     if seconds >= 0.05) + f" (total {sum(spent.values()):.1f} CPU s)"
+
+
 def percent(part: float, whole: float) -> str:
     return f"{100 * part / whole:.0f} %" if whole else "-"
 
@@ -264,18 +301,23 @@ def main() -> int:
             gpu_pods = [pod_manifest(f"gpu-{i:04d}", [gpu_container("cuda", GPU_LIMITS)],
                                      annotations={"hami.io/node-scheduler-policy": arguments.node_policy})
                         for i in range(arguments.pods)]
+            cpu_before = cpu_seconds_by_process(plane)
             with_extender = time_pods(plane, gpu_namespace, gpu_pods, timeout_seconds=arguments.timeout)
+            cpu_with = cpu_used_between(cpu_before, cpu_seconds_by_process(plane))
             metrics = scrape(plane)
             per_node, bookings = final_bookings(plane, gpu_namespace)
 
             without_extender = math.nan
+            cpu_without = ""
             if not arguments.skip_plain:
                 plane.start_scheduler("plain-scheduler", with_extender=False, profile_name="plain-scheduler",
                                       leader_elect=False)
                 print("without the extender (plain-scheduler, pods without GPUs):")
                 plain_pods = [pod_manifest(f"plain-{i:04d}", [gpu_container("app")],
                                            schedulerName="plain-scheduler") for i in range(arguments.pods)]
+                cpu_before = cpu_seconds_by_process(plane)
                 without_extender = time_pods(plane, plain_namespace, plain_pods, timeout_seconds=arguments.timeout)
+                cpu_without = cpu_used_between(cpu_before, cpu_seconds_by_process(plane))
             load = os.getloadavg()[0]
         finally:
             plane.stop()
@@ -301,10 +343,10 @@ def main() -> int:
     print(f"API calls / bind:  mean {histogram_mean(calls):.2f}; binds by calls (bucket <=): "
           + ", ".join(f"{bound if not math.isinf(bound) else '>24'}: {count:.0f}" for bound, count in exact.items())
           + f"; re-reads after a 409: node {rereads.get('node', 0):.0f}, pod {rereads.get('pod', 0):.0f}")
-    for route in ("filter", "bind"):
+    for route in ("filter", "bind", "webhook"):
         labels = route_label(latency, route)
         buckets = histogram_buckets(latency, **labels)
-        print(f"/{route} latency:    mean {1000 * histogram_mean(latency, **labels):.1f} ms, "
+        print(f"/{route + ' latency:':<17} mean {1000 * histogram_mean(latency, **labels):.1f} ms, "
               f"p50 {1000 * histogram_quantile(0.5, buckets):.1f} ms, "
               f"p99 {1000 * histogram_quantile(0.99, buckets):.1f} ms (n={buckets[-1][1] if buckets else 0:.0f})")
     serial_used = serial_binpack_nodes(names, arguments.gpus_per_node, gpu_pods, arguments.node_policy)
@@ -314,6 +356,9 @@ def main() -> int:
     problems = over_booked(bookings, arguments.gpus_per_node)
     print(f"over-booked GPUs:  {len(problems)}" + (f" ({'; '.join(problems[:5])})" if problems else " (checked "
           f"{sum(len(by_uuid) for by_uuid in bookings.values())} GPUs against their capacity)"))
+    print(f"CPU seconds, with the extender: {cpu_with}")
+    if cpu_without:
+        print(f"CPU seconds, without:          {cpu_without}")
     print(f"load average at the end: {load:.2f}")
     return 1 if problems else 0
 

@@ -158,6 +158,11 @@ class LocalCluster:
         with self._api._lock:
             return list(self._api.request_log)
 
+    def logged_requests(self) -> list[tuple[str, str, dict[str, str]]]:
+        """``(method, path, query)`` of every request served so far, in order (watches carry ``watch`` in query)."""
+        with self._api._lock:
+            return list(zip(*zip(*self._api.request_log, strict=True), self._api.request_queries, strict=True))
+
     def requests(self, method: str, path: str) -> list[dict[str, str]]:
         """The query parameters of every ``method path`` request so far, in order (e.g. ``limit``, ``watch``)."""
         with self._api._lock:

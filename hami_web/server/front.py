@@ -185,13 +185,13 @@ class Connection:
     """Serves one client connection: request after request while the client keeps it alive."""
 
     def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, *, listener: Listener,
-                 app: WsgiApp, executor: Executor, deadlines: Deadlines,
+                 app: WsgiApp, executor_for: Callable[[str], Executor], deadlines: Deadlines,
                  max_body_bytes: int = MAX_BODY_BYTES) -> None:
         self._reader = reader
         self._writer = writer
         self._listener = listener
         self._app = app
-        self._executor = executor
+        self._executor_for = executor_for  # the threads that run the app for a path (`server.worker.ThreadLanes`)
         self._deadlines = deadlines
         self._max_body_bytes = max_body_bytes
         self._peer = writer.get_extra_info("peername")
@@ -259,7 +259,8 @@ class Connection:
         environ = build_environ(request, listener=self._listener, peer=self._peer, body_length=body_length)
         loop = asyncio.get_running_loop()
         response, close = await loop.run_in_executor(
-            self._executor, lambda: run_app(self._app, environ, body, close=too_large or request.should_close()))
+            self._executor_for(environ["PATH_INFO"]),
+            lambda: run_app(self._app, environ, body, close=too_large or request.should_close()))
         await self._write(response)
         if too_large:
             await self._drain(message)

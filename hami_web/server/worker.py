@@ -32,6 +32,36 @@ HEARTBEAT_SECONDS = 1.0
 READ_BUFFER_BYTES = 64 * 1024
 
 
+class ThreadLanes:
+    """The threads that run the app, one pool per listener, and ``/bind`` apart from ``/filter``.
+
+    A bind waits on several API round trips; with one shared pool, a burst of binds (kube-scheduler runs them in
+    parallel, without limit) took every thread, and the webhook's admission of the burst's next pods, the serial
+    ``/filter`` of kube-scheduler's scheduling cycle and Prometheus' scrape queued behind them. Pools are made on
+    first use, from the event loop's thread only.
+    """
+
+    SEPARATE_PATHS = frozenset({"/bind"})
+
+    def __init__(self, threads: int) -> None:
+        self._threads = threads
+        self._pools: dict[tuple[str, str], ThreadPoolExecutor] = {}
+
+    def for_path(self, listener: Listener, path: str) -> ThreadPoolExecutor:
+        """The pool that runs a request for ``path`` on ``listener``."""
+        lane = (listener.flag, path if path in self.SEPARATE_PATHS else "")
+        pool = self._pools.get(lane)
+        if pool is None:
+            name = f"hami-web-{listener.flag.lstrip('-')}{lane[1].replace('/', '-')}"
+            pool = self._pools[lane] = ThreadPoolExecutor(max_workers=self._threads, thread_name_prefix=name)
+        return pool
+
+    def shutdown(self) -> None:
+        """Stop every pool without waiting (requests in flight were given their grace already)."""
+        for pool in self._pools.values():
+            pool.shutdown(wait=False, cancel_futures=True)
+
+
 class FrontWorker(Worker):
     """One worker process: the event loop accepts and reads, a thread pool of ``threads`` runs the app."""
 
@@ -56,7 +86,7 @@ class FrontWorker(Worker):
 
     async def _serve(self) -> None:
         deadlines = replace(self.deadlines, idle_seconds=float(self.cfg.keepalive or self.deadlines.idle_seconds))
-        executor = ThreadPoolExecutor(max_workers=self.cfg.threads, thread_name_prefix="hami-web-request")
+        lanes = ThreadLanes(self.cfg.threads)
         servers = []
         for wrapped in self.sockets:
             listening = getattr(wrapped, "sock", wrapped)
@@ -65,7 +95,7 @@ class FrontWorker(Worker):
                 raise RuntimeError(f"{listener.flag} is a TLS listener but the worker has no TLS context")
             context = self.tls.current() if listener.tls and self.tls is not None else None
             servers.append(await asyncio.start_server(
-                partial(self._accept, listener=listener, executor=executor, deadlines=deadlines),
+                partial(self._accept, listener=listener, lanes=lanes, deadlines=deadlines),
                 sock=listening, ssl=context,
                 ssl_handshake_timeout=deadlines.handshake_seconds if context is not None else None,
                 limit=READ_BUFFER_BYTES))
@@ -78,16 +108,16 @@ class FrontWorker(Worker):
                 await asyncio.sleep(HEARTBEAT_SECONDS)
         finally:
             await self._stop(servers)
-            executor.shutdown(wait=False, cancel_futures=True)
+            lanes.shutdown()
 
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, *, listener: Listener,
-                      executor: ThreadPoolExecutor, deadlines: Deadlines) -> None:
+                      lanes: ThreadLanes, deadlines: Deadlines) -> None:
         task = asyncio.current_task()
         if task is None or len(self._served) >= self.cfg.worker_connections or not self.alive:
             writer.close()
             return
-        connection = Connection(reader, writer, listener=listener, app=self.wsgi, executor=executor,
-                                deadlines=deadlines)
+        connection = Connection(reader, writer, listener=listener, app=self.wsgi,
+                                executor_for=partial(lanes.for_path, listener), deadlines=deadlines)
         self._served[task] = connection
         try:
             await connection.serve()

@@ -64,6 +64,9 @@ Clock = Callable[[], float]
 
 # Plans that lost a race with a filter before the batch is applied under the lock instead.
 COMMIT_ATTEMPTS = 3
+# How long after its owner shows bind-phase=success a node lock still makes its node busy (see
+# `ClusterCache._lock_owner_done_locked`): HAMi's device plugin removes the lock right after that write.
+LOCK_RELEASE_GRACE_SECONDS = 2.0
 LOCK_HOLD_BUCKETS_SECONDS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0)
 
 
@@ -137,6 +140,8 @@ class ClusterCache:
         self._seen_nodes: dict[str, SeenNode] = {}
         self._node_locks: dict[str, LockValue] = {}
         self._uid_by_name: dict[tuple[str, str], str] = {}
+        # When the watch first showed each held pod at bind-phase=success (see `_lock_owner_done_locked`).
+        self._succeeded_at: dict[str, float] = {}
         self.stats = CacheStats()
         self.lock_holds: dict[str, LockHolds] = {}
 
@@ -229,7 +234,7 @@ class ClusterCache:
             if seen is None or lock is None or not lock.pod:
                 return seen
             held = self._lock_owner_locked(lock)
-            if held is None or held.usage.bind_phase != "success":
+            if held is None or not self._lock_owner_done_locked(held):
                 return seen
             return SeenNode(resource_version=seen.resource_version, lock=seen.lock, owner_succeeded=True)
 
@@ -365,11 +370,14 @@ class ClusterCache:
             self._swap_pods_locked(plan_pods(changes, held_before, nodes_before, listed_at=listed_at))
 
     def _swap_pods_locked(self, plan: Plan) -> None:
+        now = self._clock()
         for uid, held in plan.held_after.items():
             if held is None:
                 self._unindex_locked(uid, self._held.pop(uid, None))
                 self._assumed.discard(uid)
             else:
+                if held.usage.bind_phase == "success" and uid not in self._succeeded_at:
+                    self._succeeded_at[uid] = now
                 self._held[uid] = held
                 self._uid_by_name[(held.usage.namespace, held.usage.name)] = uid
                 if held.assumed_at is None:
@@ -472,7 +480,8 @@ class ClusterCache:
             owner, phase = Owner.UNKNOWN, ""
             held = self._lock_owner_locked(lock)
             if held is not None:
-                owner, phase = Owner.PRESENT, held.usage.bind_phase
+                owner = Owner.PRESENT
+                phase = held.usage.bind_phase if self._lock_owner_done_locked(held) else ""
             elif lock.pod and lock.taken_at is not None and now - lock.taken_at > ASSUMPTION_GRACE_SECONDS:
                 owner = Owner.GONE
             if not stale_reason(lock, now=now, timeout_seconds=self._node_lock_timeout_seconds, owner=owner,
@@ -553,12 +562,29 @@ class ClusterCache:
         self._add_usage_locked(held.usage.node, held.usage.booking, sign=-1)
         return held.usage
 
+    def _lock_owner_done_locked(self, held: Held) -> bool:
+        """Whether the lock owner ``held`` is done: bind-phase failed, or success for `LOCK_RELEASE_GRACE_SECONDS`.
+
+        HAMi's device plugin marks the pod ``success`` and then removes the lock, two writes a moment apart. A node
+        in between still counts as busy for that moment: a bind sent there now would find the lock gone by the time
+        it writes, and its write preconditioned on the watch's version would meet a newer node (one more round trip).
+        A lock left behind longer (a plugin that failed to remove it) is stale, as for `/bind`.
+        """
+        phase = held.usage.bind_phase
+        if phase == "failed":
+            return True
+        if phase != "success":
+            return False
+        succeeded_at = self._succeeded_at.get(held.usage.uid)
+        return succeeded_at is None or self._clock() - succeeded_at > LOCK_RELEASE_GRACE_SECONDS
+
     def _lock_owner_locked(self, lock: LockValue) -> Held | None:
         """What the cache holds for the pod a node lock names (None: unknown, or an owner-less lock)."""
         owner_uid = self._uid_by_name.get((lock.namespace, lock.pod)) if lock.pod else None
         return self._held.get(owner_uid) if owner_uid is not None else None
 
     def _unindex_locked(self, uid: str, held: Held | None) -> None:
+        self._succeeded_at.pop(uid, None)
         if held is not None:
             key = (held.usage.namespace, held.usage.name)
             if self._uid_by_name.get(key) == uid:

@@ -161,7 +161,7 @@ def test_a_filter_while_the_api_stalls_answers_from_the_cache_and_the_bind_error
         fast: tuple[Runtime, Scheduler], apiserver: LocalCluster, mode: str) -> None:
     runtime, scheduler = fast
     apiserver.inject_failure("GET", "pods", name="pod1", mode=mode, seconds=STALL_SECONDS)
-    # The pod changed since kube-scheduler sent it (409 on the preconditioned write), so bind reads it: that read stalls.
+    # The pod changed since kube-scheduler sent it (409 on the preconditioned write): bind reads it, and that stalls.
     apiserver.inject_failure("PATCH", "pods", name="pod1", status=409)
 
     assert scheduler.filter("pod1", ["node1"]) == {"NodeNames": ["node1"], "FailedNodes": {}, "Error": ""}

@@ -1,0 +1,203 @@
+"""Issue 19 through the routes and the in-process API server: binds in few round trips, filters that steer around
+nodes busy binding.
+
+Covers: a bind on the happy path sends exactly four requests (lock, booking, one verification list at our write's
+version, Binding), asserted against the API server's request log and ``hami_web_bind_api_calls``; a pod changed
+since kube-scheduler sent it, or a node changed since the watch showed it, costs one read and one more write, not a
+failure (``hami_web_bind_rereads``); a lock whose owner already succeeded keeps its node busy for a moment (the
+device plugin removes it next), then is stale and taken with one write. Under binpack the
+filter sends the next pod to the fullest node that is not busy: one with a placement not yet bound, or whose lock a
+live owner holds, is tried last — until the lock is released, stale by age, or its owner succeeded; with
+``--busy-nodes-last=false`` it keeps HAMi's strict order; a pod that fits only on a busy node still gets it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from hami_web.core import names
+from hami_web.kube import Kube
+from hami_web.localcluster import LocalCluster
+from hami_web.server.runtime import Runtime
+from hami_web.state.cache import LOCK_RELEASE_GRACE_SECONDS
+
+from .helpers import (
+    FakeClock,
+    RuntimeFactory,
+    Scheduler,
+    gpu_limits,
+    gpu_node,
+    gpu_pod,
+    gpus,
+    release_lock,
+    wait_for,
+)
+
+SMALL = gpu_limits(1, memory_mib=1000, cores=10)
+
+
+@pytest.fixture
+def cluster(apiserver: LocalCluster) -> None:
+    """``full`` (one GPU half booked by ``resident``), ``empty`` (one GPU), and pending pods ``pod1``…``pod4``."""
+    resident = gpu_pod("resident", SMALL, annotations={names.POD_ASSIGNED_NODE: "full",
+                                                       names.POD_DEVICES_ALLOCATED: "full-gpu0,NVIDIA,4000,10:;",
+                                                       names.POD_BIND_PHASE: "success"})
+    resident["spec"]["nodeName"] = "full"
+    apiserver.load([gpu_node("full", gpus("full", 1)), gpu_node("empty", gpus("empty", 1)), resident,
+                    *(gpu_pod(f"pod{index}", SMALL) for index in range(1, 5))])
+
+
+def _api_requests(apiserver: LocalCluster, since: int) -> list[tuple[str, str, dict[str, str]]]:
+    """Requests after the first ``since``, without watches and events (sent by other threads)."""
+    return [(method, path, query) for method, path, query in apiserver.logged_requests()[since:]
+            if query.get("watch") not in ("true", "1") and "/events" not in path]
+
+
+def _metric(runtime: Runtime, name: str, **labels: str) -> float:
+    return runtime.metrics.registry.get_sample_value(name, labels) or 0.0
+
+
+def _busy(runtime: Runtime, *nodes: str) -> None:
+    wait_for(lambda: runtime.cache.busy_nodes() == frozenset(nodes), what=f"busy nodes to be {set(nodes) or '{}'}")
+
+
+# -- round trips -------------------------------------------------------------------------------------------------
+
+
+def test_a_bind_on_the_happy_path_sends_four_requests(cluster: None, apiserver: LocalCluster, runtime: Runtime,
+                                                       scheduler: Scheduler) -> None:
+    assert scheduler.filter("pod1", ["full", "empty"])["NodeNames"] == ["full"]
+    before = len(apiserver.logged_requests())
+
+    assert scheduler.bind("pod1", "full") == {"Error": ""}
+
+    sent = _api_requests(apiserver, before)
+    assert [(method, path) for method, path, _query in sent] == [
+        ("PATCH", "/api/v1/nodes/full"),  # the lock, preconditioned on the node's version from the watch
+        ("PATCH", "/api/v1/namespaces/default/pods/pod1"),  # the booking, on the pod's version from /filter
+        ("GET", "/api/v1/pods"),  # the node's booked pods, at our write's version
+        ("POST", "/api/v1/namespaces/default/pods/pod1/binding"),
+    ]
+    verification = sent[2][2]
+    assert verification["labelSelector"] == f"{names.LABEL_ASSIGNED_NODE}=full"
+    assert verification["resourceVersionMatch"] == "NotOlderThan" and verification["resourceVersion"]
+    assert _metric(runtime, "hami_web_bind_api_calls_sum") == 4
+    assert _metric(runtime, "hami_web_bind_api_calls_count") == 1
+
+
+def test_a_pod_changed_since_the_filter_is_read_once_and_bound(cluster: None, apiserver: LocalCluster, kube: Kube,
+                                                                runtime: Runtime, scheduler: Scheduler) -> None:
+    assert scheduler.filter("pod1", ["full", "empty"])["NodeNames"] == ["full"]
+    kube.patch_pod("default", "pod1", {"metadata": {"labels": {"team": "vision"}}})  # after kube-scheduler read it
+    before = len(apiserver.logged_requests())
+
+    assert scheduler.bind("pod1", "full") == {"Error": ""}
+
+    sent = [(method, path) for method, path, _query in _api_requests(apiserver, before)]
+    assert sent[1:4] == [("PATCH", "/api/v1/namespaces/default/pods/pod1"),  # 409: the pod changed
+                         ("GET", "/api/v1/namespaces/default/pods/pod1"),
+                         ("PATCH", "/api/v1/namespaces/default/pods/pod1")]
+    assert len(sent) == 6
+    assert _metric(runtime, "hami_web_bind_rereads_total", what="pod") == 1
+    assert scheduler.pod("pod1")["metadata"]["labels"] == {"team": "vision", names.LABEL_ASSIGNED_NODE: "full"}
+
+
+def test_a_node_changed_since_the_watch_is_read_once_and_locked(cluster: None, apiserver: LocalCluster,
+                                                                 runtime: Runtime, scheduler: Scheduler) -> None:
+    assert scheduler.filter("pod1", ["full", "empty"])["NodeNames"] == ["full"]
+    apiserver.inject_failure("PATCH", "nodes", name="full", status=409)  # as if written just before our lock
+    before = len(apiserver.logged_requests())
+
+    assert scheduler.bind("pod1", "full") == {"Error": ""}
+
+    sent = [(method, path) for method, path, _query in _api_requests(apiserver, before)]
+    assert sent[:3] == [("PATCH", "/api/v1/nodes/full"), ("GET", "/api/v1/nodes/full"),
+                        ("PATCH", "/api/v1/nodes/full")]
+    assert len(sent) == 6
+    assert _metric(runtime, "hami_web_bind_rereads_total", what="node") == 1
+
+
+def test_a_lock_whose_owner_succeeded_is_busy_a_moment_then_taken_with_one_write(
+        cluster: None, apiserver: LocalCluster, kube: Kube, make_runtime: RuntimeFactory) -> None:
+    clock = FakeClock()
+    runtime = make_runtime(clock=clock)
+    scheduler = Scheduler(runtime.app.test_client(), apiserver)
+    scheduler.schedule("pod1", ["full", "empty"])
+    # The device plugin marked pod1 done but has not removed its lock yet (HAMi writes the two one after the other).
+    kube.patch_pod("default", "pod1", {"metadata": {"annotations": {names.POD_BIND_PHASE: "success"}}})
+    wait_for(lambda: (held := runtime.cache.held_by(scheduler.pod("pod1")["metadata"]["uid"])) is not None
+             and held.bind_phase == "success", what="the cache to see pod1 succeeded")
+    assert runtime.cache.busy_nodes() == {"full"}  # its lock goes next: wait for that rather than race it
+
+    clock.advance(LOCK_RELEASE_GRACE_SECONDS + 1)  # the lock was left behind: stale, as /bind would judge it
+    assert runtime.cache.busy_nodes() == frozenset()
+    assert scheduler.filter("pod2", ["full", "empty"])["NodeNames"] == ["full"]
+    before = len(apiserver.logged_requests())
+
+    assert scheduler.bind("pod2", "full") == {"Error": ""}
+
+    assert len(_api_requests(apiserver, before)) == 4
+    assert apiserver.get("nodes", "full")["metadata"]["annotations"][names.NODE_LOCK].endswith(",default,pod2")
+
+
+# -- steering around busy nodes ----------------------------------------------------------------------------------
+
+
+def test_a_placement_not_yet_bound_makes_its_node_busy(cluster: None, runtime: Runtime, scheduler: Scheduler) -> None:
+    assert scheduler.filter("pod1", ["full", "empty"])["NodeNames"] == ["full"]
+    assert runtime.cache.busy_nodes() == {"full"}
+
+    assert scheduler.filter("pod2", ["full", "empty"])["NodeNames"] == ["empty"]  # binpack's fullest free node
+    assert scheduler.filter("pod1", ["full", "empty"])["NodeNames"] == ["full"]  # its own placement does not count
+
+
+def test_a_lock_held_by_an_allocating_pod_makes_its_node_busy_until_released(
+        cluster: None, kube: Kube, runtime: Runtime, scheduler: Scheduler) -> None:
+    scheduler.schedule("pod1", ["full", "empty"])
+    _busy(runtime, "full")  # the lock, as the watch shows it; pod1 is bound, so no placement is pending
+
+    assert scheduler.schedule("pod2", ["full", "empty"]) == "empty"
+    _busy(runtime, "full", "empty")
+    release_lock(kube, "pod1", "full")
+    _busy(runtime, "empty")
+
+    assert scheduler.filter("pod3", ["full", "empty"])["NodeNames"] == ["full"]  # packs the fullest free node again
+
+
+def test_a_lock_older_than_the_timeout_does_not_make_a_node_busy(cluster: None, apiserver: LocalCluster,
+                                                                 make_runtime: RuntimeFactory) -> None:
+    clock = FakeClock()
+    runtime = make_runtime(clock=clock, node_lock_timeout_seconds=60.0)
+    scheduler = Scheduler(runtime.app.test_client(), apiserver)
+    scheduler.schedule("pod1", ["full", "empty"])
+    _busy(runtime, "full")
+
+    clock.advance(61)
+    assert runtime.cache.busy_nodes() == frozenset()
+    assert scheduler.schedule("pod2", ["full", "empty"]) == "full"  # the bind takes the stale lock over
+
+
+def test_strict_hami_order_ignores_busy_nodes(cluster: None, apiserver: LocalCluster,
+                                              make_runtime: RuntimeFactory) -> None:
+    runtime = make_runtime(busy_nodes_last=False)
+    scheduler = Scheduler(runtime.app.test_client(), apiserver)
+    scheduler.schedule("pod1", ["full", "empty"])
+    _busy(runtime, "full")
+
+    assert scheduler.filter("pod2", ["full", "empty"])["NodeNames"] == ["full"]
+    assert scheduler.bind("pod2", "full") == {"Error": "node full is locked by default/pod1"}
+
+
+def test_a_pod_that_fits_only_on_a_busy_node_is_still_placed_there(cluster: None, apiserver: LocalCluster,
+                                                                     runtime: Runtime, scheduler: Scheduler) -> None:
+    pinned: dict[str, Any] = gpu_pod("pinned", SMALL, annotations={names.POD_USE_GPU_UUID: "full-gpu0"})
+    apiserver.load([pinned])
+    scheduler.schedule("pod1", ["full", "empty"])
+    _busy(runtime, "full")
+
+    answer = scheduler.filter("pinned", ["full", "empty"])
+
+    assert answer["NodeNames"] == ["full"] and answer["Error"] == ""  # the only node whose GPU it may use
+    assert scheduler.bind("pinned", "full") == {"Error": "node full is locked by default/pod1"}  # as before issue 19
