@@ -309,8 +309,8 @@ _OPTIONS: tuple[_Option, ...] = (
     _Option("--insecure-http", "insecure_http", _parse_bool,
             "serve plain HTTP instead of TLS (local use only)", is_switch=True),
     _Option("--threads", "threads", _positive_int,
-            "threads that run the app, per listener (and as many again for /bind, so that binds waiting on the API "
-            "never hold the threads of /filter, /webhook or /metrics); connections are read by the event loop (8)"),
+            "threads that run the app, per listener (binds waiting on the API never hold the threads of /webhook or "
+            "/metrics); connections are read by the event loop (8)"),
     _Option("--log-level", "log_level", _choice(("DEBUG", "INFO", "WARNING", "ERROR")), "log level (INFO)"),
     _Option("--node-lock-retry-timeout", "node_lock_retry_timeout_seconds", _bind_deadline(allow_zero=True),
             "how long the bind of a PodGroup member that finds its node locked may take, the wait for the lock "

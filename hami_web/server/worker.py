@@ -33,27 +33,27 @@ READ_BUFFER_BYTES = 64 * 1024
 
 
 class ThreadLanes:
-    """The threads that run the app, one pool per listener, and ``/bind`` apart from ``/filter``.
+    """The threads that run the app: one pool per listener.
 
-    A bind waits on several API round trips; with one shared pool, a burst of binds (kube-scheduler runs them in
-    parallel, without limit) took every thread, and the webhook's admission of the burst's next pods, the serial
-    ``/filter`` of kube-scheduler's scheduling cycle and Prometheus' scrape queued behind them. Pools are made on
-    first use, from the event loop's thread only.
+    A bind waits on several API round trips; with one pool for everything, a burst of binds (kube-scheduler runs them
+    in parallel, without limit) took every thread, and the webhook's admission of the burst's next pods and
+    Prometheus' scrape queued behind them. ``/filter`` and ``/bind`` share the extender listener's pool on purpose:
+    when binds are slow, kube-scheduler's serial filter waits for a thread, so it places no more pods than hami-web
+    can bind — every placement not yet bound makes its node busy (`state.cache`), and a filter running far ahead of
+    the binds would spread a binpack burst over as many nodes as placements are waiting. Pools are made on first
+    use, from the event loop's thread only.
     """
-
-    SEPARATE_PATHS = frozenset({"/bind"})
 
     def __init__(self, threads: int) -> None:
         self._threads = threads
-        self._pools: dict[tuple[str, str], ThreadPoolExecutor] = {}
+        self._pools: dict[str, ThreadPoolExecutor] = {}
 
     def for_path(self, listener: Listener, path: str) -> ThreadPoolExecutor:
-        """The pool that runs a request for ``path`` on ``listener``."""
-        lane = (listener.flag, path if path in self.SEPARATE_PATHS else "")
-        pool = self._pools.get(lane)
+        """The pool that runs a request for ``path`` on ``listener`` (the listener's pool, whatever the path)."""
+        pool = self._pools.get(listener.flag)
         if pool is None:
-            name = f"hami-web-{listener.flag.lstrip('-')}{lane[1].replace('/', '-')}"
-            pool = self._pools[lane] = ThreadPoolExecutor(max_workers=self._threads, thread_name_prefix=name)
+            pool = self._pools[listener.flag] = ThreadPoolExecutor(
+                max_workers=self._threads, thread_name_prefix=f"hami-web-{listener.flag.lstrip('-')}")
         return pool
 
     def shutdown(self) -> None:
