@@ -48,13 +48,14 @@ class SeenNode:
 
     Enough to take a free lock with one conditional write instead of a read and a write: the write carries that
     resourceVersion, so it fails (409) if anything changed the node since, and only then is the node read.
-    ``owner_succeeded``: the watch also showed the lock's owner pod at ``bind-phase=success`` — the device plugin
-    is done with it and releases the lock next, so the lock is stale (the window between HAMi's two writes).
+    ``owner_done``: the watch also showed the lock's owner pod done with it — ``bind-phase=failed``, or ``success``
+    for longer than the device plugin takes to remove the lock next — so the lock is stale, as `/bind` would judge it
+    after reading the owner.
     """
 
     resource_version: str
     lock: str
-    owner_succeeded: bool = False
+    owner_done: bool = False
 
 
 def format_lock(now: float, namespace: str, pod: str) -> str:

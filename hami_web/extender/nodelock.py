@@ -123,7 +123,7 @@ class NodeLock:
 
     def _free_as_seen(self, seen: SeenNode) -> bool:
         """Whether the watch's copy shows no lock, one whose owner succeeded, or one stale by its age."""
-        if not seen.lock or seen.owner_succeeded:
+        if not seen.lock or seen.owner_done:
             return True
         return bool(age_stale_reason(parse_lock(seen.lock), now=self._clock(), timeout_seconds=self._timeout_seconds))
 

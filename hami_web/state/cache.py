@@ -236,7 +236,7 @@ class ClusterCache:
             held = self._lock_owner_locked(lock)
             if held is None or not self._lock_owner_done_locked(held):
                 return seen
-            return SeenNode(resource_version=seen.resource_version, lock=seen.lock, owner_succeeded=True)
+            return SeenNode(resource_version=seen.resource_version, lock=seen.lock, owner_done=True)
 
     @staticmethod
     def _judge_node(record: NodeRecord, now: float) -> NodeState:
