@@ -265,8 +265,9 @@ class Binder:
     def _pod_still_unbound(self, placed: PodUsage) -> tuple[dict[str, Any] | None, str]:
         """The pod as the API has it now, and a refusal ("" when none) if it is gone, replaced or already bound.
 
-        Another extender (a second replica during a Lease hand-over) may have bound the same pod elsewhere: its
-        booking must not be overwritten, so a bound pod is refused before anything is written.
+        Another extender (a second replica during a Lease hand-over) may have bound the same pod elsewhere, or booked it
+        and be about to: its booking must not be overwritten, so a bound pod, or one carrying another live booking, is
+        refused before anything is written.
         """
         try:
             pod = self._kube.get_pod(placed.namespace, placed.name)
@@ -278,6 +279,11 @@ class Binder:
         bound_to = (pod.get("spec") or {}).get("nodeName")
         if bound_to:
             return pod, f"pod {placed.namespace}/{placed.name} is already bound to node {bound_to}"
+        standing, may_overwrite = self._cache.standing_booking(pod)
+        ours = (standing.node, standing.devices_text) == (placed.node, placed.devices_text) if standing else True
+        if standing is not None and not may_overwrite and not ours:
+            return pod, (f"pod {placed.namespace}/{placed.name} already holds GPUs on node {standing.node} "
+                         f"({standing.devices_text}), booked by another scheduler; filter it again")
         return pod, ""
 
     @staticmethod

@@ -79,6 +79,9 @@ class Filter:
         if not request.asks_for_gpu:
             self._count("passthrough", {})
             return self._answer(candidates, node_objects, failed={})
+        taken, replaces = self._already_taken(pod)
+        if taken:
+            return self._refuse(namespace, name, uid, taken)
         try:
             options = pod_options(metadata.get("annotations") or {},
                                   node_policy=self._settings.node_scheduler_policy,
@@ -92,12 +95,34 @@ class Filter:
         try:
             result = self._cache.place(uid=uid, namespace=namespace, name=name, request=request, options=options,
                                        candidates=candidates, container_names=[c.name for c in request.containers],
-                                       resource_version=str(metadata.get("resourceVersion") or ""))
+                                       resource_version=str(metadata.get("resourceVersion") or ""), replaces=replaces)
         except AlreadyBooked as error:
             return self._refuse(namespace, name, uid, str(error))
         if not isinstance(result, Placement):
             return self._unschedulable(namespace, name, uid, dict(result.reasons), node_objects)
         return self._commit(namespace, name, uid, result, node_objects)
+
+    def _already_taken(self, pod: Mapping[str, Any]) -> tuple[str, str]:
+        """Why the pod as sent must not be placed ("" when it may): it is bound, or carries another binder's booking;
+        and the devices of a booking it carries that a placement may overwrite (abandoned, or expired).
+
+        kube-scheduler never filters a bound pod, but a second replica's scheduler may send one its informer saw
+        after the other replica booked or bound it; `/bind` writes on top of the version sent here, so a placement of
+        that version would overwrite the other booking (`ClusterCache.standing_booking`; the cache refuses the same
+        once its watch shows it).
+        """
+        metadata = pod.get("metadata") or {}
+        where = f"pod {metadata.get('namespace') or 'default'}/{metadata.get('name')}"
+        bound_to = (pod.get("spec") or {}).get("nodeName")
+        if bound_to:
+            return f"{where} is already bound to node {bound_to}; it is not placed again", ""
+        standing, may_overwrite = self._cache.standing_booking(pod)
+        if standing is None:
+            return "", ""
+        if may_overwrite:
+            return "", standing.devices_text
+        return (f"{where} already holds GPUs on node {standing.node} ({standing.devices_text}); it is not placed "
+                f"again"), ""
 
     def _commit(self, namespace: str, name: str, uid: str, placement: Placement,
                 node_objects: Mapping[str, Any] | None) -> ExtenderFilterResult:

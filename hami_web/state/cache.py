@@ -54,7 +54,7 @@ from hami_web.state.planning import (
     same_usage,
     touched_nodes,
 )
-from hami_web.state.pods import PodRecord, PodUsage, pod_record
+from hami_web.state.pods import PodRecord, PodUsage, booked_at, pod_record, standing_booking
 
 __all__ = ["ASSUMPTION_GRACE_SECONDS", "AlreadyBooked", "CacheStats", "ClusterCache", "LockHolds"]
 
@@ -142,6 +142,9 @@ class ClusterCache:
         self._uid_by_name: dict[tuple[str, str], str] = {}
         # When the watch first showed each held pod at bind-phase=success (see `_lock_owner_done_locked`).
         self._succeeded_at: dict[str, float] = {}
+        # Bookings this process wrote (or may have written) and abandoned without voiding them, by uid: the pod may
+        # be placed again over them (see `foreign_booking`); dropped once the pod is bound, deleted or finished.
+        self._abandoned: dict[str, str] = {}
         self.stats = CacheStats()
         self.lock_holds: dict[str, LockHolds] = {}
 
@@ -331,6 +334,8 @@ class ClusterCache:
             self.stats.broken_pods = errors
             for uid in [uid for uid in self._placed if uid not in alive and uid not in self._held]:
                 del self._placed[uid]
+            for uid in [uid for uid in self._abandoned if uid not in alive]:
+                del self._abandoned[uid]
         self.note_pods_current(listed_at)
 
     def apply_pod_events(self, events: Sequence[tuple[str, PodRecord]]) -> None:
@@ -338,10 +343,14 @@ class ClusterCache:
         self._commit_pods([PodChange(record.uid, "deleted" if kind == "DELETED" else "event", record)
                            for kind, record in events], listed_at=None)
         gone = [record.uid for kind, record in events if kind == "DELETED" or record.finished]
-        if gone:
+        settled = [record.uid for _, record in events if record.bound]
+        if gone or (settled and self._abandoned):
             with self._locked("pods"):
                 for uid in gone:
                     self._placed.pop(uid, None)
+                    self._abandoned.pop(uid, None)
+                for uid in settled:
+                    self._abandoned.pop(uid, None)
 
     def observe_pod(self, event_type: str, pod: Mapping[str, Any]) -> None:
         """Apply one watch event for a pod object (reads it first; see `apply_pod_events`)."""
@@ -427,18 +436,20 @@ class ClusterCache:
 
     def place(self, *, uid: str, namespace: str, name: str, request: PodRequest, options: PodOptions,
               candidates: Sequence[str], container_names: Sequence[str] = (),
-              resource_version: str = "") -> Placement | NoPlacement:
+              resource_version: str = "", replaces: str = "") -> Placement | NoPlacement:
         """Forget the pod's earlier assumption, choose a node, and book the result — atomically.
 
         Nodes busy binding (`busy_nodes`) are tried after the others unless the cache was made with
         ``busy_nodes_last=False``. ``resource_version`` is the pod's as kube-scheduler sent it: `/bind` writes the
         booking with it as a precondition instead of reading the pod first. Raises `AlreadyBooked` when the API
         shows the pod holding GPUs already (another binder wrote its booking: kube-scheduler's informer has not
-        seen the pod bound yet): a second placement would book it twice.
+        seen the pod bound yet): a second placement would book it twice — unless it is the booking ``replaces`` (the
+        devices of a booking `standing_booking` says may be overwritten) or one this process abandoned.
         """
         with self._locked("filter"):
             held = self._held.get(uid)
-            if held is not None and held.assumed_at is None:
+            if held is not None and held.assumed_at is None and held.usage.devices_text not in (
+                    self._abandoned.get(uid), replaces or None):
                 raise AlreadyBooked(f"pod {namespace}/{name} already holds GPUs on node {held.usage.node} "
                                     f"({held.usage.devices_text}); it is not placed again")
             shadowed = held.api_usage if held is not None else None
@@ -516,6 +527,7 @@ class ClusterCache:
             usage = held.usage if held is not None else placed
             if usage is not None:
                 self._hold_locked(uid, usage, assumed_at=self._clock())
+                self._abandoned[uid] = usage.devices_text
             return None
 
     def placed(self, uid: str) -> PodUsage | None:
@@ -527,11 +539,19 @@ class ClusterCache:
         """Book ``usage`` as a fresh assumption: its booking is about to be written to the API (at bind).
 
         Restarts the grace period in which a list that does not show the pod yet leaves the booking alone, and
-        books it again if a list dropped it while kube-scheduler had not bound the pod yet.
+        books it again if a list dropped it while kube-scheduler had not bound the pod yet. What the API showed the
+        pod holding is kept beside the assumption (restored if ours is abandoned): since the bind writes without
+        reading the pod first, the watch may already have shown another binder's booking, and a pod's last event
+        (bound, ``bind-phase=success``) may never come again.
         """
         with self._locked("filter"):
             held = self._held.get(usage.uid)
-            shadowed = held.api_usage if held is not None and held.assumed_at is not None else None
+            if held is None:
+                shadowed = None
+            elif held.assumed_at is not None:
+                shadowed = held.api_usage
+            else:
+                shadowed = held.usage
             self._hold_locked(usage.uid, usage, assumed_at=self._clock(), api_usage=shadowed)
 
     def node_view(self, name: str) -> NodeView | None:
@@ -543,6 +563,26 @@ class ClusterCache:
         """The pod's Binding exists: it can never be bound again, so it stops being bindable."""
         with self._locked("filter"):
             self._placed.pop(uid, None)
+            self._abandoned.pop(uid, None)
+
+    def standing_booking(self, pod: Mapping[str, Any]) -> tuple[PodUsage | None, bool]:
+        """The live booking ``pod`` (as kube-scheduler sent it, or as just read) carries, if any, and whether a
+        placement of ours may overwrite it.
+
+        `/bind` writes on top of that version of the pod, so placing a pod that carries another binder's booking (a
+        second replica that booked it and is about to bind it) would overwrite that booking under its feet. A booking
+        this process wrote and abandoned without voiding it (`forget` with ``keep_booking``) may be overwritten, and so
+        may one written longer than ``--node-lock-timeout`` ago on a pod still unbound: its binder's lock has expired,
+        so its bind is over.
+        """
+        standing = standing_booking(pod, count_resource=self.count_resource)
+        if standing is None:
+            return None, True
+        written_at = booked_at(pod)
+        if written_at is not None and self._clock() - written_at > self._node_lock_timeout_seconds:
+            return standing, True
+        with self._locked("read"):
+            return standing, self._abandoned.get(standing.uid) == standing.devices_text
 
     def _hold_locked(self, uid: str, usage: PodUsage, *, assumed_at: float | None,
                      api_usage: PodUsage | None = None) -> None:

@@ -163,6 +163,27 @@ def _check_grants_match_request(grants: PodGrants, containers: list[Mapping[str,
                                   f"{count_resource}")
 
 
+def standing_booking(pod: Mapping[str, Any], *, count_resource: str = "nvidia.com/gpu") -> PodUsage | None:
+    """The live booking a pod object already carries (`pod_usage`), None when none or unreadable.
+
+    An unreadable booking is no booking here, as in the cache (unknown usage, not a veto).
+    """
+    try:
+        return pod_usage(pod, count_resource=count_resource)
+    except AnnotationError:
+        return None
+
+
+def booked_at(pod: Mapping[str, Any]) -> float | None:
+    """When the pod's booking was written (``hami.io/bind-time``, Unix seconds), None when absent or unreadable."""
+    annotations = (pod.get("metadata") or {}).get("annotations") or {}
+    text = annotations.get(names.POD_BIND_TIME) if isinstance(annotations, Mapping) else None
+    try:
+        return float(str(text)) if text is not None else None
+    except ValueError:
+        return None
+
+
 def pod_usage(pod: Mapping[str, Any], *, count_resource: str = "nvidia.com/gpu") -> PodUsage | None:
     """The usage a pod holds, or None when it holds nothing.
 

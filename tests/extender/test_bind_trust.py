@@ -10,6 +10,7 @@ succeeded cannot be replayed; a forged ``/filter`` naming a real pod with anothe
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import pytest
@@ -132,3 +133,66 @@ def test_a_forged_filter_for_a_real_pod_with_another_uid_is_never_written_or_bou
     assert scheduler.schedule("pod1", ["node1"]) == "node1"
     assert usage_by_gpu(runtime) == {"node1-gpu0": (1, 1000, 10)}
 
+
+
+def _booked_by_another(runtime: Runtime, name: str, node: str, devices: str, *, bound: bool) -> None:
+    """What a second replica's bind leaves on the pod: its booking, and when ``bound`` its Binding too."""
+    runtime.kube.patch_pod("default", name, {"metadata": {"annotations": {
+        names.POD_ASSIGNED_NODE: node, names.POD_DEVICES_ALLOCATED: devices, names.POD_DEVICES_TO_ALLOCATE: devices,
+        names.POD_BIND_PHASE: "success" if bound else "allocating"}, "labels": {names.LABEL_ASSIGNED_NODE: node}}})
+    if bound:
+        runtime.kube.bind_pod("default", name, node)
+
+
+@pytest.mark.parametrize("bound", [True, False], ids=["bound", "booked-not-yet-bound"])
+def test_a_filter_of_a_pod_another_replica_took_places_nothing(cluster: None, apiserver: LocalCluster,
+                                                                 runtime: Runtime, scheduler: Scheduler,
+                                                                 bound: bool) -> None:
+    """A second replica's kube-scheduler may send a pod its informer saw after the other replica booked or bound it:
+    `/bind` writes on top of the version sent, so placing it would overwrite the other booking."""
+    _booked_by_another(runtime, "pod1", "node1", "node1-gpu3,NVIDIA,1000,10:;", bound=bound)
+
+    answer = scheduler.filter("pod1", ["node1"])
+
+    expected = "is already bound to node node1" if bound else "already holds GPUs on node node1 (node1-gpu3"
+    assert expected in answer["Error"] and "not placed again" in answer["Error"], answer
+    assert answer["NodeNames"] is None
+    pod = apiserver.get("pods", "pod1")
+    assert pod is not None and runtime.cache.placed(pod["metadata"]["uid"]) is None
+
+
+def test_a_bind_whose_pod_another_replica_booked_meanwhile_leaves_that_booking_alone(
+        cluster: None, apiserver: LocalCluster, runtime: Runtime, scheduler: Scheduler) -> None:
+    answer = scheduler.filter("pod1", ["node1"])
+    assert answer["NodeNames"] == ["node1"], answer
+    pod = apiserver.get("pods", "pod1")
+    assert pod is not None
+    ours = runtime.cache.placed(pod["metadata"]["uid"])
+    assert ours is not None
+    theirs = "node1-gpu3,NVIDIA,1000,10:;" if "gpu3" not in ours.devices_text else "node1-gpu2,NVIDIA,1000,10:;"
+    _booked_by_another(runtime, "pod1", "node1", theirs, bound=False)  # after our filter: our version is stale
+
+    bound = scheduler.bind("pod1", "node1")
+
+    assert "already holds GPUs on node node1" in bound["Error"] and "booked by another scheduler" in bound["Error"]
+    annotations = annotations_of(apiserver, "pods", "pod1")
+    assert annotations[names.POD_DEVICES_ALLOCATED] == theirs
+    assert annotations[names.POD_BIND_PHASE] == "allocating"  # not voided: it is not ours
+    assert names.NODE_LOCK not in annotations_of(apiserver, "nodes", "node1")
+    assert "nodeName" not in (apiserver.get("pods", "pod1") or {})["spec"]
+
+
+def test_a_booking_older_than_the_lock_timeout_on_an_unbound_pod_is_placed_over(
+        cluster: None, apiserver: LocalCluster, runtime: Runtime, scheduler: Scheduler) -> None:
+    """A binder that booked the pod and vanished (crashed before its Binding, never voided): once its node lock has
+    expired its bind is over, and the pod must not stay unschedulable for ever."""
+    _booked_by_another(runtime, "pod1", "node1", "node1-gpu3,NVIDIA,1000,10:;", bound=False)
+    long_ago = str(int(time.time() - runtime.settings.node_lock_timeout_seconds - 60))
+    runtime.kube.patch_pod("default", "pod1", {"metadata": {"annotations": {names.POD_BIND_TIME: long_ago}}})
+    wait_for(lambda: usage_by_gpu(runtime).get("node1-gpu3") is not None, what="the watch to show the old booking")
+
+    answer = scheduler.filter("pod1", ["node1"])
+
+    assert answer["Error"] == "" and answer["NodeNames"] == ["node1"], answer
+    assert scheduler.bind("pod1", "node1") == {"Error": ""}
+    assert (apiserver.get("pods", "pod1") or {})["spec"]["nodeName"] == "node1"

@@ -266,6 +266,35 @@ def test_the_resync_drops_an_assumption_the_api_never_shows(apiserver: LocalClus
     assert len(_lists(apiserver, POD_LIST)) == 1
 
 
+def test_a_bind_that_loses_to_another_binder_keeps_the_booking_the_watch_showed() -> None:
+    """Regression (two-server test, one run in three): our bind re-books its placement without reading the pod;
+    when the watch had already shown the pod bound by another server, abandoning ours must restore that booking,
+    not leave the GPU looking free until an event that may never come."""
+    cache = ClusterCache()
+    cache.observe_node("ADDED", gpu_node("node1", gpus("node1", 2, count=4)))
+    pod = gpu_pod("pod1", gpu_limits(1, memory_mib=1000))
+    pod["metadata"].update(uid="uid-1", resourceVersion="5")
+    placed = cache.place(uid="uid-1", namespace="default", name="pod1", request=pod_request(pod, RequestDefaults()),
+                         options=pod_options({}, node_policy="binpack", gpu_policy="spread"), candidates=["node1"],
+                         resource_version="5")
+    assert isinstance(placed, Placement)
+    ours = cache.placed("uid-1")
+    assert ours is not None
+    theirs = "node1-gpu1,NVIDIA,1000,0:;" if "gpu0" in ours.devices_text else "node1-gpu0,NVIDIA,1000,0:;"
+    bound = running_pod("pod1", "node1", theirs.split(",")[0])
+    bound["metadata"].update(uid="uid-1", resourceVersion="9")
+    bound["metadata"]["annotations"][names.POD_BIND_PHASE] = "success"
+    bound["spec"]["nodeName"] = "node1"
+    cache.observe_pod("MODIFIED", bound)  # the other server's booking and Binding, as the watch shows them
+    assert cache.held_by("uid-1").devices_text == theirs  # type: ignore[union-attr]
+
+    cache.reassume(ours)  # our bind starts and books its placement again
+    assert cache.held_by("uid-1").devices_text == ours.devices_text  # type: ignore[union-attr]
+    cache.forget("uid-1")  # our booking write was refused: the pod is bound elsewhere
+    held = cache.held_by("uid-1")
+    assert held is not None and held.devices_text == theirs
+
+
 # -- many pods ----------------------------------------------------------------------------------------
 
 

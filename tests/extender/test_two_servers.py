@@ -6,7 +6,8 @@ cluster packed beyond capacity, with a device-plugin stand-in releasing node loc
 bookings in time, so both choose the same GPUs; the bind-time verification under the node lock must refuse the
 loser. At the end, from the pods as stored in the API server: no GPU's task slots, memory or cores are over-booked
 and no exclusive GPU is shared; every bound pod carries a booking on the node it is bound to; every unbound pod
-holds nothing; every refused bind (or filter of a pod booked by the other) says why; and both caches agree with the API.
+holds nothing; every refused bind (or filter of a pod booked or bound by the other) says why; and both caches agree
+with the API.
 """
 
 from __future__ import annotations
@@ -82,8 +83,8 @@ def _schedule_all(scheduler: Scheduler, names_in_order: list[str], refusals: lis
                 continue
             tried.add(name)
             answer = scheduler.filter(name, list(NODES))
-            if "already holds GPUs" in answer["Error"]:
-                refusals.append(answer["Error"])  # the other server's booking of this pod, seen by our cache
+            if "already holds GPUs" in answer["Error"] or "already bound" in answer["Error"]:
+                refusals.append(answer["Error"])  # the other server's booking of this pod, seen by our cache or sent
             if not answer["Error"] and answer["NodeNames"]:
                 placed.append((name, answer["NodeNames"][0]))
             # else unschedulable (reasons in FailedNodes): kube-scheduler waits for a cluster change
