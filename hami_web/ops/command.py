@@ -142,11 +142,11 @@ def _unreachable(error: KubeError) -> CommandError:
     return CommandError(f"cannot reach the Kubernetes API: {error}")
 
 
-def _read_cluster(arguments: argparse.Namespace) -> ClusterSnapshot:
+def _read_cluster(arguments: argparse.Namespace, *, node_rules: bool = False) -> ClusterSnapshot:
     """One read-only snapshot of the cluster through the command's kubeconfig; API failures as one line."""
     kube = _kube(arguments)
     try:
-        return read_snapshot(kube, label_selector=arguments.selector)
+        return read_snapshot(kube, label_selector=arguments.selector, node_rules=node_rules)
     except KubeError as error:
         raise _unreachable(error) from None
     finally:
@@ -184,7 +184,8 @@ def run_explain(arguments: argparse.Namespace) -> int:
     try:
         pod = kube.get_pod(namespace, name)
         uid = str((pod.get("metadata") or {}).get("uid") or "")
-        snapshot = read_snapshot(kube, label_selector=arguments.selector, leave_out_pod_uid=uid)
+        snapshot = read_snapshot(kube, label_selector=arguments.selector, leave_out_pod_uid=uid,
+                                 node_rules=True)
     except NotFoundError:
         raise CommandError(f'Error from server (NotFound): pods "{name}" not found in namespace "{namespace}"') \
             from None
@@ -205,7 +206,7 @@ def run_capacity(arguments: argparse.Namespace) -> int:
     shape = PodShape(gpus=arguments.gpus, memory_mib=arguments.gpumem, memory_percent=arguments.gpumem_percentage,
                      cores=arguments.gpucores, gpu_type=arguments.type, numa_bind=arguments.numa_bind,
                      node_policy=arguments.node_policy, gpu_policy=arguments.gpu_policy)
-    snapshot = _read_cluster(arguments)
+    snapshot = _read_cluster(arguments, node_rules=True)
     try:
         report = plan_capacity(snapshot, shape, _policies(arguments), limit=arguments.limit)
     except ShapeError as error:

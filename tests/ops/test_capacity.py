@@ -22,6 +22,7 @@ from hami_web.core.requests import pod_request
 from hami_web.core.usage import pod_booking, with_booking
 from hami_web.ops.capacity import PodShape, plan_capacity
 from hami_web.ops.explain import Policies
+from hami_web.core.noderules import read_pod_needs
 from hami_web.ops.snapshot import build_snapshot
 
 from .conftest import CLUSTER, Run, assert_golden
@@ -97,7 +98,8 @@ def test_filling_node_by_node_counts_what_the_filter_would_place_pod_by_pod(shap
     options = pod_options(pod["metadata"]["annotations"], node_policy=policies.node_policy,
                           gpu_policy=policies.gpu_policy)
     views, placed = dict(snapshot.views), Counter()
-    while isinstance(result := choose_node(request, options, snapshot.schedulable_candidates(), views),
+    offered = list(snapshot.screen(read_pod_needs(pod)).offered)
+    while isinstance(result := choose_node(request, options, offered, views),
                      Placement):
         views[result.node] = with_booking(views[result.node], pod_booking(result.grants, init_count=0))
         placed[result.node] += 1
