@@ -324,7 +324,7 @@ def pod_requests(pod: Mapping[str, Any]) -> dict[str, int]:
         if container.get("restartPolicy") == "Always":
             _add(sidecars, asked)
             continue
-        for resource in (CPU, MEMORY):
+        for resource in asked.keys() | sidecars.keys():
             during = asked.get(resource, 0) + sidecars.get(resource, 0)
             init_peak[resource] = max(init_peak.get(resource, 0), during)
     _add(running, sidecars)

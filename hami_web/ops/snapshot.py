@@ -118,8 +118,8 @@ def build_snapshot(nodes: Iterable[Mapping[str, Any]], pods: Iterable[Mapping[st
             if state.error:
                 snapshot.broken_nodes[state.name] = state.error
             continue
-        usage = sum_bookings(held.booking for held in by_node.get(state.name, ()))
-        snapshot.views[state.name] = build_node_view(state.inventory, usage)
+        totals = sum_bookings(held.booking for held in by_node.get(state.name, ()))
+        snapshot.views[state.name] = build_node_view(state.inventory, totals)
     return snapshot
 
 

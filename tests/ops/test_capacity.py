@@ -17,12 +17,12 @@ import pytest
 import yaml
 
 from hami_web.core.choose import Placement, choose_node
+from hami_web.core.noderules import read_pod_needs
 from hami_web.core.options import pod_options
 from hami_web.core.requests import pod_request
 from hami_web.core.usage import pod_booking, with_booking
 from hami_web.ops.capacity import PodShape, plan_capacity
 from hami_web.ops.explain import Policies
-from hami_web.core.noderules import read_pod_needs
 from hami_web.ops.snapshot import build_snapshot
 
 from .conftest import CLUSTER, Run, assert_golden

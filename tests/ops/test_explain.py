@@ -17,10 +17,10 @@ from dataclasses import replace
 
 from hami_web.core import names
 from hami_web.core.grants import decode_pod_devices
+from hami_web.core.noderules import read_pod_needs
 from hami_web.kube import Kube
 from hami_web.localcluster import LocalCluster
 from hami_web.ops.explain import Policies, explain_pod
-from hami_web.core.noderules import read_pod_needs
 from hami_web.ops.snapshot import read_snapshot
 from hami_web.server.runtime import build_runtime
 from hami_web.settings import Settings
