@@ -15,10 +15,10 @@ from collections.abc import Sequence
 
 from hami_web.core.options import NODE_POLICIES, OptionsError, parse_gpu_policy
 from hami_web.core.requests import RequestDefaults
-from hami_web.kube import Kube, KubeError, NotFoundError
+from hami_web.kube import Kube, KubeError, NotFoundError, resolve_client
 from hami_web.ops.capacity import DEFAULT_LIMIT, PodShape, ShapeError, plan_capacity
 from hami_web.ops.explain import Policies, explain_pod
-from hami_web.ops.inspect import SORT_KEYS, InspectError, inspect_cluster
+from hami_web.ops.inspect import SORT_KEYS, InspectError, inspect_cluster, only_namespace
 from hami_web.ops.render import (
     OUTPUTS,
     capacity_data,
@@ -57,7 +57,10 @@ def _gpu_policy(text: str) -> str:
 
 
 def _connection_flags(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--kubeconfig", default="", help="kubeconfig file (default: in-cluster, else ~/.kube/config)")
+    parser.add_argument("--kubeconfig", default="",
+                        help="kubeconfig file (default: $KUBECONFIG, a list merged as kubectl does, else "
+                             "in-cluster, else ~/.kube/config)")
+    parser.add_argument("--context", default="", help="the kubeconfig context to use (default: current-context)")
     parser.add_argument("-s", "--server", default="", help="API server URL, plain HTTP (e.g. the demo's API server)")
     parser.add_argument("-o", "--output", choices=OUTPUTS, default="text", help="text (default), wide, json or yaml")
 
@@ -81,6 +84,11 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
     inspect.add_argument("nodes", nargs="*", metavar="NODE", help="only these nodes")
     inspect.add_argument("-d", "--details", action="store_true", help="list the pods on each GPU with their share")
     inspect.add_argument("-l", "--selector", default="", help="node label selector")
+    scope = inspect.add_mutually_exclusive_group()
+    scope.add_argument("-n", "--namespace", default="",
+                       help="with -d, list only this namespace's pods (totals always count every pod)")
+    scope.add_argument("-A", "--all-namespaces", action="store_true",
+                       help="with -d, list the pods of every namespace (the default)")
     inspect.add_argument("--sort", choices=SORT_KEYS, default=None,
                          help="name (default), or fullest first by memory, cores or pods")
     inspect.add_argument("--top", type=_whole, default=0, metavar="N",
@@ -93,7 +101,8 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
                                               "current state: its placement, or the reasons grouped by cause "
                                               "and the nearest miss. Works while the server is down.")
     explain.add_argument("pod", metavar="[NAMESPACE/]POD")
-    explain.add_argument("-n", "--namespace", default="default", help="namespace when POD has none")
+    explain.add_argument("-n", "--namespace", default="",
+                         help="namespace when POD has none (default: the context's namespace, else default)")
     _connection_flags(explain)
     _policy_flags(explain)
     explain.set_defaults(handler=run, ops_command=run_explain)
@@ -120,13 +129,16 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
     capacity.set_defaults(handler=run, ops_command=run_capacity)
 
 
-def _kube(arguments: argparse.Namespace) -> Kube:
+def _target(arguments: argparse.Namespace) -> tuple[Kube, str, str]:
+    """The client the flags and ``KUBECONFIG`` resolve to, the context's namespace (``""`` if none) and
+    where the connection came from (named in errors)."""
     if arguments.server:
-        return Kube.for_url(arguments.server)
+        return Kube.for_url(arguments.server), "", f"--server {arguments.server}"
     try:
-        return Kube.from_kubeconfig(arguments.kubeconfig)
+        target = resolve_client(arguments.kubeconfig, context=arguments.context)
     except KubeError as error:
-        raise CommandError(str(error)) from None
+        raise CommandError(f"error: {error}") from None
+    return Kube(target.configuration), target.namespace, target.source
 
 
 def _policies(arguments: argparse.Namespace) -> Policies:
@@ -136,19 +148,19 @@ def _policies(arguments: argparse.Namespace) -> Policies:
                     scheduler_name=arguments.scheduler_name)
 
 
-def _unreachable(error: KubeError) -> CommandError:
+def _unreachable(error: KubeError, source: str) -> CommandError:
     if error.status:
         return CommandError(f"Error from server: {error}")
-    return CommandError(f"cannot reach the Kubernetes API: {error}")
+    return CommandError(f"cannot reach the Kubernetes API ({source}): {error}")
 
 
 def _read_cluster(arguments: argparse.Namespace, *, node_rules: bool = False) -> ClusterSnapshot:
     """One read-only snapshot of the cluster through the command's kubeconfig; API failures as one line."""
-    kube = _kube(arguments)
+    kube, _, source = _target(arguments)
     try:
         return read_snapshot(kube, label_selector=arguments.selector, node_rules=node_rules)
     except KubeError as error:
-        raise _unreachable(error) from None
+        raise _unreachable(error, source) from None
     finally:
         kube.close()
 
@@ -161,6 +173,8 @@ def run_inspect(arguments: argparse.Namespace) -> int:
         report = inspect_cluster(snapshot, nodes=arguments.nodes, sort=sort, top=arguments.top)
     except InspectError as error:
         raise CommandError(f"Error: {error}") from None
+    if arguments.namespace:
+        report = only_namespace(report, arguments.namespace)
     if arguments.output in ("json", "yaml"):
         sys.stdout.write(dump(inspect_data(report), arguments.output))
     else:
@@ -169,9 +183,9 @@ def run_inspect(arguments: argparse.Namespace) -> int:
     return 0
 
 
-def _pod_key(arguments: argparse.Namespace) -> tuple[str, str]:
+def _pod_key(arguments: argparse.Namespace, context_namespace: str) -> tuple[str, str]:
     namespace, _, name = arguments.pod.rpartition("/")
-    namespace = namespace or arguments.namespace
+    namespace = namespace or arguments.namespace or context_namespace or "default"
     if not name or "/" in namespace:
         raise CommandError(f"error: {arguments.pod!r} is not NAMESPACE/POD or POD")
     return namespace, name
@@ -179,8 +193,12 @@ def _pod_key(arguments: argparse.Namespace) -> tuple[str, str]:
 
 def run_explain(arguments: argparse.Namespace) -> int:
     """``explain [NAMESPACE/]POD``."""
-    namespace, name = _pod_key(arguments)
-    kube = _kube(arguments)
+    kube, context_namespace, source = _target(arguments)
+    try:
+        namespace, name = _pod_key(arguments, context_namespace)
+    except CommandError:
+        kube.close()
+        raise
     try:
         pod = kube.get_pod(namespace, name)
         uid = str((pod.get("metadata") or {}).get("uid") or "")
@@ -190,7 +208,7 @@ def run_explain(arguments: argparse.Namespace) -> int:
         raise CommandError(f'Error from server (NotFound): pods "{name}" not found in namespace "{namespace}"') \
             from None
     except KubeError as error:
-        raise _unreachable(error) from None
+        raise _unreachable(error, source) from None
     finally:
         kube.close()
     explanation = explain_pod(pod, snapshot, _policies(arguments))
