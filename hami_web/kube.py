@@ -598,6 +598,23 @@ class Kube:
         self._call(f"patch event {namespace}/{name}", self._core.patch_namespaced_event, name, namespace, patch,
                    _content_type=MERGE_PATCH)
 
+    # -- the published settings ConfigMap -------------------------------------------------------------
+
+    def get_config_map(self, namespace: str, name: str) -> JsonObject:
+        """One ConfigMap; `NotFoundError` when it does not exist."""
+        return self._call(f"get configmap {namespace}/{name}", self._core.read_namespaced_config_map, name,
+                          namespace)
+
+    def create_config_map(self, namespace: str, config_map: JsonObject) -> JsonObject:
+        """Create a ConfigMap; `ConflictError` when it already exists."""
+        return self._call(f"create configmap in {namespace}", self._core.create_namespaced_config_map, namespace,
+                          config_map)
+
+    def replace_config_map(self, namespace: str, name: str, config_map: JsonObject) -> JsonObject:
+        """Replace a ConfigMap (its ``metadata.resourceVersion`` makes it a compare-and-swap)."""
+        return self._call(f"replace configmap {namespace}/{name}", self._core.replace_namespaced_config_map,
+                          name, namespace, config_map)
+
     # -- secrets and webhook configuration (certificate bootstrap) -----------------------------------
 
     def get_secret(self, namespace: str, name: str) -> JsonObject:

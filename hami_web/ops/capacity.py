@@ -141,6 +141,7 @@ class CapacityReport:
     candidates: int = 0
     exhausted: list[ReasonGroup] = field(default_factory=list)
     left_out: list[ReasonGroup] = field(default_factory=list)
+    settings_source: str = ""  # where the server-wide policies came from (the command fills it in)
 
     @property
     def runs_out_first(self) -> str:

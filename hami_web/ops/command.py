@@ -14,10 +14,9 @@ import sys
 from collections.abc import Sequence
 
 from hami_web.core.options import NODE_POLICIES, OptionsError, parse_gpu_policy
-from hami_web.core.requests import RequestDefaults
 from hami_web.kube import Kube, KubeError, NotFoundError, resolve_client
 from hami_web.ops.capacity import DEFAULT_LIMIT, PodShape, ShapeError, plan_capacity
-from hami_web.ops.explain import Policies, explain_pod
+from hami_web.ops.explain import explain_pod
 from hami_web.ops.inspect import SORT_KEYS, InspectError, inspect_cluster, only_namespace
 from hami_web.ops.render import (
     OUTPUTS,
@@ -29,7 +28,9 @@ from hami_web.ops.render import (
     render_explain,
     render_inspect,
 )
+from hami_web.ops.serversettings import ToolSettings, tool_settings
 from hami_web.ops.snapshot import ClusterSnapshot, read_snapshot
+from hami_web.settings import DEFAULT_SETTINGS_CONFIGMAP
 
 
 class CommandError(Exception):
@@ -65,15 +66,33 @@ def _connection_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-o", "--output", choices=OUTPUTS, default="text", help="text (default), wide, json or yaml")
 
 
+# The tools' flags for the server's settings: argparse destination → (the `Settings` field it overrides, flag).
+POLICY_FLAGS = {"selector": ("node_label_selector", "--selector"),
+                "node_scheduler_policy": ("node_scheduler_policy", "--node-scheduler-policy"),
+                "gpu_scheduler_policy": ("gpu_scheduler_policy", "--gpu-scheduler-policy"),
+                "default_mem": ("default_mem_mib", "--default-mem"),
+                "default_cores": ("default_cores", "--default-cores"),
+                "scheduler_name": ("scheduler_name", "--scheduler-name")}
+
+
 def _policy_flags(parser: argparse.ArgumentParser) -> None:
-    group = parser.add_argument_group("the server's settings (give the values hami-web serve runs with)")
-    group.add_argument("-l", "--selector", "--node-label-selector", dest="selector", default="",
+    group = parser.add_argument_group(
+        "the server's settings: read from the ConfigMap the server publishes; a flag given here overrides one")
+    group.add_argument("--settings-configmap", default=DEFAULT_SETTINGS_CONFIGMAP, metavar="NAMESPACE/NAME",
+                       help=f"where the server publishes them, or off (default {DEFAULT_SETTINGS_CONFIGMAP})")
+    group.add_argument("-l", "--selector", "--node-label-selector", dest="selector", default=None,
                        help="node label selector (the server's --node-label-selector)")
-    group.add_argument("--node-scheduler-policy", choices=NODE_POLICIES, default="binpack")
-    group.add_argument("--gpu-scheduler-policy", type=_gpu_policy, default="spread", metavar="POLICY")
-    group.add_argument("--default-mem", type=_whole, default=0, metavar="MIB")
-    group.add_argument("--default-cores", type=_whole, default=0, metavar="PERCENT")
-    group.add_argument("--scheduler-name", default="hami-scheduler", metavar="NAME")
+    group.add_argument("--node-scheduler-policy", choices=NODE_POLICIES, default=None)
+    group.add_argument("--gpu-scheduler-policy", type=_gpu_policy, default=None, metavar="POLICY")
+    group.add_argument("--default-mem", type=_whole, default=None, metavar="MIB")
+    group.add_argument("--default-cores", type=_whole, default=None, metavar="PERCENT")
+    group.add_argument("--scheduler-name", default=None, metavar="NAME")
+
+
+def _settings(kube: Kube, arguments: argparse.Namespace) -> ToolSettings:
+    location = "" if arguments.settings_configmap.strip().lower() == "off" else arguments.settings_configmap
+    overrides = {field: (flag, getattr(arguments, dest)) for dest, (field, flag) in POLICY_FLAGS.items()}
+    return tool_settings(kube, location.strip(), overrides)
 
 
 def add_commands(commands: argparse._SubParsersAction) -> None:
@@ -122,6 +141,13 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
                           help="the pod's hami.io/node-scheduler-policy (default: the server's)")
     capacity.add_argument("--gpu-policy", type=_gpu_policy, default="", metavar="POLICY",
                           help="the pod's hami.io/gpu-scheduler-policy (default: the server's)")
+    capacity.add_argument("--toleration", action="append", default=[], metavar="KEY[=VALUE][:EFFECT]",
+                          help="a toleration of the pod (repeatable; * tolerates every taint); without one, "
+                               "tainted nodes are left out as kube-scheduler leaves them out")
+    capacity.add_argument("--node-selector", action="append", default=[], metavar="KEY=VALUE",
+                          help="the pod's spec.nodeSelector (repeatable)")
+    capacity.add_argument("--cpu", default="", metavar="QUANTITY", help="the pod's cpu request, e.g. 4 or 500m")
+    capacity.add_argument("--memory", default="", metavar="QUANTITY", help="the pod's memory request, e.g. 16Gi")
     capacity.add_argument("--limit", type=_whole, default=DEFAULT_LIMIT, metavar="N",
                           help=f"stop counting at N pods (default {DEFAULT_LIMIT})")
     _connection_flags(capacity)
@@ -141,24 +167,17 @@ def _target(arguments: argparse.Namespace) -> tuple[Kube, str, str]:
     return Kube(target.configuration), target.namespace, target.source
 
 
-def _policies(arguments: argparse.Namespace) -> Policies:
-    return Policies(node_policy=arguments.node_scheduler_policy, gpu_policy=arguments.gpu_scheduler_policy,
-                    defaults=RequestDefaults(default_mem_mib=arguments.default_mem,
-                                             default_cores=arguments.default_cores),
-                    scheduler_name=arguments.scheduler_name)
-
-
 def _unreachable(error: KubeError, source: str) -> CommandError:
     if error.status:
         return CommandError(f"Error from server: {error}")
     return CommandError(f"cannot reach the Kubernetes API ({source}): {error}")
 
 
-def _read_cluster(arguments: argparse.Namespace, *, node_rules: bool = False) -> ClusterSnapshot:
+def _read_cluster(arguments: argparse.Namespace) -> ClusterSnapshot:
     """One read-only snapshot of the cluster through the command's kubeconfig; API failures as one line."""
     kube, _, source = _target(arguments)
     try:
-        return read_snapshot(kube, label_selector=arguments.selector, node_rules=node_rules)
+        return read_snapshot(kube, label_selector=arguments.selector)
     except KubeError as error:
         raise _unreachable(error, source) from None
     finally:
@@ -202,8 +221,9 @@ def run_explain(arguments: argparse.Namespace) -> int:
     try:
         pod = kube.get_pod(namespace, name)
         uid = str((pod.get("metadata") or {}).get("uid") or "")
-        snapshot = read_snapshot(kube, label_selector=arguments.selector, leave_out_pod_uid=uid,
-                                 node_rules=True)
+        settings = _settings(kube, arguments)
+        snapshot = read_snapshot(kube, label_selector=settings.node_label_selector, leave_out_pod_uid=uid,
+                                 node_rules=True, count_resource=settings.policies.defaults.resources.count)
     except NotFoundError:
         raise CommandError(f'Error from server (NotFound): pods "{name}" not found in namespace "{namespace}"') \
             from None
@@ -211,7 +231,8 @@ def run_explain(arguments: argparse.Namespace) -> int:
         raise _unreachable(error, source) from None
     finally:
         kube.close()
-    explanation = explain_pod(pod, snapshot, _policies(arguments))
+    explanation = explain_pod(pod, snapshot, settings.policies)
+    explanation.settings_source = settings.source
     if arguments.output in ("json", "yaml"):
         sys.stdout.write(dump(explain_data(explanation), arguments.output))
     else:
@@ -223,12 +244,23 @@ def run_capacity(arguments: argparse.Namespace) -> int:
     """``capacity --gpus N --gpumem MIB|--gpumem-percentage P --gpucores C …``."""
     shape = PodShape(gpus=arguments.gpus, memory_mib=arguments.gpumem, memory_percent=arguments.gpumem_percentage,
                      cores=arguments.gpucores, gpu_type=arguments.type, numa_bind=arguments.numa_bind,
-                     node_policy=arguments.node_policy, gpu_policy=arguments.gpu_policy)
-    snapshot = _read_cluster(arguments, node_rules=True)
+                     node_policy=arguments.node_policy, gpu_policy=arguments.gpu_policy,
+                     tolerations=tuple(arguments.toleration), node_selector=tuple(arguments.node_selector),
+                     cpu=arguments.cpu, memory=arguments.memory)
+    kube, _, source = _target(arguments)
     try:
-        report = plan_capacity(snapshot, shape, _policies(arguments), limit=arguments.limit)
+        settings = _settings(kube, arguments)
+        snapshot = read_snapshot(kube, label_selector=settings.node_label_selector, node_rules=True,
+                                 count_resource=settings.policies.defaults.resources.count)
+    except KubeError as error:
+        raise _unreachable(error, source) from None
+    finally:
+        kube.close()
+    try:
+        report = plan_capacity(snapshot, shape, settings.policies, limit=arguments.limit)
     except ShapeError as error:
         raise CommandError(f"error: {error}") from None
+    report.settings_source = settings.source
     if arguments.output in ("json", "yaml"):
         sys.stdout.write(dump(capacity_data(report), arguments.output))
     else:

@@ -89,6 +89,7 @@ class Explanation:
     nearest_miss_text: str = ""
     node_reasons: dict[str, str] = field(default_factory=dict)
     left_out: int = 0
+    settings_source: str = ""  # where the server-wide policies came from (the command fills it in)
     ruled_out_fit: str = ""  # a node whose GPUs would take the pod, and the node rule that keeps it out
 
 

@@ -167,6 +167,8 @@ def render_explain(explanation: Explanation, *, wide: bool = False) -> str:
              *_described("Asks", asks)]
     if explanation.constraints:
         lines += _described("Constraints", explanation.constraints)
+    if explanation.settings_source:
+        lines += _described("Settings", [explanation.settings_source])
     if explanation.verdict in (FITS, SCHEDULED) and explanation.placement:
         lines.append("")
         rows = [[container, str(gpu.index), gpu.uuid, _short_type(gpu.type), str(gpu.memory_mib), str(gpu.cores)]
@@ -222,6 +224,8 @@ def render_capacity(report: CapacityReport, *, wide: bool = False) -> str:
         runs_out = f"{report.runs_out_first} (on {report.runs_out_first_nodes} of {report.candidates} nodes)"
     lines = [*_described("Shape", [_shape_text(report)]), *_described("Fits now", [fits]),
              *_described("Runs out", [runs_out])]
+    if report.settings_source:
+        lines += _described("Settings", [report.settings_source])
     if report.left_out:
         lines += _described("Left out", [f"{group.nodes} node(s): {group.cause} (e.g. {', '.join(group.examples)})"
                                          for group in report.left_out])

@@ -7,9 +7,10 @@ because under gunicorn they must start inside the worker process (threads do not
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from flask import Flask
 
@@ -22,6 +23,7 @@ from hami_web.extender.service import Extender
 from hami_web.kube import Kube
 from hami_web.metrics import Metrics
 from hami_web.server.app import create_app
+from hami_web.server.publication import start_publishing
 from hami_web.settings import Settings
 from hami_web.state.budget import RequestBudget
 from hami_web.state.cache import ClusterCache
@@ -42,14 +44,17 @@ class Runtime:
     metrics: Metrics
     app: Flask
     decisions: DecisionLog
+    stopping: threading.Event = field(default_factory=threading.Event)
 
     def start(self) -> None:
-        """Start the event sender and the list/watch loops."""
+        """Start the event sender and the list/watch loops, and publish the settings for the tools."""
         self.events.start()
         self.sync.start()
+        start_publishing(self.kube, self.settings, stopping=self.stopping)
 
     def stop(self) -> None:
         """Stop the loops, send queued events, close the client."""
+        self.stopping.set()
         self.sync.stop()
         self.events.stop()
         self.kube.close()
