@@ -32,6 +32,8 @@ from hami_web.server.app import create_app
 from hami_web.settings import Settings
 from hami_web.state.cache import ClusterCache
 from hami_web.state.decisions import DECISION_CAPACITY, Decision, DecisionLog
+from hami_web.state.nodes import node_record
+from hami_web.state.pods import pod_record
 
 
 def _pending_pod(number: int) -> dict:
@@ -44,8 +46,9 @@ def _pending_pod(number: int) -> dict:
 def build(nodes: int, gpu_pods: int, pending: int) -> DashboardSources:
     objects = generate(nodes, gpu_pods, 0, seed=7)
     cache = ClusterCache()
-    cache.replace_nodes([o for o in objects if o["kind"] == "Node"])
-    cache.replace_pods([o for o in objects if o["kind"] == "Pod"], listed_at=time.time())
+    cache.replace_nodes([node_record(o, count_resource=cache.count_resource) for o in objects if o["kind"] == "Node"])
+    cache.replace_pods([pod_record(o, count_resource=cache.count_resource) for o in objects if o["kind"] == "Pod"],
+                       listed_at=time.time())
     cache.mark_synced()
     decisions = DecisionLog()
     now = time.time()

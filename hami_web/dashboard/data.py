@@ -17,6 +17,7 @@ from hami_web.core.options import NODE_POLICIES, OptionsError, parse_gpu_policy
 from hami_web.core.reasons import group_reasons
 from hami_web.core.requests import RequestDefaults
 from hami_web.dashboard import charts
+from hami_web.dashboard.auth import AnswerCache
 from hami_web.kube import Kube
 from hami_web.ops.capacity import PodShape, ShapeError, plan_capacity
 from hami_web.ops.explain import Policies, explain_pod
@@ -49,6 +50,7 @@ class DashboardSources:
     cache: ClusterCache
     decisions: DecisionLog
     kube: Kube | None = None  # checks bearer tokens when the dashboard is exposed (``--ui-expose``)
+    answers: AnswerCache = dataclasses.field(default_factory=AnswerCache)  # the token checks' recent answers
 
     def policies(self) -> Policies:
         """The server's own defaults, as the filter applies them."""
