@@ -461,6 +461,11 @@ def group_rule_reasons(left_out: Mapping[str, Sequence[str]], *, examples: int =
                  for reason in order)
 
 
+def is_rule_reason(cause: str) -> bool:
+    """Whether a grouped cause is one of kube-scheduler's node-rule reasons (not a GPU reason of ours)."""
+    return cause.startswith(("node(s) ", "Insufficient ")) or cause == TOO_MANY_PODS
+
+
 def merge_groups(*groups: Iterable[ReasonGroup]) -> list[ReasonGroup]:
     """Node-rule and GPU reason groups in one table: most nodes first, then most GPUs, then by cause."""
     merged = [group for part in groups for group in part]

@@ -58,9 +58,8 @@ class ClusterSnapshot:
 
     def node_traits(self) -> dict[str, NodeTraits]:
         """What the node rules read on each listed node; a node read without them shows only its cordon."""
-        if len(self.traits) == len(self.nodes):
-            return self.traits
-        return {name: self.traits.get(name) or NodeTraits(name=name, unschedulable=facts.cordoned)
+        traits = self.traits
+        return {name: traits.get(name) or NodeTraits(name=name, unschedulable=facts.cordoned)
                 for name, facts in self.nodes.items()}
 
     def screen(self, needs: PodNeeds, *, extra: dict[str, dict[str, int]] | None = None) -> Screening:

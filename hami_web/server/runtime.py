@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from flask import Flask
 
 from hami_web.dashboard.data import DashboardSources
+from hami_web.dashboard.nodetraits import NodeTraitsWatch
 from hami_web.extender.binding import Binder
 from hami_web.extender.events import EventRecorder
 from hami_web.extender.filtering import Filter
@@ -73,6 +74,7 @@ def build_runtime(settings: Settings, *, kube: Kube | None = None, clock: Callab
     metrics = Metrics(cache, sync)
     events = EventRecorder(kube)
     decisions = DecisionLog(clock=clock)
+    cache.on_pods_settled(decisions.forget_refusals)
     node_lock = NodeLock(kube, timeout_seconds=settings.node_lock_timeout_seconds, clock=clock)
     extender = Extender(
         filterer=Filter(settings=settings, cache=cache, events=events, metrics=metrics),
@@ -83,8 +85,10 @@ def build_runtime(settings: Settings, *, kube: Kube | None = None, clock: Callab
                       count_resource=settings.resources.count),
         events=events, cache=cache, decisions=decisions,
     )
-    dashboard = DashboardSources(settings=settings, cache=cache, decisions=decisions, kube=kube) \
-        if settings.ui_bind else None
+    stopping = threading.Event()
+    dashboard = DashboardSources(settings=settings, cache=cache, decisions=decisions, kube=kube,
+                                 node_traits=NodeTraitsWatch(kube, label_selector=settings.node_label_selector,
+                                                             stopping=stopping)) if settings.ui_bind else None
     app = create_app(settings, readiness=sync, extender=extender, metrics=metrics, dashboard=dashboard)
     return Runtime(settings=settings, kube=kube, cache=cache, sync=sync, events=events, extender=extender,
-                   metrics=metrics, app=app, decisions=decisions)
+                   metrics=metrics, app=app, decisions=decisions, stopping=stopping)

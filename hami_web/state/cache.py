@@ -127,6 +127,9 @@ class ClusterCache:
         self._placed: dict[str, PodUsage] = {}
         self.stats = CacheStats()
         self.lock_holds: dict[str, LockHolds] = {}
+        # Told the UIDs of pods that no longer wait for a node (deleted, finished or bound), outside the lock:
+        # the dashboard's pending page drops them within a watch event instead of after its 15 minutes.
+        self._settled_listeners: list[Callable[[Sequence[str]], None]] = []
 
     @contextlib.contextmanager
     def _locked(self, work: str) -> Iterator[None]:
@@ -296,6 +299,14 @@ class ClusterCache:
             with self._locked("pods"):
                 for uid in gone:
                     self._placed.pop(uid, None)
+        settled = [record.uid for kind, record in events if kind == "DELETED" or record.finished or record.bound]
+        if settled:
+            for listener in self._settled_listeners:
+                listener(settled)
+
+    def on_pods_settled(self, listener: Callable[[Sequence[str]], None]) -> None:
+        """Call ``listener`` with the UIDs of pods a watch showed deleted, finished or bound (not under the lock)."""
+        self._settled_listeners.append(listener)
 
     def observe_pod(self, event_type: str, pod: Mapping[str, Any]) -> None:
         """Apply one watch event for a pod object (reads it first; see `apply_pod_events`)."""
