@@ -220,7 +220,9 @@ def pending(sources: DashboardSources, args: Mapping[str, str]) -> dict[str, Any
     policies = sources.policies()
     pods = []
     for refusal in refusals[(page - 1) * PENDING_PER_PAGE: page * PENDING_PER_PAGE]:
-        explanation = explain_data(explain_pod(refusal.pod_object, snapshot, policies))
+        explained = explain_pod(refusal.pod_object, snapshot, policies)
+        explained.node_reasons = {}  # one per node: the page shows the groups (and asdict would copy them all)
+        explanation = explain_data(explained)
         explanation.pop("node_reasons")
         explanation["node_rules"] = [group for group in explanation["groups"] if is_rule_reason(group["cause"])]
         pods.append({

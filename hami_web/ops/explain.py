@@ -17,7 +17,7 @@ from hami_web.core import names
 from hami_web.core.choose import Placement, choose_node
 from hami_web.core.devices import AnnotationError
 from hami_web.core.grants import PodGrants, decode_pod_devices
-from hami_web.core.misses import NearMiss, nearest_miss
+from hami_web.core.misses import NearMiss
 from hami_web.core.noderules import (
     RuleInputError,
     Screening,
@@ -195,8 +195,7 @@ def explain_pod(pod: Mapping[str, Any], snapshot: ClusterSnapshot, policies: Pol
     rule_reasons = {name: ", ".join(reasons) for name, reasons in screening.left_out.items()}
     explanation.node_reasons = dict(sorted({**result.reasons, **rule_reasons}.items()))
     explanation.groups = merge_groups(group_rule_reasons(screening.left_out), group_reasons(result.reasons))
-    fitting_views = (snapshot.views[name] for name in candidates if name in snapshot.views)
-    explanation.nearest_miss = nearest_miss(request, fitting_views, options)
+    explanation.nearest_miss = snapshot.nearest_miss(request, options, needs)
     explanation.nearest_miss_text = explanation.nearest_miss.describe() if explanation.nearest_miss else ""
     explanation.ruled_out_fit = _ruled_out_fit(request, options, snapshot, screening)
     total = len(candidates) + len(screening.left_out)

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from hami_web.core.devices import AnnotationError
+from hami_web.core.misses import NearMiss, nearest_miss
 from hami_web.core.noderules import (
     NodeTraits,
     PodNeeds,
@@ -26,6 +27,8 @@ from hami_web.core.noderules import (
     read_node_traits,
     screen_nodes,
 )
+from hami_web.core.options import PodOptions
+from hami_web.core.requests import PodRequest
 from hami_web.core.usage import NodeView, build_node_view, sum_bookings
 from hami_web.kube import Kube
 from hami_web.state.nodes import node_record, node_state
@@ -55,6 +58,10 @@ class ClusterSnapshot:
     broken_pods: dict[str, str] = field(default_factory=dict)
     traits: dict[str, NodeTraits] = field(default_factory=dict)
     requested: dict[str, dict[str, int]] = field(default_factory=dict)
+    # Screenings already made on this snapshot, by the pod's needs: the pods of one page mostly ask alike.
+    _screenings: dict[str, Screening] = field(default_factory=dict, repr=False, compare=False)
+    _misses: dict[tuple[PodRequest, PodOptions, str], NearMiss | None] = field(default_factory=dict, repr=False,
+                                                                                compare=False)
 
     def node_traits(self) -> dict[str, NodeTraits]:
         """What the node rules read on each listed node; a node read without them shows only its cordon."""
@@ -62,9 +69,25 @@ class ClusterSnapshot:
         return {name: traits.get(name) or NodeTraits(name=name, unschedulable=facts.cordoned)
                 for name, facts in self.nodes.items()}
 
+    def nearest_miss(self, request: PodRequest, options: PodOptions, needs: PodNeeds) -> NearMiss | None:
+        """`core.misses.nearest_miss` among the nodes offered for ``needs``, remembered for this snapshot (the
+        dashboard explains many pods of the same shape on one snapshot)."""
+        key = (request, options, repr(needs))
+        if key not in self._misses:
+            offered = self.screen(needs).offered
+            self._misses[key] = nearest_miss(request, (self.views[n] for n in offered if n in self.views), options)
+        return self._misses[key]
+
     def screen(self, needs: PodNeeds, *, extra: dict[str, dict[str, int]] | None = None) -> Screening:
         """The nodes kube-scheduler would offer our filter for a pod with ``needs``, and why it leaves out
         the others; ``extra`` adds requests (of pods planned on top) to what each node's bound pods use."""
+        if not extra:
+            key = repr(needs)
+            known = self._screenings.get(key)
+            if known is None:
+                known = self._screenings[key] = screen_nodes(needs, sorted(self.nodes), self.node_traits(),
+                                                             self.requested)
+            return known
         used = self.requested
         if extra:
             used = {**used, **{name: add_requests(used.get(name, {}), more) for name, more in extra.items()}}
