@@ -4,17 +4,20 @@ Covers: GPU nodes tainted ``nvidia.com/gpu=present:NoSchedule`` keep a pod witho
 the same per-reason node counts in kube-scheduler's ``FailedScheduling`` event as in ``explain``, while a pod
 that tolerates the taint is bound where ``explain`` said; a node selector (and required node affinity) to a
 pool with no node; a cordoned node. The counts cover every node of the session's cluster, so kube-scheduler's
-wording of each reason is checked too.
+wording of each reason is checked too. ``kubectl hami explain`` with only ``--kubeconfig`` uses the settings
+hami-web published under its own ServiceAccount's RBAC.
 """
 
 from __future__ import annotations
 
+import json
 import re
 from typing import Any
 
 import pytest
 
 from hami_web.kube import Kube
+from hami_web.ops.command import kubectl_main
 from hami_web.ops.explain import FITS, UNSCHEDULABLE, Explanation, Policies, explain_pod
 from hami_web.ops.snapshot import read_snapshot
 
@@ -82,13 +85,22 @@ def tainted_pool(control_plane: ControlPlane, namespace: str) -> dict[str, str]:
 
 
 def test_a_pod_without_toleration_stays_off_tainted_gpu_nodes_as_explain_says(
-        control_plane: ControlPlane, namespace: str, tainted_pool: dict[str, str]) -> None:
+        control_plane: ControlPlane, namespace: str, tainted_pool: dict[str, str],
+        capsys: pytest.CaptureFixture[str]) -> None:
     manifest = pod_manifest("untolerated", [gpu_container("cuda", {"nvidia.com/gpu": "1"})],
                             node_selector=tainted_pool)
     control_plane.core.create_namespaced_pod(namespace, manifest)
 
     reasons = assert_pending_for_the_same_reasons(control_plane, namespace, "untolerated")
     assert reasons["node(s) had untolerated taint {nvidia.com/gpu: present}"] == 2
+
+    # kubectl hami explain with no flag but --kubeconfig: hami-web published its settings under its own RBAC.
+    capsys.readouterr()
+    assert kubectl_main(["explain", f"{namespace}/untolerated", "--kubeconfig", str(control_plane.admin_kubeconfig),
+                         "-o", "json"]) == 0
+    explained = json.loads(capsys.readouterr().out)
+    assert explained["settings_source"] == "ConfigMap hami-system/hami-web-settings (published by the server)"
+    assert explained["verdict"] == UNSCHEDULABLE
 
 
 def test_a_pod_that_tolerates_the_taint_is_bound_where_explain_said(
