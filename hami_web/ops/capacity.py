@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from hami_web.core import names
-from hami_web.core.choose import Placement, choose_node, rank_nodes
+from hami_web.core.choose import INVALID_REGISTER, Placement, choose_node, rank_nodes
 from hami_web.core.fit import PodFit, fit_pod, may_fit
 from hami_web.core.misses import CAPACITY_REASONS
 from hami_web.core.noderules import (
@@ -38,7 +38,7 @@ from hami_web.core.noderules import (
     room_for,
 )
 from hami_web.core.options import OptionsError, pod_options
-from hami_web.core.reasons import ReasonGroup, group_reasons
+from hami_web.core.reasons import NODE_UNREGISTERED_CAUSE, ReasonGroup, group_reasons
 from hami_web.core.requests import RequestError, pod_request
 from hami_web.core.usage import pod_booking, with_booking
 from hami_web.ops.explain import Policies
@@ -48,6 +48,8 @@ DEFAULT_LIMIT = 10_000
 EFFECTS = ("NoSchedule", "NoExecute", "PreferNoSchedule")
 # What runs out when a node's cpu, memory or pod count stops the filling, besides the GPU capacities.
 NODE_CAPACITY_REASONS = frozenset({TOO_MANY_PODS, f"Insufficient {CPU}", f"Insufficient {MEMORY}"})
+# Nodes that never had room for a GPU pod: nothing "ran out" there.
+NOT_GPU_NODES = frozenset({NODE_UNREGISTERED_CAUSE, INVALID_REGISTER})
 
 
 class ShapeError(ValueError):
@@ -151,7 +153,8 @@ class CapacityReport:
         capacity cause is left. Empty when the count was cut by the limit.
         """
         exhausted = [group for group in self.exhausted
-                     if group.cause in CAPACITY_REASONS or group.cause in NODE_CAPACITY_REASONS] or self.exhausted
+                     if group.cause in CAPACITY_REASONS or group.cause in NODE_CAPACITY_REASONS] or [
+            group for group in self.exhausted if group.cause not in NOT_GPU_NODES]
         return exhausted[0].cause if exhausted else ""
 
     @property
