@@ -317,7 +317,7 @@ _OPTIONS: tuple[_Option, ...] = (
             "full list of nodes and pods this often besides the watches, e.g. 30m, or off (off)"),
     _Option("--privileged-policy", "privileged_policy", _choice(PRIVILEGED_POLICIES),
             "deny GPU pods with privileged containers, or skip them as HAMi v2.4 did (deny)"),
-    _Option("--kubeconfig", "kubeconfig", _text, "kubeconfig path (in-cluster config, else ~/.kube/config)"),
+    _Option("--kubeconfig", "kubeconfig", _text, "kubeconfig path (default: $KUBECONFIG, else in-cluster config, else ~/.kube/config)"),
     _Option("--insecure-http", "insecure_http", _parse_bool,
             "serve plain HTTP instead of TLS (local use only)", is_switch=True),
     _Option("--threads", "threads", _positive_int,
