@@ -145,3 +145,17 @@ def test_a_pod_whose_only_node_is_cordoned_stays_pending_as_explain_says(
 
     reasons = assert_pending_for_the_same_reasons(control_plane, namespace, "on-cordoned")
     assert reasons["node(s) were unschedulable"] == 1
+
+
+def test_a_pod_asking_more_cpu_than_its_pool_has_stays_pending_as_explain_says(
+        control_plane: ControlPlane, namespace: str) -> None:
+    label = {"e2e.hami.io/pool": namespace}
+    name = f"{namespace}-small-cpu"  # 64 cpu allocatable, as every node of this tier
+    control_plane.create_gpu_node(name, devices(name, 1, memory_mib=46068, type=A40), labels=label)
+    container = gpu_container("cuda", {"nvidia.com/gpu": "1"})
+    container["resources"]["requests"] = {"cpu": "65"}
+    manifest = pod_manifest("cpu-hungry", [container], node_selector=label)
+    control_plane.core.create_namespaced_pod(namespace, manifest)
+
+    reasons = assert_pending_for_the_same_reasons(control_plane, namespace, "cpu-hungry")
+    assert reasons["Insufficient cpu"] == 1
