@@ -16,7 +16,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
@@ -29,6 +29,7 @@ import urllib3
 import yaml
 from kubernetes.client.exceptions import ApiException
 from kubernetes.config.config_exception import ConfigException
+from kubernetes.config.kube_config import KUBE_CONFIG_DEFAULT_LOCATION
 
 log = logging.getLogger(__name__)
 
@@ -39,6 +40,7 @@ JSON_PATCH = "application/json-patch+json"
 
 # Seconds: a request to the API server that takes longer than this is a failure, not a hang.
 REQUEST_TIMEOUT_SECONDS = 10.0
+IN_CLUSTER_NAMESPACE_FILE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
 # Objects per page of a paginated list (what kubectl uses).
 LIST_PAGE_SIZE = 500
 # Threads that carry API calls made under a deadline (see `deadline`); more calls than this wait their turn.
@@ -208,30 +210,114 @@ def _joined(pages: Iterator[ListPage]) -> tuple[list[JsonObject], str]:
     return items, version
 
 
-def load_client_configuration(kubeconfig: str = "") -> kubernetes.client.Configuration:
-    """Resolve how to reach the API: ``--kubeconfig``, else in-cluster, else ``~/.kube/config``."""
-    configuration = kubernetes.client.Configuration()
+@dataclass(frozen=True, slots=True)
+class ClientTarget:
+    """Where a client connects and how it got there: the configuration, the context's default namespace
+    (``""`` when it sets none) and a few words on the source, for messages."""
+
+    configuration: kubernetes.client.Configuration
+    namespace: str
+    source: str
+
+
+def kubeconfig_paths(kubeconfig: str = "", environ: Mapping[str, str] | None = None) -> list[str]:
+    """The kubeconfig files kubectl would read: ``--kubeconfig``, else every existing file of ``KUBECONFIG``
+    (a list separated by the OS's path separator), else ``~/.kube/config`` if it exists."""
+    environ = os.environ if environ is None else environ
     if kubeconfig:
-        _load_kubeconfig(kubeconfig, configuration)
-        return configuration
+        return [kubeconfig]
+    listed = [os.path.expanduser(p) for p in environ.get("KUBECONFIG", "").split(os.pathsep) if p]
+    if listed:
+        existing = [path for path in listed if os.path.exists(path)]
+        if not existing:
+            raise KubeError(f"KUBECONFIG={environ['KUBECONFIG']}: none of these files exists")
+        return existing
+    default_path = os.path.expanduser(KUBE_CONFIG_DEFAULT_LOCATION)
+    return [default_path] if os.path.exists(default_path) else []
+
+
+def _read_kubeconfig_file(path: str) -> dict[str, Any]:
+    try:
+        with open(path, encoding="utf-8") as stream:
+            content = yaml.safe_load(stream)
+    except (OSError, yaml.YAMLError) as error:
+        raise KubeError(f"cannot use kubeconfig {path}: {error}".replace("\n", " ")) from None
+    if not isinstance(content, dict):
+        raise KubeError(f"cannot use kubeconfig {path}: not a kubeconfig (no map at the top)")
+    return content
+
+
+def _merged_view(paths: Sequence[str]) -> tuple[str, dict[str, dict[str, Any]]]:
+    """kubectl's merge of several files: the first file that sets ``current-context`` wins, and so does the
+    first file that defines a context of a given name (the official client's merger lets the last file's
+    ``current-context`` win, so it is decided here)."""
+    current = ""
+    contexts: dict[str, dict[str, Any]] = {}
+    for path in paths:
+        content = _read_kubeconfig_file(path)
+        current = current or str(content.get("current-context") or "")
+        for entry in content.get("contexts") or []:
+            if isinstance(entry, dict) and isinstance(entry.get("name"), str):
+                contexts.setdefault(entry["name"], {**(entry.get("context") or {}), "file": path})
+    return current, contexts
+
+
+def resolve_client(kubeconfig: str = "", *, context: str = "",
+                   environ: Mapping[str, str] | None = None) -> ClientTarget:
+    """How to reach the API as kubectl resolves it, for the operator tools and the server alike.
+
+    ``--kubeconfig``, else ``KUBECONFIG`` (several files merged as kubectl merges them), else in-cluster,
+    else ``~/.kube/config``; ``context`` picks a context instead of ``current-context``. Token, client
+    certificate and exec credentials go through the official client's loader. Errors name the file or the
+    context that failed.
+    """
+    configuration = kubernetes.client.Configuration()
+    environ = os.environ if environ is None else environ
+    explicit = bool(kubeconfig or environ.get("KUBECONFIG"))
+    paths = kubeconfig_paths(kubeconfig, environ)
+    if not explicit and not context and _in_cluster(configuration):
+        return ClientTarget(configuration, namespace=_in_cluster_namespace(), source="in-cluster")
+    if not paths:
+        raise KubeError("no Kubernetes API configured: not in a cluster, no --kubeconfig, no KUBECONFIG, "
+                        "no ~/.kube/config")
+    files = ":".join(paths)
+    current, contexts = _merged_view(paths)
+    chosen = context or current
+    if not chosen:
+        raise KubeError(f"kubeconfig {files}: no current-context set; give --context "
+                        f"({', '.join(sorted(contexts)) or 'no contexts defined'})")
+    if chosen not in contexts:
+        raise KubeError(f"kubeconfig {files}: context {chosen!r} not found "
+                        f"(contexts: {', '.join(sorted(contexts)) or 'none'})")
+    try:
+        kubernetes.config.load_kube_config(config_file=os.pathsep.join(paths), context=chosen,
+                                           client_configuration=configuration, persist_config=False)
+    except (ConfigException, OSError, yaml.YAMLError, ValueError) as error:
+        raise KubeError(f"cannot use context {chosen!r} of kubeconfig {contexts[chosen]['file']}: {error}"
+                        .replace("\n", " ")) from None
+    return ClientTarget(configuration, namespace=str(contexts[chosen].get("namespace") or ""),
+                        source=f"context {chosen} of {contexts[chosen]['file']}")
+
+
+def _in_cluster(configuration: kubernetes.client.Configuration) -> bool:
     try:
         kubernetes.config.load_incluster_config(client_configuration=configuration)
-        return configuration
     except ConfigException:
-        pass
-    default_path = os.path.expanduser("~/.kube/config")
-    if not os.path.exists(default_path):
-        raise KubeError("no Kubernetes API configured: not in a cluster, no --kubeconfig, no ~/.kube/config")
-    _load_kubeconfig(default_path, configuration)
-    return configuration
+        return False
+    return True
 
 
-def _load_kubeconfig(path: str, configuration: kubernetes.client.Configuration) -> None:
-    """Load a kubeconfig file; a missing or malformed one is a `KubeError` naming the file, on one line."""
+def _in_cluster_namespace() -> str:
     try:
-        kubernetes.config.load_kube_config(config_file=path, client_configuration=configuration)
-    except (ConfigException, OSError, yaml.YAMLError) as error:
-        raise KubeError(f"cannot use kubeconfig {path}: {error}".replace("\n", " ")) from None
+        with open(IN_CLUSTER_NAMESPACE_FILE, encoding="utf-8") as stream:
+            return stream.read().strip()
+    except OSError:
+        return ""
+
+
+def load_client_configuration(kubeconfig: str = "", *, context: str = "") -> kubernetes.client.Configuration:
+    """The configuration of `resolve_client` (the server needs nothing else)."""
+    return resolve_client(kubeconfig, context=context).configuration
 
 
 class Kube:
@@ -276,9 +362,9 @@ class Kube:
         return cls(configuration, **options)
 
     @classmethod
-    def from_kubeconfig(cls, kubeconfig: str = "", **options: Any) -> Kube:
-        """Client configured as `load_client_configuration` resolves it."""
-        return cls(load_client_configuration(kubeconfig), **options)
+    def from_kubeconfig(cls, kubeconfig: str = "", *, context: str = "", **options: Any) -> Kube:
+        """Client configured as `resolve_client` resolves it."""
+        return cls(load_client_configuration(kubeconfig, context=context), **options)
 
     def close(self) -> None:
         """Release the client's connection pool (and the helper threads of calls under a deadline)."""
@@ -536,6 +622,23 @@ class Kube:
         """JSON merge patch an Event (a repeat of it: count, lastTimestamp, message); `NotFoundError` if gone."""
         self._call(f"patch event {namespace}/{name}", self._core.patch_namespaced_event, name, namespace, patch,
                    _content_type=MERGE_PATCH)
+
+    # -- the published settings ConfigMap -------------------------------------------------------------
+
+    def get_config_map(self, namespace: str, name: str) -> JsonObject:
+        """One ConfigMap; `NotFoundError` when it does not exist."""
+        return self._call(f"get configmap {namespace}/{name}", self._core.read_namespaced_config_map, name,
+                          namespace)
+
+    def create_config_map(self, namespace: str, config_map: JsonObject) -> JsonObject:
+        """Create a ConfigMap; `ConflictError` when it already exists."""
+        return self._call(f"create configmap in {namespace}", self._core.create_namespaced_config_map, namespace,
+                          config_map)
+
+    def replace_config_map(self, namespace: str, name: str, config_map: JsonObject) -> JsonObject:
+        """Replace a ConfigMap (its ``metadata.resourceVersion`` makes it a compare-and-swap)."""
+        return self._call(f"replace configmap {namespace}/{name}", self._core.replace_namespaced_config_map,
+                          name, namespace, config_map)
 
     # -- secrets and webhook configuration (certificate bootstrap) -----------------------------------
 

@@ -18,6 +18,8 @@ from typing import Any
 from hami_web.core.options import parse_gpu_policy
 
 NODE_POLICIES = ("binpack", "spread")
+# Where the server publishes its scheduling settings for the operator tools (NAMESPACE/NAME).
+DEFAULT_SETTINGS_CONFIGMAP = "hami-system/hami-web-settings"
 PRIVILEGED_POLICIES = ("deny", "skip")
 LOG_FORMATS = ("text", "json")
 # The longest deadline of one /filter or /bind (see `_bind_deadline`).
@@ -80,6 +82,7 @@ class Settings:
     log_format: str = "text"
     extender_deadline_seconds: float = 15.0
     busy_nodes_last: bool = True
+    settings_configmap: str = DEFAULT_SETTINGS_CONFIGMAP
 
     @property
     def bind_host_port(self) -> tuple[str, int]:
@@ -215,6 +218,16 @@ def _choice(options: Sequence[str]) -> Callable[[str], str]:
     return parse
 
 
+def _configmap_or_off(text: str) -> str:
+    text = text.strip()
+    if text.lower() in ("off", ""):
+        return ""
+    namespace, slash, name = text.partition("/")
+    if not slash or not namespace or not name or "/" in name:
+        raise ValueError(f"{text!r} is not NAMESPACE/NAME or off")
+    return text
+
+
 def _gpu_policy(text: str) -> str:
     # The same parser as the pod annotation, so a chain such as binpack,numa is a valid default too.
     return parse_gpu_policy(text, source="policy")
@@ -305,7 +318,8 @@ _OPTIONS: tuple[_Option, ...] = (
             "full list of nodes and pods this often besides the watches, e.g. 30m, or off (off)"),
     _Option("--privileged-policy", "privileged_policy", _choice(PRIVILEGED_POLICIES),
             "deny GPU pods with privileged containers, or skip them as HAMi v2.4 did (deny)"),
-    _Option("--kubeconfig", "kubeconfig", _text, "kubeconfig path (in-cluster config, else ~/.kube/config)"),
+    _Option("--kubeconfig", "kubeconfig", _text,
+            "kubeconfig path (default: $KUBECONFIG, else in-cluster config, else ~/.kube/config)"),
     _Option("--insecure-http", "insecure_http", _parse_bool,
             "serve plain HTTP instead of TLS (local use only)", is_switch=True),
     _Option("--threads", "threads", _positive_int,
@@ -328,7 +342,16 @@ _OPTIONS: tuple[_Option, ...] = (
     _Option("--busy-nodes-last", "busy_nodes_last", _parse_bool,
             "a filter tries nodes whose HAMi node lock a live bind holds, or that have a placement not yet bound, "
             "after the free ones (never excluding them); false = strict HAMi node order (true)", is_switch=True),
+    _Option("--settings-configmap", "settings_configmap", _configmap_or_off,
+            "ConfigMap NAMESPACE/NAME where the scheduling settings are published at start-up for kubectl hami, "
+            f"or off ({DEFAULT_SETTINGS_CONFIGMAP})"),
 )
+
+# The settings that change a scheduling decision or what the webhook routes: published at start-up so the
+# operator tools decide as this server does without being told its flags.
+PUBLISHED_FLAGS = ("--scheduler-name", "--node-scheduler-policy", "--gpu-scheduler-policy", "--default-mem",
+                   "--default-cores", "--default-gpu", "--node-label-selector", "--resource-name", "--resource-mem",
+                   "--resource-mem-percentage", "--resource-cores", "--resource-priority")
 
 # HAMi scheduler flags an operator may carry over, for features hami-web does not have: refused with a reason,
 # so a copied command line fails loudly instead of with argparse's bare "unrecognized arguments".
@@ -432,3 +455,26 @@ def _check_consistency(settings: Settings) -> None:
     if not settings.scheduler_name:
         raise SettingsError("invalid value for --scheduler-name: must not be empty")
 
+
+
+def published_settings(settings: Settings) -> dict[str, str]:
+    """The `PUBLISHED_FLAGS` of ``settings`` as a ConfigMap's data: flag name without ``--`` → value text."""
+    data = {}
+    for option in _OPTIONS:
+        if option.flag in PUBLISHED_FLAGS:
+            holder: Any = settings.resources if option.target.startswith("resources.") else settings
+            data[option.flag.removeprefix("--")] = str(getattr(holder, option.target.rsplit(".", 1)[-1]))
+    return data
+
+
+def settings_from_published(data: Mapping[str, str], *, where: str) -> Settings:
+    """`Settings` from a published ConfigMap's data, each value checked by its flag's own parser.
+
+    Keys that are not published flags are ignored (a newer server may publish more); a bad value is a
+    `SettingsError` naming ``where`` and the key.
+    """
+    environ = {_env_name(f"--{key}"): str(value) for key, value in data.items() if f"--{key}" in PUBLISHED_FLAGS}
+    try:
+        return build_settings(None, environ=environ)
+    except SettingsError as error:
+        raise SettingsError(f"{where}: {error}") from None

@@ -335,6 +335,15 @@ def test_server_role_is_least_privilege() -> None:
                      ("", "events"): {"create", "patch"}}
 
 
+def test_the_server_may_write_only_the_settings_configmap_it_publishes() -> None:
+    namespace, name = _flag(SERVER["args"], "--settings-configmap").split("/")
+    role = _one("Role", "hami-web-settings")
+    assert role["metadata"]["namespace"] == namespace == NAMESPACE
+    rules = [(rule["resources"], set(rule["verbs"]), rule.get("resourceNames")) for rule in role["rules"]]
+    # create cannot be limited by name; reading and updating are limited to the one ConfigMap.
+    assert rules == [(["configmaps"], {"create"}, None), (["configmaps"], {"get", "update"}, [name])]
+
+
 def _roles_bound_to(account: str) -> set[str]:
     return {binding["roleRef"]["name"] for _, binding in DOCUMENTS
             if binding["kind"] in ("ClusterRoleBinding", "RoleBinding")
@@ -343,7 +352,7 @@ def _roles_bound_to(account: str) -> set[str]:
 
 def test_the_server_and_kube_scheduler_have_separate_service_accounts() -> None:
     assert POD["serviceAccountName"] == "hami-web"
-    assert _roles_bound_to("hami-web") == {"hami-web"}
+    assert _roles_bound_to("hami-web") == {"hami-web", "hami-web-settings"}
     assert _roles_bound_to("hami-scheduler") == {"system:kube-scheduler", "system:volume-scheduler",
                                                  "hami-web-leader-election",
                                                  "extension-apiserver-authentication-reader"}

@@ -13,15 +13,18 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from hami_web.core.noderules import is_rule_reason
 from hami_web.core.options import NODE_POLICIES, OptionsError, parse_gpu_policy
 from hami_web.core.reasons import group_reasons
-from hami_web.core.requests import RequestDefaults
 from hami_web.dashboard import charts
+from hami_web.dashboard.auth import AnswerCache
+from hami_web.dashboard.nodetraits import NodeTraitsWatch
 from hami_web.kube import Kube
 from hami_web.ops.capacity import PodShape, ShapeError, plan_capacity
 from hami_web.ops.explain import Policies, explain_pod
 from hami_web.ops.inspect import GpuReport, inspect_cluster
 from hami_web.ops.render import explain_data
+from hami_web.ops.serversettings import policies_of
 from hami_web.ops.snapshot import ClusterSnapshot, NodeFacts
 from hami_web.settings import Settings
 from hami_web.state.cache import ClusterCache
@@ -49,25 +52,37 @@ class DashboardSources:
     cache: ClusterCache
     decisions: DecisionLog
     kube: Kube | None = None  # checks bearer tokens when the dashboard is exposed (``--ui-expose``)
+    answers: AnswerCache = dataclasses.field(default_factory=AnswerCache)  # the token checks' recent answers
+    node_traits: NodeTraitsWatch | None = None  # cordon, taints, labels of each node (kube-scheduler's rules)
 
     def policies(self) -> Policies:
         """The server's own defaults, as the filter applies them."""
-        settings = self.settings
-        return Policies(node_policy=settings.node_scheduler_policy, gpu_policy=settings.gpu_scheduler_policy,
-                        defaults=RequestDefaults(resources=settings.resources, default_mem_mib=settings.default_mem_mib,
-                                                 default_cores=settings.default_cores))
+        return policies_of(self.settings)
 
     def snapshot(self) -> ClusterSnapshot:
-        """The cache's views, broken nodes and usages, read together, in the operator tools' form.
+        """The cache's views, broken nodes and usages, read together, in the operator tools' form, with each
+        node's cordon, taints and labels from `NodeTraitsWatch` (kube-scheduler's node rules then apply).
 
-        The cache does not keep which nodes are cordoned (kube-scheduler leaves them out of the candidates
-        it sends), so every GPU node counts as schedulable here.
+        Until the first list of node traits has arrived, or without the watch, no node rule is known and
+        every GPU node counts as schedulable (`node_rules_known` says which).
         """
         views, broken, usages = self.cache.read_consistent()
-        nodes = {name: NodeFacts(name=name, gpu_node=True, cordoned=False) for name in views}
-        nodes.update({name: NodeFacts(name=name, gpu_node=True, cordoned=False, error=error)
-                      for name, error in broken.items()})
-        return ClusterSnapshot(nodes=nodes, views=views, broken_nodes=broken, usages=usages)
+        traits = (self.node_traits.traits() if self.node_traits else None) or {}
+        nodes = {}
+        for name in (*views, *broken):
+            node = traits.get(name)
+            nodes[name] = NodeFacts(name=name, gpu_node=True, cordoned=bool(node and node.unschedulable),
+                                    error=broken.get(name, ""))
+        return ClusterSnapshot(nodes=nodes, views=views, broken_nodes=broken, usages=usages, traits=traits)
+
+    def node_rules_note(self) -> str:
+        """Empty when kube-scheduler's node rules are applied; else what the pages cannot tell yet."""
+        if self.node_traits is None:
+            return "node rules (cordon, taints, selectors) are not read: every GPU node counts as schedulable"
+        if self.node_traits.traits(wait_seconds=0) is None:
+            error = f" ({self.node_traits.error})" if self.node_traits.error else ""
+            return f"nodes' cordon, taints and labels not read yet{error}: every GPU node counts as schedulable"
+        return ""
 
 
 # -- parameters -------------------------------------------------------------------------------------------
@@ -205,8 +220,11 @@ def pending(sources: DashboardSources, args: Mapping[str, str]) -> dict[str, Any
     policies = sources.policies()
     pods = []
     for refusal in refusals[(page - 1) * PENDING_PER_PAGE: page * PENDING_PER_PAGE]:
-        explanation = explain_data(explain_pod(refusal.pod_object, snapshot, policies))
+        explained = explain_pod(refusal.pod_object, snapshot, policies)
+        explained.node_reasons = {}  # one per node: the page shows the groups (and asdict would copy them all)
+        explanation = explain_data(explained)
         explanation.pop("node_reasons")
+        explanation["node_rules"] = [group for group in explanation["groups"] if is_rule_reason(group["cause"])]
         pods.append({
             "pod": refusal.pod, "uid": refusal.uid, "age_seconds": round(now - refusal.first_at, 1),
             "last_filter_seconds_ago": round(now - refusal.last_at, 1), "attempts": refusal.attempts,
@@ -214,7 +232,7 @@ def pending(sources: DashboardSources, args: Mapping[str, str]) -> dict[str, Any
                             "groups": [dataclasses.asdict(g) for g in group_reasons(refusal.reasons)]},
             "now": explanation,
         })
-    return {"paging": paging, "pods": pods}
+    return {"paging": paging, "pods": pods, "node_rules_note": sources.node_rules_note()}
 
 
 # -- decisions --------------------------------------------------------------------------------------------
@@ -248,6 +266,11 @@ def decisions(sources: DashboardSources, args: Mapping[str, str]) -> dict[str, A
 # -- what-if ----------------------------------------------------------------------------------------------
 
 
+def _listed(args: Mapping[str, str], name: str) -> tuple[str, ...]:
+    """A comma-separated form field (``nvidia.com/gpu:NoSchedule, dedicated=ml``) as its entries."""
+    return tuple(part.strip() for part in str(args.get(name, "") or "").split(",") if part.strip())
+
+
 def parse_shape(args: Mapping[str, str]) -> PodShape | None:
     """The pod shape of the what-if form, or None when the form was not submitted (no ``gpus``)."""
     if not str(args.get("gpus", "") or "").strip():
@@ -260,6 +283,7 @@ def parse_shape(args: Mapping[str, str]) -> PodShape | None:
     if numa not in ("", "true", "false", "on", "off", "1", "0"):
         raise QueryError(f"numa_bind must be true or false, got {numa!r}")
     return PodShape(gpus=_whole(args, "gpus", 1, low=1, high=64), memory_mib=memory_mib,
+                    tolerations=_listed(args, "tolerations"), node_selector=_listed(args, "node_selector"),
                     memory_percent=memory_percent, cores=_whole(args, "cores", 0, high=100),
                     gpu_type=str(args.get("type", "") or "").strip(),
                     node_policy=_one_of(args, "node_policy", ("", *NODE_POLICIES), ""),
@@ -285,5 +309,7 @@ def whatif(sources: DashboardSources, args: Mapping[str, str]) -> dict[str, Any]
                    "nodes_used": len(by_node),
                    "by_node": [{"node": node, "pods": count} for node, count in by_node[:WHATIF_NODES_SHOWN]],
                    "runs_out_first": report.runs_out_first, "runs_out_first_nodes": report.runs_out_first_nodes,
-                   "exhausted": [dataclasses.asdict(group) for group in report.exhausted]},
+                   "exhausted": [dataclasses.asdict(group) for group in report.exhausted],
+                   "left_out": [dataclasses.asdict(group) for group in report.left_out]},
+        "node_rules_note": sources.node_rules_note(),
     }

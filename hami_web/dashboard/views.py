@@ -45,7 +45,7 @@ def _check_token() -> tuple[Response, int] | None:
     sources = _sources()
     if not sources.settings.ui_expose:
         return None
-    refusal = auth.check_bearer(sources.kube, request.headers.get("Authorization", ""))
+    refusal = auth.check_bearer(sources.kube, request.headers.get("Authorization", ""), sources.answers)
     if refusal is None:
         return None
     response = jsonify(error="Unauthorized" if refusal.status == 401 else "Forbidden", message=refusal.message)

@@ -11,6 +11,10 @@ filled on its own, in the node policy's rank order (`rank_nodes`), which is exac
 counted and, when ``limit`` cuts the count, gives the first nodes the policy would fill. That costs one fit
 per pod instead of one ranking of every node per pod. At the end `choose_node` over every candidate gives
 the reasons nothing more fits, grouped by cause: what ran out.
+
+Only the nodes kube-scheduler would offer the extender count (`core.noderules`): a cordoned node, one whose
+taints the shape does not tolerate or that its node selector does not pick is left out with the reason, and
+a shape that requests cpu or memory stops filling a node when its allocatable runs out.
 """
 
 from __future__ import annotations
@@ -19,17 +23,33 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from hami_web.core import names
-from hami_web.core.choose import Placement, choose_node, rank_nodes
+from hami_web.core.choose import INVALID_REGISTER, Placement, choose_node, rank_nodes
 from hami_web.core.fit import PodFit, fit_pod, may_fit
 from hami_web.core.misses import CAPACITY_REASONS
+from hami_web.core.noderules import (
+    CPU,
+    MEMORY,
+    TOO_MANY_PODS,
+    RuleInputError,
+    add_requests,
+    group_rule_reasons,
+    merge_groups,
+    read_pod_needs,
+    room_for,
+)
 from hami_web.core.options import OptionsError, pod_options
-from hami_web.core.reasons import ReasonGroup, group_reasons
+from hami_web.core.reasons import NODE_UNREGISTERED_CAUSE, ReasonGroup, group_reasons
 from hami_web.core.requests import RequestError, pod_request
 from hami_web.core.usage import pod_booking, with_booking
 from hami_web.ops.explain import Policies
 from hami_web.ops.snapshot import ClusterSnapshot
 
 DEFAULT_LIMIT = 10_000
+EFFECTS = ("NoSchedule", "NoExecute", "PreferNoSchedule")
+# What runs out when a node's cpu, memory or pod count stops the filling, besides the GPU capacities.
+NODE_CAPACITY_REASONS = frozenset({TOO_MANY_PODS, f"Insufficient {CPU}", f"Insufficient {MEMORY}"})
+# Nodes that never had room for a GPU pod: nothing "ran out" there.
+NOT_GPU_NODES = frozenset({NODE_UNREGISTERED_CAUSE, INVALID_REGISTER})
 
 
 class ShapeError(ValueError):
@@ -48,6 +68,10 @@ class PodShape:
     node_policy: str = ""
     gpu_policy: str = ""
     numa_bind: bool = False
+    tolerations: tuple[str, ...] = ()
+    node_selector: tuple[str, ...] = ()
+    cpu: str = ""
+    memory: str = ""
 
     def as_pod(self, policies: Policies) -> dict[str, Any]:
         """The pod object the webhook would have let through for this shape."""
@@ -68,8 +92,42 @@ class PodShape:
             annotations[names.POD_GPU_POLICY] = self.gpu_policy
         if self.numa_bind:
             annotations[names.POD_NUMA_BIND] = "true"
-        return {"metadata": {"name": "capacity-probe", "annotations": annotations},
-                "spec": {"containers": [{"name": "probe", "resources": {"limits": limits}}]}}
+        requests = {name: value for name, value in ((CPU, self.cpu), (MEMORY, self.memory)) if value}
+        spec: dict[str, Any] = {"containers": [{"name": "probe", "resources": {"limits": limits,
+                                                                              "requests": requests}}]}
+        if self.tolerations:
+            spec["tolerations"] = [parse_toleration(text) for text in self.tolerations]
+        if self.node_selector:
+            spec["nodeSelector"] = dict(parse_label(text) for text in self.node_selector)
+        return {"metadata": {"name": "capacity-probe", "annotations": annotations}, "spec": spec}
+
+
+def parse_toleration(text: str) -> dict[str, str]:
+    """``KEY[=VALUE][:EFFECT]`` (kubectl taint's syntax) as a toleration: without ``=VALUE`` any value of
+    the key is tolerated (``Exists``); ``*`` as the key tolerates every taint."""
+    rest, _, effect = text.partition(":")
+    key, equals, value = rest.partition("=")
+    key = key.strip()
+    if effect and effect not in EFFECTS:
+        raise ShapeError(f"toleration {text!r}: effect must be one of {', '.join(EFFECTS)}")
+    if not key:
+        raise ShapeError(f"toleration {text!r}: KEY[=VALUE][:EFFECT] needs a key (or * for every taint)")
+    toleration = {"operator": "Equal" if equals else "Exists"}
+    if key != "*":
+        toleration["key"] = key
+    if equals:
+        toleration["value"] = value
+    if effect:
+        toleration["effect"] = effect
+    return toleration
+
+
+def parse_label(text: str) -> tuple[str, str]:
+    """``KEY=VALUE`` of a node selector."""
+    key, equals, value = text.partition("=")
+    if not equals or not key.strip():
+        raise ShapeError(f"node selector {text!r} is not KEY=VALUE")
+    return key.strip(), value.strip()
 
 
 @dataclass(slots=True)
@@ -84,6 +142,8 @@ class CapacityReport:
     by_node: dict[str, int] = field(default_factory=dict)
     candidates: int = 0
     exhausted: list[ReasonGroup] = field(default_factory=list)
+    left_out: list[ReasonGroup] = field(default_factory=list)
+    settings_source: str = ""  # where the server-wide policies came from (the command fills it in)
 
     @property
     def runs_out_first(self) -> str:
@@ -92,7 +152,9 @@ class CapacityReport:
         Causes that are consequences (too few GPUs passed) or fixed facts (type, health) only answer when no
         capacity cause is left. Empty when the count was cut by the limit.
         """
-        exhausted = [group for group in self.exhausted if group.cause in CAPACITY_REASONS] or self.exhausted
+        exhausted = [group for group in self.exhausted
+                     if group.cause in CAPACITY_REASONS or group.cause in NODE_CAPACITY_REASONS] or [
+            group for group in self.exhausted if group.cause not in NOT_GPU_NODES]
         return exhausted[0].cause if exhausted else ""
 
     @property
@@ -111,13 +173,18 @@ def plan_capacity(snapshot: ClusterSnapshot, shape: PodShape, policies: Policies
         request = pod_request(pod, policies.defaults)
         options = pod_options(pod["metadata"]["annotations"], node_policy=policies.node_policy,
                               gpu_policy=policies.gpu_policy)
-    except (RequestError, OptionsError) as error:
+        needs = read_pod_needs(pod)
+    except (RequestError, OptionsError, RuleInputError) as error:
         raise ShapeError(str(error)) from None
     views = dict(snapshot.views)
-    candidates = snapshot.schedulable_candidates()
-    report = CapacityReport(shape=shape, fits=0, limit=limit, limited=False, candidates=len(candidates))
+    screening = snapshot.screen(needs)
+    candidates = list(screening.offered)
+    traits = snapshot.node_traits()
+    report = CapacityReport(shape=shape, fits=0, limit=limit, limited=False, candidates=len(candidates),
+                            left_out=list(group_rule_reasons(screening.left_out)))
     for view in rank_nodes([views[name] for name in candidates if name in views], options.node_policy):
-        while may_fit(request, view, options):
+        room = room_for(needs, traits[view.name], snapshot.requested.get(view.name)) if view.name in traits else None
+        while may_fit(request, view, options) and (room is None or report.by_node.get(view.name, 0) < room):
             if report.fits >= limit:
                 report.limited = True
                 break
@@ -133,10 +200,13 @@ def plan_capacity(snapshot: ClusterSnapshot, shape: PodShape, policies: Policies
         if report.limited:
             break
     if not report.limited:
-        final = choose_node(request, options, candidates, views, snapshot.broken_nodes)
+        placed = {name: add_requests({}, needs.requests, count) for name, count in report.by_node.items()}
+        after = snapshot.screen(needs, extra=placed)
+        final = choose_node(request, options, list(after.offered), views, snapshot.broken_nodes)
         if isinstance(final, Placement):  # cannot happen: every node was filled until its fit failed
             raise ShapeError(f"internal error: node {final.node} still takes a pod after it was filled")
-        report.exhausted = list(group_reasons(final.reasons))
+        filled = {name: reasons for name, reasons in after.left_out.items() if name not in screening.left_out}
+        report.exhausted = merge_groups(group_rule_reasons(filled), group_reasons(final.reasons))
     report.by_gpu_type = dict(sorted(report.by_gpu_type.items(), key=lambda item: (-item[1], item[0])))
     report.by_node = dict(sorted(report.by_node.items(), key=lambda item: (-item[1], item[0])))
     return report

@@ -14,11 +14,10 @@ import sys
 from collections.abc import Sequence
 
 from hami_web.core.options import NODE_POLICIES, OptionsError, parse_gpu_policy
-from hami_web.core.requests import RequestDefaults
-from hami_web.kube import Kube, KubeError, NotFoundError
+from hami_web.kube import Kube, KubeError, NotFoundError, resolve_client
 from hami_web.ops.capacity import DEFAULT_LIMIT, PodShape, ShapeError, plan_capacity
-from hami_web.ops.explain import Policies, explain_pod
-from hami_web.ops.inspect import SORT_KEYS, InspectError, inspect_cluster
+from hami_web.ops.explain import explain_pod
+from hami_web.ops.inspect import SORT_KEYS, InspectError, inspect_cluster, only_namespace
 from hami_web.ops.render import (
     OUTPUTS,
     capacity_data,
@@ -29,7 +28,9 @@ from hami_web.ops.render import (
     render_explain,
     render_inspect,
 )
+from hami_web.ops.serversettings import ToolSettings, tool_settings
 from hami_web.ops.snapshot import ClusterSnapshot, read_snapshot
+from hami_web.settings import DEFAULT_SETTINGS_CONFIGMAP
 
 
 class CommandError(Exception):
@@ -57,20 +58,41 @@ def _gpu_policy(text: str) -> str:
 
 
 def _connection_flags(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--kubeconfig", default="", help="kubeconfig file (default: in-cluster, else ~/.kube/config)")
+    parser.add_argument("--kubeconfig", default="",
+                        help="kubeconfig file (default: $KUBECONFIG, a list merged as kubectl does, else "
+                             "in-cluster, else ~/.kube/config)")
+    parser.add_argument("--context", default="", help="the kubeconfig context to use (default: current-context)")
     parser.add_argument("-s", "--server", default="", help="API server URL, plain HTTP (e.g. the demo's API server)")
     parser.add_argument("-o", "--output", choices=OUTPUTS, default="text", help="text (default), wide, json or yaml")
 
 
+# The tools' flags for the server's settings: argparse destination → (the `Settings` field it overrides, flag).
+POLICY_FLAGS = {"selector": ("node_label_selector", "--selector"),
+                "node_scheduler_policy": ("node_scheduler_policy", "--node-scheduler-policy"),
+                "gpu_scheduler_policy": ("gpu_scheduler_policy", "--gpu-scheduler-policy"),
+                "default_mem": ("default_mem_mib", "--default-mem"),
+                "default_cores": ("default_cores", "--default-cores"),
+                "scheduler_name": ("scheduler_name", "--scheduler-name")}
+
+
 def _policy_flags(parser: argparse.ArgumentParser) -> None:
-    group = parser.add_argument_group("the server's settings (give the values hami-web serve runs with)")
-    group.add_argument("-l", "--selector", "--node-label-selector", dest="selector", default="",
+    group = parser.add_argument_group(
+        "the server's settings: read from the ConfigMap the server publishes; a flag given here overrides one")
+    group.add_argument("--settings-configmap", default=DEFAULT_SETTINGS_CONFIGMAP, metavar="NAMESPACE/NAME",
+                       help=f"where the server publishes them, or off (default {DEFAULT_SETTINGS_CONFIGMAP})")
+    group.add_argument("-l", "--selector", "--node-label-selector", dest="selector", default=None,
                        help="node label selector (the server's --node-label-selector)")
-    group.add_argument("--node-scheduler-policy", choices=NODE_POLICIES, default="binpack")
-    group.add_argument("--gpu-scheduler-policy", type=_gpu_policy, default="spread", metavar="POLICY")
-    group.add_argument("--default-mem", type=_whole, default=0, metavar="MIB")
-    group.add_argument("--default-cores", type=_whole, default=0, metavar="PERCENT")
-    group.add_argument("--scheduler-name", default="hami-scheduler", metavar="NAME")
+    group.add_argument("--node-scheduler-policy", choices=NODE_POLICIES, default=None)
+    group.add_argument("--gpu-scheduler-policy", type=_gpu_policy, default=None, metavar="POLICY")
+    group.add_argument("--default-mem", type=_whole, default=None, metavar="MIB")
+    group.add_argument("--default-cores", type=_whole, default=None, metavar="PERCENT")
+    group.add_argument("--scheduler-name", default=None, metavar="NAME")
+
+
+def _settings(kube: Kube, arguments: argparse.Namespace) -> ToolSettings:
+    location = "" if arguments.settings_configmap.strip().lower() == "off" else arguments.settings_configmap
+    overrides = {field: (flag, getattr(arguments, dest)) for dest, (field, flag) in POLICY_FLAGS.items()}
+    return tool_settings(kube, location.strip(), overrides)
 
 
 def add_commands(commands: argparse._SubParsersAction) -> None:
@@ -81,6 +103,11 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
     inspect.add_argument("nodes", nargs="*", metavar="NODE", help="only these nodes")
     inspect.add_argument("-d", "--details", action="store_true", help="list the pods on each GPU with their share")
     inspect.add_argument("-l", "--selector", default="", help="node label selector")
+    scope = inspect.add_mutually_exclusive_group()
+    scope.add_argument("-n", "--namespace", default="",
+                       help="with -d, list only this namespace's pods (totals always count every pod)")
+    scope.add_argument("-A", "--all-namespaces", action="store_true",
+                       help="with -d, list the pods of every namespace (the default)")
     inspect.add_argument("--sort", choices=SORT_KEYS, default=None,
                          help="name (default), or fullest first by memory, cores or pods")
     inspect.add_argument("--top", type=_whole, default=0, metavar="N",
@@ -93,7 +120,8 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
                                               "current state: its placement, or the reasons grouped by cause "
                                               "and the nearest miss. Works while the server is down.")
     explain.add_argument("pod", metavar="[NAMESPACE/]POD")
-    explain.add_argument("-n", "--namespace", default="default", help="namespace when POD has none")
+    explain.add_argument("-n", "--namespace", default="",
+                         help="namespace when POD has none (default: the context's namespace, else default)")
     _connection_flags(explain)
     _policy_flags(explain)
     explain.set_defaults(handler=run, ops_command=run_explain)
@@ -113,6 +141,13 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
                           help="the pod's hami.io/node-scheduler-policy (default: the server's)")
     capacity.add_argument("--gpu-policy", type=_gpu_policy, default="", metavar="POLICY",
                           help="the pod's hami.io/gpu-scheduler-policy (default: the server's)")
+    capacity.add_argument("--toleration", action="append", default=[], metavar="KEY[=VALUE][:EFFECT]",
+                          help="a toleration of the pod (repeatable; * tolerates every taint); without one, "
+                               "tainted nodes are left out as kube-scheduler leaves them out")
+    capacity.add_argument("--node-selector", action="append", default=[], metavar="KEY=VALUE",
+                          help="the pod's spec.nodeSelector (repeatable)")
+    capacity.add_argument("--cpu", default="", metavar="QUANTITY", help="the pod's cpu request, e.g. 4 or 500m")
+    capacity.add_argument("--memory", default="", metavar="QUANTITY", help="the pod's memory request, e.g. 16Gi")
     capacity.add_argument("--limit", type=_whole, default=DEFAULT_LIMIT, metavar="N",
                           help=f"stop counting at N pods (default {DEFAULT_LIMIT})")
     _connection_flags(capacity)
@@ -120,35 +155,31 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
     capacity.set_defaults(handler=run, ops_command=run_capacity)
 
 
-def _kube(arguments: argparse.Namespace) -> Kube:
+def _target(arguments: argparse.Namespace) -> tuple[Kube, str, str]:
+    """The client the flags and ``KUBECONFIG`` resolve to, the context's namespace (``""`` if none) and
+    where the connection came from (named in errors)."""
     if arguments.server:
-        return Kube.for_url(arguments.server)
+        return Kube.for_url(arguments.server), "", f"--server {arguments.server}"
     try:
-        return Kube.from_kubeconfig(arguments.kubeconfig)
+        target = resolve_client(arguments.kubeconfig, context=arguments.context)
     except KubeError as error:
-        raise CommandError(str(error)) from None
+        raise CommandError(f"error: {error}") from None
+    return Kube(target.configuration), target.namespace, target.source
 
 
-def _policies(arguments: argparse.Namespace) -> Policies:
-    return Policies(node_policy=arguments.node_scheduler_policy, gpu_policy=arguments.gpu_scheduler_policy,
-                    defaults=RequestDefaults(default_mem_mib=arguments.default_mem,
-                                             default_cores=arguments.default_cores),
-                    scheduler_name=arguments.scheduler_name)
-
-
-def _unreachable(error: KubeError) -> CommandError:
+def _unreachable(error: KubeError, source: str) -> CommandError:
     if error.status:
         return CommandError(f"Error from server: {error}")
-    return CommandError(f"cannot reach the Kubernetes API: {error}")
+    return CommandError(f"cannot reach the Kubernetes API ({source}): {error}")
 
 
 def _read_cluster(arguments: argparse.Namespace) -> ClusterSnapshot:
     """One read-only snapshot of the cluster through the command's kubeconfig; API failures as one line."""
-    kube = _kube(arguments)
+    kube, _, source = _target(arguments)
     try:
         return read_snapshot(kube, label_selector=arguments.selector)
     except KubeError as error:
-        raise _unreachable(error) from None
+        raise _unreachable(error, source) from None
     finally:
         kube.close()
 
@@ -161,6 +192,8 @@ def run_inspect(arguments: argparse.Namespace) -> int:
         report = inspect_cluster(snapshot, nodes=arguments.nodes, sort=sort, top=arguments.top)
     except InspectError as error:
         raise CommandError(f"Error: {error}") from None
+    if arguments.namespace:
+        report = only_namespace(report, arguments.namespace)
     if arguments.output in ("json", "yaml"):
         sys.stdout.write(dump(inspect_data(report), arguments.output))
     else:
@@ -169,9 +202,9 @@ def run_inspect(arguments: argparse.Namespace) -> int:
     return 0
 
 
-def _pod_key(arguments: argparse.Namespace) -> tuple[str, str]:
+def _pod_key(arguments: argparse.Namespace, context_namespace: str) -> tuple[str, str]:
     namespace, _, name = arguments.pod.rpartition("/")
-    namespace = namespace or arguments.namespace
+    namespace = namespace or arguments.namespace or context_namespace or "default"
     if not name or "/" in namespace:
         raise CommandError(f"error: {arguments.pod!r} is not NAMESPACE/POD or POD")
     return namespace, name
@@ -179,20 +212,27 @@ def _pod_key(arguments: argparse.Namespace) -> tuple[str, str]:
 
 def run_explain(arguments: argparse.Namespace) -> int:
     """``explain [NAMESPACE/]POD``."""
-    namespace, name = _pod_key(arguments)
-    kube = _kube(arguments)
+    kube, context_namespace, source = _target(arguments)
+    try:
+        namespace, name = _pod_key(arguments, context_namespace)
+    except CommandError:
+        kube.close()
+        raise
     try:
         pod = kube.get_pod(namespace, name)
         uid = str((pod.get("metadata") or {}).get("uid") or "")
-        snapshot = read_snapshot(kube, label_selector=arguments.selector, leave_out_pod_uid=uid)
+        settings = _settings(kube, arguments)
+        snapshot = read_snapshot(kube, label_selector=settings.node_label_selector, leave_out_pod_uid=uid,
+                                 node_rules=True, count_resource=settings.policies.defaults.resources.count)
     except NotFoundError:
         raise CommandError(f'Error from server (NotFound): pods "{name}" not found in namespace "{namespace}"') \
             from None
     except KubeError as error:
-        raise _unreachable(error) from None
+        raise _unreachable(error, source) from None
     finally:
         kube.close()
-    explanation = explain_pod(pod, snapshot, _policies(arguments))
+    explanation = explain_pod(pod, snapshot, settings.policies)
+    explanation.settings_source = settings.source
     if arguments.output in ("json", "yaml"):
         sys.stdout.write(dump(explain_data(explanation), arguments.output))
     else:
@@ -204,12 +244,23 @@ def run_capacity(arguments: argparse.Namespace) -> int:
     """``capacity --gpus N --gpumem MIB|--gpumem-percentage P --gpucores C …``."""
     shape = PodShape(gpus=arguments.gpus, memory_mib=arguments.gpumem, memory_percent=arguments.gpumem_percentage,
                      cores=arguments.gpucores, gpu_type=arguments.type, numa_bind=arguments.numa_bind,
-                     node_policy=arguments.node_policy, gpu_policy=arguments.gpu_policy)
-    snapshot = _read_cluster(arguments)
+                     node_policy=arguments.node_policy, gpu_policy=arguments.gpu_policy,
+                     tolerations=tuple(arguments.toleration), node_selector=tuple(arguments.node_selector),
+                     cpu=arguments.cpu, memory=arguments.memory)
+    kube, _, source = _target(arguments)
     try:
-        report = plan_capacity(snapshot, shape, _policies(arguments), limit=arguments.limit)
+        settings = _settings(kube, arguments)
+        snapshot = read_snapshot(kube, label_selector=settings.node_label_selector, node_rules=True,
+                                 count_resource=settings.policies.defaults.resources.count)
+    except KubeError as error:
+        raise _unreachable(error, source) from None
+    finally:
+        kube.close()
+    try:
+        report = plan_capacity(snapshot, shape, settings.policies, limit=arguments.limit)
     except ShapeError as error:
         raise CommandError(f"error: {error}") from None
+    report.settings_source = settings.source
     if arguments.output in ("json", "yaml"):
         sys.stdout.write(dump(capacity_data(report), arguments.output))
     else:

@@ -17,7 +17,14 @@ from hami_web.core import names
 from hami_web.core.choose import Placement, choose_node
 from hami_web.core.devices import AnnotationError
 from hami_web.core.grants import PodGrants, decode_pod_devices
-from hami_web.core.misses import NearMiss, nearest_miss
+from hami_web.core.misses import NearMiss
+from hami_web.core.noderules import (
+    RuleInputError,
+    Screening,
+    group_rule_reasons,
+    merge_groups,
+    read_pod_needs,
+)
 from hami_web.core.options import OptionsError, PodOptions, pod_options
 from hami_web.core.reasons import ReasonGroup, group_reasons
 from hami_web.core.requests import PodRequest, RequestDefaults, RequestError, pod_request
@@ -81,6 +88,9 @@ class Explanation:
     nearest_miss: NearMiss | None = None
     nearest_miss_text: str = ""
     node_reasons: dict[str, str] = field(default_factory=dict)
+    left_out: int = 0
+    settings_source: str = ""  # where the server-wide policies came from (the command fills it in)
+    ruled_out_fit: str = ""  # a node whose GPUs would take the pod, and the node rule that keeps it out
 
 
 def _asks(request: PodRequest) -> list[ContainerAsk]:
@@ -166,8 +176,15 @@ def explain_pod(pod: Mapping[str, Any], snapshot: ClusterSnapshot, policies: Pol
         # webhook's selectors) never reaches this filter, whatever it would decide.
         explanation.constraints.append(f"spec.schedulerName: {scheduler} (not {policies.scheduler_name}: "
                                        f"hami-web's filter never sees this pod)")
-    candidates = snapshot.schedulable_candidates()
+    try:
+        needs = read_pod_needs(pod)
+    except RuleInputError as error:
+        explanation.message = f"kube-scheduler cannot read this pod's node constraints: {error}"
+        return explanation
+    screening = snapshot.screen(needs)
+    candidates = list(screening.offered)
     explanation.candidates = len(candidates)
+    explanation.left_out = len(screening.left_out)
     result = choose_node(request, options, candidates, snapshot.views, snapshot.broken_nodes)
     if isinstance(result, Placement):
         explanation.verdict, explanation.node = FITS, result.node
@@ -175,13 +192,29 @@ def explain_pod(pod: Mapping[str, Any], snapshot: ClusterSnapshot, policies: Pol
         explanation.placement = _choices(snapshot, result.node, result.grants, container_names)
         return explanation
     explanation.verdict = UNSCHEDULABLE
-    explanation.node_reasons = dict(sorted(result.reasons.items()))
-    explanation.groups = list(group_reasons(result.reasons))
-    fitting_views = (snapshot.views[name] for name in candidates if name in snapshot.views)
-    explanation.nearest_miss = nearest_miss(request, fitting_views, options)
+    rule_reasons = {name: ", ".join(reasons) for name, reasons in screening.left_out.items()}
+    explanation.node_reasons = dict(sorted({**result.reasons, **rule_reasons}.items()))
+    explanation.groups = merge_groups(group_rule_reasons(screening.left_out), group_reasons(result.reasons))
+    explanation.nearest_miss = snapshot.nearest_miss(request, options, needs)
     explanation.nearest_miss_text = explanation.nearest_miss.describe() if explanation.nearest_miss else ""
-    cordoned = len(snapshot.nodes) - len(candidates)
-    explanation.message = f"no node fits: 0/{len(candidates)} schedulable nodes"
-    if cordoned:
-        explanation.message += f" ({cordoned} cordoned node{'s' if cordoned != 1 else ''} not offered)"
+    explanation.ruled_out_fit = _ruled_out_fit(request, options, snapshot, screening)
+    total = len(candidates) + len(screening.left_out)
+    explanation.message = f"no node fits: 0/{total} nodes are available"
+    if screening.left_out:
+        explanation.message += (f" ({len(screening.left_out)} left out by kube-scheduler's node rules before "
+                                f"hami-web's filter)")
     return explanation
+
+
+def _ruled_out_fit(request: PodRequest, options: PodOptions, snapshot: ClusterSnapshot,
+                   screening: Screening) -> str:
+    """When a node kube-scheduler leaves out has the GPUs the pod needs now: that node and the rule in the way.
+
+    The closest miss is then not about GPUs at all, and saying so points at the taint, selector or cordon.
+    """
+    result = choose_node(request, options, sorted(screening.left_out), snapshot.views, snapshot.broken_nodes)
+    if not isinstance(result, Placement):
+        return ""
+    return (f"{result.node}: its GPUs would take the pod now, but kube-scheduler leaves the node out: "
+            f"{', '.join(screening.left_out[result.node])}")
+

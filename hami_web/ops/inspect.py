@@ -196,3 +196,14 @@ def inspect_cluster(snapshot: ClusterSnapshot, *, nodes: Sequence[str] = (), sor
         report.gpus = _gpu_reports(snapshot.views.get(report.name), shares)
     return InspectReport(cluster=cluster, nodes_total=len(reports), nodes=shown,
                          unreadable_pods=dict(sorted(snapshot.broken_pods.items())))
+
+
+def only_namespace(report: InspectReport, namespace: str) -> InspectReport:
+    """The report with only ``namespace``'s pods listed on each GPU; the totals still count every pod, as
+    every pod's booking takes room on the GPU."""
+    for node in report.nodes:
+        for gpu in node.gpus:
+            gpu.pods = [share for share in gpu.pods if share.namespace == namespace]
+    report.unreadable_pods = {pod: error for pod, error in report.unreadable_pods.items()
+                              if pod.startswith(f"{namespace}/")}
+    return report

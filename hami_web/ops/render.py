@@ -167,6 +167,8 @@ def render_explain(explanation: Explanation, *, wide: bool = False) -> str:
              *_described("Asks", asks)]
     if explanation.constraints:
         lines += _described("Constraints", explanation.constraints)
+    if explanation.settings_source:
+        lines += _described("Settings", [explanation.settings_source])
     if explanation.verdict in (FITS, SCHEDULED) and explanation.placement:
         lines.append("")
         rows = [[container, str(gpu.index), gpu.uuid, _short_type(gpu.type), str(gpu.memory_mib), str(gpu.cores)]
@@ -177,8 +179,10 @@ def render_explain(explanation: Explanation, *, wide: bool = False) -> str:
             lines.append("")
             lines += _groups_table(explanation.groups)
         lines.append("")
-        lines += _described("Nearest miss", [explanation.nearest_miss_text or
-                                             "none: no node would fit even with its GPUs' bookings freed"])
+        misses = [explanation.ruled_out_fit] if explanation.ruled_out_fit else []
+        if explanation.nearest_miss_text or not misses:
+            misses.append(explanation.nearest_miss_text or "none: no node would fit even with its GPUs' bookings freed")
+        lines += _described("Nearest miss", misses)
         if wide:
             lines.append("")
             lines += table(["NODE", "REASON"], [[node, reason] for node, reason in explanation.node_reasons.items()])
@@ -201,6 +205,10 @@ def _shape_text(report: CapacityReport) -> str:
         text += f", type {shape.gpu_type}"
     if shape.numa_bind:
         text += ", numa-bind"
+    for what, values in (("cpu", [shape.cpu] if shape.cpu else []), ("memory", [shape.memory] if shape.memory else []),
+                         ("tolerating", shape.tolerations), ("node selector", shape.node_selector)):
+        if values:
+            text += f", {what} {','.join(values)}"
     for what, policy in (("node", shape.node_policy), ("GPU", shape.gpu_policy)):
         if policy:
             text += f", {what} policy {policy}"
@@ -216,6 +224,11 @@ def render_capacity(report: CapacityReport, *, wide: bool = False) -> str:
         runs_out = f"{report.runs_out_first} (on {report.runs_out_first_nodes} of {report.candidates} nodes)"
     lines = [*_described("Shape", [_shape_text(report)]), *_described("Fits now", [fits]),
              *_described("Runs out", [runs_out])]
+    if report.settings_source:
+        lines += _described("Settings", [report.settings_source])
+    if report.left_out:
+        lines += _described("Left out", [f"{group.nodes} node(s): {group.cause} (e.g. {', '.join(group.examples)})"
+                                         for group in report.left_out])
     if report.by_gpu_type:
         lines.append("")
         lines += table(["GPU TYPE", "PODS"], [[_short_type(t), str(n)] for t, n in report.by_gpu_type.items()])

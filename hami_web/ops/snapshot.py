@@ -15,6 +15,20 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from hami_web.core.devices import AnnotationError
+from hami_web.core.misses import NearMiss, nearest_miss
+from hami_web.core.noderules import (
+    NodeTraits,
+    PodNeeds,
+    RuleInputError,
+    Screening,
+    add_requests,
+    pod_occupies_node,
+    pod_requests,
+    read_node_traits,
+    screen_nodes,
+)
+from hami_web.core.options import PodOptions
+from hami_web.core.requests import PodRequest
 from hami_web.core.usage import NodeView, build_node_view, sum_bookings
 from hami_web.kube import Kube
 from hami_web.state.nodes import node_record, node_state
@@ -42,19 +56,53 @@ class ClusterSnapshot:
     broken_nodes: dict[str, str] = field(default_factory=dict)
     usages: list[PodUsage] = field(default_factory=list)
     broken_pods: dict[str, str] = field(default_factory=dict)
+    traits: dict[str, NodeTraits] = field(default_factory=dict)
+    requested: dict[str, dict[str, int]] = field(default_factory=dict)
+    # Screenings already made on this snapshot, by the pod's needs: the pods of one page mostly ask alike.
+    _screenings: dict[str, Screening] = field(default_factory=dict, repr=False, compare=False)
+    _misses: dict[tuple[PodRequest, PodOptions, str], NearMiss | None] = field(default_factory=dict, repr=False,
+                                                                                compare=False)
 
-    def schedulable_candidates(self) -> list[str]:
-        """The nodes kube-scheduler would offer our filter: every listed node that is not cordoned."""
-        return [name for name, facts in sorted(self.nodes.items()) if not facts.cordoned]
+    def node_traits(self) -> dict[str, NodeTraits]:
+        """What the node rules read on each listed node; a node read without them shows only its cordon."""
+        traits = self.traits
+        return {name: traits.get(name) or NodeTraits(name=name, unschedulable=facts.cordoned)
+                for name, facts in self.nodes.items()}
+
+    def nearest_miss(self, request: PodRequest, options: PodOptions, needs: PodNeeds) -> NearMiss | None:
+        """`core.misses.nearest_miss` among the nodes offered for ``needs``, remembered for this snapshot (the
+        dashboard explains many pods of the same shape on one snapshot)."""
+        key = (request, options, repr(needs))
+        if key not in self._misses:
+            offered = self.screen(needs).offered
+            self._misses[key] = nearest_miss(request, (self.views[n] for n in offered if n in self.views), options)
+        return self._misses[key]
+
+    def screen(self, needs: PodNeeds, *, extra: dict[str, dict[str, int]] | None = None) -> Screening:
+        """The nodes kube-scheduler would offer our filter for a pod with ``needs``, and why it leaves out
+        the others; ``extra`` adds requests (of pods planned on top) to what each node's bound pods use."""
+        if not extra:
+            key = repr(needs)
+            known = self._screenings.get(key)
+            if known is None:
+                known = self._screenings[key] = screen_nodes(needs, sorted(self.nodes), self.node_traits(),
+                                                             self.requested)
+            return known
+        used = self.requested
+        if extra:
+            used = {**used, **{name: add_requests(used.get(name, {}), more) for name, more in extra.items()}}
+        return screen_nodes(needs, sorted(self.nodes), self.node_traits(), used)
 
 
 def build_snapshot(nodes: Iterable[Mapping[str, Any]], pods: Iterable[Mapping[str, Any]], *,
                    count_resource: str = "nvidia.com/gpu", now: float | None = None,
-                   leave_out_pod_uid: str = "") -> ClusterSnapshot:
+                   leave_out_pod_uid: str = "", node_rules: bool = False) -> ClusterSnapshot:
     """Join node and pod objects as the cache does; ``leave_out_pod_uid`` drops one pod's own usage.
 
     The filter forgets a pod's earlier placement before deciding again (SPEC.md §5 step 2); ``explain``
-    leaves the pod out for the same reason.
+    leaves the pod out for the same reason. With ``node_rules`` the snapshot also keeps what kube-scheduler's
+    node rules read (each node's traits, what its bound pods request); ``inspect`` does not need them and
+    skips their cost.
     """
     now = time.time() if now is None else now
     snapshot = ClusterSnapshot()
@@ -63,6 +111,12 @@ def build_snapshot(nodes: Iterable[Mapping[str, Any]], pods: Iterable[Mapping[st
         uid, namespace, name = pod_key(pod)
         if leave_out_pod_uid and uid == leave_out_pod_uid:
             continue
+        if node_rules and (occupied := pod_occupies_node(pod)):
+            try:
+                snapshot.requested[occupied] = add_requests(snapshot.requested.get(occupied, {}),
+                                                            pod_requests(pod))
+            except RuleInputError as error:
+                snapshot.broken_pods[f"{namespace}/{name}"] = f"resource requests not counted: {error}"
         try:
             usage = pod_usage(pod)
         except AnnotationError as error:
@@ -77,17 +131,22 @@ def build_snapshot(nodes: Iterable[Mapping[str, Any]], pods: Iterable[Mapping[st
         gpu_node = state.inventory is not None or bool(state.error)
         snapshot.nodes[state.name] = NodeFacts(name=state.name, gpu_node=gpu_node,
                                                cordoned=bool(spec.get("unschedulable")), error=state.error)
+        if node_rules:
+            try:
+                snapshot.traits[state.name] = read_node_traits(node)
+            except RuleInputError as error:
+                snapshot.broken_nodes.setdefault(state.name, f"unreadable for kube-scheduler's rules: {error}")
         if state.inventory is None:
             if state.error:
                 snapshot.broken_nodes[state.name] = state.error
             continue
-        usage = sum_bookings(held.booking for held in by_node.get(state.name, ()))
-        snapshot.views[state.name] = build_node_view(state.inventory, usage)
+        totals = sum_bookings(held.booking for held in by_node.get(state.name, ()))
+        snapshot.views[state.name] = build_node_view(state.inventory, totals)
     return snapshot
 
 
 def read_snapshot(kube: Kube, *, label_selector: str = "", count_resource: str = "nvidia.com/gpu",
-                  leave_out_pod_uid: str = "") -> ClusterSnapshot:
+                  leave_out_pod_uid: str = "", node_rules: bool = False) -> ClusterSnapshot:
     """List nodes (by ``label_selector``) and pods from the API, page by page, and join them.
 
     The two lists run side by side: while one waits for the API server the other decodes its page.
@@ -96,4 +155,5 @@ def read_snapshot(kube: Kube, *, label_selector: str = "", count_resource: str =
         listing_nodes = pool.submit(kube.list_nodes_paged, label_selector=label_selector)
         pods = kube.list_pods_paged()
         nodes = listing_nodes.result()
-    return build_snapshot(nodes, pods, count_resource=count_resource, leave_out_pod_uid=leave_out_pod_uid)
+    return build_snapshot(nodes, pods, count_resource=count_resource, leave_out_pod_uid=leave_out_pod_uid,
+                          node_rules=node_rules)

@@ -7,13 +7,15 @@ because under gunicorn they must start inside the worker process (threads do not
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from flask import Flask
 
 from hami_web.dashboard.data import DashboardSources
+from hami_web.dashboard.nodetraits import NodeTraitsWatch
 from hami_web.extender.binding import Binder
 from hami_web.extender.events import EventRecorder
 from hami_web.extender.filtering import Filter
@@ -22,6 +24,7 @@ from hami_web.extender.service import Extender
 from hami_web.kube import Kube
 from hami_web.metrics import Metrics
 from hami_web.server.app import create_app
+from hami_web.server.publication import start_publishing
 from hami_web.settings import Settings
 from hami_web.state.budget import RequestBudget
 from hami_web.state.cache import ClusterCache
@@ -42,14 +45,17 @@ class Runtime:
     metrics: Metrics
     app: Flask
     decisions: DecisionLog
+    stopping: threading.Event = field(default_factory=threading.Event)
 
     def start(self) -> None:
-        """Start the event sender and the list/watch loops."""
+        """Start the event sender and the list/watch loops, and publish the settings for the tools."""
         self.events.start()
         self.sync.start()
+        start_publishing(self.kube, self.settings, stopping=self.stopping)
 
     def stop(self) -> None:
         """Stop the loops, send queued events, close the client."""
+        self.stopping.set()
         self.sync.stop()
         self.events.stop()
         self.kube.close()
@@ -70,6 +76,7 @@ def build_runtime(settings: Settings, *, kube: Kube | None = None, clock: Callab
     metrics = Metrics(cache, sync)
     events = EventRecorder(kube)
     decisions = DecisionLog(clock=clock)
+    cache.on_pods_settled(decisions.forget_refusals)
     node_lock = NodeLock(kube, timeout_seconds=settings.node_lock_timeout_seconds, clock=clock,
                          on_reread=lambda: metrics.observe_bind_reread("node"))
     extender = Extender(
@@ -81,8 +88,10 @@ def build_runtime(settings: Settings, *, kube: Kube | None = None, clock: Callab
                       count_resource=settings.resources.count),
         events=events, cache=cache, decisions=decisions,
     )
-    dashboard = DashboardSources(settings=settings, cache=cache, decisions=decisions, kube=kube) \
-        if settings.ui_bind else None
+    stopping = threading.Event()
+    dashboard = DashboardSources(settings=settings, cache=cache, decisions=decisions, kube=kube,
+                                 node_traits=NodeTraitsWatch(kube, label_selector=settings.node_label_selector,
+                                                             stopping=stopping)) if settings.ui_bind else None
     app = create_app(settings, readiness=sync, extender=extender, metrics=metrics, dashboard=dashboard)
     return Runtime(settings=settings, kube=kube, cache=cache, sync=sync, events=events, extender=extender,
-                   metrics=metrics, app=app, decisions=decisions)
+                   metrics=metrics, app=app, decisions=decisions, stopping=stopping)

@@ -147,6 +147,9 @@ class ClusterCache:
         self._abandoned: dict[str, str] = {}
         self.stats = CacheStats()
         self.lock_holds: dict[str, LockHolds] = {}
+        # Told the UIDs of pods that no longer wait for a node (deleted, finished or bound), outside the lock:
+        # the dashboard's pending page drops them within a watch event instead of after its 15 minutes.
+        self._settled_listeners: list[Callable[[Sequence[str]], None]] = []
 
     @contextlib.contextmanager
     def _locked(self, work: str) -> Iterator[None]:
@@ -343,14 +346,22 @@ class ClusterCache:
         self._commit_pods([PodChange(record.uid, "deleted" if kind == "DELETED" else "event", record)
                            for kind, record in events], listed_at=None)
         gone = [record.uid for kind, record in events if kind == "DELETED" or record.finished]
-        settled = [record.uid for _, record in events if record.bound]
-        if gone or (settled and self._abandoned):
+        bound = [record.uid for _, record in events if record.bound]
+        if gone or (bound and self._abandoned):
             with self._locked("pods"):
                 for uid in gone:
                     self._placed.pop(uid, None)
                     self._abandoned.pop(uid, None)
-                for uid in settled:
+                for uid in bound:
                     self._abandoned.pop(uid, None)
+        settled = [*gone, *bound]
+        if settled:
+            for listener in self._settled_listeners:
+                listener(settled)
+
+    def on_pods_settled(self, listener: Callable[[Sequence[str]], None]) -> None:
+        """Call ``listener`` with the UIDs of pods a watch showed deleted, finished or bound (not under the lock)."""
+        self._settled_listeners.append(listener)
 
     def observe_pod(self, event_type: str, pod: Mapping[str, Any]) -> None:
         """Apply one watch event for a pod object (reads it first; see `apply_pod_events`)."""

@@ -12,7 +12,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import OrderedDict, deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -93,6 +93,12 @@ class DecisionLog:
         """The pod was placed (or bound): it no longer waits."""
         with self._lock:
             self._refusals.pop(uid, None)
+
+    def forget_refusals(self, uids: Sequence[str]) -> None:
+        """These pods were deleted, finished or bound (the cache's watch says so): they no longer wait."""
+        with self._lock:
+            for uid in uids:
+                self._refusals.pop(uid, None)
 
     def decisions(self) -> list[Decision]:
         """The remembered decisions, newest first."""

@@ -3,8 +3,10 @@
 Covers: the listener layout and flags (loopback by default, a non-loopback ``--ui-bind`` refused without
 ``--ui-expose``, ``--ui-bind off``); with ``--ui-expose``, no token → 401 with a Bearer challenge, an unknown
 token → 401, a ServiceAccount token without RBAC → 403 naming what is missing, a token whose ServiceAccount
-may list pods and nodes → the page; removing the ClusterRoleBinding takes access away at the next request
-(TokenReview and SubjectAccessReview against the in-process API server's stored RBAC objects).
+may list pods and nodes → the page; answers are remembered for a bounded time (one TokenReview for a page and
+its assets), so removing the ClusterRoleBinding takes access away once that time has passed; a failed check
+is not remembered (TokenReview and SubjectAccessReview against the in-process API server's stored RBAC
+objects).
 """
 
 from __future__ import annotations
@@ -17,10 +19,12 @@ import kubernetes.client
 import pytest
 from flask.testing import FlaskClient
 
+from hami_web.dashboard.auth import ANSWER_SECONDS, AnswerCache
 from hami_web.kube import Kube
 from hami_web.localcluster import LocalCluster
 from hami_web.server.listeners import plan_listeners
 from hami_web.server.runtime import build_runtime
+from hami_web.server.services import EXTENSION_KEY
 from hami_web.settings import Settings, SettingsError, build_settings
 
 VIEWER_TOKEN = "viewer-token-1234"
@@ -51,9 +55,21 @@ def apiserver() -> Iterator[LocalCluster]:
 
 
 @pytest.fixture
-def exposed(apiserver: LocalCluster) -> Iterator[FlaskClient]:
+def clock() -> list[float]:
+    """The time the token answers are remembered against (tests move it by hand)."""
+    return [1000.0]
+
+
+@pytest.fixture
+def answers(clock: list[float]) -> AnswerCache:
+    return AnswerCache(seconds=ANSWER_SECONDS, clock=lambda: clock[0])
+
+
+@pytest.fixture
+def exposed(apiserver: LocalCluster, answers: AnswerCache) -> Iterator[FlaskClient]:
     settings = replace(Settings(), ui_bind="0.0.0.0:9396", ui_expose=True, refresh_interval_seconds=300.0)
     runtime = build_runtime(settings, kube=Kube.for_url(apiserver.url))
+    runtime.app.extensions[EXTENSION_KEY].dashboard.answers = answers
     runtime.start()
     try:
         yield runtime.app.test_client()
@@ -110,11 +126,49 @@ def test_a_token_allowed_to_list_pods_and_nodes_sees_the_pages(exposed: FlaskCli
         assert exposed.get(path, headers={"Authorization": f"Bearer {VIEWER_TOKEN}"}).status_code == 200
 
 
-def test_removing_the_binding_takes_access_away_at_once(exposed: FlaskClient, apiserver: LocalCluster) -> None:
+def test_a_page_and_its_assets_cost_one_token_check(exposed: FlaskClient, answers: AnswerCache) -> None:
+    headers = {"Authorization": f"Bearer {VIEWER_TOKEN}"}
+    for path in ("/ui/", "/ui/static/dashboard.css", "/ui/static/dashboard.js", "/ui/api/overview"):
+        assert exposed.get(path, headers=headers).status_code == 200
+    refused = {"Authorization": f"Bearer {NOBODY_TOKEN}"}
+    assert [exposed.get("/ui/", headers=refused).status_code for _ in range(3)] == [403, 403, 403]
+    assert answers.api_checks == 2  # one per token
+
+
+def test_removing_the_binding_takes_access_away_once_the_answer_expires(
+        exposed: FlaskClient, apiserver: LocalCluster, answers: AnswerCache, clock: list[float]) -> None:
     headers = {"Authorization": f"Bearer {VIEWER_TOKEN}"}
     assert exposed.get("/ui/api/overview", headers=headers).status_code == 200
     _rbac_api(apiserver).delete_cluster_role_binding("gpu-viewer")  # as an admin would, with kubectl
+    clock[0] += ANSWER_SECONDS - 1
+    assert exposed.get("/ui/api/overview", headers=headers).status_code == 200  # still the remembered answer
+    clock[0] += 1
     assert exposed.get("/ui/api/overview", headers=headers).status_code == 403
+
+
+def test_a_failed_check_is_not_remembered(apiserver: LocalCluster) -> None:
+    cache = AnswerCache(clock=lambda: 0.0)
+    unreachable, reachable = Kube.for_url("http://127.0.0.1:9"), Kube.for_url(apiserver.url)
+    try:
+        failed = cache.check(unreachable, VIEWER_TOKEN)
+        assert failed is not None and failed.message.startswith("cannot check the token (TokenReview)")
+        assert cache.check(reachable, VIEWER_TOKEN) is None  # asked again: the failure was not remembered
+        assert cache.check(unreachable, VIEWER_TOKEN) is None  # now remembered: the API is not asked
+    finally:
+        unreachable.close()
+        reachable.close()
+    assert cache.api_checks == 2
+
+
+def test_the_answer_cache_stays_bounded(apiserver: LocalCluster) -> None:
+    cache = AnswerCache(capacity=8, clock=lambda: 0.0)
+    kube = Kube.for_url(apiserver.url)
+    try:
+        refusals = [cache.check(kube, f"unknown-token-{number}") for number in range(20)]
+    finally:
+        kube.close()
+    assert {refusal.status for refusal in refusals if refusal} == {401}
+    assert cache.remembered <= 8
 
 
 def _rbac_api(apiserver: LocalCluster) -> kubernetes.client.RbacAuthorizationV1Api:

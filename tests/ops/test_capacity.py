@@ -17,6 +17,7 @@ import pytest
 import yaml
 
 from hami_web.core.choose import Placement, choose_node
+from hami_web.core.noderules import read_pod_needs
 from hami_web.core.options import pod_options
 from hami_web.core.requests import pod_request
 from hami_web.core.usage import pod_booking, with_booking
@@ -97,7 +98,8 @@ def test_filling_node_by_node_counts_what_the_filter_would_place_pod_by_pod(shap
     options = pod_options(pod["metadata"]["annotations"], node_policy=policies.node_policy,
                           gpu_policy=policies.gpu_policy)
     views, placed = dict(snapshot.views), Counter()
-    while isinstance(result := choose_node(request, options, snapshot.schedulable_candidates(), views),
+    offered = list(snapshot.screen(read_pod_needs(pod)).offered)
+    while isinstance(result := choose_node(request, options, offered, views),
                      Placement):
         views[result.node] = with_booking(views[result.node], pod_booking(result.grants, init_count=0))
         placed[result.node] += 1

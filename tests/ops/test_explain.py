@@ -17,6 +17,7 @@ from dataclasses import replace
 
 from hami_web.core import names
 from hami_web.core.grants import decode_pod_devices
+from hami_web.core.noderules import read_pod_needs
 from hami_web.kube import Kube
 from hami_web.localcluster import LocalCluster
 from hami_web.ops.explain import Policies, explain_pod
@@ -98,14 +99,15 @@ def test_explain_agrees_with_the_running_filter() -> None:
                 namespace, name = entry if isinstance(entry, tuple) else ("lab", entry["metadata"]["name"])
                 pod = api.get("pods", name, namespace)
                 assert pod is not None
-                snapshot = read_snapshot(kube, leave_out_pod_uid=pod["metadata"]["uid"])
+                snapshot = read_snapshot(kube, leave_out_pod_uid=pod["metadata"]["uid"], node_rules=True)
                 explanation = explain_pod(pod, snapshot, Policies())
-                candidates = snapshot.schedulable_candidates()
+                candidates = list(snapshot.screen(read_pod_needs(pod)).offered)
                 answer = client.post("/filter", json={"Pod": pod, "NodeNames": candidates}).get_json()
                 assert answer["Error"] == ""
                 verdicts.append((name, explanation.verdict))
                 if explanation.verdict == "unschedulable":
-                    assert answer["FailedNodes"] == explanation.node_reasons, name
+                    offered_reasons = {n: r for n, r in explanation.node_reasons.items() if n in candidates}
+                    assert answer["FailedNodes"] == offered_reasons, name
                     continue
                 assert answer["NodeNames"] == [explanation.node], name
                 # The filter books in the server's memory only; the API shows the booking once /bind wrote it,

@@ -47,7 +47,7 @@ def test_an_unreachable_api_is_one_line_and_exit_1(run: Run, command: list[str])
     outcome = run(*command, server=_refused_url())
     assert outcome.code == 1
     assert outcome.out == ""
-    assert outcome.err.startswith("cannot reach the Kubernetes API: ")
+    assert outcome.err.startswith("cannot reach the Kubernetes API (--server http://")
     assert outcome.err.count("\n") == 1
 
 
@@ -86,7 +86,7 @@ def test_an_unusable_kubeconfig_is_one_line_and_exit_1(tmp_path: Path, capsys: p
     broken.write_text("clusters: [")
     assert kubectl_main(["inspect", "--kubeconfig", str(broken)]) == 1
     err = capsys.readouterr().err
-    assert err.startswith(f"cannot use kubeconfig {broken}: ")
+    assert err.startswith(f"error: cannot use kubeconfig {broken}: ")
     assert err.count("\n") == 1
 
 
