@@ -127,6 +127,8 @@ class Attacker:
 
 def _time_post(url: str, path: str, body: bytes, context: ssl.SSLContext) -> float:
     parts = urlsplit(url)
+    if parts.hostname is None:
+        raise ValueError(f"{url}: no host to connect to")
     started = time.perf_counter()
     connection = http.client.HTTPSConnection(parts.hostname, parts.port, context=context, timeout=30)
     try:
