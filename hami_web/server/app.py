@@ -48,6 +48,7 @@ def create_app(settings: Settings, *, readiness: Readiness | None = None, extend
         app.register_blueprint(dashboard_views.blueprint)
     app.register_error_handler(HTTPException, _http_error)
     app.register_error_handler(Exception, _unexpected_error)
+    # Flask's documented way to wrap the WSGI app (middleware); the checker sees a method being replaced.
     app.wsgi_app = RoutesByListener(app.wsgi_app)  # type: ignore[method-assign]
     return app
 
