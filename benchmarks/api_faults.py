@@ -70,6 +70,7 @@ def time_stalls(deadline_seconds: float, repeat: int) -> None:
                     runtime.cache.mark_synced()
                     client = runtime.app.test_client()
                     pod = apiserver.get("pods", name, "default")
+                    assert pod is not None, f"pod {name} was loaded"
                     if route == "bind":
                         client.post("/filter", json={"Pod": pod, "NodeNames": ["node1"]})
                     for method, resource, sub in (("GET", "pods", None), ("PATCH", "pods", None),

@@ -58,12 +58,14 @@ def populate(plane: ControlPlane, pods_per_node: int, other_pods: int) -> str:
             annotations=annotations, nodeName=node, schedulerName="hami-scheduler")
         if node == NODE:
             manifest["metadata"]["labels"] = {names.LABEL_ASSIGNED_NODE: node}
-        plane.core.create_namespaced_pod(namespace, manifest)
+        # The client sends a plain dict body as it is; its annotation names only the V1Pod model.
+        plane.core.create_namespaced_pod(namespace, manifest)  # type: ignore[arg-type]
 
     with ThreadPoolExecutor(8) as pool:
         list(pool.map(create, range(pods_per_node + other_pods)))
-    plane.core.create_namespaced_pod(namespace, pod_manifest("candidate", [gpu_container("cuda", {
-        "nvidia.com/gpu": "1", "nvidia.com/gpumem": "1000"})], schedulerName="not-scheduled-here"))
+    candidate = pod_manifest("candidate", [gpu_container("cuda", {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "1000"})],
+                             schedulerName="not-scheduled-here")
+    plane.core.create_namespaced_pod(namespace, candidate)  # type: ignore[arg-type]  # a dict body, as above
     return namespace
 
 
@@ -86,6 +88,7 @@ def main() -> int:
             runtime.start()
             assert runtime.cache.wait_synced(60)
             candidate = plane.core.read_namespaced_pod("candidate", namespace)
+            assert candidate.metadata is not None and candidate.metadata.uid, "the API server gives every pod a uid"
             grants = ((DeviceGrant(f"GPU-{NODE}-0", 1000, 0),),)
             placed = PodUsage(uid=candidate.metadata.uid, namespace=namespace, name="candidate", node=NODE,
                               grants=grants, booking=pod_booking(grants, init_count=0),

@@ -59,7 +59,7 @@ PAGE_SECONDS_HZ = os.sysconf("SC_CLK_TCK")
 
 # -- the cluster ---------------------------------------------------------------------------------------------
 
-_ENV = [{"name": f"CONFIG_{i}", "value": f"value-{i}"} for i in range(4)]
+_ENV: list[dict[str, Any]] = [{"name": f"CONFIG_{i}", "value": f"value-{i}"} for i in range(4)]
 _ENV.append({"name": "POD_IP", "valueFrom": {"fieldRef": {"apiVersion": "v1", "fieldPath": "status.podIP"}}})
 _MANAGED_FIELDS = [
     {"manager": "kube-controller-manager", "operation": "Update", "apiVersion": "v1", "time": "2025-01-01T00:00:00Z",

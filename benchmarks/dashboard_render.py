@@ -29,6 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from inspect_scale import GPUS_PER_NODE, generate
 
+from hami_web.core.choose import NoPlacement
 from hami_web.core.options import pod_options
 from hami_web.core.requests import RequestDefaults, pod_request
 from hami_web.dashboard.data import DashboardSources
@@ -81,6 +82,7 @@ def build(nodes: int, gpu_pods: int, pending: int, api: LocalCluster) -> Dashboa
                              request=pod_request(pod, RequestDefaults()),
                              options=pod_options(pod["metadata"]["annotations"], node_policy="binpack",
                                                  gpu_policy="spread"), candidates=candidates)
+        assert isinstance(result, NoPlacement), "a pending pod asks for a GPU type no node has"
         decisions.record_refusal(uid=pod["metadata"]["uid"], pod=f"team-x/{pod['metadata']['name']}",
                                  reasons=result.reasons, pod_object=pod)
     kube = Kube.for_url(api.url)

@@ -86,7 +86,7 @@ def time_pods(plane: ControlPlane, namespace: str, manifests: list[dict[str, Any
     def watch() -> None:
         stream = kubernetes.watch.Watch()
         for event in stream.stream(core.list_namespaced_pod, namespace,
-                                   resource_version=listing.metadata.resource_version,
+                                   resource_version=listing.metadata.resource_version if listing.metadata else None,
                                    timeout_seconds=int(timeout_seconds)):
             pod = event["object"]
             if pod.spec.node_name:
@@ -168,7 +168,8 @@ def route_label(family: Any, route: str) -> dict[str, str]:
 def final_bookings(plane: ControlPlane, namespace: str) -> tuple[dict[str, int], dict[str, dict[str, DeviceUsage]]]:
     """Pods per node, and every GPU's booked usage per node, as the API shows them after the burst."""
     core = kubernetes.client.CoreV1Api(plane.api_client)
-    response = core.list_namespaced_pod(namespace, _preload_content=False)
+    # Unread (``_preload_content=False``) the client returns the urllib3 response, not the V1PodList it declares.
+    response: Any = core.list_namespaced_pod(namespace, _preload_content=False)
     import json
 
     pods = json.loads(response.data)["items"]

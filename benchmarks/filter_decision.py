@@ -12,12 +12,14 @@ all-fail path (a pod no node can take, with a reason computed for every node). N
 from __future__ import annotations
 
 import argparse
+import functools
 import random
 import statistics
 import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -78,7 +80,10 @@ TYPICAL_PODS: tuple[tuple[str, PodRequest, PodOptions], ...] = (
 IMPOSSIBLE_POD = ask(1, memory_mib=200_000)
 
 
-def timed(call: Callable[[], object]) -> tuple[float, object]:
+T = TypeVar("T")
+
+
+def timed(call: Callable[[], T]) -> tuple[float, T]:
     """Milliseconds taken by ``call`` and its result."""
     start = time.perf_counter()
     result = call()
@@ -100,8 +105,7 @@ def run(size: int, pods: int, seed: int) -> None:
     unplaced = 0
     for number in range(pods):
         _, request, options = TYPICAL_PODS[number % len(TYPICAL_PODS)]
-        elapsed, result = timed(lambda request=request, options=options: choose_node(request, options, candidates,
-                                                                                     views))
+        elapsed, result = timed(functools.partial(choose_node, request, options, candidates, views))
         per_pod.append(elapsed)
         if isinstance(result, Placement):
             usage = usages[result.node]
@@ -114,11 +118,11 @@ def run(size: int, pods: int, seed: int) -> None:
     for _ in range(5):
         # Fresh views (as after usage changed everywhere) carry no remembered failures: the first-time cost.
         fresh = {name: build_node_view(view.inventory, usages.get(name, {})) for name, view in views.items()}
-        elapsed, result = timed(lambda fresh=fresh: choose_node(IMPOSSIBLE_POD, PodOptions(), candidates, fresh))
+        elapsed, result = timed(functools.partial(choose_node, IMPOSSIBLE_POD, PodOptions(), candidates, fresh))
         assert isinstance(result, NoPlacement) and len(result.reasons) == size
         fail_runs.append(elapsed)
         # kube-scheduler retrying the same pending pod while the nodes are unchanged.
-        elapsed, result = timed(lambda fresh=fresh: choose_node(IMPOSSIBLE_POD, PodOptions(), candidates, fresh))
+        elapsed, result = timed(functools.partial(choose_node, IMPOSSIBLE_POD, PodOptions(), candidates, fresh))
         assert isinstance(result, NoPlacement) and len(result.reasons) == size
         retry_runs.append(elapsed)
     print(f"{size} nodes x {GPUS_PER_NODE} GPUs (cluster generated and views built in {build_ms:.0f} ms)")

@@ -150,6 +150,7 @@ def main() -> None:
     stop = multiprocessing.Event()
     server = multiprocessing.Process(target=_serve, args=(objects, send, stop), daemon=True)
     server.start()
+    assert server.pid is not None, "a started process has a pid"
     url = receive.recv()
     command = str(Path(sys.executable).with_name("kubectl-hami"))
     print(f"load average before: {', '.join(f'{load:.2f}' for load in os.getloadavg())} on {os.cpu_count()} CPUs")

@@ -103,8 +103,9 @@ class Attacker:
         while not self._stop.is_set():
             for key, _ in self._selector.select(timeout=0.1):
                 connection = key.fileobj
+                assert isinstance(connection, socket.socket), "only sockets are registered"
                 try:
-                    data = connection.recv(4096)  # type: ignore[union-attr]
+                    data = connection.recv(4096)
                 except ssl.SSLWantReadError:
                     continue
                 except OSError:
@@ -112,7 +113,7 @@ class Attacker:
                 if data:
                     continue  # a TLS alert before the close
                 self._selector.unregister(connection)
-                connection.close()  # type: ignore[union-attr]
+                connection.close()
                 if not self._stop.is_set():
                     self._open(*key.data)
                     self.reopened += 1
@@ -121,12 +122,15 @@ class Attacker:
         self._stop.set()
         self._thread.join()
         for key in list(self._selector.get_map().values()):
-            key.fileobj.close()  # type: ignore[union-attr]
+            assert isinstance(key.fileobj, socket.socket), "only sockets are registered"
+            key.fileobj.close()
         self._selector.close()
 
 
 def _time_post(url: str, path: str, body: bytes, context: ssl.SSLContext) -> float:
     parts = urlsplit(url)
+    if parts.hostname is None:
+        raise ValueError(f"{url}: no host to connect to")
     started = time.perf_counter()
     connection = http.client.HTTPSConnection(parts.hostname, parts.port, context=context, timeout=30)
     try:

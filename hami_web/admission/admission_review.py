@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, NotRequired, TypedDict
 
 from hami_web.admission.pod_review import MALFORMED, AdmissionDecision, review_pod
-from hami_web.admission.pod_shape import json_type_name
+from hami_web.core.limits import json_type_name
 from hami_web.settings import Settings
 
 REVIEW_KIND = "AdmissionReview"

@@ -184,10 +184,11 @@ def _limits(container: dict[str, Any]) -> dict[str, Any]:
     """The container's ``resources.limits``, created when absent or null."""
     if not isinstance(container.get("resources"), dict):
         container["resources"] = {}
-    resources = container["resources"]
+    resources: dict[str, Any] = container["resources"]
     if not isinstance(resources.get("limits"), dict):
         resources["limits"] = {}
-    return resources["limits"]
+    limits: dict[str, Any] = resources["limits"]
+    return limits
 
 
 def _set_env(container: dict[str, Any], name: str, value: str) -> None:

@@ -137,6 +137,9 @@ def create_serving_certificate(ca: KeyPair, identity: ServingIdentity, *, now: d
     ca_key = serialization.load_pem_private_key(ca.key_pem, password=None)
     if not isinstance(ca_key, ec.EllipticCurvePrivateKey | rsa.RSAPrivateKey):
         raise ValueError("the CA key must be an EC or RSA private key")
+    ca_public_key = ca_certificate.public_key()
+    if not isinstance(ca_public_key, ec.EllipticCurvePublicKey | rsa.RSAPublicKey):
+        raise ValueError("the CA certificate's key must be an EC or RSA public key")
     key = _new_private_key()
     not_after = min(now + timedelta(days=days), ca_certificate.not_valid_after_utc)
     certificate = (
@@ -155,7 +158,7 @@ def create_serving_certificate(ca: KeyPair, identity: ServingIdentity, *, now: d
                        critical=True)
         .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
         .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
-        .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_certificate.public_key()),
+        .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_public_key),
                        critical=False)
         .sign(ca_key, hashes.SHA256())
     )

@@ -211,13 +211,13 @@ def fit_pod(request: PodRequest, view: NodeView, options: PodOptions) -> PodFit 
     """Fit every container of the pod on ``view`` (SPEC.md §3): each init container alone on the node's
     usage, the regular containers one after another on one working copy."""
     base = view.usage_rows
-    shared = list(base)
+    shared: WorkingUsage = list(base)
     grants: list[tuple[DeviceGrant, ...]] = []
     for container in request.containers:
         if container.count == 0:
             grants.append(())
             continue
-        work = list(base) if container.init else shared
+        work: WorkingUsage = list(base) if container.init else shared
         result = fit_container(container, view.inventory, work, options)
         if isinstance(result, FitFailure):
             return result

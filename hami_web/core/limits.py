@@ -62,6 +62,9 @@ def uuid_problem(uuid: str) -> str:
     return ""
 
 
+_JSON_TYPE_NAMES: dict[type, str] = {dict: "object", list: "list", str: "string"}
+
+
 def json_type_name(value: object) -> str:
     """The JSON name of a decoded value's type, for messages an operator reads."""
     if value is None:
@@ -70,4 +73,4 @@ def json_type_name(value: object) -> str:
         return "boolean"
     if isinstance(value, int | float):
         return "number"
-    return {dict: "object", list: "list", str: "string"}.get(type(value), type(value).__name__)
+    return _JSON_TYPE_NAMES.get(type(value), type(value).__name__)

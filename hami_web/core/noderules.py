@@ -15,18 +15,14 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
-from kubernetes import utils as kubernetes_utils
-
 from hami_web.core.limits import MAX_NUMBER_CHARS, quote
+from hami_web.core.quantities import parse_quantity
 from hami_web.core.reasons import ReasonGroup
-
-# The official client's quantity parser (``"500m"`` → ``Decimal("0.5")``), typed for this module.
-_parse_quantity: Callable[[str], Decimal] = kubernetes_utils.parse_quantity
 
 # kube-scheduler v1.32's reason texts (its FailedScheduling event counts nodes per reason).
 UNSCHEDULABLE = "node(s) were unschedulable"
@@ -202,7 +198,7 @@ def _labels(value: object, where: str) -> dict[str, str]:
 
 @functools.lru_cache(maxsize=4096)
 def _amount_cached(text: str, resource: str) -> int:
-    number = _parse_quantity(text)
+    number = parse_quantity(text)
     return _bounded(number * _SCALE.get(resource, 1), text, resource)
 
 

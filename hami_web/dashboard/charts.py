@@ -5,7 +5,7 @@ Plain numbers in, plain numbers out: no plotting library, nothing fetched by the
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 HISTOGRAM_BINS = 10
@@ -33,7 +33,7 @@ def histogram(values: Sequence[int], *, top: int, bins: int = HISTOGRAM_BINS) ->
     return {"width": CHART_WIDTH, "height": CHART_HEIGHT, "top": top, "bars": bars}
 
 
-def latency_chart(series: dict[str, Sequence[tuple[float, float]]], *, start: float, end: float
+def latency_chart(series: Mapping[str, Sequence[tuple[float, float]]], *, start: float, end: float
                   ) -> dict[str, Any]:
     """Polylines of ``(time, latency seconds)`` points per series between ``start`` and ``end``; y in ms."""
     span = max(end - start, 1e-9)

@@ -10,6 +10,7 @@ from collections.abc import Callable
 from typing import Any
 
 from flask import Blueprint, Response, jsonify, redirect, render_template, request
+from werkzeug.wrappers import Response as BaseResponse
 
 from hami_web.dashboard import auth, data
 from hami_web.server.services import services
@@ -61,7 +62,7 @@ def _secure(response: Response) -> Response:
 
 
 @blueprint.get("")
-def root() -> Response:
+def root() -> BaseResponse:
     """``/ui`` → ``/ui/``."""
     return redirect("/ui/", code=308)
 

@@ -95,7 +95,12 @@ class EventRecorder:
     def flush(self, timeout_seconds: float = 5.0) -> None:
         """Wait until every queued event has been sent (tests and the demo)."""
         done = threading.Event()
-        threading.Thread(target=lambda: (self._queue.join(), done.set()), daemon=True).start()
+
+        def wait_until_sent() -> None:
+            self._queue.join()
+            done.set()
+
+        threading.Thread(target=wait_until_sent, daemon=True).start()
         done.wait(timeout_seconds)
 
     def record(self, *, namespace: str, name: str, uid: str, reason: str, message: str,

@@ -8,6 +8,7 @@ and a log of what was called.
 
 from __future__ import annotations
 
+import builtins  # a class below has a method named `list`, which shadows the builtin in its annotations
 import json
 import logging
 import threading
@@ -153,17 +154,17 @@ class LocalCluster:
             self._api.failures.clear()
 
     @property
-    def request_log(self) -> list[tuple[str, str]]:
+    def request_log(self) -> builtins.list[tuple[str, str]]:
         """``(method, path)`` of every request served so far (path without the query string)."""
         with self._api._lock:
             return list(self._api.request_log)
 
-    def logged_requests(self) -> list[tuple[str, str, dict[str, str]]]:
+    def logged_requests(self) -> builtins.list[tuple[str, str, dict[str, str]]]:
         """``(method, path, query)`` of every request served so far, in order (watches carry ``watch`` in query)."""
         with self._api._lock:
             return list(zip(*zip(*self._api.request_log, strict=True), self._api.request_queries, strict=True))
 
-    def requests(self, method: str, path: str) -> list[dict[str, str]]:
+    def requests(self, method: str, path: str) -> builtins.list[dict[str, str]]:
         """The query parameters of every ``method path`` request so far, in order (e.g. ``limit``, ``watch``)."""
         with self._api._lock:
             return [query for (logged_method, logged_path), query

@@ -27,7 +27,9 @@ _VALUE_ONLY = re.compile(rf"^{_VALUE}$")
 
 def _split_requirements(text: str) -> list[str]:
     """Split on commas that are not inside ``( )``."""
-    parts, depth, current = [], 0, []
+    parts: list[str] = []
+    current: list[str] = []
+    depth = 0
     for char in text:
         if char == "(":
             depth += 1

@@ -14,7 +14,7 @@ import base64
 import json
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -34,7 +34,8 @@ SUBRESOURCES = {"pods": ("binding", "status"), "nodes": ("status",)}
 DEFAULT_WATCH_TIMEOUT_SECONDS = 1800.0
 POLL_SECONDS = 0.05
 # Reviews are created and answered, never stored (kube-apiserver's TokenReview and SubjectAccessReview).
-REVIEWS = {("apis", "authentication.k8s.io", "v1", "tokenreviews"): review_token,
+REVIEWS: dict[tuple[str, ...], Callable[[Store, Mapping[str, Any]], JsonObject]] = {
+           ("apis", "authentication.k8s.io", "v1", "tokenreviews"): review_token,
            ("apis", "authorization.k8s.io", "v1", "subjectaccessreviews"): review_access}
 # Paginated lists whose continue tokens stay valid at once (oldest forgotten first).
 MAX_LIST_SNAPSHOTS = 16

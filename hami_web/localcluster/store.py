@@ -9,6 +9,7 @@ The history is bounded, like the real watch cache, so tests can provoke ``410 Go
 
 from __future__ import annotations
 
+import builtins  # a class below has a method named `list`, which shadows the builtin in its annotations
 import copy
 import threading
 from collections import deque
@@ -82,7 +83,7 @@ class Store:
                      if plural == rt.plural and (namespace is None or ns == namespace) and predicate(obj)]
             return sorted(items, key=_sort_key), self._resource_version
 
-    def changes_since(self, resource_version: int) -> list[Change]:
+    def changes_since(self, resource_version: int) -> builtins.list[Change]:
         """Changes after ``resource_version``; `Expired` when the history no longer reaches back that far.
 
         Call with `condition` held to pair it with a `wait`.

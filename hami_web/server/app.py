@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 
 from flask import Flask, Response, jsonify, request
+from flask.json.provider import DefaultJSONProvider
 from werkzeug.exceptions import HTTPException
 
 from hami_web.server.listeners import RoutesByListener
@@ -29,7 +30,9 @@ def create_app(settings: Settings, *, readiness: Readiness | None = None, extend
 
     app = Flask("hami_web")
     app.config["MAX_CONTENT_LENGTH"] = MAX_BODY_BYTES
-    app.json.sort_keys = False
+    json_provider = DefaultJSONProvider(app)
+    json_provider.sort_keys = False
+    app.json = json_provider
     app.extensions[EXTENSION_KEY] = Services(settings=settings, readiness=readiness, extender=extender,
                                              metrics=metrics, dashboard=dashboard)
     app.register_blueprint(health.blueprint)
@@ -45,6 +48,7 @@ def create_app(settings: Settings, *, readiness: Readiness | None = None, extend
         app.register_blueprint(dashboard_views.blueprint)
     app.register_error_handler(HTTPException, _http_error)
     app.register_error_handler(Exception, _unexpected_error)
+    # Flask's documented way to wrap the WSGI app (middleware); the checker sees a method being replaced.
     app.wsgi_app = RoutesByListener(app.wsgi_app)  # type: ignore[method-assign]
     return app
 

@@ -19,6 +19,7 @@ import io
 import json
 import logging
 import wsgiref.handlers
+import wsgiref.headers
 from collections.abc import Callable, Iterable
 from concurrent.futures import Executor
 from dataclasses import dataclass
@@ -99,9 +100,13 @@ class _BufferedWsgiHandler(wsgiref.handlers.SimpleHandler):
     os_environ: dict[str, str] = {}
     http_version = "1.1"
     server_software = "hami-web"
+    # Set by wsgiref's BaseHandler as it runs the app (setup_environ, start_response); its stubs leave them out.
+    environ: dict[str, Any]
+    headers: wsgiref.headers.Headers
 
     def __init__(self, environ: dict[str, Any], body: bytes, *, close: bool) -> None:
-        super().__init__(io.BytesIO(body), io.BytesIO(), io.StringIO(), environ, multithread=True,
+        self._response = io.BytesIO()
+        super().__init__(io.BytesIO(body), self._response, io.StringIO(), environ, multithread=True,
                          multiprocess=False)
         self.close_connection = close
 
@@ -117,7 +122,7 @@ class _BufferedWsgiHandler(wsgiref.handlers.SimpleHandler):
                   exc_info=exc_info)
 
     def response_bytes(self) -> bytes:
-        return self.stdout.getvalue()  # type: ignore[union-attr]
+        return self._response.getvalue()
 
 
 def run_app(app: WsgiApp, environ: dict[str, Any], body: bytes, *, close: bool) -> tuple[bytes, bool]:

@@ -137,10 +137,10 @@ def configure_logging(level: int | str = logging.INFO, log_format: str = "text")
     if root.handlers and not ours:
         return
     if not ours:
-        handler = logging.StreamHandler(sys.stderr)
-        handler.set_name(HANDLER_NAME)
-        root.addHandler(handler)
-        ours = [handler]
+        stderr_handler = logging.StreamHandler(sys.stderr)
+        stderr_handler.set_name(HANDLER_NAME)
+        root.addHandler(stderr_handler)
+        ours = [stderr_handler]
     for handler in ours:
         handler.setFormatter(build_formatter(log_format))
     root.setLevel(level)

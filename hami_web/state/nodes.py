@@ -116,7 +116,9 @@ def node_record(node: Mapping[str, Any], *, count_resource: str) -> NodeRecord:
 def _node_record(node: Mapping[str, Any], count_resource: str) -> NodeRecord:
     name = node_name(node)
     metadata = node.get("metadata")
-    annotations = metadata.get("annotations") if isinstance(metadata, Mapping) else None
+    if not isinstance(metadata, Mapping):
+        return NodeRecord(name=name)
+    annotations = metadata.get("annotations")
     if annotations is None:
         return NodeRecord(name=name)
     if not isinstance(annotations, Mapping):

@@ -140,7 +140,8 @@ class ClusterSync:
         if self._threads:
             return
         self._stopping.clear()
-        targets = [(f"sync-{status.resource}", self._run, (status,)) for status in (self.nodes, self.pods)]
+        targets: list[tuple[str, Callable[..., None], tuple[ResourceSync, ...]]] = [
+            (f"sync-{status.resource}", self._run, (status,)) for status in (self.nodes, self.pods)]
         targets.append(("sync-resync", self._resync_loop, ()))
         for name, target, args in targets:
             thread = threading.Thread(target=target, args=args, name=name, daemon=True)
@@ -324,11 +325,11 @@ class ClusterSync:
                             status=int(event.object.get("code") or 0))
         if event.type != "BOOKMARK":
             if status is self.nodes:
-                record = node_record(event.object, count_resource=self._cache.count_resource)
-                self._cache.apply_node_events([(event.type, record)])
+                node = node_record(event.object, count_resource=self._cache.count_resource)
+                self._cache.apply_node_events([(event.type, node)])
             else:
-                record = pod_record(event.object, count_resource=self._cache.count_resource)
-                self._cache.apply_pod_events([(event.type, record)])
+                pod = pod_record(event.object, count_resource=self._cache.count_resource)
+                self._cache.apply_pod_events([(event.type, pod)])
         status.resource_version = str(metadata.get("resourceVersion") or status.resource_version)
         self._heard(status)
 
