@@ -1,0 +1,107 @@
+"""What the real kube-apiserver does to a watch, which the watchdog of `hami_web.state.sync` relies on.
+
+Starts etcd and kube-apiserver (the e2e tier's binaries, ``KUBEBUILDER_ASSETS``) and, through hami-web's own
+`hami_web.kube.Kube`:
+
+1. opens a pod watch with ``allowWatchBookmarks`` and records when each BOOKMARK arrives on an otherwise quiet
+   stream (the cadence the watchdog's bound ``--watch-silence-bound`` must exceed);
+2. resumes a watch from a resourceVersion taken before a deletion and a creation, and checks it replays both;
+3. compacts etcd (as kube-apiserver does every 5 minutes) and resumes a watch from a version before the
+   compaction, and checks the answer is 410 (`GoneError`), which makes `ClusterSync` list again.
+
+kube-apiserver's watch cache sends bookmarks only once it has seen an event of that resource (or an etcd progress
+notification, every 10 minutes by default): a pod is created before the bookmark watch opens.
+
+Run: ``KUBEBUILDER_ASSETS=/tmp/kube-assets python benchmarks/watch_bookmarks.py [--seconds 200]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from hami_web.kube import GoneError, Kube
+from tests.e2e.controlplane import ControlPlane, find_assets
+
+
+def _pod(name: str) -> dict[str, object]:
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": "default"},
+            "spec": {"containers": [{"name": "c", "image": "busybox"}]}}
+
+
+def main() -> int:
+    """Print the bookmark intervals, then the replay and 410 checks; exit 1 if a check fails."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seconds", type=int, default=200, help="how long to watch for bookmarks (200)")
+    arguments = parser.parse_args()
+    assets = find_assets()
+    if assets is None:
+        print("set KUBEBUILDER_ASSETS to the folder of etcd, kube-apiserver and kube-scheduler", file=sys.stderr)
+        return 2
+    with tempfile.TemporaryDirectory(prefix="hami-web-bookmarks-") as workdir:
+        plane = ControlPlane(Path(workdir), assets)
+        try:
+            plane._start_etcd()
+            plane._start_apiserver()
+            kube = Kube.from_kubeconfig(str(plane.admin_kubeconfig))
+            plane.core.create_namespaced_service_account("default", {"metadata": {"name": "default"}})
+            plane.core.create_namespaced_pod("default", _pod("first"))  # the pod watch cache's first event
+            failed = _bookmarks(kube, arguments.seconds) + _replay(kube, plane) + _gone(kube, plane)
+        finally:
+            plane.stop()
+    return 1 if failed else 0
+
+
+def _bookmarks(kube: Kube, seconds: int) -> int:
+    started = time.monotonic()
+    arrivals: list[float] = []
+    version = kube.list_pods()[1]
+    for event in kube.watch_pods(resource_version=version, timeout_seconds=seconds):
+        if event.type == "BOOKMARK":
+            arrivals.append(time.monotonic() - started)
+            print(f"bookmark at {arrivals[-1]:6.1f}s rv={event.object['metadata']['resourceVersion']}", flush=True)
+    gaps = [later - earlier for earlier, later in zip([0.0, *arrivals], arrivals, strict=False)]
+    print(f"{len(arrivals)} bookmarks in {seconds}s; gaps (first from the watch's start): "
+          + ", ".join(f"{gap:.1f}" for gap in gaps) + (f"; longest {max(gaps):.1f}s" if gaps else ""))
+    return 0 if arrivals else 1
+
+
+def _replay(kube: Kube, plane: ControlPlane) -> int:
+    plane.core.create_namespaced_pod("default", _pod("before"))
+    version = kube.list_pods()[1]
+    plane.core.delete_namespaced_pod("before", "default", grace_period_seconds=0)
+    plane.core.create_namespaced_pod("default", _pod("after"))
+    seen = []
+    for event in kube.watch_pods(resource_version=version, timeout_seconds=3):
+        if event.type != "BOOKMARK":
+            seen.append((event.type, event.object["metadata"]["name"]))
+    print(f"a watch resumed from {version} replayed: {seen}")
+    return 0 if ("DELETED", "before") in seen and ("ADDED", "after") in seen else 1
+
+
+def _gone(kube: Kube, plane: ControlPlane) -> int:
+    _, version = kube.list_pods()
+    plane.core.create_namespaced_pod("default", _pod("later"))
+    _, newest = kube.list_pods()
+    request = urllib.request.Request(f"http://127.0.0.1:{plane.etcd_port}/v3/kv/compaction",
+                                     data=json.dumps({"revision": newest, "physical": True}).encode(), method="POST")
+    with urllib.request.urlopen(request, timeout=10) as response:
+        print(f"etcd compacted to revision {newest}: HTTP {response.status}")
+    try:
+        events = list(kube.watch_pods(resource_version=version, timeout_seconds=3))
+    except GoneError as error:
+        print(f"a watch from resourceVersion {version}: GoneError ({error})")
+        return 0
+    print(f"a watch from resourceVersion {version} was not refused: {[event.type for event in events]}")
+    return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
