@@ -7,12 +7,15 @@ connection) resumes from that version without a list; the resource is listed aga
 410 Gone (the version is no longer kept), after `RELIST_AFTER_FAILURES` failed watches in a row, or every
 ``--relist-interval`` when an operator asks for that belt-and-braces reconciliation (off by default).
 
-A watch can also stay connected and deliver nothing (a proxy that stopped forwarding, a half-open connection):
-kube-apiserver sends a bookmark about every minute to a watch that asks for them, so a stream silent for longer
-than ``--watch-silence-bound`` (90 s) is closed and re-opened from the last version received, which replays what
-was missed (or answers 410, and the resource is listed). A stream silent twice in a row is followed by a list.
-Every re-open and list is logged at INFO with its reason; ``/readyz`` fails while a resource has been silent
-beyond the bound. Keeping
+A watch can also stay connected and deliver nothing (a proxy that stopped forwarding, a half-open connection).
+kube-apiserver v1.32 sends a bookmark on the minute to a watch that asked for them, but only once its resource
+has changed since the watch began (a bookmark carries a newer resourceVersion, or nothing): so silence alone does
+not tell a held stream from a quiet resource. A stream silent for ``--watch-silence-bound`` (90 s) is therefore
+closed and re-opened from the last version received — cheap, and it replays whatever a held stream hid (or
+answers 410, and the resource is listed) — and a stream silent twice in a row is followed by a list, which is
+the truth whatever holds the streams. Every re-open and list is logged at INFO with its reason. ``/readyz``
+fails while a resource has heard nothing from the API (no list, event, bookmark, nor a watch accepted) beyond
+the bound: that is, while re-opening and listing fail. Keeping
 list and watch of one resource on one thread keeps their events in order, so a list never undoes a newer event.
 
 Each page and each event is reduced at once to what scheduling needs (`state.pods.PodRecord`,
@@ -54,9 +57,10 @@ LIST_PAGE_SIZE = 250
 WATCH_TIMEOUT_SECONDS = 300.0
 # Failed watch requests in a row after which the resource is listed again.
 RELIST_AFTER_FAILURES = 3
-# Longest silence (no event, no bookmark) a watch may keep before it is re-opened. kube-apiserver v1.32 sent a
-# bookmark every 60 s to a quiet watch of the e2e tier (benchmarks/watch_bookmarks.py), so 90 s never closes a
-# healthy stream and bounds how long a silent one can hide changes.
+# Longest silence (no event, no bookmark) a watch may keep before it is re-opened. kube-apiserver v1.32 of the
+# e2e tier sends a bookmark 60 s after a watch opened, then every 60 s, once the resource has changed
+# (benchmarks/watch_bookmarks.py): 90 s never closes a stream of a changing resource, and bounds how long a held
+# stream can hide changes.
 WATCH_SILENCE_BOUND_SECONDS = 90.0
 # Silent watches in a row after which the resource is listed, not only re-opened.
 RELIST_AFTER_SILENCES = 2
@@ -74,7 +78,8 @@ class ResourceSync:
     last_error: str = ""
     resource_version: str = ""
     watching: bool = False
-    last_heard: float | None = None  # the last list, event, bookmark or stream the server ended (staleness from it)
+    last_event: float | None = None  # the last list, event, bookmark, or stream the server ended (the gauge)
+    last_heard: float | None = None  # the same, or a watch the server accepted (readiness)
     reopens: int = 0  # watches closed for silence and re-opened
 
 
@@ -198,10 +203,10 @@ class ClusterSync:
         for status in (self.nodes, self.pods):
             if status.last_success is None:
                 return False, f"{status.resource} never listed"
-            silence = self.silence_seconds(status.resource)
+            silence = None if status.last_heard is None else now - status.last_heard
             if silence is not None and silence > self.silence_bound_seconds:
-                return False, f"{status.resource}: nothing heard from the API for {silence:.0f}s (no event or " \
-                              f"bookmark; bound {self.silence_bound_seconds:g}s)"
+                return False, f"{status.resource}: nothing heard from the API for {silence:.0f}s (no event, " \
+                              f"bookmark or watch accepted; bound {self.silence_bound_seconds:g}s)"
             age = now - status.last_success
             if status.last_error and age > STALE_AFTER_PERIODS * self._interval:
                 return False, f"{status.resource} last in step with the API {age:.0f}s ago " \
@@ -214,9 +219,12 @@ class ClusterSync:
         return None if status.last_success is None else self._clock() - status.last_success
 
     def silence_seconds(self, resource: str) -> float | None:
-        """Seconds since ``resource``'s last list, event, bookmark or watch the server ended (None before a list)."""
+        """Seconds since ``resource``'s last list, event, bookmark or watch the server ended (None before a list).
+
+        On a resource that does not change this grows past the bound on a healthy watch (no bookmark is sent).
+        """
         status = self.nodes if resource == "nodes" else self.pods
-        return None if status.last_heard is None else max(0.0, self._clock() - status.last_heard)
+        return None if status.last_event is None else max(0.0, self._clock() - status.last_event)
 
     # -- loops --------------------------------------------------------------------------------------
 
@@ -286,10 +294,10 @@ class ClusterSync:
     def _heard(self, status: ResourceSync, *, current: bool = True) -> None:
         """The API answered; ``current`` when everything up to now has been delivered (not a watch just opened)."""
         now = self._clock()
-        status.last_success = now
+        status.last_success = status.last_heard = now
         status.last_error = ""
-        if current:  # a stream opened proves nothing yet: a silent one opens fine
-            status.last_heard = now
+        if current:  # a stream just opened has delivered nothing yet
+            status.last_event = now
         if status is self.pods and current:
             self._cache.note_pods_current(now)
 
@@ -361,7 +369,7 @@ class ClusterSync:
                 if self._stopping.is_set():
                     return
             # The server ended the stream at its timeout: everything up to now was delivered.
-            status.last_heard = self._clock()
+            status.last_event = status.last_heard = self._clock()
         finally:
             status.watching = False
 

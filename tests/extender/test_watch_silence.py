@@ -148,7 +148,7 @@ def test_readiness_fails_while_a_resource_is_silent_beyond_the_bound_and_the_gau
         clock.advance(91)
         ready, reason = sync.readiness()
         assert not ready
-        assert reason == "nodes: nothing heard from the API for 91s (no event or bookmark; bound 90s)"
+        assert reason == "nodes: nothing heard from the API for 91s (no event, bookmark or watch accepted; bound 90s)"
         scrape = generate_latest(Metrics(sync._cache, sync).registry).decode()
         assert 'hami_web_watch_silence_seconds{resource="pods"} 91.0' in scrape
         assert 'hami_web_watch_reopens_total{resource="pods"} 0.0' in scrape
