@@ -10,7 +10,8 @@ and the pod can then be filtered and bound again; another pod's lock is never re
 node than the filter chose is refused before anything is written; a failing booking patch in ``/bind``
 answers ``Error`` without leaking capacity (the exclusive GPU then goes to the next pod, once); a booking another
 scheduler wrote first on the same GPU fails the bind (the exact reason), voids ours, releases the lock, and the
-cache then counts the other booking.
+cache then counts the other booking; the echo of our voided booking, arriving after the bind gave up, does not make
+the next filter refuse the pod as another binder's (the race behind that test's flakiness, made deterministic).
 """
 
 from __future__ import annotations
