@@ -196,7 +196,7 @@ class ClusterSync:
 
     def readiness(self) -> tuple[bool, str]:
         """Ready once both resources are listed, unless one has failed to reach the API for 3 refresh periods
-        or has heard nothing from it (no event, no bookmark) for longer than the watch silence bound."""
+        or has heard nothing from it (no list, event, bookmark, nor a watch accepted) beyond the silence bound."""
         if not self._cache.synced:
             return False, "cluster cache has not completed its first sync"
         now = self._clock()
