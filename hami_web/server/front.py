@@ -293,7 +293,11 @@ class Connection:
         if self._probes is None or environ["REQUEST_METHOD"] != "GET" or path not in PROBE_PATHS \
                 or path not in ROUTES_BY_AUDIENCE.get(self._listener.audience, frozenset()):
             return None
-        return self._probes(path)
+        try:
+            return self._probes(path)
+        except Exception:  # a bug in what the app publishes: the app's own route answers (and logs) instead
+            log.exception("answering %s on the event loop failed", path)
+            return None
 
     async def _read(self, timeout_seconds: float) -> bytes:
         async with asyncio.timeout(timeout_seconds):
