@@ -131,6 +131,14 @@ class GoneError(KubeError):
     """A watch asked for a resourceVersion the server no longer has (HTTP 410)."""
 
 
+class WatchSilentError(KubeError):
+    """A watch stream stayed open but delivered nothing (no event, no bookmark) for its silence bound.
+
+    kube-apiserver sends a bookmark about every minute to a watch that asks for them, so a longer silence
+    means something between us and the API (a proxy, a half-open connection) holds the stream.
+    """
+
+
 def _error_from(error: Exception, what: str) -> KubeError:
     if isinstance(error, ApiException):
         status = int(error.status or 0)
@@ -144,6 +152,19 @@ def _error_from(error: Exception, what: str) -> KubeError:
         return kind(f"{what}: HTTP {status}: {message}", status=status, reason=error.reason or "",
                     outcome_unknown=status == 504)
     return KubeError(f"{what}: {error}", outcome_unknown=_sent_without_answer(error))
+
+
+def _timed_out_reading(error: BaseException) -> bool:
+    """Whether a transport error is a socket read that timed out (directly or as the cause of a wrapper)."""
+    seen: BaseException | None = error
+    for _ in range(5):
+        if seen is None:
+            return False
+        if isinstance(seen, urllib3.exceptions.ReadTimeoutError | TimeoutError):
+            return True
+        reason = getattr(seen, "reason", None)
+        seen = reason if isinstance(reason, BaseException) else seen.__context__
+    return False
 
 
 def _sent_without_answer(error: BaseException) -> bool:
@@ -570,26 +591,32 @@ class Kube:
 
     # -- watches ----------------------------------------------------------------------------------
 
-    def watch_pods(self, *, resource_version: str, timeout_seconds: int,
+    def watch_pods(self, *, resource_version: str, timeout_seconds: int, silence_seconds: float = 0.0,
                    on_open: Callable[[], None] | None = None) -> Iterator[WatchEvent]:
         """Pod events after ``resource_version``; ends after ``timeout_seconds``; `GoneError` when too old.
 
         ``on_open`` runs once the server has accepted the watch (before any event), so a caller can tell a
         quiet healthy watch from one that cannot connect. BOOKMARK events carry only a resourceVersion.
+        ``silence_seconds`` (0: no bound) closes a stream that sends nothing for that long: `WatchSilentError`.
         """
-        return self._watch("watch pods", self._core.list_pod_for_all_namespaces, on_open,
+        return self._watch("watch pods", self._core.list_pod_for_all_namespaces, on_open, silence_seconds,
                            resource_version=resource_version, timeout_seconds=timeout_seconds)
 
     def watch_nodes(self, *, resource_version: str, timeout_seconds: int, label_selector: str = "",
-                    on_open: Callable[[], None] | None = None) -> Iterator[WatchEvent]:
+                    silence_seconds: float = 0.0, on_open: Callable[[], None] | None = None) -> Iterator[WatchEvent]:
         """Node events after ``resource_version``; see `watch_pods`."""
-        return self._watch("watch nodes", self._core.list_node, on_open, resource_version=resource_version,
-                           timeout_seconds=timeout_seconds, label_selector=label_selector or None)
+        return self._watch("watch nodes", self._core.list_node, on_open, silence_seconds,
+                           resource_version=resource_version, timeout_seconds=timeout_seconds,
+                           label_selector=label_selector or None)
 
-    def _watch(self, what: str, method: Any, on_open: Callable[[], None] | None,
+    def _watch(self, what: str, method: Any, on_open: Callable[[], None] | None, silence_seconds: float,
                **kwargs: Any) -> Iterator[WatchEvent]:
         watch = _RawWatch()
-        kwargs["_request_timeout"] = (self._timeout_seconds, kwargs["timeout_seconds"] + self._timeout_seconds)
+        # The read timeout is the silence bound: the socket read waits at most that long for the next bytes.
+        read_seconds = kwargs["timeout_seconds"] + self._timeout_seconds
+        if silence_seconds > 0:
+            read_seconds = min(read_seconds, silence_seconds)
+        kwargs["_request_timeout"] = (self._timeout_seconds, read_seconds)
         self._spend_budget(what, None)
 
         @functools.wraps(method)  # the client reads the return type from the method's signature
@@ -605,6 +632,8 @@ class Kube:
         except ApiException as error:
             raise _error_from(error, what) from error
         except Exception as error:
+            if silence_seconds > 0 and _timed_out_reading(error):
+                raise WatchSilentError(f"{what}: nothing received for {silence_seconds:g}s") from error
             if isinstance(error, OSError | ValueError) or type(error).__module__.startswith("urllib3"):
                 raise _error_from(error, what) from error
             raise

@@ -141,11 +141,23 @@ class _ClusterCollector(Collector):
                                     "event or bookmark, or a resync while the watch is open)", labels=["resource"])
             errors = CounterMetricFamily("hami_web_cache_refresh_errors", "failed lists and watches",
                                          labels=["resource"])
+            silence = GaugeMetricFamily("hami_web_watch_silence_seconds",
+                                        "seconds since the API last sent this resource anything (list, watch event "
+                                        "or bookmark); the watch is re-opened past --watch-silence-bound",
+                                        labels=["resource"])
+            reopens = CounterMetricFamily("hami_web_watch_reopens", "watches closed for silence and re-opened",
+                                          labels=["resource"])
+            lists = CounterMetricFamily("hami_web_cache_lists", "full lists (start, 410 Gone, repeated failure or "
+                                        "silence, --relist-interval)", labels=["resource"])
             for status in (self._sync.nodes, self._sync.pods):
                 seconds = self._sync.refresh_age_seconds(status.resource)
                 age.add_metric([status.resource], float("inf") if seconds is None else seconds)
                 errors.add_metric([status.resource], status.errors)
-            yield from (age, errors)
+                quiet = self._sync.silence_seconds(status.resource)
+                silence.add_metric([status.resource], float("inf") if quiet is None else quiet)
+                reopens.add_metric([status.resource], status.reopens)
+                lists.add_metric([status.resource], status.lists)
+            yield from (age, errors, silence, reopens, lists)
 
 
     def _lock_holds(self) -> Iterator[Metric]:

@@ -69,6 +69,7 @@ class Settings:
     ui_expose: bool = False
     refresh_interval_seconds: float = 15.0
     relist_interval_seconds: float = 0.0
+    watch_silence_bound_seconds: float = 90.0
     privileged_policy: str = "deny"
     kubeconfig: str = ""
     insecure_http: bool = False
@@ -316,6 +317,9 @@ _OPTIONS: tuple[_Option, ...] = (
             "period of the cache's resync from local state: handshakes, device plugins gone (15s)"),
     _Option("--relist-interval", "relist_interval_seconds", _duration_or_off,
             "full list of nodes and pods this often besides the watches, e.g. 30m, or off (off)"),
+    _Option("--watch-silence-bound", "watch_silence_bound_seconds", _positive_duration,
+            "a watch that delivers nothing (no event, no bookmark; kube-apiserver sends a bookmark about every "
+            "minute) for this long is re-opened, and /readyz fails meanwhile (90s)"),
     _Option("--privileged-policy", "privileged_policy", _choice(PRIVILEGED_POLICIES),
             "deny GPU pods with privileged containers, or skip them as HAMi v2.4 did (deny)"),
     _Option("--kubeconfig", "kubeconfig", _text,

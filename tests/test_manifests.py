@@ -469,6 +469,10 @@ def _exposed_metric_names() -> set[str]:
         def refresh_age_seconds(_resource: str) -> float:
             return 1.0
 
+        @staticmethod
+        def silence_seconds(_resource: str) -> float:
+            return 1.0
+
     registry = Metrics(ClusterCache(), _Sync()).registry
     suffixes = ("", "_total", "_bucket", "_count", "_sum")
     return {family.name + suffix for family in registry.collect() for suffix in suffixes}

@@ -6,10 +6,11 @@ them case-insensitively, and so do we.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, TypedDict
 
 from hami_web.core.limits import json_type_name, quote
+from hami_web.core.objectnames import label_problem, subdomain_problem
 
 
 class WireError(ValueError):
@@ -85,6 +86,9 @@ def filter_pod(args: Mapping[str, Any]) -> Mapping[str, Any]:
     for key in ("name", "uid", "namespace"):
         if metadata.get(key) is not None and not isinstance(metadata.get(key), str):
             raise WireError(f"Pod metadata.{key} must be a string")
+    _check_name("Pod metadata.name", metadata["name"], subdomain_problem)
+    if metadata.get("namespace"):
+        _check_name("Pod metadata.namespace", metadata["namespace"], label_problem)
     for key in ("annotations", "labels"):
         values = metadata.get(key)
         if values is None:
@@ -99,7 +103,6 @@ def filter_pod(args: Mapping[str, Any]) -> Mapping[str, Any]:
     return pod
 
 
-
 def binding_target(args: Mapping[str, Any]) -> tuple[str, str, str, str]:
     """``(namespace, name, uid, node)`` of an ExtenderBindingArgs."""
     values = []
@@ -108,4 +111,13 @@ def binding_target(args: Mapping[str, Any]) -> tuple[str, str, str, str]:
         if not isinstance(value, str) or not value.strip():
             raise WireError(f"ExtenderBindingArgs.{key} is missing, blank or not a string")
         values.append(value)
+    _check_name("ExtenderBindingArgs.PodNamespace", values[0], label_problem)
+    _check_name("ExtenderBindingArgs.PodName", values[1], subdomain_problem)
     return values[0], values[1], values[2], values[3]
+
+
+def _check_name(what: str, value: str, problem_of: Callable[[str], str]) -> None:
+    """`WireError` naming ``what`` when ``value`` breaks its Kubernetes name rule (no such pod can exist)."""
+    problem = problem_of(value)
+    if problem:
+        raise WireError(f"{what} {quote(value)} is not a valid Kubernetes name: {problem}")

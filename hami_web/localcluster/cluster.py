@@ -137,8 +137,9 @@ class LocalCluster:
         ``skip=1``). ``subresource`` None matches requests to the object or collection itself, not its subresources
         (fail a binding with ``subresource="binding"``). Other modes: ``delay`` (wait ``seconds``, then serve),
         ``drip`` (the body one byte every ``seconds``), ``reset`` (apply, then drop the connection unanswered),
-        ``cut`` (a watch: ``events`` events, then the connection drops mid-stream). A cut matches watch requests
-        only and every other mode requests that are not watches, unless ``watch`` says which (True: watches).
+        ``cut`` (a watch: ``events`` events, then the connection drops mid-stream), ``silent`` (a watch: held open
+        with nothing sent for ``seconds``, 0 for good; what happened meanwhile follows). A cut or a silence matches
+        watch requests only and every other mode requests that are not watches, unless ``watch`` says which.
         """
         resource_type(resource)
         if mode not in FAULT_MODES:

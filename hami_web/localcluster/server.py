@@ -61,7 +61,11 @@ FAULT_DELAY = "delay"  # wait ``seconds``, then serve the request normally (a st
 FAULT_DRIP = "drip"  # serve normally, but send the body one byte every ``seconds``
 FAULT_RESET = "reset"  # apply the request, then close the connection without answering
 FAULT_CUT = "cut"  # a watch: send ``events`` events, then drop the connection mid-stream
-FAULT_MODES = (FAULT_STATUS, FAULT_DELAY, FAULT_DRIP, FAULT_RESET, FAULT_CUT)
+# A watch: hold the stream open and send nothing (no event, no bookmark) for ``seconds`` (0: until the watch ends),
+# as a proxy that stops forwarding does; the events of that time are sent afterwards, in order.
+FAULT_SILENT = "silent"
+FAULT_MODES = (FAULT_STATUS, FAULT_DELAY, FAULT_DRIP, FAULT_RESET, FAULT_CUT, FAULT_SILENT)
+WATCH_FAULTS = (FAULT_CUT, FAULT_SILENT)
 
 
 @dataclass(slots=True)
@@ -110,6 +114,8 @@ class ApiServer:
             response = _dripping(response, fault.seconds, self.stopping)
         elif fault is not None and fault.mode == FAULT_CUT:
             response.response = _cut_after(response.response, fault.events, environ)
+        elif fault is not None and fault.mode == FAULT_SILENT:
+            response.response = _silent_for(response.response, fault.seconds, self.stopping)
         return response(environ, start_response)
 
     # -- routing ----------------------------------------------------------------------------------
@@ -142,8 +148,8 @@ class ApiServer:
     def _take_fault(self, method: str, target: Target, *, watch: bool) -> InjectedFailure | None:
         with self._lock:
             for failure in self.failures:
-                # A cut is for watches, everything else for the rest, unless the fault names which it is for.
-                for_watch = failure.mode == FAULT_CUT if failure.watch is None else failure.watch
+                # A cut or a silence is for watches, everything else for the rest, unless the fault names which.
+                for_watch = failure.mode in WATCH_FAULTS if failure.watch is None else failure.watch
                 if for_watch != watch:
                     continue
                 if failure.remaining > 0 and failure.method == method and failure.resource == target.rt.plural \
@@ -326,6 +332,19 @@ def _cut_after(stream: Any, events: int, environ: dict[str, Any]) -> Iterator[by
         sent += len(kept)
         yield b"".join(kept)
     environ[RESET_CONNECTION] = True
+
+
+def _silent_for(stream: Any, seconds: float, stopping: threading.Event) -> Iterator[bytes]:
+    """A watch stream whose headers go out at once, then nothing for ``seconds`` (0: until the server stops).
+
+    The stream underneath is not read meanwhile, so nothing is lost: what happened during the silence follows it,
+    in order, as a proxy that stalled and then caught up would deliver it (and as a re-opened watch replays it).
+    """
+    iterator = iter(stream)
+    yield next(iterator, b"")
+    stopping.wait(seconds if seconds > 0 else None)
+    if not stopping.is_set():
+        yield from iterator
 
 
 def _visible(changes: list[Change], target: Target, predicate: selectors.Predicate) -> Iterator[tuple[str, Any]]:

@@ -9,6 +9,10 @@ Bodies: at most `MAX_BODY_BYTES` are kept. A larger body (declared by Content-Le
 that grows past the limit) is handed to the app truncated, so the app answers its own "too large"; the
 front then reads and discards the rest of the body, up to a bound, before closing, so that the client —
 still sending — receives that answer instead of a connection reset.
+
+Probes: ``GET /healthz`` and ``GET /readyz`` on a listener that serves them are answered here, on the event loop,
+from what the app publishes (`hami_web.routes.health.probe_answers_for`), so they never queue behind app threads
+held by binds stalled on the API.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ import wsgiref.headers
 from collections.abc import Callable, Iterable
 from concurrent.futures import Executor
 from dataclasses import dataclass
+from http import HTTPStatus
 from typing import Any
 from urllib.parse import unquote_to_bytes
 
@@ -34,8 +39,9 @@ from gunicorn.asgi.parser import (
     PythonProtocol,
 )
 
+from hami_web.routes.health import PROBE_PATHS, ProbeAnswers
 from hami_web.server.app import MAX_BODY_BYTES
-from hami_web.server.listeners import LISTENER_ENVIRON_KEY, Listener
+from hami_web.server.listeners import LISTENER_ENVIRON_KEY, ROUTES_BY_AUDIENCE, Listener
 
 log = logging.getLogger(__name__)
 
@@ -178,6 +184,14 @@ def _error_response(status: int, reason: str, message: str) -> bytes:
     return head.encode("latin-1") + body
 
 
+def _probe_response(status: int, body: dict[str, str], *, close: bool) -> bytes:
+    """A probe's answer as the app would give it: JSON, with its length (and ``Connection: close`` if closing)."""
+    payload = json.dumps(body).encode()
+    reason = HTTPStatus(status).phrase
+    head = f"HTTP/1.1 {status} {reason}\r\nContent-Type: application/json\r\nContent-Length: {len(payload)}\r\n"
+    return (head + ("Connection: close\r\n" if close else "") + "\r\n").encode("latin-1") + payload
+
+
 def _parse_error_response(error: ParseError) -> bytes:
     if isinstance(error, LimitRequestLine):
         return _error_response(414, "URI Too Long", str(error))
@@ -191,7 +205,7 @@ class Connection:
 
     def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, *, listener: Listener,
                  app: WsgiApp, executor_for: Callable[[str], Executor], deadlines: Deadlines,
-                 max_body_bytes: int = MAX_BODY_BYTES) -> None:
+                 max_body_bytes: int = MAX_BODY_BYTES, probes: ProbeAnswers | None = None) -> None:
         self._reader = reader
         self._writer = writer
         self._listener = listener
@@ -199,6 +213,7 @@ class Connection:
         self._executor_for = executor_for  # the threads that run the app for a path (`server.worker.ThreadLanes`)
         self._deadlines = deadlines
         self._max_body_bytes = max_body_bytes
+        self._probes = probes  # answered on the loop when the listener serves them (None: the app answers)
         self._peer = writer.get_extra_info("peername")
         self.busy = False  # a request is being read or answered (graceful stop waits only for those)
         self.closing = False  # set on graceful stop: finish the request in flight, then close
@@ -262,6 +277,11 @@ class Connection:
         else:
             body_length = message.body_bytes_seen if too_large else len(body)
         environ = build_environ(request, listener=self._listener, peer=self._peer, body_length=body_length)
+        probe = self._probe(environ)
+        if probe is not None:
+            close = too_large or request.should_close()
+            await self._write(_probe_response(*probe, close=close))
+            return not close
         loop = asyncio.get_running_loop()
         response, close = await loop.run_in_executor(
             self._executor_for(environ["PATH_INFO"]),
@@ -271,6 +291,18 @@ class Connection:
             await self._drain(message)
             return False
         return not close
+
+    def _probe(self, environ: dict[str, Any]) -> tuple[int, dict[str, str]] | None:
+        """The answer to a probe this listener serves, given here on the loop (None: not a probe, the app answers)."""
+        path = environ["PATH_INFO"]
+        if self._probes is None or environ["REQUEST_METHOD"] != "GET" or path not in PROBE_PATHS \
+                or path not in ROUTES_BY_AUDIENCE.get(self._listener.audience, frozenset()):
+            return None
+        try:
+            return self._probes(path)
+        except Exception:  # a bug in what the app publishes: the app's own route answers (and logs) instead
+            log.exception("answering %s on the event loop failed", path)
+            return None
 
     async def _read(self, timeout_seconds: float) -> bytes:
         async with asyncio.timeout(timeout_seconds):

@@ -72,7 +72,8 @@ def build_runtime(settings: Settings, *, kube: Kube | None = None, clock: Callab
                          node_lock_timeout_seconds=settings.node_lock_timeout_seconds)
     sync = ClusterSync(cache, kube, refresh_interval_seconds=settings.refresh_interval_seconds,
                        relist_interval_seconds=settings.relist_interval_seconds,
-                       node_label_selector=settings.node_label_selector, clock=clock)
+                       node_label_selector=settings.node_label_selector, clock=clock,
+                       watch_silence_bound_seconds=settings.watch_silence_bound_seconds)
     metrics = Metrics(cache, sync)
     events = EventRecorder(kube)
     decisions = DecisionLog(clock=clock)

@@ -22,6 +22,7 @@ from typing import Any, ClassVar
 
 from gunicorn.workers.base import Worker
 
+from hami_web.routes.health import probe_answers_for
 from hami_web.server.front import Connection, Deadlines
 from hami_web.server.listeners import Listener
 from hami_web.server.tlsreload import ReloadingTLSContext
@@ -117,7 +118,8 @@ class FrontWorker(Worker):
             writer.close()
             return
         connection = Connection(reader, writer, listener=listener, app=self.wsgi,
-                                executor_for=partial(lanes.for_path, listener), deadlines=deadlines)
+                                executor_for=partial(lanes.for_path, listener), deadlines=deadlines,
+                                probes=probe_answers_for(self.wsgi))
         self._served[task] = connection
         try:
             await connection.serve()

@@ -142,8 +142,9 @@ class ClusterCache:
         self._uid_by_name: dict[tuple[str, str], str] = {}
         # When the watch first showed each held pod at bind-phase=success (see `_lock_owner_done_locked`).
         self._succeeded_at: dict[str, float] = {}
-        # Bookings this process wrote (or may have written) and abandoned without voiding them, by uid: the pod may
-        # be placed again over them (see `foreign_booking`); dropped once the pod is bound, deleted or finished.
+        # Bookings this process wrote (or may have written) and abandoned, voided or not, by uid: the pod may be
+        # placed again over them (see `foreign_booking`), even while the watch still shows one voided (its echo came
+        # after the bind gave up); dropped once the pod is bound, deleted or finished.
         self._abandoned: dict[str, str] = {}
         self.stats = CacheStats()
         self.lock_holds: dict[str, LockHolds] = {}
@@ -528,6 +529,8 @@ class ClusterCache:
             placed = self._placed.pop(uid, None)
             held = self._held.get(uid)
             if not keep_booking:
+                if placed is not None:  # voided: its echo, if the watch brings it late, is ours, not another binder's
+                    self._abandoned[uid] = placed.devices_text
                 if held is not None and held.assumed_at is None:
                     return None
                 shadowed = held.api_usage if held is not None else None

@@ -5,7 +5,17 @@ snapshot), reconciles the cache with the result, then watches from the list's re
 remembering the resourceVersion of every event and bookmark. A watch that ends (its timeout, a dropped
 connection) resumes from that version without a list; the resource is listed again only when the API answers
 410 Gone (the version is no longer kept), after `RELIST_AFTER_FAILURES` failed watches in a row, or every
-``--relist-interval`` when an operator asks for that belt-and-braces reconciliation (off by default). Keeping
+``--relist-interval`` when an operator asks for that belt-and-braces reconciliation (off by default).
+
+A watch can also stay connected and deliver nothing (a proxy that stopped forwarding, a half-open connection).
+kube-apiserver v1.32 sends a bookmark on the minute to a watch that asked for them, but only once its resource
+has changed since the watch began (a bookmark carries a newer resourceVersion, or nothing): so silence alone does
+not tell a held stream from a quiet resource. A stream silent for ``--watch-silence-bound`` (90 s) is therefore
+closed and re-opened from the last version received — cheap, and it replays whatever a held stream hid (or
+answers 410, and the resource is listed) — and a stream silent twice in a row is followed by a list, which is
+the truth whatever holds the streams. Every re-open and list is logged at INFO with its reason. ``/readyz``
+fails while a resource has heard nothing from the API (no list, event, bookmark, nor a watch accepted) beyond
+the bound: that is, while re-opening and listing fail. Keeping
 list and watch of one resource on one thread keeps their events in order, so a list never undoes a newer event.
 
 Each page and each event is reduced at once to what scheduling needs (`state.pods.PodRecord`,
@@ -31,7 +41,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from hami_web.core import names
-from hami_web.kube import GoneError, Kube, KubeError, ListPage, WatchEvent
+from hami_web.kube import GoneError, Kube, KubeError, ListPage, WatchEvent, WatchSilentError
 from hami_web.state.cache import ClusterCache
 from hami_web.state.nodes import NodeRecord, handshake_value, node_record
 from hami_web.state.pods import PodRecord, holds_nothing, pod_finished, pod_key, pod_record
@@ -47,6 +57,13 @@ LIST_PAGE_SIZE = 250
 WATCH_TIMEOUT_SECONDS = 300.0
 # Failed watch requests in a row after which the resource is listed again.
 RELIST_AFTER_FAILURES = 3
+# Longest silence (no event, no bookmark) a watch may keep before it is re-opened. kube-apiserver v1.32 of the
+# e2e tier sends a bookmark 60 s after a watch opened, then every 60 s, once the resource has changed
+# (benchmarks/watch_bookmarks.py): 90 s never closes a stream of a changing resource, and bounds how long a held
+# stream can hide changes.
+WATCH_SILENCE_BOUND_SECONDS = 90.0
+# Silent watches in a row after which the resource is listed, not only re-opened.
+RELIST_AFTER_SILENCES = 2
 
 
 @dataclass(slots=True)
@@ -61,6 +78,9 @@ class ResourceSync:
     last_error: str = ""
     resource_version: str = ""
     watching: bool = False
+    last_event: float | None = None  # the last list, event, bookmark, or stream the server ended (the gauge)
+    last_heard: float | None = None  # the same, or a watch the server accepted (readiness)
+    reopens: int = 0  # watches closed for silence and re-opened
 
 
 _collector_lock = threading.Lock()
@@ -118,7 +138,8 @@ class ClusterSync:
     def __init__(self, cache: ClusterCache, kube: Kube, *, refresh_interval_seconds: float = 15.0,
                  relist_interval_seconds: float = 0.0, node_label_selector: str = "",
                  clock: Callable[[], float] = time.time, page_size: int = LIST_PAGE_SIZE,
-                 watch_timeout_seconds: float = WATCH_TIMEOUT_SECONDS) -> None:
+                 watch_timeout_seconds: float = WATCH_TIMEOUT_SECONDS,
+                 watch_silence_bound_seconds: float = WATCH_SILENCE_BOUND_SECONDS) -> None:
         self._cache = cache
         self._kube = kube
         self._interval = refresh_interval_seconds
@@ -127,6 +148,7 @@ class ClusterSync:
         self._clock = clock
         self._page_size = page_size
         self._watch_timeout = watch_timeout_seconds
+        self.silence_bound_seconds = watch_silence_bound_seconds
         self.resyncs = 0
         self._stopping = threading.Event()
         self.nodes = ResourceSync("nodes")
@@ -174,13 +196,18 @@ class ClusterSync:
     # -- readiness ----------------------------------------------------------------------------------
 
     def readiness(self) -> tuple[bool, str]:
-        """Ready once both resources are listed, unless one has failed to reach the API for 3 refresh periods."""
+        """Ready once both resources are listed, unless one has failed to reach the API for 3 refresh periods
+        or has heard nothing from it (no list, event, bookmark, nor a watch accepted) beyond the silence bound."""
         if not self._cache.synced:
             return False, "cluster cache has not completed its first sync"
         now = self._clock()
         for status in (self.nodes, self.pods):
             if status.last_success is None:
                 return False, f"{status.resource} never listed"
+            silence = None if status.last_heard is None else now - status.last_heard
+            if silence is not None and silence > self.silence_bound_seconds:
+                return False, f"{status.resource}: nothing heard from the API for {silence:.0f}s (no event, " \
+                              f"bookmark or watch accepted; bound {self.silence_bound_seconds:g}s)"
             age = now - status.last_success
             if status.last_error and age > STALE_AFTER_PERIODS * self._interval:
                 return False, f"{status.resource} last in step with the API {age:.0f}s ago " \
@@ -192,29 +219,51 @@ class ClusterSync:
         status = self.nodes if resource == "nodes" else self.pods
         return None if status.last_success is None else self._clock() - status.last_success
 
+    def silence_seconds(self, resource: str) -> float | None:
+        """Seconds since ``resource``'s last list, event, bookmark or watch the server ended (None before a list).
+
+        On a resource that does not change this grows past the bound on a healthy watch (no bookmark is sent).
+        """
+        status = self.nodes if resource == "nodes" else self.pods
+        return None if status.last_event is None else max(0.0, self._clock() - status.last_event)
+
     # -- loops --------------------------------------------------------------------------------------
 
     def _run(self, status: ResourceSync) -> None:
-        must_list, failures, backoff = True, 0, 1.0
+        must_list, failures, silences, backoff = "first sync", 0, 0, 1.0
         while not self._stopping.is_set():
-            listing = must_list or self._relist_due(status)
+            reason = must_list or self._relist_due(status)
+            listing = bool(reason)
             try:
-                if listing:
+                if reason:
+                    log.info("%s: listing (%s)", status.resource, reason)
                     self._list(status)
-                    must_list = listing = False
+                    must_list = reason = ""
+                    listing = False
                 self._watch(status)
-                failures, backoff = 0, 1.0
+                failures, silences, backoff = 0, 0, 1.0
+                continue
+            except WatchSilentError as error:
+                # Connected but silent past the bound: re-open from the last version received, which replays
+                # what the silence hid; a stream silent again after that is not trusted and the resource listed.
+                silences += 1
+                status.reopens += 1
+                if silences >= RELIST_AFTER_SILENCES:
+                    must_list = f"watch silent {silences} times in a row"
+                    silences = 0
+                else:
+                    log.info("%s: re-opening the watch from resourceVersion %s (%s)", status.resource,
+                             status.resource_version, error)
                 continue
             except GoneError as error:
                 if not listing:  # the watch's version expired: list again at once, as client-go does
-                    log.info("%s watch expired (%s); listing again", status.resource, error)
-                    must_list = True
+                    must_list = f"watch from resourceVersion {status.resource_version} expired: {error}"
                     continue
                 self._failed(status, error, backoff)  # a continue token expired mid-list
             except KubeError as error:
                 failures += 1
                 if failures >= RELIST_AFTER_FAILURES:
-                    must_list = True
+                    must_list = f"{failures} failed watches in a row"
                 self._failed(status, error, backoff)
             except Exception as error:  # a bug must not silently kill the loop that keeps the cache alive
                 log.exception("%s sync crashed; retrying", status.resource)
@@ -236,15 +285,20 @@ class ClusterSync:
             except Exception:
                 log.exception("resync failed; trying again in %.0fs", self._interval)
 
-    def _relist_due(self, status: ResourceSync) -> bool:
-        return bool(self._relist_interval) and status.last_list is not None \
-            and self._clock() - status.last_list >= self._relist_interval
+    def _relist_due(self, status: ResourceSync) -> str:
+        """Why the periodic list is due ("" when it is not)."""
+        if self._relist_interval and status.last_list is not None \
+                and self._clock() - status.last_list >= self._relist_interval:
+            return f"--relist-interval {self._relist_interval:g}s"
+        return ""
 
     def _heard(self, status: ResourceSync, *, current: bool = True) -> None:
         """The API answered; ``current`` when everything up to now has been delivered (not a watch just opened)."""
         now = self._clock()
-        status.last_success = now
+        status.last_success = status.last_heard = now
         status.last_error = ""
+        if current:  # a stream just opened has delivered nothing yet
+            status.last_event = now
         if status is self.pods and current:
             self._cache.note_pods_current(now)
 
@@ -305,15 +359,18 @@ class ClusterSync:
         seconds = max(1, math.ceil(timeout))  # the API takes whole seconds
         if status is self.nodes:
             events = self._kube.watch_nodes(resource_version=status.resource_version, timeout_seconds=seconds,
-                                            label_selector=self._selector, on_open=opened)
+                                            label_selector=self._selector, on_open=opened,
+                                            silence_seconds=self.silence_bound_seconds)
         else:
             events = self._kube.watch_pods(resource_version=status.resource_version, timeout_seconds=seconds,
-                                           on_open=opened)
+                                           on_open=opened, silence_seconds=self.silence_bound_seconds)
         try:
             for event in events:
                 self._observe(status, event)
                 if self._stopping.is_set():
                     return
+            # The server ended the stream at its timeout: everything up to now was delivered.
+            status.last_event = status.last_heard = self._clock()
         finally:
             status.watching = False
 

@@ -154,3 +154,61 @@ def test_annotations_of_the_wrong_type_are_a_clear_error(apiserver: LocalCluster
     assert message in answer["Error"] and "internal error" not in answer["Error"]
     assert usage_by_gpu(runtime) == {}
 
+
+
+THREE_MIB_NAME = "a" * (3 * 1024 * 1024)
+
+
+def _pod_and_node_writes(apiserver: LocalCluster) -> list[tuple[str, str]]:
+    """Writes to pods and nodes so far (events and the settings ConfigMap come from other threads at any time)."""
+    return [(method, path) for method, path in apiserver.request_log
+            if method != "GET" and ("/pods" in path or "/nodes" in path)]
+
+
+@pytest.mark.parametrize(("metadata", "message"), [
+    ({"name": THREE_MIB_NAME}, f"Pod metadata.name {THREE_MIB_NAME[:40]!r}…(3145728 characters) is not a valid "
+                               "Kubernetes name: must be no more than 253 characters"),
+    ({"name": "Pod1"}, "Pod metadata.name 'Pod1' is not a valid Kubernetes name: a lowercase RFC 1123 subdomain"),
+    ({"name": "pod1", "namespace": "a" * 64}, "Pod metadata.namespace 'aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa'…(64 "
+                                              "characters) is not a valid Kubernetes name: must be no more than 63"),
+    ({"name": "pod1", "namespace": "team.a"}, "Pod metadata.namespace 'team.a' is not a valid Kubernetes name: a "
+                                              "lowercase RFC 1123 label"),
+])
+def test_a_filter_for_a_pod_whose_name_cannot_exist_books_nothing(apiserver: LocalCluster, runtime: Runtime,
+                                                                  scheduler: Scheduler, metadata: dict[str, str],
+                                                                  message: str) -> None:
+    apiserver.load([gpu_node("node1", gpus("node1", 1, count=1))])
+    runtime.sync.sync_now()
+    pod = gpu_pod("pod1")
+    pod["metadata"] = {**metadata, "uid": "0a1b2c3d"}
+
+    answer = scheduler.post("/filter", {"Pod": pod, "Nodes": None, "NodeNames": ["node1"]})
+
+    assert answer["NodeNames"] is None
+    assert answer["Error"].startswith(f"bad ExtenderArgs: {message}")
+    assert runtime.cache.placed("0a1b2c3d") is None
+    assert usage_by_gpu(runtime) == {}
+
+
+@pytest.mark.parametrize(("field", "value", "problem"), [
+    ("PodName", THREE_MIB_NAME, "must be no more than 253 characters"),
+    ("PodName", "pod1/../other", "a lowercase RFC 1123 subdomain"),
+    ("PodNamespace", "a" * 64, "must be no more than 63 characters"),
+    ("PodNamespace", "Default", "a lowercase RFC 1123 label"),
+])
+def test_a_bind_naming_a_pod_that_cannot_exist_touches_nothing(apiserver: LocalCluster, runtime: Runtime,
+                                                               scheduler: Scheduler, field: str, value: str,
+                                                               problem: str) -> None:
+    apiserver.load([gpu_node("node1", gpus("node1", 1, count=1)), gpu_pod("pod1")])
+    runtime.sync.sync_now()
+    assert scheduler.filter("pod1", ["node1"])["NodeNames"] == ["node1"]
+    uid = scheduler.pod("pod1")["metadata"]["uid"]
+    writes_before = _pod_and_node_writes(apiserver)
+    args = {"PodName": "pod1", "PodNamespace": "default", "PodUID": uid, "Node": "node1", field: value}
+
+    answer = scheduler.post("/bind", args)
+
+    assert answer["Error"].startswith(f"bad ExtenderBindingArgs: ExtenderBindingArgs.{field} ")
+    assert problem in answer["Error"] and len(answer["Error"]) < 400
+    assert _pod_and_node_writes(apiserver) == writes_before
+    assert "nodeName" not in scheduler.pod("pod1")["spec"]

@@ -1,0 +1,158 @@
+"""A watch that stays connected but delivers nothing cannot freeze the cache (issue 20).
+
+Covers: a pod watch held silent by the API server (the in-process server's ``silent`` fault, as a proxy that stops
+forwarding) is closed after ``--watch-silence-bound`` and re-opened from the last resourceVersion received, so a
+deletion made during the silence and one made after it both reach the cache within the bound, without a list, and
+the re-open is logged at INFO with its reason; a watch silent twice in a row is followed by a list; a re-opened
+watch whose version has expired (410) is followed by a list that repairs the cache; ``/readyz`` fails while a
+resource has heard nothing beyond the bound and recovers at the next bookmark; the seconds since the last event
+or bookmark are a gauge per resource on ``/metrics``.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from prometheus_client import generate_latest
+
+from hami_web.core import names
+from hami_web.kube import Kube
+from hami_web.localcluster import LocalCluster
+from hami_web.metrics import Metrics
+from hami_web.state.cache import ClusterCache
+from hami_web.state.sync import ClusterSync
+
+from .helpers import FakeClock, delete_pod, gpu_limits, gpu_node, gpu_pod, gpus, wait_for
+
+BOUND_SECONDS = 1.0
+# Slack on top of the bound for the re-open request and the event's way into the cache on a loaded machine.
+SLACK_SECONDS = 2.0
+POD_LIST = "/api/v1/pods"
+
+
+def _running_pod(name: str, gpu: str) -> dict[str, Any]:
+    return gpu_pod(name, gpu_limits(1, memory_mib=1000), annotations={
+        names.POD_ASSIGNED_NODE: "node1", names.POD_DEVICES_ALLOCATED: f"{gpu},NVIDIA,1000,0:;"})
+
+
+def _cluster_objects() -> list[dict[str, Any]]:
+    return [gpu_node("node1", gpus("node1", 2)), _running_pod("pod1", "node1-gpu0"),
+            _running_pod("pod2", "node1-gpu1")]
+
+
+def _held(sync: ClusterSync) -> set[str]:
+    return {usage.name for usage in sync._cache.pod_usages()}
+
+
+def _watches(apiserver: LocalCluster) -> int:
+    return sum(query.get("watch") == "true" for query in apiserver.requests("GET", POD_LIST))
+
+
+@pytest.fixture
+def sync_on() -> Iterator[Callable[..., ClusterSync]]:
+    """``sync_on(apiserver, **options)``: a started `ClusterSync` whose watches are bounded by `BOUND_SECONDS`."""
+    made: list[tuple[ClusterSync, Kube]] = []
+
+    def make(apiserver: LocalCluster, **options: Any) -> ClusterSync:
+        kube = Kube.for_url(apiserver.url)
+        options.setdefault("watch_silence_bound_seconds", BOUND_SECONDS)
+        sync = ClusterSync(ClusterCache(clock=options.get("clock", time.time)), kube, **options)
+        made.append((sync, kube))
+        sync.start()
+        assert sync._cache.wait_synced(5), "no first sync"
+        return sync
+
+    yield make
+    for sync, kube in made:
+        sync.stop()
+        kube.close()
+
+
+def test_changes_during_and_after_a_silent_watch_reach_the_cache_within_the_bound(
+        sync_on: Callable[..., ClusterSync], caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger="hami_web.state.sync")
+    with LocalCluster(bookmark_interval_seconds=0.1) as apiserver:
+        apiserver.load(_cluster_objects())
+        # The first pod watch (the one after the list) is held open and silent for far longer than the bound.
+        apiserver.inject_failure("GET", "pods", mode="silent", seconds=60, watch=True)
+        sync = sync_on(apiserver)
+        assert _held(sync) == {"pod1", "pod2"}
+        wait_for(lambda: _watches(apiserver) >= 1, what="the silent pod watch to open")
+
+        delete_pod(apiserver, "pod1")  # during the silence
+        deleted_at = time.monotonic()
+        wait_for(lambda: "pod1" not in _held(sync), timeout_seconds=BOUND_SECONDS + SLACK_SECONDS,
+                 what="the deletion made during the silence")
+        assert time.monotonic() - deleted_at <= BOUND_SECONDS + SLACK_SECONDS
+
+        delete_pod(apiserver, "pod2")  # after it, on the re-opened watch
+        wait_for(lambda: not _held(sync), timeout_seconds=BOUND_SECONDS + SLACK_SECONDS,
+                 what="the deletion made after the silence")
+
+        assert sync.pods.reopens == 1
+        assert sync.pods.lists == 1  # the re-opened watch replayed what the silence hid: no list needed
+        assert _watches(apiserver) == 2
+        reopened = [record.getMessage() for record in caplog.records if "re-opening the watch" in record.getMessage()]
+        assert len(reopened) == 1 and reopened[0].startswith("pods: re-opening the watch from resourceVersion ")
+        assert "nothing received for 1s" in reopened[0]
+
+
+def test_a_watch_silent_twice_in_a_row_is_followed_by_a_list(sync_on: Callable[..., ClusterSync],
+                                                             caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger="hami_web.state.sync")
+    with LocalCluster(bookmark_interval_seconds=0.1) as apiserver:
+        apiserver.load(_cluster_objects())
+        apiserver.inject_failure("GET", "pods", mode="silent", seconds=60, count=2, watch=True)
+        sync = sync_on(apiserver)
+        delete_pod(apiserver, "pod1")
+
+        wait_for(lambda: sync.pods.lists == 2, timeout_seconds=2 * BOUND_SECONDS + SLACK_SECONDS,
+                 what="a list after the second silence")
+        assert "pod1" not in _held(sync)
+        assert sync.pods.reopens == 2 and sync.pods.errors == 0  # silence is not an API error
+        assert any(record.getMessage() == "pods: listing (watch silent 2 times in a row)" for record in caplog.records)
+
+
+def test_a_reopened_watch_whose_version_expired_is_followed_by_a_list(sync_on: Callable[..., ClusterSync],
+                                                                      caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger="hami_web.state.sync")
+    with LocalCluster(history_size=5, bookmark_interval_seconds=0.1) as apiserver:
+        apiserver.load(_cluster_objects())
+        apiserver.inject_failure("GET", "pods", mode="silent", seconds=60, watch=True)
+        sync = sync_on(apiserver)
+        wait_for(lambda: _watches(apiserver) >= 1, what="the silent pod watch to open")
+        delete_pod(apiserver, "pod1")
+        apiserver.load([{"apiVersion": "v1", "kind": "Secret", "metadata": {"name": f"s{i}"}} for i in range(10)])
+
+        wait_for(lambda: sync.pods.lists == 2, timeout_seconds=BOUND_SECONDS + SLACK_SECONDS,
+                 what="the list after the re-opened watch got 410")
+        assert "pod1" not in _held(sync)
+        assert sync.pods.reopens == 1
+        assert any(record.getMessage().startswith("pods: listing (watch from resourceVersion ")
+                   and "expired" in record.getMessage() for record in caplog.records)
+
+
+def test_readiness_fails_while_a_resource_is_silent_beyond_the_bound_and_the_gauge_says_how_long(
+        sync_on: Callable[..., ClusterSync]) -> None:
+    clock = FakeClock()
+    with LocalCluster(bookmark_interval_seconds=3600) as apiserver:  # no bookmark unless a test asks for one
+        apiserver.load(_cluster_objects())
+        sync = sync_on(apiserver, clock=clock, watch_silence_bound_seconds=90.0)
+        wait_for(lambda: sync.pods.watching and sync.nodes.watching, what="both watches to be open")
+        assert sync.readiness() == (True, "cluster cache is in sync")
+
+        clock.advance(91)
+        ready, reason = sync.readiness()
+        assert not ready
+        assert reason == "nodes: nothing heard from the API for 91s (no event, bookmark or watch accepted; bound 90s)"
+        scrape = generate_latest(Metrics(sync._cache, sync).registry).decode()
+        assert 'hami_web_watch_silence_seconds{resource="pods"} 91.0' in scrape
+        assert 'hami_web_watch_reopens_total{resource="pods"} 0.0' in scrape
+
+        apiserver.load([gpu_node("node2", gpus("node2", 1))])  # a node event, then a pod event: both heard
+        apiserver.load([_running_pod("pod3", "node2-gpu0")])
+        wait_for(lambda: sync.readiness()[0], what="readiness back once both resources heard from the API")
