@@ -19,15 +19,17 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # the stall the probe test sets up
+
+from test_probes import APP_THREADS, STALL_SECONDS, gpu_node, gpu_pod, request, stalled_binds
 
 from hami_web.localcluster import LocalCluster
 from hami_web.server.local import LocalServer, run_local_server
-from tests.test_probes import APP_THREADS, STALL_SECONDS, gpu_node, gpu_pod, request, stalled_binds
 
 
 def _probe_for(server: LocalServer, seconds: float) -> list[float]:
     """Milliseconds of each probe, alternating listeners and paths, for ``seconds``."""
-    latencies = []
+    latencies: list[float] = []
     targets = [(url, path) for url in (server.extender_url, server.webhook_url) for path in ("/healthz", "/readyz")]
     end = time.monotonic() + seconds
     while time.monotonic() < end:

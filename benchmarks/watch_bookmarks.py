@@ -27,16 +27,19 @@ from collections.abc import Iterator
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # the e2e harness, as the other benchmarks
+
+from e2e.controlplane import ControlPlane, find_assets
+from kubernetes.client import V1Container, V1ObjectMeta, V1Pod, V1PodSpec, V1ServiceAccount
 
 from hami_web.kube import GoneError, Kube, WatchEvent
-from tests.e2e.controlplane import ControlPlane, find_assets
 
 CHURN_CHANGES = 150
 
 
-def _pod(name: str) -> dict[str, object]:
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": "default"},
-            "spec": {"containers": [{"name": "c", "image": "busybox"}]}}
+def _pod(name: str) -> V1Pod:
+    return V1Pod(metadata=V1ObjectMeta(name=name, namespace="default"),
+                 spec=V1PodSpec(containers=[V1Container(name="c", image="busybox")]))
 
 
 def main() -> int:
@@ -54,7 +57,8 @@ def main() -> int:
             plane._start_etcd()
             plane._start_apiserver()
             kube = Kube.from_kubeconfig(str(plane.admin_kubeconfig))
-            plane.core.create_namespaced_service_account("default", {"metadata": {"name": "default"}})
+            plane.core.create_namespaced_service_account("default", V1ServiceAccount(
+                metadata=V1ObjectMeta(name="default")))
             failed = _bookmarks(kube, plane, arguments.seconds) + _replay(kube, plane) + _gone(kube, plane)
         finally:
             plane.stop()

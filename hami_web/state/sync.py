@@ -370,7 +370,15 @@ class ClusterSync:
                 if self._stopping.is_set():
                     return
             # The server ended the stream at its timeout: everything up to now was delivered.
-            status.last_event = status.last_heard = self._clock()
+            status.last_event = status.last_heard = status.last_success = self._clock()
+        except WatchSilentError:
+            raise
+        except KubeError:
+            # An open stream, heard from within the silence bound, was in step until it broke: the 3 refresh
+            # periods of readiness count from the break, not from whenever the last event happened to come.
+            if status.watching:
+                status.last_success = self._clock()
+            raise
         finally:
             status.watching = False
 

@@ -1,7 +1,8 @@
 """Readiness (SPEC.md §1, §4) and the device-plugin handshake (SPEC.md §4).
 
 Covers: ``/readyz`` 503 before the first sync and 200 after, 503 again when the API has been unreachable for
-over 3 refresh periods (fake clock), 200 while a quiet watch is healthy; a filter that arrives before the first
+over 3 refresh periods (fake clock), counted from the moment an open watch broke, 200 while a quiet watch is
+healthy; a filter that arrives before the first
 sync waits for it (bounded) and is answered once the sync completes, or answers ``Error`` when it does not come
 in time, while a pod asking for no GPU passes at once; the handshake: a node whose ``hami.io/node-handshake`` is
 missing or ``Reported_…`` gets ``Requesting_<YYYY-MM-DD HH:MM:SS>`` (UTC) written; a node ``Requesting_`` for
@@ -19,8 +20,10 @@ import pytest
 
 from hami_web.core import names
 from hami_web.extender.filtering import Filter
+from hami_web.kube import Kube
 from hami_web.localcluster import LocalCluster
-from hami_web.server.runtime import Runtime
+from hami_web.server.runtime import Runtime, build_runtime
+from hami_web.settings import Settings
 
 from .helpers import (
     FakeClock,
@@ -73,6 +76,30 @@ def test_readyz_turns_503_when_the_api_is_unreachable_for_three_refresh_periods(
     clock.advance(2)
     status, body = _readyz(runtime)
     assert status == 503 and "last in step with the API 31s ago (last error: " in body["reason"]
+
+
+def test_readiness_counts_the_three_refresh_periods_from_the_moment_an_open_watch_broke() -> None:
+    # No bookmark comes (an hour apart): the watches' last event is the list, 60 s before the API goes away.
+    clock = FakeClock()
+    with LocalCluster(bookmark_interval_seconds=3600) as cluster:
+        runtime = build_runtime(Settings(refresh_interval_seconds=10.0), kube=Kube.for_url(cluster.url), clock=clock)
+        runtime.start()
+        try:
+            assert runtime.cache.wait_synced(30)
+            wait_for(lambda: runtime.sync.pods.watching and runtime.sync.nodes.watching, what="both watches open")
+            clock.advance(60)
+            assert _readyz(runtime)[0] == 200  # quiet, within the silence bound: in step
+            for resource in ("pods", "nodes"):  # a re-open that races the stop is refused, not accepted
+                cluster.inject_failure("GET", resource, status=503, count=1000, watch=True)
+            cluster.stop()
+            wait_for(lambda: runtime.sync.pods.last_error and runtime.sync.nodes.last_error, what="the watches to fail")
+            clock.advance(29)
+            assert _readyz(runtime)[0] == 200  # 29 s since the break, not 89 s since the last event
+            clock.advance(2)
+            status, body = _readyz(runtime)
+            assert status == 503 and "last in step with the API 31s ago" in body["reason"]
+        finally:
+            runtime.stop()
 
 
 def _short_wait(runtime: Runtime, seconds: float) -> None:
