@@ -80,20 +80,35 @@ def time_pods(plane: ControlPlane, namespace: str, manifests: list[dict[str, Any
     """Seconds from the first create to the last pod bound (a watch on the namespace counts bindings)."""
     bound: set[str] = set()
     done = threading.Event()
+    resumes = [0]
     core = kubernetes.client.CoreV1Api(plane.api_client)
-    listing = core.list_namespaced_pod(namespace)
+    wanted = {manifest["metadata"]["name"] for manifest in manifests}
+
+    def count(pods: list[Any]) -> None:
+        bound.update(pod.metadata.name for pod in pods if pod.spec.node_name and pod.metadata.name in wanted)
+        if len(bound) == len(wanted):
+            done.set()
 
     def watch() -> None:
-        stream = kubernetes.watch.Watch()
-        for event in stream.stream(core.list_namespaced_pod, namespace,
-                                   resource_version=listing.metadata.resource_version if listing.metadata else None,
-                                   timeout_seconds=int(timeout_seconds)):
-            pod = event["object"]
-            if pod.spec.node_name:
-                bound.add(pod.metadata.name)
-                if len(bound) == len(manifests):
-                    done.set()
-                    stream.stop()
+        # kube-apiserver closes a watch whose reader falls behind (a burst of a thousand pods can do it to this
+        # Python reader), and the client's stream then just ends: list again and resume, counting what was missed.
+        deadline = time.monotonic() + timeout_seconds
+        while not done.is_set() and time.monotonic() < deadline:
+            listing = core.list_namespaced_pod(namespace)
+            count(listing.items)
+            stream = kubernetes.watch.Watch()
+            try:
+                for event in stream.stream(core.list_namespaced_pod, namespace,
+                                           resource_version=listing.metadata.resource_version
+                                           if listing.metadata else None,
+                                           timeout_seconds=max(1, int(deadline - time.monotonic()))):
+                    count([event["object"]])
+                    if done.is_set():
+                        stream.stop()
+            except kubernetes.client.ApiException:  # 410: the version expired meanwhile; the next list resumes
+                pass
+            if not done.is_set():
+                resumes[0] += 1
 
     watcher = threading.Thread(target=watch, daemon=True)
     watcher.start()
@@ -102,10 +117,28 @@ def time_pods(plane: ControlPlane, namespace: str, manifests: list[dict[str, Any
         list(pool.map(lambda manifest: core.create_namespaced_pod(namespace, manifest), manifests))
     created = time.monotonic() - started
     if not done.wait(timeout_seconds):
-        raise SystemExit(f"only {len(bound)}/{len(manifests)} pods bound within {timeout_seconds:.0f} s")
+        raise SystemExit(f"only {len(bound)}/{len(manifests)} pods bound within {timeout_seconds:.0f} s "
+                         f"(the watch counting them {'is still open' if watcher.is_alive() else 'ended'})\n"
+                         + why_pending(core, namespace))
     elapsed = time.monotonic() - started
-    print(f"  created {len(manifests)} pods in {created:.1f} s; all bound after {elapsed:.1f} s")
+    resumed = f" (the counting watch was resumed {resumes[0]} times)" if resumes[0] else ""
+    print(f"  created {len(manifests)} pods in {created:.1f} s; all bound after {elapsed:.1f} s{resumed}")
     return elapsed
+
+
+def why_pending(core: kubernetes.client.CoreV1Api, namespace: str, *, examples: int = 5) -> str:
+    """What the API says about the pods still unbound: their count and a few with kube-scheduler's last word."""
+    pods = core.list_namespaced_pod(namespace).items
+    pending = [pod for pod in pods if not (pod.spec and pod.spec.node_name)]
+    lines = [f"the API lists {len(pods) - len(pending)} bound, {len(pending)} unbound; a few unbound:"]
+    for pod in pending[:examples]:
+        name = pod.metadata.name if pod.metadata else "?"
+        conditions = [f"{condition.reason}: {condition.message}" for condition in
+                      (pod.status.conditions if pod.status and pod.status.conditions else [])]
+        events = core.list_namespaced_event(namespace, field_selector=f"involvedObject.name={name}").items
+        last = events[-1].message if events else "no event"
+        lines.append(f"  {name}: {'; '.join(conditions) or 'no condition'}; last event: {last}")
+    return "\n".join(lines)
 
 
 # -- hami-web's metrics -------------------------------------------------------------------------------------------
