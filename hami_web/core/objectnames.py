@@ -20,23 +20,23 @@ _SUBDOMAIN_PATTERN = re.compile(rf"{_LABEL}(\.{_LABEL})*")
 
 def subdomain_problem(value: str) -> str:
     """Why ``value`` is not a lowercase RFC 1123 subdomain (a pod's or a node's name), or "" when it is."""
-    if not value:
-        return "must not be empty"
-    if len(value) > MAX_SUBDOMAIN_CHARS:
-        return f"must be no more than {MAX_SUBDOMAIN_CHARS} characters"
-    if not _SUBDOMAIN_PATTERN.fullmatch(value):
-        return ("a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and "
-                "must start and end with an alphanumeric character")
-    return ""
+    return _problem(value, MAX_SUBDOMAIN_CHARS, _SUBDOMAIN_PATTERN,
+                    "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', "
+                    "and must start and end with an alphanumeric character")
 
 
 def label_problem(value: str) -> str:
     """Why ``value`` is not a lowercase RFC 1123 label (a namespace), or "" when it is."""
+    return _problem(value, MAX_LABEL_CHARS, _LABEL_PATTERN,
+                    "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must "
+                    "start and end with an alphanumeric character")
+
+
+def _problem(value: str, max_chars: int, pattern: re.Pattern[str], malformed: str) -> str:
     if not value:
         return "must not be empty"
-    if len(value) > MAX_LABEL_CHARS:
-        return f"must be no more than {MAX_LABEL_CHARS} characters"
-    if not _LABEL_PATTERN.fullmatch(value):
-        return ("a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must "
-                "start and end with an alphanumeric character")
+    if len(value) > max_chars:
+        return f"must be no more than {max_chars} characters"
+    if not pattern.fullmatch(value):
+        return malformed
     return ""

@@ -79,7 +79,7 @@ class Filter:
         if not request.asks_for_gpu:
             self._count("passthrough", {})
             return self._answer(candidates, node_objects, failed={})
-        taken, replaces = self._already_taken(pod)
+        taken, replaces = self._already_taken(pod, f"pod {namespace}/{name}")
         if taken:
             return self._refuse(namespace, name, uid, taken)
         try:
@@ -102,17 +102,16 @@ class Filter:
             return self._unschedulable(namespace, name, uid, dict(result.reasons), node_objects)
         return self._commit(namespace, name, uid, result, node_objects)
 
-    def _already_taken(self, pod: Mapping[str, Any]) -> tuple[str, str]:
+    def _already_taken(self, pod: Mapping[str, Any], where: str) -> tuple[str, str]:
         """Why the pod as sent must not be placed ("" when it may): it is bound, or carries another binder's booking;
-        and the devices of a booking it carries that a placement may overwrite (abandoned, or expired).
+        and the devices of a booking it carries that a placement may overwrite (abandoned, or expired). ``where``
+        names the pod in the refusal.
 
         kube-scheduler never filters a bound pod, but a second replica's scheduler may send one its informer saw
         after the other replica booked or bound it; `/bind` writes on top of the version sent here, so a placement of
         that version would overwrite the other booking (`ClusterCache.standing_booking`; the cache refuses the same
         once its watch shows it).
         """
-        metadata = pod.get("metadata") or {}
-        where = f"pod {metadata.get('namespace') or 'default'}/{metadata.get('name')}"
         bound_to = (pod.get("spec") or {}).get("nodeName")
         if bound_to:
             return f"{where} is already bound to node {bound_to}; it is not placed again", ""

@@ -178,17 +178,14 @@ def _expects_continue(request: CallbackRequest) -> bool:
 
 
 def _error_response(status: int, reason: str, message: str) -> bytes:
-    body = json.dumps({"error": reason, "message": message}).encode()
-    head = (f"HTTP/1.1 {status} {reason}\r\nContent-Type: application/json\r\nContent-Length: {len(body)}\r\n"
-            "Connection: close\r\n\r\n")
-    return head.encode("latin-1") + body
+    return _json_response(status, {"error": reason, "message": message}, close=True)
 
 
-def _probe_response(status: int, body: dict[str, str], *, close: bool) -> bytes:
-    """A probe's answer as the app would give it: JSON, with its length (and ``Connection: close`` if closing)."""
+def _json_response(status: int, body: dict[str, str], *, close: bool) -> bytes:
+    """A JSON answer written by the front itself, with its length (and ``Connection: close`` if closing)."""
     payload = json.dumps(body).encode()
-    reason = HTTPStatus(status).phrase
-    head = f"HTTP/1.1 {status} {reason}\r\nContent-Type: application/json\r\nContent-Length: {len(payload)}\r\n"
+    head = (f"HTTP/1.1 {status} {HTTPStatus(status).phrase}\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(payload)}\r\n")
     return (head + ("Connection: close\r\n" if close else "") + "\r\n").encode("latin-1") + payload
 
 
@@ -280,7 +277,7 @@ class Connection:
         probe = self._probe(environ)
         if probe is not None:
             close = too_large or request.should_close()
-            await self._write(_probe_response(*probe, close=close))
+            await self._write(_json_response(*probe, close=close))  # as the app would answer
             return not close
         loop = asyncio.get_running_loop()
         response, close = await loop.run_in_executor(

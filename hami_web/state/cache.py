@@ -143,7 +143,7 @@ class ClusterCache:
         # When the watch first showed each held pod at bind-phase=success (see `_lock_owner_done_locked`).
         self._succeeded_at: dict[str, float] = {}
         # Bookings this process wrote (or may have written) and abandoned, voided or not, by uid: the pod may be
-        # placed again over them (see `foreign_booking`), even while the watch still shows one voided (its echo came
+        # placed again over them (see `standing_booking`), even while the watch still shows one voided (its echo came
         # after the bind gave up); dropped once the pod is bound, deleted or finished.
         self._abandoned: dict[str, str] = {}
         self.stats = CacheStats()

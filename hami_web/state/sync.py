@@ -238,8 +238,7 @@ class ClusterSync:
                 if reason:
                     log.info("%s: listing (%s)", status.resource, reason)
                     self._list(status)
-                    must_list = reason = ""
-                    listing = False
+                    must_list, listing = "", False
                 self._watch(status)
                 failures, silences, backoff = 0, 0, 1.0
                 continue
