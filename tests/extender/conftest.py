@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import replace
 from typing import Any
@@ -12,8 +13,10 @@ from hami_web.kube import Kube
 from hami_web.localcluster import LocalCluster
 from hami_web.server.runtime import Runtime, build_runtime
 from hami_web.settings import Settings
+from hami_web.state.cache import ClusterCache
+from hami_web.state.sync import ClusterSync
 
-from .helpers import SYNC_TIMEOUT_SECONDS, RuntimeFactory, Scheduler
+from .helpers import SYNC_TIMEOUT_SECONDS, RuntimeFactory, Scheduler, SyncOn
 
 # -- fixtures ---------------------------------------------------------------------------------------
 
@@ -61,3 +64,25 @@ def scheduler(runtime: Runtime, apiserver: LocalCluster) -> Scheduler:
     return Scheduler(runtime.app.test_client(), apiserver)
 
 
+
+
+@pytest.fixture
+def sync_on() -> Iterator[SyncOn]:
+    """``sync_on(apiserver, start=True, clock=…, **options)``: a `ClusterSync` on its own cache and client against
+    ``apiserver``, started and synced unless ``start=False``; every one made is stopped at the end of the test."""
+    made: list[tuple[ClusterSync, Kube]] = []
+
+    def make(apiserver: LocalCluster, *, start: bool = True, clock: Callable[[], float] = time.time,
+             **options: Any) -> ClusterSync:
+        kube = Kube.for_url(apiserver.url)
+        sync = ClusterSync(ClusterCache(clock=clock), kube, clock=clock, **options)
+        made.append((sync, kube))
+        if start:
+            sync.start()
+            assert sync._cache.wait_synced(5), "no first sync"
+        return sync
+
+    yield make
+    for sync, kube in made:
+        sync.stop()
+        kube.close()

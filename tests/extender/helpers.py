@@ -25,6 +25,7 @@ from hami_web.core.devices import Device, encode_register_json
 from hami_web.kube import ConflictError, Kube
 from hami_web.localcluster import LocalCluster
 from hami_web.server.runtime import Runtime
+from hami_web.state.sync import ClusterSync
 
 A40 = "NVIDIA-NVIDIA A40"
 NAMESPACE = "default"
@@ -33,6 +34,8 @@ NAMESPACE = "default"
 SYNC_TIMEOUT_SECONDS = 30.0
 
 RuntimeFactory = Callable[..., Runtime]
+# ``sync_on(apiserver, **options)`` (the fixture in conftest.py)
+SyncOn = Callable[..., ClusterSync]
 """``make_runtime(clock=..., start=True, **settings_fields)`` (the fixture in conftest)."""
 
 

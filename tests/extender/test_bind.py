@@ -17,6 +17,7 @@ the next filter refuse the pod as another binder's (the race behind that test's 
 from __future__ import annotations
 
 import copy
+from typing import Any
 
 import pytest
 
@@ -234,6 +235,15 @@ def test_a_failed_booking_patch_is_an_error_and_leaks_no_capacity(apiserver: Loc
     assert scheduler.filter("pod1", ["node1"])["NodeNames"] == []
 
 
+def _intruder_on_node1() -> dict[str, Any]:
+    """A pod another scheduler bound to node1's exclusive GPU, labelled as every hami-web booking is."""
+    intruder = gpu_pod("intruder", annotations={names.POD_ASSIGNED_NODE: "node1",
+                                                names.POD_DEVICES_ALLOCATED: "node1-gpu0,NVIDIA,8000,0:;"})
+    intruder["metadata"]["labels"] = {names.LABEL_ASSIGNED_NODE: "node1"}
+    intruder["spec"]["nodeName"] = "node1"
+    return intruder
+
+
 def test_a_booking_another_scheduler_wrote_first_fails_the_bind_and_voids_ours(apiserver: LocalCluster,
                                                                                runtime: Runtime,
                                                                                scheduler: Scheduler) -> None:
@@ -242,11 +252,7 @@ def test_a_booking_another_scheduler_wrote_first_fails_the_bind_and_voids_ours(a
     assert scheduler.filter("pod1", ["node1"])["NodeNames"] == ["node1"]
     # Another scheduler (a second hami-web), whose cache had not seen our placement, bound a pod to the same
     # exclusive GPU; its booking carries the hami.io/vgpu-node label, as every hami-web booking does.
-    intruder = gpu_pod("intruder", annotations={names.POD_ASSIGNED_NODE: "node1",
-                                                names.POD_DEVICES_ALLOCATED: "node1-gpu0,NVIDIA,8000,0:;"})
-    intruder["metadata"]["labels"] = {names.LABEL_ASSIGNED_NODE: "node1"}
-    intruder["spec"]["nodeName"] = "node1"
-    apiserver.load([intruder])
+    apiserver.load([_intruder_on_node1()])
 
     answer = scheduler.bind("pod1", "node1")
 
@@ -274,11 +280,7 @@ def test_our_voided_booking_echoed_after_the_bind_gave_up_does_not_block_the_nex
     runtime.sync.sync_now()
     runtime.sync.stop()  # from here the test delivers the watch's events, in the order under test
     assert scheduler.filter("pod1", ["node1"])["NodeNames"] == ["node1"]
-    intruder = gpu_pod("intruder", annotations={names.POD_ASSIGNED_NODE: "node1",
-                                                names.POD_DEVICES_ALLOCATED: "node1-gpu0,NVIDIA,8000,0:;"})
-    intruder["metadata"]["labels"] = {names.LABEL_ASSIGNED_NODE: "node1"}
-    intruder["spec"]["nodeName"] = "node1"
-    apiserver.load([intruder])
+    apiserver.load([_intruder_on_node1()])
     assert "another scheduler booked them first" in scheduler.bind("pod1", "node1")["Error"]
     voided = scheduler.pod("pod1")
     assert voided["metadata"]["annotations"][names.POD_BIND_PHASE] == "failed"

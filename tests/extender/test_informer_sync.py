@@ -14,9 +14,10 @@ thousands.
 
 from __future__ import annotations
 
+import functools
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -35,6 +36,7 @@ from .helpers import (
     FakeClock,
     RuntimeFactory,
     Scheduler,
+    SyncOn,
     annotations_of,
     delete_pod,
     gpu_limits,
@@ -57,23 +59,9 @@ def running_pod(name: str, node: str, gpu: str, *, memory_mib: int = 1000) -> di
 
 
 @pytest.fixture
-def make_sync(apiserver: LocalCluster) -> Iterator[SyncFactory]:
+def make_sync(apiserver: LocalCluster, sync_on: SyncOn) -> SyncFactory:
     """A `ClusterSync` on its own cache and client: ``make_sync(page_size=…, watch_timeout_seconds=…, …)``."""
-    made: list[tuple[ClusterSync, Kube]] = []
-
-    def make(*, start: bool = True, clock: Callable[[], float] = time.time, **options: Any) -> ClusterSync:
-        kube = Kube.for_url(apiserver.url)
-        sync = ClusterSync(ClusterCache(clock=clock), kube, clock=clock, **options)
-        made.append((sync, kube))
-        if start:
-            sync.start()
-            assert sync._cache.wait_synced(5), "no first sync"
-        return sync
-
-    yield make
-    for sync, kube in made:
-        sync.stop()
-        kube.close()
+    return functools.partial(sync_on, apiserver)
 
 
 def _lists(apiserver: LocalCluster, path: str) -> list[dict[str, str]]:

@@ -13,20 +13,17 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
 from prometheus_client import generate_latest
 
 from hami_web.core import names
-from hami_web.kube import Kube
 from hami_web.localcluster import LocalCluster
 from hami_web.metrics import Metrics
-from hami_web.state.cache import ClusterCache
 from hami_web.state.sync import ClusterSync
 
-from .helpers import FakeClock, delete_pod, gpu_limits, gpu_node, gpu_pod, gpus, wait_for
+from .helpers import FakeClock, SyncOn, delete_pod, gpu_limits, gpu_node, gpu_pod, gpus, wait_for
 
 BOUND_SECONDS = 1.0
 # Slack on top of the bound for the re-open request and the event's way into the cache on a loaded machine.
@@ -53,33 +50,23 @@ def _watches(apiserver: LocalCluster) -> int:
 
 
 @pytest.fixture
-def sync_on() -> Iterator[Callable[..., ClusterSync]]:
-    """``sync_on(apiserver, **options)``: a started `ClusterSync` whose watches are bounded by `BOUND_SECONDS`."""
-    made: list[tuple[ClusterSync, Kube]] = []
-
+def bounded_sync(sync_on: SyncOn) -> SyncOn:
+    """``bounded_sync(apiserver, **options)``: `sync_on` whose watches are bounded by `BOUND_SECONDS`."""
     def make(apiserver: LocalCluster, **options: Any) -> ClusterSync:
-        kube = Kube.for_url(apiserver.url)
         options.setdefault("watch_silence_bound_seconds", BOUND_SECONDS)
-        sync = ClusterSync(ClusterCache(clock=options.get("clock", time.time)), kube, **options)
-        made.append((sync, kube))
-        sync.start()
-        assert sync._cache.wait_synced(5), "no first sync"
-        return sync
+        return sync_on(apiserver, **options)
 
-    yield make
-    for sync, kube in made:
-        sync.stop()
-        kube.close()
+    return make
 
 
 def test_changes_during_and_after_a_silent_watch_reach_the_cache_within_the_bound(
-        sync_on: Callable[..., ClusterSync], caplog: pytest.LogCaptureFixture) -> None:
+        bounded_sync: SyncOn, caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.INFO, logger="hami_web.state.sync")
     with LocalCluster(bookmark_interval_seconds=0.1) as apiserver:
         apiserver.load(_cluster_objects())
         # The first pod watch (the one after the list) is held open and silent for far longer than the bound.
         apiserver.inject_failure("GET", "pods", mode="silent", seconds=60, watch=True)
-        sync = sync_on(apiserver)
+        sync = bounded_sync(apiserver)
         assert _held(sync) == {"pod1", "pod2"}
         wait_for(lambda: _watches(apiserver) >= 1, what="the silent pod watch to open")
 
@@ -101,13 +88,13 @@ def test_changes_during_and_after_a_silent_watch_reach_the_cache_within_the_boun
         assert "nothing received for 1s" in reopened[0]
 
 
-def test_a_watch_silent_twice_in_a_row_is_followed_by_a_list(sync_on: Callable[..., ClusterSync],
+def test_a_watch_silent_twice_in_a_row_is_followed_by_a_list(bounded_sync: SyncOn,
                                                              caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.INFO, logger="hami_web.state.sync")
     with LocalCluster(bookmark_interval_seconds=0.1) as apiserver:
         apiserver.load(_cluster_objects())
         apiserver.inject_failure("GET", "pods", mode="silent", seconds=60, count=2, watch=True)
-        sync = sync_on(apiserver)
+        sync = bounded_sync(apiserver)
         delete_pod(apiserver, "pod1")
 
         wait_for(lambda: sync.pods.lists == 2, timeout_seconds=2 * BOUND_SECONDS + SLACK_SECONDS,
@@ -117,13 +104,13 @@ def test_a_watch_silent_twice_in_a_row_is_followed_by_a_list(sync_on: Callable[.
         assert any(record.getMessage() == "pods: listing (watch silent 2 times in a row)" for record in caplog.records)
 
 
-def test_a_reopened_watch_whose_version_expired_is_followed_by_a_list(sync_on: Callable[..., ClusterSync],
+def test_a_reopened_watch_whose_version_expired_is_followed_by_a_list(bounded_sync: SyncOn,
                                                                       caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.INFO, logger="hami_web.state.sync")
     with LocalCluster(history_size=5, bookmark_interval_seconds=0.1) as apiserver:
         apiserver.load(_cluster_objects())
         apiserver.inject_failure("GET", "pods", mode="silent", seconds=60, watch=True)
-        sync = sync_on(apiserver)
+        sync = bounded_sync(apiserver)
         wait_for(lambda: _watches(apiserver) >= 1, what="the silent pod watch to open")
         delete_pod(apiserver, "pod1")
         apiserver.load([{"apiVersion": "v1", "kind": "Secret", "metadata": {"name": f"s{i}"}} for i in range(10)])
@@ -137,11 +124,11 @@ def test_a_reopened_watch_whose_version_expired_is_followed_by_a_list(sync_on: C
 
 
 def test_readiness_fails_while_a_resource_is_silent_beyond_the_bound_and_the_gauge_says_how_long(
-        sync_on: Callable[..., ClusterSync]) -> None:
+        bounded_sync: SyncOn) -> None:
     clock = FakeClock()
     with LocalCluster(bookmark_interval_seconds=3600) as apiserver:  # no bookmark unless a test asks for one
         apiserver.load(_cluster_objects())
-        sync = sync_on(apiserver, clock=clock, watch_silence_bound_seconds=90.0)
+        sync = bounded_sync(apiserver, clock=clock, watch_silence_bound_seconds=90.0)
         wait_for(lambda: sync.pods.watching and sync.nodes.watching, what="both watches to be open")
         assert sync.readiness() == (True, "cluster cache is in sync")
 
