@@ -15,7 +15,20 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import yaml
+
+from hami_web.core.families import (
+    DeviceCatalog,
+    DeviceConfig,
+    DeviceConfigError,
+    ResourceNames,
+    build_catalog,
+    parse_device_config,
+)
+from hami_web.core.families.nvidia import nvidia_family
 from hami_web.core.options import parse_gpu_policy
+
+__all__ = ["ResourceNames", "Settings", "SettingsError", "build_settings"]
 
 NODE_POLICIES = ("binpack", "spread")
 # Where the server publishes its scheduling settings for the operator tools (NAMESPACE/NAME).
@@ -29,21 +42,6 @@ ENV_PREFIX = "HAMI_"
 
 class SettingsError(ValueError):
     """A configuration value is invalid; the message names the flag."""
-
-
-@dataclass(frozen=True, slots=True)
-class ResourceNames:
-    """Extended-resource names the webhook and the extender look for in a container's resources."""
-
-    count: str = "nvidia.com/gpu"
-    memory: str = "nvidia.com/gpumem"
-    memory_percentage: str = "nvidia.com/gpumem-percentage"
-    cores: str = "nvidia.com/gpucores"
-    priority: str = "nvidia.com/priority"
-
-    def managed(self) -> tuple[str, ...]:
-        """The names that make a container a GPU container (priority alone does not)."""
-        return (self.count, self.memory, self.memory_percentage, self.cores)
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,6 +82,22 @@ class Settings:
     extender_deadline_seconds: float = 15.0
     busy_nodes_last: bool = True
     settings_configmap: str = DEFAULT_SETTINGS_CONFIGMAP
+    device_config_file: str = ""
+    enable_iluvatar: bool = False
+    device_config: DeviceConfig = field(default_factory=DeviceConfig)
+    # The enabled device families, built from the fields above (SPEC §10): what every part of the server reads.
+    devices: DeviceCatalog = field(init=False, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        nvidia = nvidia_family(resources=self.resources, default_memory_mib=self.default_mem_mib,
+                               default_cores=self.default_cores, default_count=self.default_gpu,
+                               overwrite_env=self.overwrite_env,
+                               memory_factor=self.device_config.nvidia.memory_factor or 1)
+        try:
+            catalog = build_catalog(nvidia=nvidia, config=self.device_config, enable_iluvatar=self.enable_iluvatar)
+        except DeviceConfigError as error:
+            raise SettingsError(f"invalid device configuration: {error}") from None
+        object.__setattr__(self, "devices", catalog)
 
     @property
     def bind_host_port(self) -> tuple[str, int]:
@@ -346,6 +360,11 @@ _OPTIONS: tuple[_Option, ...] = (
     _Option("--busy-nodes-last", "busy_nodes_last", _parse_bool,
             "a filter tries nodes whose HAMi node lock a live bind holds, or that have a placement not yet bound, "
             "after the free ones (never excluding them); false = strict HAMi node order (true)", is_switch=True),
+    _Option("--device-config-file", "device_config_file", _text,
+            "HAMi's device config (device-config.yaml of the hami-scheduler-device ConfigMap): resource names and "
+            "settings of the nvidia, hygon and iluvatars sections; flags given explicitly win over it"),
+    _Option("--enable-iluvatar", "enable_iluvatar", _parse_bool,
+            "schedule Iluvatar GPUs (the chips of the device config's iluvatars list) (false)", is_switch=True),
     _Option("--settings-configmap", "settings_configmap", _configmap_or_off,
             "ConfigMap NAMESPACE/NAME where the scheduling settings are published at start-up for kubectl hami, "
             f"or off ({DEFAULT_SETTINGS_CONFIGMAP})"),
@@ -355,7 +374,7 @@ _OPTIONS: tuple[_Option, ...] = (
 # operator tools decide as this server does without being told its flags.
 PUBLISHED_FLAGS = ("--scheduler-name", "--node-scheduler-policy", "--gpu-scheduler-policy", "--default-mem",
                    "--default-cores", "--default-gpu", "--node-label-selector", "--resource-name", "--resource-mem",
-                   "--resource-mem-percentage", "--resource-cores", "--resource-priority")
+                   "--resource-mem-percentage", "--resource-cores", "--resource-priority", "--enable-iluvatar")
 
 # HAMi scheduler flags an operator may carry over, for features hami-web does not have: refused with a reason,
 # so a copied command line fails loudly instead of with argparse's bare "unrecognized arguments".
@@ -372,7 +391,6 @@ UNSUPPORTED_HAMI_FLAGS: dict[str, str] = {
     "--leader-elect-resource-name": "kube-scheduler in the same pod does the leader election",
     "--leader-elect-resource-namespace": "kube-scheduler in the same pod does the leader election",
     "--legacy-metrics": "only HAMi's current metric names are served",
-    "--device-config-file": "hami-web reads NVIDIA devices only, from node annotations",
     "--debug": "use --log-level DEBUG",
     "--v": "use --log-level (klog verbosity has no equivalent)",
     "--vmodule": "use --log-level (klog verbosity has no equivalent)",
@@ -436,9 +454,46 @@ def build_settings(namespace: argparse.Namespace | None = None,
             resources[option.target.split(".", 1)[1]] = value
         else:
             top[option.target] = value
+    if top.get("device_config_file"):
+        config = read_device_config(top["device_config_file"])
+        top["device_config"] = config
+        _fill_from_device_config(config, top, resources)
     settings = Settings(resources=ResourceNames(**resources), **top)
     _check_consistency(settings)
     return settings
+
+
+def read_device_config(path: str) -> DeviceConfig:
+    """Load HAMi's ``device-config.yaml``; `SettingsError` names the file and the key that is wrong."""
+    where = f"invalid value for --device-config-file: {path}"
+    try:
+        with open(path, encoding="utf-8") as stream:
+            document = yaml.safe_load(stream)
+    except OSError as error:
+        raise SettingsError(f"{where}: cannot read it: {error.strerror or error}") from None
+    except yaml.YAMLError as error:
+        mark = getattr(error, "problem_mark", None)
+        position = f" (line {mark.line + 1}, column {mark.column + 1})" if mark is not None else ""
+        problem = getattr(error, "problem", None) or str(error).splitlines()[0]
+        raise SettingsError(f"{where}: not valid YAML{position}: {problem}") from None
+    try:
+        return parse_device_config(document)
+    except DeviceConfigError as error:
+        raise SettingsError(f"{where}: {error}") from None
+
+
+def _fill_from_device_config(config: DeviceConfig, top: dict[str, Any], resources: dict[str, Any]) -> None:
+    """Precedence (SPEC §10): an explicit flag, else the file, else the chart default (the field's default)."""
+    nvidia = config.nvidia
+    for key, value in (("count", nvidia.count), ("memory", nvidia.memory),
+                       ("memory_percentage", nvidia.memory_percentage), ("cores", nvidia.cores),
+                       ("priority", nvidia.priority)):
+        if value is not None:
+            resources.setdefault(key, value)
+    for key, value in (("default_mem_mib", nvidia.default_memory_mib), ("default_cores", nvidia.default_cores),
+                       ("default_gpu", nvidia.default_count), ("overwrite_env", nvidia.overwrite_env)):
+        if value is not None:
+            top.setdefault(key, value)
 
 
 def _check_consistency(settings: Settings) -> None:

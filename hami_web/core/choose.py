@@ -16,7 +16,7 @@ from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from operator import attrgetter
 
-from hami_web.core.fit import PodFit, fit_pod, may_fit
+from hami_web.core.fit import INVALID_REGISTER, PodFit, fit_pod, may_fit
 from hami_web.core.grants import PodGrants
 from hami_web.core.options import SPREAD, PodOptions
 from hami_web.core.requests import PodRequest
@@ -24,7 +24,6 @@ from hami_web.core.usage import NodeView
 
 NODE_UNREGISTERED = "node unregistered"
 MEMO_ENTRIES_PER_NODE = 16
-INVALID_REGISTER = "InvalidRegisterAnnotation"
 
 
 @dataclass(frozen=True, slots=True)

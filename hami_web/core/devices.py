@@ -1,9 +1,12 @@
-"""GPU inventory of a node and the codecs of the node annotations HAMi's device plugin writes.
+"""Device inventory of a node and the codecs of the node annotations HAMi's device plugins write.
 
-``hami.io/node-nvidia-register`` comes in two forms (JSON from newer HAMi, ``:``-terminated text from
-older releases); both decode to the same `Device` tuple so the rest of the scheduler never cares which
-device plugin version a node runs. Decoding never raises anything but `AnnotationError`, whose message
-says where in the text the problem is, because one bad node must not stop scheduling on the others.
+Every family's register annotation (``hami.io/node-nvidia-register``, ``hami.io/node-dcu-register``, …) comes in
+two forms (JSON from newer HAMi, ``:``-terminated text from older releases); both decode to the same `Device`
+tuple so the rest of the scheduler never cares which device plugin version a node runs. JSON is read exactly as
+Go's ``encoding/json`` reads HAMi's ``DeviceInfo`` (SPEC §10): every field is ``omitempty``, so a missing field is
+its zero value (a missing ``health`` is an unhealthy device), keys match case-insensitively, unknown keys are
+ignored and the last duplicate wins. Decoding never raises anything but `AnnotationError`, whose message says
+where in the text the problem is, because one bad node must not stop scheduling on the others.
 """
 
 from __future__ import annotations
@@ -47,19 +50,45 @@ class Device:
     numa: int = 0
     healthy: bool = True
     mode: str = ""
+    family: str = "NVIDIA"  # the common word of the family whose register annotation listed it
+    mig_profiles: bool = False  # the device plugin offers dynamic MIG instances (``migProfiles``) on it
 
 
 @dataclass(frozen=True, slots=True)
 class NodeInventory:
-    """Everything the scheduler knows about a node's GPUs, independent of what runs on them."""
+    """Everything the scheduler knows about a node's devices, independent of what runs on them.
+
+    ``devices`` lists every family's devices, each family's together (`groups` gives each family's positions);
+    ``broken`` maps a family whose register annotation does not parse to the error, so that family takes no pod
+    here while the node's other families stay usable.
+    """
 
     name: str
     devices: tuple[Device, ...]
     pair_scores: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
     cordoned: frozenset[str] = frozenset()
+    broken: Mapping[str, str] = field(default_factory=dict)
+    # The families whose devices the pair scores and the topology-aware policy apply to (None: all of them).
+    topology: frozenset[str] | None = None
+    groups: Mapping[str, tuple[int, int]] = field(init=False, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        groups: dict[str, tuple[int, int]] = {}
+        for position, device in enumerate(self.devices):
+            first, _ = groups.get(device.family, (position, position))
+            if first != position and groups[device.family][1] != position:
+                raise ValueError(f"node {self.name}: the devices of family {device.family} are not listed together")
+            groups[device.family] = (first, position + 1)
+        object.__setattr__(self, "groups", groups)
+
+    def family_devices(self, family: str) -> tuple[Device, ...]:
+        """The devices of one family (empty when the node has none)."""
+        first, end = self.groups.get(family, (0, 0))
+        return self.devices[first:end]
 
 
 _TEXT_FIELDS_SHORT = 7
+TEXT_DEFAULT_MODE = "hami-core"
 _TEXT_FIELDS_LONG = 9
 
 
@@ -87,20 +116,21 @@ def _parse_int(text: str, what: str, where: str, maximum: int | None = None) -> 
 
 
 def _parse_bool(text: str, what: str, where: str) -> bool:
-    value = text.strip().lower()
-    if value in ("true", "1"):
+    # Go's strconv.ParseBool, which HAMi's text decoder uses.
+    value = text.strip()
+    if value in ("1", "t", "T", "TRUE", "true", "True"):
         return True
-    if value in ("false", "0"):
+    if value in ("0", "f", "F", "FALSE", "false", "False"):
         return False
-    raise AnnotationError(f"{where}: {what} {text.strip()!r} is not true or false")
+    raise AnnotationError(f"{where}: {what} {quote(value)} is not true or false")
 
 
-def decode_register(text: str) -> tuple[Device, ...]:
-    """Decode ``hami.io/node-nvidia-register`` (JSON list or 7/9-field text) into devices."""
+def decode_register(text: str, *, family: str = "NVIDIA") -> tuple[Device, ...]:
+    """Decode a register annotation (JSON list or 7/9-field text) into the devices of ``family``."""
     stripped = text.strip()
     if not stripped:
         raise AnnotationError("register annotation is empty")
-    devices = _decode_register_json(stripped) if stripped[0] in "[{" else _decode_register_text(text)
+    devices = _decode_register_json(stripped, family) if stripped[0] in "[{" else _decode_register_text(text, family)
     if not devices:
         raise AnnotationError("register annotation lists no devices")
     seen: set[str] = set()
@@ -116,7 +146,7 @@ def decode_register(text: str) -> tuple[Device, ...]:
     return devices
 
 
-def _decode_register_text(text: str) -> tuple[Device, ...]:
+def _decode_register_text(text: str, family: str) -> tuple[Device, ...]:
     body = text.strip()
     if not body.endswith(":"):
         raise AnnotationError(f"character {len(text)}: device entry does not end with ':'")
@@ -134,7 +164,8 @@ def _decode_register_text(text: str) -> tuple[Device, ...]:
         if not uuid:
             raise AnnotationError(f"{where}: empty UUID")
         index = position
-        mode = ""
+        # SPEC §10: a 7-field device predates modes and runs HAMi-core.
+        mode = TEXT_DEFAULT_MODE
         if len(parts) == _TEXT_FIELDS_LONG:
             index = _parse_int(parts[7], "index", where)
             mode = parts[8].strip()
@@ -148,29 +179,30 @@ def _decode_register_text(text: str) -> tuple[Device, ...]:
             healthy=_parse_bool(parts[6], "health", where),
             index=index,
             mode=mode,
+            family=family,
         ))
     return tuple(devices)
 
 
-def _json_int(entry: Mapping[str, object], key: str, where: str, default: int | None = None, *,
-              maximum: int | None = None) -> int:
-    value = entry.get(key, default)
-    if isinstance(value, bool) or value is None:
-        raise AnnotationError(f"{where}: field {quote(key)} is missing or not an integer")
-    limit = _FIELD_MAXIMUM[key] if maximum is None else maximum
-    if isinstance(value, int):
-        return _in_range(value, key, where, limit)
-    if isinstance(value, float) and value.is_integer() and 0 <= value <= limit:
-        return int(value)
-    if isinstance(value, str):
-        return _parse_int(value, key, where, limit)
-    if isinstance(value, float) and value.is_integer():
-        raise AnnotationError(f"{where}: field {quote(key)} {quote(value)} is outside 0..{limit}")
-    raise AnnotationError(f"{where}: field {quote(key)} is not an integer")
+def _json_int(value: object, key: str, where: str, maximum: int | None = None) -> int:
+    """A Go integer field: only a JSON integer literal (Go refuses ``4.0``, ``1e3`` and ``"4"``), in range."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise AnnotationError(f"{where}: field {quote(key)} is {_json_kind(value)}, not an integer")
+    return _in_range(value, key, where, _FIELD_MAXIMUM[key] if maximum is None else maximum)
 
 
-def _load_json(text: str) -> object:
+def _json_kind(value: object) -> str:
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int | float):
+        return f"the number {quote(value)}"
+    return {str: "a string", list: "a list", dict: "an object"}.get(type(value), type(value).__name__)
+
+
+def _load_json(text: str, *, pairs: bool = False) -> object:
     try:
+        if pairs:
+            return json.loads(text, object_pairs_hook=_GoObject)
         return json.loads(text)
     except json.JSONDecodeError as error:
         raise AnnotationError(f"character {error.pos}: invalid JSON: {error.msg}") from None
@@ -179,44 +211,74 @@ def _load_json(text: str) -> object:
         raise AnnotationError(f"invalid JSON: {str(error)[:80]}") from None
 
 
-def _decode_register_json(text: str) -> tuple[Device, ...]:
-    document = _load_json(text)
+class _GoObject(dict[str, object]):
+    """A JSON object as Go's ``encoding/json`` fills a struct from it: keys folded to lower case (Go matches field
+    names case-insensitively), the last of duplicate keys winning, and ``null`` leaving a field as it was."""
+
+    def __init__(self, pairs: list[tuple[str, object]]) -> None:
+        super().__init__()
+        for key, value in pairs:
+            if value is not None:
+                self[key.lower()] = value
+
+
+# DeviceInfo's JSON keys (lower case) and how each decodes; other keys are ignored, as Go does.
+_STRING_FIELDS = ("id", "type", "mode", "devicevendor")
+
+
+def _json_string(entry: Mapping[str, object], key: str, where: str) -> str:
+    value = entry.get(key, "")
+    if not isinstance(value, str):
+        raise AnnotationError(f"{where}: field {quote(key)} is {_json_kind(value)}, not a string")
+    return value
+
+
+def _decode_register_json(text: str, family: str) -> tuple[Device, ...]:
+    document = _load_json(text, pairs=True)
     if not isinstance(document, list):
         raise AnnotationError("JSON register annotation must be a list of devices")
     devices: list[Device] = []
     for position, entry in enumerate(document):
         where = f"device {position}"
         if not isinstance(entry, dict):
-            raise AnnotationError(f"{where}: expected an object")
-        uuid = entry.get("id")
-        if not isinstance(uuid, str) or not uuid.strip():
+            raise AnnotationError(f"{where}: expected an object, got {_json_kind(entry)}")
+        strings = {key: _json_string(entry, key, where) for key in _STRING_FIELDS}
+        if not strings["id"].strip():
             raise AnnotationError(f"{where}: field 'id' is missing or empty")
-        health = entry.get("health", True)
-        if isinstance(health, str):
-            health = _parse_bool(health, "health", where)
-        elif not isinstance(health, bool):
-            raise AnnotationError(f"{where}: field 'health' is not a boolean")
+        health = entry.get("health", False)
+        if not isinstance(health, bool):
+            raise AnnotationError(f"{where}: field 'health' is {_json_kind(health)}, not a boolean")
+        profiles = entry.get("migprofiles", [])
+        if not isinstance(profiles, list):
+            raise AnnotationError(f"{where}: field 'migProfiles' is {_json_kind(profiles)}, not a list")
+        custom = entry.get("custominfo", {})
+        if not isinstance(custom, dict):
+            raise AnnotationError(f"{where}: field 'custominfo' is {_json_kind(custom)}, not an object")
         devices.append(Device(
-            uuid=uuid.strip(),
-            index=_json_int(entry, "index", where, default=position),
-            count=_json_int(entry, "count", where),
-            memory_mib=_json_int(entry, "devmem", where),
-            cores=_json_int(entry, "devcore", where),
-            type=str(entry.get("type") or ""),
-            numa=_json_int(entry, "numa", where, default=0),
+            uuid=strings["id"].strip(),
+            index=_json_int(entry.get("index", 0), "index", where),
+            count=_json_int(entry.get("count", 0), "count", where),
+            memory_mib=_json_int(entry.get("devmem", 0), "devmem", where),
+            cores=_json_int(entry.get("devcore", 0), "devcore", where),
+            type=strings["type"],
+            numa=_json_int(entry.get("numa", 0), "numa", where),
             healthy=health,
-            mode=str(entry.get("mode") or ""),
+            mode=strings["mode"],
+            family=family,
+            mig_profiles=bool(profiles),
         ))
     return tuple(devices)
 
 
 def encode_register_json(devices: Iterable[Device]) -> str:
-    """Encode devices as newer HAMi's JSON register annotation."""
-    return json.dumps([
-        {"id": d.uuid, "index": d.index, "count": d.count, "devmem": d.memory_mib, "devcore": d.cores,
-         "type": d.type, "numa": d.numa, "mode": d.mode, "health": d.healthy}
-        for d in devices
-    ], separators=(",", ":"))
+    """Encode devices as newer HAMi's JSON register annotation (as Go writes it: zero values left out)."""
+    encoded = []
+    for d in devices:
+        entry: dict[str, object] = {"id": d.uuid, "index": d.index, "count": d.count, "devmem": d.memory_mib,
+                                    "devcore": d.cores, "type": d.type, "numa": d.numa, "mode": d.mode,
+                                    "health": d.healthy}
+        encoded.append({key: value for key, value in entry.items() if value})
+    return json.dumps(encoded, separators=(",", ":"))
 
 
 def encode_register_text(devices: Iterable[Device], *, with_index: bool = True) -> str:
@@ -246,10 +308,20 @@ def decode_pair_scores(text: str) -> dict[str, dict[str, int]]:
         pairs = entry.get("score") or {}
         if not isinstance(pairs, dict):
             raise AnnotationError(f"{where}: 'score' must be an object")
-        scores[entry["uuid"]] = {str(other): _json_int(pairs, other, f"{where} pair {quote(other)}",
-                                                       maximum=MAX_PAIR_SCORE)
-                                 for other in pairs}
+        scores[entry["uuid"]] = {str(other): _pair_score(value, f"{where} pair {quote(other)}")
+                                 for other, value in pairs.items()}
     return scores
+
+
+def _pair_score(value: object, where: str) -> int:
+    """A pair score: an integer, or a numeric string (SPEC §4), in ``0..MAX_PAIR_SCORE``."""
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if isinstance(value, str):
+        return _parse_int(value, "score", where, MAX_PAIR_SCORE)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise AnnotationError(f"{where}: score is {_json_kind(value)}, not an integer")
+    return _in_range(value, "score", where, MAX_PAIR_SCORE)
 
 
 def decode_cordon(text: str) -> frozenset[str]:

@@ -1,9 +1,10 @@
-"""Fitting a pod's containers onto one node's GPUs (SPEC.md §5.1 GPU policies, §5.2 checks).
+"""Fitting a pod's containers onto one node's devices (SPEC §5.1 GPU policies, §5.2 checks, §10 families).
 
-Every GPU is run through the checks in a fixed order and the first failing check is that GPU's reason, so
-a refusal tells the operator how many GPUs failed for which cause (``1/2 CardInsufficientCore, …``).
+Every device is run through the checks in a fixed order and the first failing check is that device's reason, so
+a refusal tells the operator how many devices failed for which cause (``1/2 CardInsufficientCore, …``).
 Containers book cumulatively on a private working copy of the node's usage; the shared state is never
-touched here.
+touched here. One loop serves every family: a pod's ask of each family is fitted on that family's devices only,
+families in common-word order, and the node fits only if all do.
 """
 
 from __future__ import annotations
@@ -15,11 +16,13 @@ from itertools import combinations
 from hami_web.core import names
 from hami_web.core.devices import Device, NodeInventory
 from hami_web.core.grants import DeviceGrant, PodGrants
-from hami_web.core.options import BINPACK, DEFAULT_WEIGHTS, SPREAD, PodOptions, ScoringWeights
+from hami_web.core.options import BINPACK, DEFAULT_WEIGHTS, SPREAD, DeviceSelection, PodOptions, ScoringWeights
 from hami_web.core.requests import ContainerRequest, PodRequest
 from hami_web.core.usage import NodeView
 
 EXCLUSIVE_CORES = 100
+MIG_MODE = "mig"
+INVALID_REGISTER = "InvalidRegisterAnnotation"
 
 # Working usage per GPU position: (tasks, memory MiB, cores). Booking replaces an entry with a new tuple, so a
 # working copy is one list of references and a node that fails allocates nothing more.
@@ -28,13 +31,19 @@ WorkingUsage = list[Sequence[int]]
 
 @dataclass(frozen=True, slots=True)
 class FitFailure:
-    """Why a node cannot take a pod: per reason, how many of its ``total`` GPUs failed for it."""
+    """Why a node cannot take a pod: per reason, how many of its ``total`` devices failed for it.
+
+    ``message`` replaces the counts when the family could not be judged at all (its inventory does not parse).
+    """
 
     reasons: tuple[tuple[str, int], ...]
     total: int
+    message: str = ""
 
     def summary(self) -> str:
         """``"<n>/<total> <Reason>"`` per reason, sorted by reason name, joined with ``", "``."""
+        if self.message:
+            return self.message
         return ", ".join(f"{count}/{self.total} {reason}" for reason, count in sorted(self.reasons))
 
 
@@ -55,24 +64,38 @@ def check_device(device: Device, used: Sequence[int], request: ContainerRequest,
     return device_reasons((device,), [used], request, [booked_memory_mib], options, cordoned)[0]
 
 
+def mig_reason(device: Device) -> str:
+    """Why a MIG-mode device takes no slice: dynamic MIG (``migProfiles``) is carved by the device plugin on
+    demand and needs a MIG placement, which hami-web does not choose yet; a MIG device without profiles is a
+    pre-2.10 geometry that is never allocatable (SPEC §11). "" for every other device."""
+    if device.mode != MIG_MODE:
+        return ""
+    return names.CARD_MIG_MODE_UNSUPPORTED if device.mig_profiles else names.CARD_MIG_LEGACY_GEOMETRY
+
+
 def device_reasons(devices: Sequence[Device], work: Sequence[Sequence[int]], request: ContainerRequest,
-                   booked: Sequence[int], options: PodOptions, cordoned: frozenset[str]) -> list[str]:
+                   booked: Sequence[int], options: PodOptions, cordoned: frozenset[str],
+                   selection: DeviceSelection | None = None) -> list[str]:
     """For each device, the first check of SPEC §5.2 it fails (``""`` when it fits), in SPEC order.
 
-    One loop per node rather than one call per GPU: at thousands of nodes the per-call overhead is a large
-    share of a filter that has to explain every GPU of every node.
+    ``selection`` is the pod's selection of the request's family (looked up in ``options`` when None). One loop
+    per node rather than one call per device: at thousands of nodes the per-call overhead is a large share of a
+    filter that has to explain every device of every node.
     """
     wanted_cores = request.cores
     exclusive = wanted_cores == EXCLUSIVE_CORES
     mutex = options.gpu.mutex
-    type_allowed, uuid_allowed = options.type_allowed, options.uuid_allowed
-    type_verdicts: dict[str, bool] = {}
-    selects_uuids = bool(options.use_uuids or options.nouse_uuids)
+    if selection is None:
+        selection = options.selection(request.family)
+    type_allowed, uuid_allowed, mode_allowed = selection.type_allowed, selection.uuid_allowed, selection.mode_allowed
+    type_verdicts: dict[tuple[str, str], bool] = {}
+    selects_uuids = selection.selects_uuids
     reasons: list[str] = []
     for device, (tasks, memory_mib, cores), booked_memory_mib in zip(devices, work, booked, strict=True):
-        type_ok = type_verdicts.get(device.type)
+        kind = (device.type, device.mode)
+        type_ok = type_verdicts.get(kind)
         if type_ok is None:
-            type_ok = type_verdicts[device.type] = type_allowed(device.type)
+            type_ok = type_verdicts[kind] = type_allowed(device.type) and mode_allowed(device.mode)
         if not device.healthy:
             reason = names.CARD_NOT_HEALTH
         elif device.uuid in cordoned:
@@ -81,6 +104,8 @@ def device_reasons(devices: Sequence[Device], work: Sequence[Sequence[int]], req
             reason = names.CARD_TYPE_MISMATCH
         elif selects_uuids and not uuid_allowed(device.uuid):
             reason = names.CARD_UUID_MISMATCH
+        elif device.mode == MIG_MODE:
+            reason = mig_reason(device)
         elif tasks >= device.count:
             reason = names.CARD_TIME_SLICING_EXHAUSTED
         elif mutex and tasks > 0:
@@ -112,10 +137,9 @@ def device_score(device: Device, used: Sequence[int], request: ContainerRequest,
     return 10 * score
 
 
-def _policy_order(positions: list[int], inventory: NodeInventory, work: WorkingUsage,
+def _policy_order(positions: list[int], devices: Sequence[Device], work: WorkingUsage,
                   request: ContainerRequest, options: PodOptions) -> list[int]:
-    """``positions`` sorted by the policy's keys in the order written, then GPU index, then UUID."""
-    devices = inventory.devices
+    """``positions`` sorted by the policy's keys in the order written, then device index, then UUID."""
     sort_keys = options.gpu.sort_keys
     weights = options.scoring_weights
     scored = BINPACK in sort_keys or SPREAD in sort_keys
@@ -134,9 +158,9 @@ def _pair_score(inventory: NodeInventory, first: str, second: str) -> int:
     return inventory.pair_scores.get(first, {}).get(second, 0)
 
 
-def _topology_pick(positions: list[int], inventory: NodeInventory, count: int) -> list[int]:
+def _topology_pick(positions: list[int], devices: Sequence[Device], inventory: NodeInventory,
+                   count: int) -> list[int]:
     """HAMi's topology-aware choice; candidates visited from the highest GPU index down, first best wins."""
-    devices = inventory.devices
     ordered = sorted(positions, key=lambda p: (-devices[p].index, devices[p].uuid))
     if len(ordered) == count:
         return ordered
@@ -162,25 +186,34 @@ def _topology_pick(positions: list[int], inventory: NodeInventory, count: int) -
 
 
 def fit_container(request: ContainerRequest, inventory: NodeInventory, work: WorkingUsage,
-                  options: PodOptions) -> tuple[DeviceGrant, ...] | FitFailure:
-    """Pick GPUs for one container on ``work`` and book them there, or say why it cannot fit."""
-    devices = inventory.devices
+                  options: PodOptions, topology: bool = True) -> tuple[DeviceGrant, ...] | FitFailure:
+    """Pick devices of the request's family for one container on ``work`` and book them there, or say why not.
+
+    ``topology`` says whether the family has pair scores (SPEC §13: the families without them read topology-aware
+    as spread).
+    """
+    first, end = inventory.groups.get(request.family, (0, 0))
+    whole = first == 0 and end == len(inventory.devices)
+    devices = inventory.devices if whole else inventory.devices[first:end]
+    family_work: WorkingUsage = work if whole else work[first:end]
     total = len(devices)
     if request.count > total:
         return FitFailure(reasons=((names.NODE_INSUFFICIENT_DEVICE, request.count),), total=total)
+    selection = options.selection(request.family)
     reasons: dict[str, int] = {}
     passing: list[int] = []
     if request.memory_mib > 0:
         booked = [request.memory_mib] * total
     else:
         booked = [request.booked_memory_mib(device.memory_mib) for device in devices]
-    for position, reason in enumerate(device_reasons(devices, work, request, booked, options, inventory.cordoned)):
+    for position, reason in enumerate(device_reasons(devices, family_work, request, booked, options,
+                                                     inventory.cordoned, selection)):
         if reason:
             reasons[reason] = reasons.get(reason, 0) + 1
         else:
             passing.append(position)
     pool = passing
-    if options.numa_bind:
+    if selection.numa_bind:
         groups: dict[int, list[int]] = {}
         for position in passing:
             groups.setdefault(devices[position].numa, []).append(position)
@@ -192,50 +225,64 @@ def fit_container(request: ContainerRequest, inventory: NodeInventory, work: Wor
         if passing:
             reasons[names.ALLOCATED_CARDS_INSUFFICIENT_REQUEST] = len(passing)
         return _failure(reasons, total)
-    if options.gpu.spec_topology:
-        chosen = _topology_pick(pool, inventory, request.count)
-    elif options.gpu.topology_aware:
+    if topology and options.gpu.spec_topology:
+        chosen = _topology_pick(pool, devices, inventory, request.count)
+    elif topology and options.gpu.topology_aware:
         # In a chain topology-aware only filters: it picks the GPUs, the sort keys order them.
-        chosen = _policy_order(_topology_pick(pool, inventory, request.count), inventory, work, request, options)
+        chosen = _policy_order(_topology_pick(pool, devices, inventory, request.count), devices, family_work,
+                               request, options)
     else:
-        chosen = _policy_order(pool, inventory, work, request, options)[:request.count]
+        chosen = _policy_order(pool, devices, family_work, request, options)[:request.count]
     grants = []
     for position in chosen:
-        tasks, memory_mib, cores = work[position]
-        work[position] = (tasks + 1, memory_mib + booked[position], cores + request.cores)
-        grants.append(DeviceGrant(uuid=devices[position].uuid, memory_mib=booked[position], cores=request.cores))
+        tasks, memory_mib, cores = work[first + position]
+        work[first + position] = (tasks + 1, memory_mib + booked[position], cores + request.cores)
+        grants.append(DeviceGrant(uuid=devices[position].uuid, memory_mib=booked[position], cores=request.cores,
+                                  vendor=request.family))
     return tuple(grants)
 
 
 def fit_pod(request: PodRequest, view: NodeView, options: PodOptions) -> PodFit | FitFailure:
-    """Fit every container of the pod on ``view`` (SPEC.md §3): each init container alone on the node's
-    usage, the regular containers one after another on one working copy."""
+    """Fit every container of the pod on ``view`` (SPEC §3): each init container alone on the node's usage, the
+    regular containers one after another on one working copy; each family in turn (SPEC §10), the first family
+    that fails being the node's reason."""
     base = view.usage_rows
     shared: WorkingUsage = list(base)
-    grants: list[tuple[DeviceGrant, ...]] = []
-    for container in request.containers:
-        if container.count == 0:
-            grants.append(())
-            continue
-        work: WorkingUsage = list(base) if container.init else shared
-        result = fit_container(container, view.inventory, work, options)
-        if isinstance(result, FitFailure):
-            return result
-        grants.append(result)
-    return PodFit(grants=tuple(grants))
+    blocks = request.blocks()
+    merged: list[list[DeviceGrant]] = [[] for _ in blocks[0][1]] if blocks else []
+    inventory = view.inventory
+    broken = inventory.broken
+    for family, containers in blocks:
+        if family in broken and any(container.count for container in containers):
+            return FitFailure(reasons=(), total=0, message=f"{INVALID_REGISTER}: {broken[family]}")
+        family_topology = inventory.topology is None or family in inventory.topology
+        for position, container in enumerate(containers):
+            if container.count == 0:
+                continue
+            work: WorkingUsage = list(base) if container.init else shared
+            result = fit_container(container, view.inventory, work, options, family_topology)
+            if isinstance(result, FitFailure):
+                return result
+            merged[position].extend(result)
+    return PodFit(grants=tuple(tuple(container) for container in merged))
 
 
 def may_fit(request: PodRequest, view: NodeView, options: PodOptions) -> bool:
     """Cheap necessary condition for `fit_pod` from the node's aggregates (False = certainly no fit)."""
-    if request.asks_for_gpu and not any(options.type_allowed(device_type) for device_type in view.device_types):
-        return False
+    stats = view.family_stats
     for container in request.containers:
         if container.count == 0:
             continue
-        if container.count > view.usable_devices or container.cores > view.max_free_cores:
+        family = stats.get(container.family)
+        if family is None:
             return False
-        if options.gpu.mutex and container.count > view.idle_devices:
+        if not any(options.selection(container.family).type_allowed(device_type)
+                   for device_type in family.device_types):
             return False
-        if container.memory_mib > view.max_free_memory_mib:
+        if container.count > family.usable_devices or container.cores > family.max_free_cores:
+            return False
+        if options.gpu.mutex and container.count > family.idle_devices:
+            return False
+        if container.memory_mib > family.max_free_memory_mib:
             return False
     return True

@@ -1,7 +1,9 @@
-"""Which GPUs a pod's containers were given, and HAMi's pod annotation encoding of it.
+"""Which devices a pod's containers were given, and HAMi's pod annotation encoding of it.
 
-``hami.io/vgpu-devices-allocated`` is positional: one ``;``-terminated entry per container (init
-containers first), each device ``UUID,NVIDIA,<mem MiB>,<cores>:``. The device plugin maps entries to
+Each family's ``…-devices-allocated`` (``hami.io/vgpu-devices-allocated`` for NVIDIA) is positional: one
+``;``-terminated entry per container (init containers first), each device ``UUID,<CW>,<mem MiB>,<cores>:``.
+In memory a pod's grants of every family sit together per container (`DeviceGrant.vendor` is the family's
+common word); `family_grants` splits them back per family for the wire. The device plugin maps entries to
 containers by position, so an empty container must still produce its (empty) entry, and decoding is strict:
 a pod whose annotation is garbage has unknown usage and is reported, not silently counted as zero.
 """
@@ -12,6 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from hami_web.core.devices import AnnotationError
+from hami_web.core.families import DeviceCatalog
 from hami_web.core.limits import MAX_DEVICE_MEMORY_MIB, MAX_NUMBER_CHARS, MAX_TASK_CORES, MAX_UUID_CHARS, quote
 from hami_web.core.names import VENDOR
 
@@ -88,3 +91,35 @@ def _bounded_int(text: str, what: str, maximum: int, where: str, item: str) -> i
     if value > maximum:
         raise AnnotationError(f"{where}: {what} {value} is over the limit of {maximum}")
     return value
+
+
+def family_grants(grants: Sequence[Sequence[DeviceGrant]], family: str) -> PodGrants:
+    """The grants of one family, one entry per container (empty where the container holds none of it)."""
+    return tuple(tuple(grant for grant in container if grant.vendor == family) for container in grants)
+
+
+def families_of(grants: Sequence[Sequence[DeviceGrant]]) -> tuple[str, ...]:
+    """The families (common words) the grants hold devices of, in first-seen order."""
+    return tuple(dict.fromkeys(grant.vendor for container in grants for grant in container))
+
+
+def merge_grants(parts: Sequence[PodGrants], containers: int) -> PodGrants:
+    """Several families' grants of one pod as one entry per container, the families in the order given."""
+    merged: list[list[DeviceGrant]] = [[] for _ in range(max([containers, *(len(part) for part in parts)]))]
+    for part in parts:
+        for position, container in enumerate(part):
+            merged[position].extend(container)
+    return tuple(tuple(container) for container in merged)
+
+
+def booking_annotations(grants: Sequence[Sequence[DeviceGrant]], catalog: DeviceCatalog) -> dict[str, str]:
+    """The pod annotations a booking writes for each family it uses: ``…-devices-to-allocate`` and
+    ``…-devices-allocated``, the same value, one entry per container (SPEC §10). A grant of a family the catalog
+    does not know is an error of the caller, not something to write under a guessed key."""
+    annotations: dict[str, str] = {}
+    for cw in families_of(grants):
+        family = catalog[cw]
+        text = encode_pod_devices(family_grants(grants, cw))
+        annotations[family.to_allocate_key] = text
+        annotations[family.allocated_key] = text
+    return annotations

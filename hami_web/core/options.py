@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import InitVar, dataclass, field
 
 from hami_web.core import names
+from hami_web.core.families import DEFAULT_CATALOG, NVIDIA, DeviceCatalog, Family
 from hami_web.core.limits import json_type_name
 
 NODE_POLICIES = ("binpack", "spread")
@@ -64,28 +65,32 @@ class GpuPolicy:
 
 
 @dataclass(frozen=True, slots=True)
-class PodOptions:
-    """How to choose a node and GPUs for one pod. ``gpu_policy`` is the normalised text (`parse_gpu_policy`)."""
+class DeviceSelection:
+    """Which devices of one family a pod accepts, from that family's annotations (SPEC §5.2 steps 2–3, §10).
 
-    node_policy: str = BINPACK
-    gpu_policy: str = SPREAD
-    numa_bind: bool = False
+    A device qualifies when its type contains the family's common word and passes ``use_types`` / ``nouse_types``
+    (upper-cased substrings), its UUID passes ``use_uuids`` / ``nouse_uuids`` (exact), and, when ``modes`` is set
+    (``nvidia.com/vgpu-mode``), the value contains the device's mode. ``numa_bind`` keeps a container's devices on
+    one NUMA node.
+    """
+
+    family: str = NVIDIA
     use_types: tuple[str, ...] = ()
     nouse_types: tuple[str, ...] = ()
     use_uuids: frozenset[str] = frozenset()
     nouse_uuids: frozenset[str] = frozenset()
-    scoring_weights: ScoringWeights = DEFAULT_WEIGHTS
-    # Derived from gpu_policy once, because the fit reads it for every container on every node it tries.
-    gpu: GpuPolicy = field(init=False, compare=False, repr=False)
-
-    # Verdicts per card type, filled on first use: a node list holds few distinct types but many GPUs.
+    numa_bind: bool = False
+    modes: str | None = None
+    # Verdicts per card type, filled on first use: a node list holds few distinct types but many devices.
     _type_verdicts: dict[str, bool] = field(default_factory=dict, init=False, compare=False, repr=False)
 
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "gpu", gpu_policy_of(self.gpu_policy))
+    @property
+    def selects_uuids(self) -> bool:
+        """Whether a UUID list applies at all (most pods have none: the check is skipped)."""
+        return bool(self.use_uuids or self.nouse_uuids)
 
     def type_allowed(self, device_type: str) -> bool:
-        """Whether a card of ``device_type`` passes the NVIDIA and use/nouse-gputype rules (substring match)."""
+        """Whether a device of ``device_type`` serves the family and passes the use/nouse type rules."""
         verdict = self._type_verdicts.get(device_type)
         if verdict is None:
             verdict = self._type_verdicts[device_type] = self._judge_type(device_type)
@@ -93,21 +98,65 @@ class PodOptions:
 
     def _judge_type(self, device_type: str) -> bool:
         upper = device_type.upper()
-        if names.VENDOR not in upper:
+        if self.family.upper() not in upper:
             return False
-        if not self.use_types and not self.nouse_types:
-            return True
         if self.use_types and not any(wanted in upper for wanted in self.use_types):
             return False
         return not any(unwanted in upper for unwanted in self.nouse_types)
 
     def uuid_allowed(self, uuid: str) -> bool:
-        """Whether a GPU passes the use/nouse-gpuuuid rules (exact match)."""
-        if not self.use_uuids and not self.nouse_uuids:
-            return True
+        """Whether a device passes the use/nouse UUID rules (exact match)."""
         if self.use_uuids and uuid not in self.use_uuids:
             return False
         return uuid not in self.nouse_uuids
+
+    def mode_allowed(self, mode: str) -> bool:
+        """Whether a device of ``mode`` passes the pod's mode annotation (no mode on the device always does)."""
+        return self.modes is None or not mode or mode in self.modes
+
+    @property
+    def constrained(self) -> bool:
+        """Whether the pod said anything about this family's devices."""
+        return bool(self.use_types or self.nouse_types or self.use_uuids or self.nouse_uuids or self.numa_bind
+                    or self.modes is not None)
+
+
+@dataclass(frozen=True, slots=True)
+class PodOptions:
+    """How to choose a node and devices for one pod. ``gpu_policy`` is the normalised text (`parse_gpu_policy`).
+
+    ``selections`` holds the families the pod's annotations constrain (the others accept every device of theirs).
+    The keywords ``use_types`` … ``numa_bind`` are a shorthand for an NVIDIA selection.
+    """
+
+    node_policy: str = BINPACK
+    gpu_policy: str = SPREAD
+    numa_bind: InitVar[bool] = False
+    use_types: InitVar[tuple[str, ...]] = ()
+    nouse_types: InitVar[tuple[str, ...]] = ()
+    use_uuids: InitVar[frozenset[str]] = frozenset()
+    nouse_uuids: InitVar[frozenset[str]] = frozenset()
+    scoring_weights: ScoringWeights = DEFAULT_WEIGHTS
+    selections: tuple[DeviceSelection, ...] = ()
+    # Derived from gpu_policy once, because the fit reads it for every container on every node it tries.
+    gpu: GpuPolicy = field(init=False, compare=False, repr=False)
+    _by_family: dict[str, DeviceSelection] = field(init=False, compare=False, repr=False)
+
+    def __post_init__(self, numa_bind: bool, use_types: tuple[str, ...], nouse_types: tuple[str, ...],
+                      use_uuids: frozenset[str], nouse_uuids: frozenset[str]) -> None:
+        object.__setattr__(self, "gpu", gpu_policy_of(self.gpu_policy))
+        shorthand = DeviceSelection(family=NVIDIA, use_types=use_types, nouse_types=nouse_types, use_uuids=use_uuids,
+                                    nouse_uuids=nouse_uuids, numa_bind=numa_bind)
+        if shorthand.constrained:
+            object.__setattr__(self, "selections", (shorthand, *self.selections))
+        object.__setattr__(self, "_by_family", {selection.family: selection for selection in self.selections})
+
+    def selection(self, family: str) -> DeviceSelection:
+        """The pod's selection of ``family``'s devices (an unconstrained one when it names none)."""
+        selection = self._by_family.get(family)
+        if selection is None:
+            selection = self._by_family[family] = DeviceSelection(family=family)
+        return selection
 
 
 def _split(value: str, *, upper: bool) -> tuple[str, ...]:
@@ -203,18 +252,34 @@ def parse_scoring_weights(value: str, *, source: str = names.POD_SCORING_WEIGHTS
     return ScoringWeights(**weights)
 
 
-def pod_options(annotations: Mapping[str, str] | None, *, node_policy: str, gpu_policy: str) -> PodOptions:
+def family_selection(annotations: Mapping[str, str], family: Family) -> DeviceSelection:
+    """What the pod's annotations say about ``family``'s devices (its own keys; an empty key is not read)."""
+    def text(key: str) -> str:
+        return (_text(annotations, key) or "") if key else ""
+
+    modes = _text(annotations, family.mode_key) if family.mode_key else None
+    return DeviceSelection(
+        family=family.cw,
+        use_types=_split(text(family.use_type_key), upper=True),
+        nouse_types=_split(text(family.nouse_type_key), upper=True),
+        use_uuids=frozenset(_split(text(family.use_uuid_key), upper=False)),
+        nouse_uuids=frozenset(_split(text(family.nouse_uuid_key), upper=False)),
+        numa_bind=text(family.numa_bind_key).strip().lower() == "true",
+        modes=modes.strip() if modes is not None else None,
+    )
+
+
+def pod_options(annotations: Mapping[str, str] | None, *, node_policy: str, gpu_policy: str,
+                catalog: DeviceCatalog = DEFAULT_CATALOG) -> PodOptions:
     """Options for a pod from its annotations, with the flags' policies as defaults."""
     annotations = annotations or {}
     pod_gpu_policy = annotations.get(names.POD_GPU_POLICY)
     weights = annotations.get(names.POD_SCORING_WEIGHTS)
+    selections = tuple(selection for selection in (family_selection(annotations, family) for family in catalog)
+                       if selection.constrained)
     return PodOptions(
         node_policy=_policy(annotations, names.POD_NODE_POLICY, node_policy, NODE_POLICIES),
         gpu_policy=gpu_policy if pod_gpu_policy is None else parse_gpu_policy(pod_gpu_policy),
         scoring_weights=DEFAULT_WEIGHTS if weights is None else parse_scoring_weights(weights),
-        numa_bind=(_text(annotations, names.POD_NUMA_BIND) or "").strip().lower() == "true",
-        use_types=_split(_text(annotations, names.POD_USE_GPU_TYPE) or "", upper=True),
-        nouse_types=_split(_text(annotations, names.POD_NOUSE_GPU_TYPE) or "", upper=True),
-        use_uuids=frozenset(_split(_text(annotations, names.POD_USE_GPU_UUID) or "", upper=False)),
-        nouse_uuids=frozenset(_split(_text(annotations, names.POD_NOUSE_GPU_UUID) or "", upper=False)),
+        selections=selections,
     )

@@ -1,4 +1,4 @@
-"""What a pod asks for (SPEC.md §3): per container, how many GPUs and how much memory and compute on each.
+"""What a pod asks for (SPEC §3, §10): per family and container, how many devices and how much memory and compute.
 
 Quantities arrive in Kubernetes' canonical form (``3k``), so they go through `parse_whole_quantity`;
 a malformed value is an error naming the container and resource rather than a silent "no GPU", which
@@ -11,9 +11,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from hami_web.core.families import DEFAULT_CATALOG, NVIDIA, DeviceCatalog, Family, ResourceNames, with_nvidia
+from hami_web.core.families.nvidia import nvidia_family
 from hami_web.core.limits import MAX_DEVICE_MEMORY_MIB, MAX_GPUS_PER_CONTAINER, MAX_QUANTITY
 from hami_web.core.quantities import QuantityError, parse_whole_quantity
-from hami_web.settings import ResourceNames
 
 MAX_CORES = 100
 FULL_CARD_PERCENT = 100
@@ -25,7 +26,7 @@ class RequestError(ValueError):
 
 @dataclass(frozen=True, slots=True)
 class ContainerRequest:
-    """One container's GPU ask. ``memory_mib`` > 0 wins over ``memory_percent``."""
+    """One container's ask of one device family. ``memory_mib`` > 0 wins over ``memory_percent``."""
 
     name: str
     init: bool
@@ -33,9 +34,10 @@ class ContainerRequest:
     memory_mib: int = 0
     memory_percent: int = FULL_CARD_PERCENT
     cores: int = 0
+    family: str = NVIDIA
 
     def booked_memory_mib(self, total_memory_mib: int) -> int:
-        """Memory this container books on a GPU of ``total_memory_mib``."""
+        """Memory this container books on a device of ``total_memory_mib``."""
         if self.memory_mib > 0:
             return self.memory_mib
         return total_memory_mib * self.memory_percent // 100
@@ -43,33 +45,95 @@ class ContainerRequest:
 
 @dataclass(frozen=True, slots=True)
 class PodRequest:
-    """All containers of a pod in annotation order (init containers first), GPU or not."""
+    """What a pod asks of each device family (SPEC §10: several families, each fitted in turn).
+
+    ``containers`` holds one block per family the pod asks for, families in common-word order; each block has
+    one entry per container of the pod in annotation order (init containers first), ``count`` 0 where the
+    container does not use that family. A pod of one family is one block: the shape the fit has always had.
+    """
 
     containers: tuple[ContainerRequest, ...]
+    # Derived once: the fit reads it on every node it tries.
+    _blocks: tuple[tuple[str, tuple[ContainerRequest, ...]], ...] = field(init=False, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        blocks: list[tuple[str, tuple[ContainerRequest, ...]]] = []
+        start = 0
+        for position in range(1, len(self.containers) + 1):
+            if position == len(self.containers) or self.containers[position].family != self.containers[start].family:
+                blocks.append((self.containers[start].family, self.containers[start:position]))
+                start = position
+        object.__setattr__(self, "_blocks", tuple(blocks))
 
     @property
     def asks_for_gpu(self) -> bool:
-        """True when at least one container wants a GPU."""
+        """True when at least one container wants a device of any family."""
         return any(c.count > 0 for c in self.containers)
+
+    def blocks(self) -> tuple[tuple[str, tuple[ContainerRequest, ...]], ...]:
+        """``(family, one ask per container)`` for each family the request covers, in order."""
+        return self._blocks
+
+    @property
+    def families(self) -> tuple[str, ...]:
+        """The families asked for (a container count > 0), in fit order."""
+        return tuple(dict.fromkeys(c.family for c in self.containers if c.count > 0))
+
+    @property
+    def container_names(self) -> tuple[str, ...]:
+        """The pod's container names, init containers first."""
+        blocks = self.blocks()
+        return tuple(c.name for c in blocks[0][1]) if blocks else ()
 
     @property
     def init_count(self) -> int:
-        """How many leading entries are init containers."""
-        return sum(1 for c in self.containers if c.init)
+        """How many leading entries of each block are init containers."""
+        blocks = self.blocks()
+        return sum(1 for c in blocks[0][1] if c.init) if blocks else 0
 
 
 @dataclass(frozen=True, slots=True)
 class RequestDefaults:
-    """The flags that fill in what a container leaves out (``--default-mem``, ``--default-cores``)."""
+    """The enabled families, with what fills in what a container leaves out.
+
+    ``catalog`` None means HAMi's defaults with NVIDIA's names and defaults from ``resources``, ``default_mem_mib``
+    and ``default_cores`` (``--resource-*``, ``--default-mem``, ``--default-cores``); a server passes its catalog.
+    """
 
     resources: ResourceNames = field(default_factory=ResourceNames)
     default_mem_mib: int = 0
     default_cores: int = 0
+    catalog: DeviceCatalog = field(default=DEFAULT_CATALOG)
+
+    @classmethod
+    def of(cls, catalog: DeviceCatalog) -> RequestDefaults:
+        """The defaults of a server's catalog (NVIDIA's settings read back from its family)."""
+        nvidia = catalog.get(NVIDIA)
+        if nvidia is None:
+            return cls(catalog=catalog)
+        return cls(resources=nvidia.resources, default_mem_mib=nvidia.default_memory_mib,
+                   default_cores=nvidia.default_cores, catalog=catalog)
+
+    def __post_init__(self) -> None:
+        nvidia = self.catalog.get(NVIDIA)
+        if nvidia is not None and (nvidia.resources, nvidia.default_memory_mib, nvidia.default_cores) != (
+                self.resources, self.default_mem_mib, self.default_cores):
+            family = nvidia_family(resources=self.resources, default_memory_mib=self.default_mem_mib,
+                                   default_cores=self.default_cores, memory_factor=nvidia.memory_factor,
+                                   default_count=nvidia.admission.default_count,
+                                   overwrite_env=nvidia.admission.overwrite_env)
+            object.__setattr__(self, "catalog", with_nvidia(self.catalog, family))
+
+    @property
+    def nvidia(self) -> Family:
+        """The NVIDIA family (the one `container_request` reads)."""
+        return self.catalog[NVIDIA]
 
 
-def quantity_maximum(names: ResourceNames, resource: str) -> int:
-    """The largest value accepted for ``resource``: a count or MiB a GPU could hold, else `MAX_QUANTITY`."""
-    return {names.count: MAX_GPUS_PER_CONTAINER, names.memory: MAX_DEVICE_MEMORY_MIB}.get(resource, MAX_QUANTITY)
+def quantity_maximum(names: ResourceNames, resource: str, *, memory_factor: int = 1) -> int:
+    """The largest value accepted for ``resource``: a count or MiB a device could hold, else `MAX_QUANTITY`."""
+    return {names.count: MAX_GPUS_PER_CONTAINER,
+            names.memory: MAX_DEVICE_MEMORY_MIB // max(memory_factor, 1)}.get(resource, MAX_QUANTITY)
 
 
 def _resource_value(resources: Mapping[str, Any], name: str) -> Any:
@@ -83,7 +147,7 @@ def _resource_value(resources: Mapping[str, Any], name: str) -> Any:
 
 
 def asked_gpu_count(container: Mapping[str, Any], *, count_resource: str) -> int:
-    """How many GPUs one container asks for (limits over requests), bounded; `RequestError` when unreadable."""
+    """How many devices one container asks for (limits over requests), bounded; `RequestError` when unreadable."""
     name = str(container.get("name") or "<unnamed>")
     resources = container.get("resources") or {}
     if not isinstance(resources, Mapping):
@@ -101,14 +165,23 @@ def asked_gpu_count(container: Mapping[str, Any], *, count_resource: str) -> int
 
 
 def container_request(container: Mapping[str, Any], *, init: bool, defaults: RequestDefaults) -> ContainerRequest:
-    """Read one container's ask: limits over requests per resource, then defaults and the cores clamp."""
+    """One container's NVIDIA ask (`family_request` for the NVIDIA family of ``defaults``)."""
+    return family_request(container, init=init, family=defaults.nvidia)
+
+
+def family_request(container: Mapping[str, Any], *, init: bool, family: Family) -> ContainerRequest:
+    """Read one container's ask of ``family``: limits over requests per resource, then the family's defaults,
+    memory in MiB (× the family's memory factor) and the cores clamp."""
     name = str(container.get("name") or "<unnamed>")
     resources = container.get("resources") or {}
     if not isinstance(resources, Mapping):
         raise RequestError(f"container {name}: resources is not a map")
-    names = defaults.resources
+    names = family.resources
+    factor = family.memory_factor
 
     def read(resource: str) -> int | None:
+        if not resource:
+            return None
         try:
             raw = _resource_value(resources, resource)
         except RequestError as error:
@@ -117,34 +190,36 @@ def container_request(container: Mapping[str, Any], *, init: bool, defaults: Req
             return None
         try:
             return parse_whole_quantity(raw, container=name, resource=resource,
-                                        maximum=quantity_maximum(names, resource))
+                                        maximum=quantity_maximum(names, resource, memory_factor=factor))
         except QuantityError as error:
             raise RequestError(str(error)) from None
 
     count = read(names.count) or 0
     if count == 0:
-        return ContainerRequest(name=name, init=init, count=0)
-    memory_mib = read(names.memory) or 0
+        return ContainerRequest(name=name, init=init, count=0, family=family.cw)
+    memory_mib = (read(names.memory) or 0) * factor
     memory_percent = read(names.memory_percentage) or 0
     if memory_percent > FULL_CARD_PERCENT:
         raise RequestError(f"container {name}: {names.memory_percentage} {memory_percent} is over 100")
     if memory_mib == 0 and memory_percent == 0:
-        if defaults.default_mem_mib:
-            memory_mib = defaults.default_mem_mib
+        if family.default_memory_mib:
+            memory_mib = family.default_memory_mib
         else:
             memory_percent = FULL_CARD_PERCENT
     cores = read(names.cores)
-    cores = defaults.default_cores if cores is None else cores
+    cores = family.default_cores if cores is None else cores
     return ContainerRequest(name=name, init=init, count=count, memory_mib=memory_mib,
-                            memory_percent=memory_percent or FULL_CARD_PERCENT, cores=min(cores, MAX_CORES))
+                            memory_percent=memory_percent or FULL_CARD_PERCENT, cores=min(cores, MAX_CORES),
+                            family=family.cw)
 
 
 def pod_request(pod: Mapping[str, Any], defaults: RequestDefaults) -> PodRequest:
-    """Every container's ask, init containers first, in spec order; `RequestError` when unreadable."""
+    """Every container's ask of every enabled family, init containers first, in spec order; `RequestError`
+    when unreadable. Only the families some container asks for get a block."""
     spec = pod.get("spec")
     if not isinstance(spec, Mapping):
         raise RequestError("pod has no spec")
-    containers: list[ContainerRequest] = []
+    listed_containers: list[tuple[Mapping[str, Any], bool]] = []
     for key, init in (("initContainers", True), ("containers", False)):
         listed = spec.get(key) or []
         if not isinstance(listed, list):
@@ -152,5 +227,10 @@ def pod_request(pod: Mapping[str, Any], defaults: RequestDefaults) -> PodRequest
         for position, container in enumerate(listed):
             if not isinstance(container, Mapping):
                 raise RequestError(f"spec.{key}[{position}] is not an object")
-            containers.append(container_request(container, init=init, defaults=defaults))
-    return PodRequest(containers=tuple(containers))
+            listed_containers.append((container, init))
+    asks: list[ContainerRequest] = []
+    for family in defaults.catalog:
+        block = [family_request(container, init=init, family=family) for container, init in listed_containers]
+        if any(ask.count for ask in block):
+            asks.extend(block)
+    return PodRequest(containers=tuple(asks))

@@ -59,6 +59,17 @@ def pod_booking(grants: PodGrants, *, init_count: int, init_finished: bool = Fal
 
 
 @dataclass(frozen=True, slots=True)
+class FamilyStats:
+    """One family's aggregates on a node: what `may_fit` needs to rule the node out without a fit."""
+
+    usable_devices: int = 0
+    idle_devices: int = 0
+    max_free_memory_mib: int = 0
+    max_free_cores: int = 0
+    device_types: frozenset[str] = frozenset()
+
+
+@dataclass(frozen=True, slots=True)
 class NodeView:
     """A node's GPUs with their usage (``usage[i]`` belongs to ``inventory.devices[i]``) and aggregates.
 
@@ -74,6 +85,7 @@ class NodeView:
     max_free_cores: int
     device_types: frozenset[str]
     idle_devices: int = 0  # usable GPUs no task uses: what a mutex container may take
+    family_stats: Mapping[str, FamilyStats] = field(default_factory=dict)
     # Failure summaries of asks that did not fit this exact state. The view is immutable and replaced when
     # its usage changes, so entries never go stale; a pod kube-scheduler keeps retrying costs one fit per node.
     failures: dict[object, str] = field(default_factory=dict, compare=False, repr=False)
@@ -104,15 +116,12 @@ def node_score(inventory: NodeInventory, usage: tuple[DeviceUsage, ...]) -> floa
 def build_node_view(inventory: NodeInventory, usage_by_uuid: Mapping[str, DeviceUsage]) -> NodeView:
     """Join inventory and usage (usage of UUIDs the node no longer has is ignored) and compute aggregates."""
     usage = tuple(usage_by_uuid.get(device.uuid, NO_USAGE) for device in inventory.devices)
-    usable = idle = 0
-    max_free_memory = max_free_cores = 0
-    for device, booked in zip(inventory.devices, usage, strict=True):
-        if not device.healthy or device.uuid in inventory.cordoned or booked.tasks >= device.count:
-            continue
-        usable += 1
-        idle += booked.tasks == 0
-        max_free_memory = max(max_free_memory, device.memory_mib - booked.memory_mib)
-        max_free_cores = max(max_free_cores, device.cores - booked.cores)
+    family_stats = {family: _family_stats(inventory, usage, first, end)
+                    for family, (first, end) in inventory.groups.items()}
+    usable = sum(stats.usable_devices for stats in family_stats.values())
+    idle = sum(stats.idle_devices for stats in family_stats.values())
+    max_free_memory = max((stats.max_free_memory_mib for stats in family_stats.values()), default=0)
+    max_free_cores = max((stats.max_free_cores for stats in family_stats.values()), default=0)
     return NodeView(
         inventory=inventory,
         usage=usage,
@@ -123,7 +132,23 @@ def build_node_view(inventory: NodeInventory, usage_by_uuid: Mapping[str, Device
         max_free_cores=max_free_cores,
         device_types=frozenset(device.type for device in inventory.devices),
         idle_devices=idle,
+        family_stats=family_stats,
     )
+
+
+def _family_stats(inventory: NodeInventory, usage: tuple[DeviceUsage, ...], first: int, end: int) -> FamilyStats:
+    usable = idle = max_free_memory = max_free_cores = 0
+    for position in range(first, end):
+        device, booked = inventory.devices[position], usage[position]
+        if not device.healthy or device.uuid in inventory.cordoned or booked.tasks >= device.count:
+            continue
+        usable += 1
+        idle += booked.tasks == 0
+        max_free_memory = max(max_free_memory, device.memory_mib - booked.memory_mib)
+        max_free_cores = max(max_free_cores, device.cores - booked.cores)
+    return FamilyStats(usable_devices=usable, idle_devices=idle, max_free_memory_mib=max_free_memory,
+                       max_free_cores=max_free_cores,
+                       device_types=frozenset(device.type for device in inventory.devices[first:end]))
 
 
 def sum_bookings(bookings: Iterable[Mapping[str, DeviceUsage]]) -> dict[str, DeviceUsage]:

@@ -41,6 +41,8 @@ from typing import Any
 
 from hami_web.core import names
 from hami_web.core.devices import AnnotationError
+from hami_web.core.families import DEFAULT_CATALOG, DeviceCatalog
+from hami_web.core.grants import booking_annotations
 from hami_web.core.verify import other_bookings, placement_conflicts
 from hami_web.extender.deadlines import after_deadline_seconds
 from hami_web.extender.events import EventRecorder
@@ -90,11 +92,11 @@ class Binder:
     def __init__(self, *, cache: ClusterCache, kube: Kube, events: EventRecorder, node_lock: NodeLock,
                  metrics: Any = None, clock: Callable[[], float] = time.time,
                  deadline_seconds: float = 15.0, lock_wait_seconds: float = 0.0, max_lock_waiters: int = 1,
-                 count_resource: str = "nvidia.com/gpu") -> None:
+                 catalog: DeviceCatalog = DEFAULT_CATALOG) -> None:
         """``deadline_seconds`` is ``--extender-deadline``; ``lock_wait_seconds`` (``--node-lock-retry-timeout``)
         is the whole deadline of a gang member's bind that waits for a held lock (0: nobody waits)."""
         self._deadline_seconds = deadline_seconds
-        self._count_resource = count_resource
+        self._catalog = catalog
         self._cache = cache
         self._lock_wait_seconds = lock_wait_seconds
         self._wait_slots = WaitSlots(max_lock_waiters)
@@ -228,8 +230,7 @@ class Binder:
             "uid": placed.uid, "resourceVersion": resource_version or None,
             "annotations": {
                 names.POD_ASSIGNED_NODE: node, names.POD_ASSIGNED_TIME: now,
-                names.POD_DEVICES_TO_ALLOCATE: placed.devices_text,
-                names.POD_DEVICES_ALLOCATED: placed.devices_text,
+                **booking_annotations(placed.grants, self._catalog),
                 names.POD_BIND_PHASE: "allocating", names.POD_BIND_TIME: now},
             "labels": {names.LABEL_ASSIGNED_NODE: node}}})
 
@@ -286,12 +287,12 @@ class Binder:
                          f"({standing.devices_text}), booked by another scheduler; filter it again")
         return pod, ""
 
-    @staticmethod
-    def _bound_here(pod: dict[str, Any], placed: PodUsage, node: str) -> bool:
+    def _bound_here(self, pod: dict[str, Any], placed: PodUsage, node: str) -> bool:
         """Whether ``pod`` is bound to ``node`` with ``placed``'s booking written: an earlier bind of it landed."""
         annotations = (pod.get("metadata") or {}).get("annotations") or {}
+        written = booking_annotations(placed.grants, self._catalog)
         return ((pod.get("spec") or {}).get("nodeName") == node and annotations.get(names.POD_ASSIGNED_NODE) == node
-                and annotations.get(names.POD_DEVICES_ALLOCATED) == placed.devices_text)
+                and all(annotations.get(key) == value for key, value in written.items()))
 
     def _conflicts(self, placed: PodUsage, node: str, not_older_than: str) -> str:
         """What no longer fits of ``placed`` on ``node`` per the API's pods there ("" when all fits).
@@ -309,7 +310,7 @@ class Binder:
             if uid == placed.uid:
                 continue
             try:
-                usage = pod_usage(pod, count_resource=self._count_resource)
+                usage = pod_usage(pod, catalog=self._catalog)
             except AnnotationError as error:  # as in the cache: a garbage booking is unknown usage, not a veto
                 log.warning("bind: pod %s/%s on node %s: unreadable booking ignored: %s", pod_namespace, pod_name,
                             node, error)

@@ -53,8 +53,7 @@ class Filter:
         self._events = events
         self._metrics = metrics
         self._sync_wait_seconds = sync_wait_seconds
-        self._defaults = RequestDefaults(resources=settings.resources, default_mem_mib=settings.default_mem_mib,
-                                         default_cores=settings.default_cores)
+        self._defaults = RequestDefaults.of(settings.devices)
 
     def filter(self, body: object) -> ExtenderFilterResult:
         """One scheduling cycle's filter for one pod; errors are answered in ``Error``, never raised."""
@@ -85,7 +84,7 @@ class Filter:
         try:
             options = pod_options(metadata.get("annotations") or {},
                                   node_policy=self._settings.node_scheduler_policy,
-                                  gpu_policy=self._settings.gpu_scheduler_policy)
+                                  gpu_policy=self._settings.gpu_scheduler_policy, catalog=self._settings.devices)
         except OptionsError as error:
             return self._refuse(namespace, name, uid, str(error))
         if not self._cache.wait_synced(min(self._sync_wait_seconds, max(0.0, deadline_left_seconds() or 0.0))):
@@ -94,7 +93,7 @@ class Filter:
                     "Error": "cluster cache has not completed its first sync yet; retry later"}
         try:
             result = self._cache.place(uid=uid, namespace=namespace, name=name, request=request, options=options,
-                                       candidates=candidates, container_names=[c.name for c in request.containers],
+                                       candidates=candidates, container_names=request.container_names,
                                        resource_version=str(metadata.get("resourceVersion") or ""), replaces=replaces)
         except AlreadyBooked as error:
             return self._refuse(namespace, name, uid, str(error))

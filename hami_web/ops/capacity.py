@@ -172,7 +172,8 @@ def plan_capacity(snapshot: ClusterSnapshot, shape: PodShape, policies: Policies
     try:
         request = pod_request(pod, policies.defaults)
         options = pod_options(pod["metadata"]["annotations"], node_policy=policies.node_policy,
-                              gpu_policy=policies.gpu_policy)
+                              gpu_policy=policies.gpu_policy,
+                              catalog=policies.defaults.catalog)
         needs = read_pod_needs(pod)
     except (RequestError, OptionsError, RuleInputError) as error:
         raise ShapeError(str(error)) from None

@@ -223,7 +223,7 @@ def run_explain(arguments: argparse.Namespace) -> int:
         uid = str((pod.get("metadata") or {}).get("uid") or "")
         settings = _settings(kube, arguments)
         snapshot = read_snapshot(kube, label_selector=settings.node_label_selector, leave_out_pod_uid=uid,
-                                 node_rules=True, count_resource=settings.policies.defaults.resources.count)
+                                 node_rules=True, catalog=settings.policies.defaults.catalog)
     except NotFoundError:
         raise CommandError(f'Error from server (NotFound): pods "{name}" not found in namespace "{namespace}"') \
             from None
@@ -251,7 +251,7 @@ def run_capacity(arguments: argparse.Namespace) -> int:
     try:
         settings = _settings(kube, arguments)
         snapshot = read_snapshot(kube, label_selector=settings.node_label_selector, node_rules=True,
-                                 count_resource=settings.policies.defaults.resources.count)
+                                 catalog=settings.policies.defaults.catalog)
     except KubeError as error:
         raise _unreachable(error, source) from None
     finally:

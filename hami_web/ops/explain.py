@@ -165,7 +165,8 @@ def explain_pod(pod: Mapping[str, Any], snapshot: ClusterSnapshot, policies: Pol
     if (pod.get("spec") or {}).get("nodeName"):
         return _bound(pod, explanation, snapshot, container_names)
     try:
-        options = pod_options(annotations, node_policy=policies.node_policy, gpu_policy=policies.gpu_policy)
+        options = pod_options(annotations, node_policy=policies.node_policy, gpu_policy=policies.gpu_policy,
+                              catalog=policies.defaults.catalog)
     except OptionsError as error:
         explanation.message = f"the filter refuses this pod: {error}"
         return explanation

@@ -29,8 +29,7 @@ class ToolSettings:
 def policies_of(settings: Settings) -> Policies:
     """The server-wide defaults a `Settings` gives the filter (pod annotations still override them)."""
     return Policies(node_policy=settings.node_scheduler_policy, gpu_policy=settings.gpu_scheduler_policy,
-                    defaults=RequestDefaults(resources=settings.resources, default_mem_mib=settings.default_mem_mib,
-                                             default_cores=settings.default_cores),
+                    defaults=RequestDefaults.of(settings.devices),
                     scheduler_name=settings.scheduler_name)
 
 

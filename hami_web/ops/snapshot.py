@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from hami_web.core.devices import AnnotationError
+from hami_web.core.families import DEFAULT_CATALOG, DeviceCatalog
 from hami_web.core.misses import NearMiss, nearest_miss
 from hami_web.core.noderules import (
     NodeTraits,
@@ -95,7 +96,7 @@ class ClusterSnapshot:
 
 
 def build_snapshot(nodes: Iterable[Mapping[str, Any]], pods: Iterable[Mapping[str, Any]], *,
-                   count_resource: str = "nvidia.com/gpu", now: float | None = None,
+                   catalog: DeviceCatalog = DEFAULT_CATALOG, now: float | None = None,
                    leave_out_pod_uid: str = "", node_rules: bool = False) -> ClusterSnapshot:
     """Join node and pod objects as the cache does; ``leave_out_pod_uid`` drops one pod's own usage.
 
@@ -118,7 +119,7 @@ def build_snapshot(nodes: Iterable[Mapping[str, Any]], pods: Iterable[Mapping[st
             except RuleInputError as error:
                 snapshot.broken_pods[f"{namespace}/{name}"] = f"resource requests not counted: {error}"
         try:
-            usage = pod_usage(pod)
+            usage = pod_usage(pod, catalog=catalog)
         except AnnotationError as error:
             snapshot.broken_pods[f"{namespace}/{name}"] = str(error)
             continue
@@ -126,7 +127,7 @@ def build_snapshot(nodes: Iterable[Mapping[str, Any]], pods: Iterable[Mapping[st
             snapshot.usages.append(usage)
             by_node.setdefault(usage.node, []).append(usage)
     for node in nodes:
-        state = node_state(node_record(node, count_resource=count_resource), now=now)
+        state = node_state(node_record(node, catalog=catalog), now=now, catalog=catalog)
         spec = node.get("spec") or {}
         gpu_node = state.inventory is not None or bool(state.error)
         snapshot.nodes[state.name] = NodeFacts(name=state.name, gpu_node=gpu_node,
@@ -145,7 +146,7 @@ def build_snapshot(nodes: Iterable[Mapping[str, Any]], pods: Iterable[Mapping[st
     return snapshot
 
 
-def read_snapshot(kube: Kube, *, label_selector: str = "", count_resource: str = "nvidia.com/gpu",
+def read_snapshot(kube: Kube, *, label_selector: str = "", catalog: DeviceCatalog = DEFAULT_CATALOG,
                   leave_out_pod_uid: str = "", node_rules: bool = False) -> ClusterSnapshot:
     """List nodes (by ``label_selector``) and pods from the API, page by page, and join them.
 
@@ -155,5 +156,5 @@ def read_snapshot(kube: Kube, *, label_selector: str = "", count_resource: str =
         listing_nodes = pool.submit(kube.list_nodes_paged, label_selector=label_selector)
         pods = kube.list_pods_paged()
         nodes = listing_nodes.result()
-    return build_snapshot(nodes, pods, count_resource=count_resource, leave_out_pod_uid=leave_out_pod_uid,
+    return build_snapshot(nodes, pods, catalog=catalog, leave_out_pod_uid=leave_out_pod_uid,
                           node_rules=node_rules)

@@ -67,7 +67,7 @@ def build_runtime(settings: Settings, *, kube: Kube | None = None, clock: Callab
         budget = RequestBudget(qps=settings.kube_qps, burst=settings.kube_burst) if settings.kube_qps > 0 else None
         kube = Kube.from_kubeconfig(settings.kubeconfig, timeout_seconds=settings.kube_timeout_seconds,
                                     throttle=budget.take if budget else None)
-    cache = ClusterCache(count_resource=settings.resources.count, clock=clock,
+    cache = ClusterCache(catalog=settings.devices, clock=clock,
                          busy_nodes_last=settings.busy_nodes_last,
                          node_lock_timeout_seconds=settings.node_lock_timeout_seconds)
     sync = ClusterSync(cache, kube, refresh_interval_seconds=settings.refresh_interval_seconds,
@@ -86,7 +86,7 @@ def build_runtime(settings: Settings, *, kube: Kube | None = None, clock: Callab
                       deadline_seconds=settings.extender_deadline_seconds,
                       lock_wait_seconds=settings.node_lock_retry_timeout_seconds,
                       max_lock_waiters=max(1, settings.threads // 2),
-                      count_resource=settings.resources.count),
+                      catalog=settings.devices),
         events=events, cache=cache, decisions=decisions,
     )
     stopping = threading.Event()

@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from hami_web.core.choose import NoPlacement, Placement, choose_node
+from hami_web.core.families import DEFAULT_CATALOG, DeviceCatalog
 from hami_web.core.grants import encode_pod_devices
 from hami_web.core.nodelocks import LockValue, Owner, SeenNode, parse_lock, stale_reason
 from hami_web.core.options import PodOptions
@@ -113,7 +114,7 @@ class LockHolds:
 class ClusterCache:
     """Thread-safe inventory and usage of every GPU node, fed by lists and watches (see `state.sync`)."""
 
-    def __init__(self, *, count_resource: str = "nvidia.com/gpu", clock: Clock = time.time,
+    def __init__(self, *, catalog: DeviceCatalog = DEFAULT_CATALOG, clock: Clock = time.time,
                  busy_nodes_last: bool = True, node_lock_timeout_seconds: float = 300.0) -> None:
         """``busy_nodes_last``: a filter tries nodes busy binding after the others (see `busy_nodes`);
         ``node_lock_timeout_seconds`` is ``--node-lock-timeout``, after which a node lock no longer makes it busy.
@@ -122,7 +123,7 @@ class ClusterCache:
         self._busy_nodes_last = busy_nodes_last
         self._node_lock_timeout_seconds = node_lock_timeout_seconds
         self._synced = threading.Event()
-        self.count_resource = count_resource
+        self.catalog = catalog
         self._clock = clock
         self._nodes: dict[str, NodeState] = {}
         self._views: dict[str, NodeView] = {}
@@ -191,8 +192,9 @@ class ClusterCache:
 
     # -- nodes ------------------------------------------------------------------------------------
 
-    def replace_nodes(self, records: Iterable[NodeRecord]) -> list[str]:
-        """Reconcile every node with a full list; returns the names whose handshake we should answer."""
+    def replace_nodes(self, records: Iterable[NodeRecord]) -> list[tuple[str, tuple[str, ...]]]:
+        """Reconcile every node with a full list; returns the nodes whose handshakes we should answer, with the
+        handshake keys of each."""
         listed = {record.name: record for record in records}
         with self._locked("nodes"):
             current = dict(self._nodes)
@@ -206,7 +208,7 @@ class ClusterCache:
                 changes.append((name, self._judge_node(record, now)))
         for start in range(0, len(changes), CHUNK_SIZE):
             self._commit_nodes(changes[start:start + CHUNK_SIZE])
-        return [name for name, record in listed.items() if handshake_due(record)]
+        return [(name, due) for name, record in listed.items() if (due := handshake_due(record))]
 
     def apply_node_events(self, events: Sequence[tuple[str, NodeRecord]]) -> None:
         """Apply watch events (``ADDED``, ``MODIFIED``, ``DELETED``) for nodes, as one batch."""
@@ -218,12 +220,12 @@ class ClusterCache:
 
     def observe_node(self, event_type: str, node: Mapping[str, Any]) -> None:
         """Apply one watch event for a node object (reads it first; see `apply_node_events`)."""
-        self.apply_node_events([(event_type, node_record(node, count_resource=self.count_resource))])
+        self.apply_node_events([(event_type, node_record(node, catalog=self.catalog))])
 
     def _note_seen_locked(self, records: Iterable[tuple[str, NodeRecord | None]]) -> None:
         """Remember each GPU node's resourceVersion and lock as the API showed them (None: the node is gone)."""
         for name, record in records:
-            if record is None or record.register is None:
+            if record is None or not record.has_devices:
                 self._seen_nodes.pop(name, None)
                 self._node_locks.pop(name, None)
                 continue
@@ -245,10 +247,9 @@ class ClusterCache:
                 return seen
             return SeenNode(resource_version=seen.resource_version, lock=seen.lock, owner_done=True)
 
-    @staticmethod
-    def _judge_node(record: NodeRecord, now: float) -> NodeState:
+    def _judge_node(self, record: NodeRecord, now: float) -> NodeState:
         try:
-            return node_state(record, now=now)
+            return node_state(record, now=now, catalog=self.catalog)
         except Exception as error:  # one bad object must not stop the loop that reads all the others
             log.exception("node %s: unexpected error reading its GPU inventory", record.name)
             return NodeState(name=record.name, inventory=None, error=f"unreadable node: {type(error).__name__}",
@@ -366,7 +367,7 @@ class ClusterCache:
 
     def observe_pod(self, event_type: str, pod: Mapping[str, Any]) -> None:
         """Apply one watch event for a pod object (reads it first; see `apply_pod_events`)."""
-        self.apply_pod_events([(event_type, pod_record(pod, count_resource=self.count_resource))])
+        self.apply_pod_events([(event_type, pod_record(pod, catalog=self.catalog))])
 
     def _commit_pods(self, changes: Sequence[PodChange], *, listed_at: float | None) -> None:
         if not changes:
@@ -423,8 +424,9 @@ class ClusterCache:
 
     # -- resync -----------------------------------------------------------------------------------
 
-    def resync(self) -> list[str]:
-        """Re-judge the local state without the API; returns the nodes whose handshake we should answer.
+    def resync(self) -> list[tuple[str, tuple[str, ...]]]:
+        """Re-judge the local state without the API; returns the nodes whose handshakes we should answer (with
+        the handshake keys of each).
 
         A node whose ``Requesting_`` handshake just passed its deadline (and whose kubelet reports no GPUs)
         loses its GPUs; an assumption the pod stream has not confirmed within the grace period is dropped
@@ -436,13 +438,13 @@ class ClusterCache:
             assumed = [(uid, self._held[uid]) for uid in self._assumed]
             current_at = self._pods_current_at
         changed = [(state.name, self._judge_node(state.record, now)) for state in nodes
-                   if state.record is not None and state.record.register is not None and not state.plugin_gone
-                   and device_plugin_gone(state.record, now=now)]
+                   if state.record is not None and state.record.has_devices
+                   and device_plugin_gone(state.record, now=now) != state.plugin_gone]
         self._commit_nodes(changed)
         expired = [PodChange(uid, "expire") for uid, held in assumed
                    if held.assumed_at is not None and held.assumed_at + ASSUMPTION_GRACE_SECONDS < current_at]
         self._commit_pods(expired, listed_at=None)
-        return [state.name for state in nodes if state.handshake_due]
+        return [(state.name, state.handshake_due) for state in nodes if state.handshake_due]
 
     # -- scheduling -------------------------------------------------------------------------------
 
@@ -589,7 +591,7 @@ class ClusterCache:
         may one written longer than ``--node-lock-timeout`` ago on a pod still unbound: its binder's lock has expired,
         so its bind is over.
         """
-        standing = standing_booking(pod, count_resource=self.count_resource)
+        standing = standing_booking(pod, catalog=self.catalog)
         if standing is None:
             return None, True
         written_at = booked_at(pod)

@@ -1,4 +1,4 @@
-"""How a node object from the API turns into a GPU inventory (SPEC.md §4, inventory and handshake).
+"""How a node object from the API turns into a device inventory (SPEC §4 inventory and handshake, §10 families).
 
 The handshake is HAMi's liveness protocol with the device plugin: we write ``Requesting_<time>``, the plugin
 answers ``Reported_<time>`` when it re-registers. A node that stays ``Requesting`` for over a minute while
@@ -17,11 +17,13 @@ from typing import Any
 from hami_web.core import names
 from hami_web.core.devices import (
     AnnotationError,
+    Device,
     NodeInventory,
     decode_cordon,
     decode_pair_scores,
     decode_register,
 )
+from hami_web.core.families import DEFAULT_CATALOG, DeviceCatalog
 from hami_web.core.quantities import QuantityError, parse_whole_quantity
 
 log = logging.getLogger(__name__)
@@ -31,41 +33,56 @@ _HANDSHAKE_LAYOUTS = ("%Y-%m-%d %H:%M:%S", "%Y.%m.%d %H:%M:%S")
 
 
 @dataclass(frozen=True, slots=True)
+class FamilyRecord:
+    """One family's annotations on a node: its register text, its handshake, and the kubelet's count of it."""
+
+    family: str
+    register: str
+    handshake_key: str = ""
+    handshake: str = ""
+    requested_at: float | None = None
+    allocatable: int = 0
+
+
+@dataclass(frozen=True, slots=True)
 class NodeRecord:
-    """What the cache keeps of a Node object: the GPU annotations as text, the handshake, allocatable GPUs.
+    """What the cache keeps of a Node object: each family's annotations as text, the GPU topology annotations.
 
     Never the whole object: a node's status (images, conditions) is most of its size and none of it matters
-    here. The handshake time is parsed once, so a resync can re-judge every node with arithmetic alone.
+    here. Handshake times are parsed once, so a resync can re-judge every node with arithmetic alone.
     """
 
     name: str
-    register: str | None = None
+    families: tuple[FamilyRecord, ...] = ()
     pair_scores: str = ""
     cordon: str = ""
-    handshake: str = ""
-    requested_at: float | None = None
-    allocatable_gpus: int = 0
     error: str = ""
     # Change on every bind (the lock) or every write (the version); they do not change the inventory, so two
     # records that differ only in them are equal and a node is not re-judged for them (see `ClusterCache`).
     lock: str = field(default="", compare=False)
     resource_version: str = field(default="", compare=False)
+    locks: Mapping[str, str] = field(default_factory=dict, compare=False)
+
+    @property
+    def has_devices(self) -> bool:
+        """Whether some family's device plugin registered devices here (a device node)."""
+        return bool(self.families)
 
 
 @dataclass(frozen=True, slots=True)
 class NodeState:
     """A node as the scheduler sees it.
 
-    ``inventory`` is None for a node without GPUs (no annotation); it has no devices when the device plugin
-    is gone (``plugin_gone``); ``error`` is set when the register annotation does not parse;
-    ``handshake_due`` when we should write ``Requesting_…``.
+    ``inventory`` is None for a node without devices (no register annotation) or whose every register annotation
+    is unreadable; it lacks a family whose device plugin is gone (``plugin_gone`` names them); ``error`` says which
+    annotations do not parse; ``handshake_due`` lists the handshake keys we should write ``Requesting_…`` to.
     """
 
     name: str
     inventory: NodeInventory | None
     error: str = ""
-    handshake_due: bool = False
-    plugin_gone: bool = False
+    handshake_due: tuple[str, ...] = ()
+    plugin_gone: tuple[str, ...] = ()
     record: NodeRecord | None = None
 
 
@@ -83,7 +100,7 @@ def _parse_handshake_time(text: str) -> float | None:
     return None
 
 
-def _allocatable_gpus(node: Mapping[str, Any], resource: str) -> int:
+def _allocatable(node: Mapping[str, Any], resource: str) -> int:
     value = ((node.get("status") or {}).get("allocatable") or {}).get(resource)
     if value is None:
         return 0
@@ -100,20 +117,20 @@ def node_name(node: Mapping[str, Any]) -> str:
     return name if isinstance(name, str) else ""
 
 
-def node_record(node: Mapping[str, Any], *, count_resource: str) -> NodeRecord:
-    """Keep only what scheduling needs from a Node object; ``error`` says why its GPU annotations are unreadable.
+def node_record(node: Mapping[str, Any], *, catalog: DeviceCatalog = DEFAULT_CATALOG) -> NodeRecord:
+    """Keep only what scheduling needs from a Node object; ``error`` says why its annotations are unreadable.
 
     One bad object must not stop the loop that reads all the others, so even an unexpected error is caught.
     """
     try:
-        return _node_record(node, count_resource)
+        return _node_record(node, catalog)
     except Exception as error:
         name = node_name(node)
-        log.exception("node %s: unexpected error reading its GPU inventory", name)
+        log.exception("node %s: unexpected error reading its device inventory", name)
         return NodeRecord(name=name, error=f"unreadable node: {type(error).__name__}")
 
 
-def _node_record(node: Mapping[str, Any], count_resource: str) -> NodeRecord:
+def _node_record(node: Mapping[str, Any], catalog: DeviceCatalog) -> NodeRecord:
     name = node_name(node)
     metadata = node.get("metadata")
     if not isinstance(metadata, Mapping):
@@ -123,56 +140,95 @@ def _node_record(node: Mapping[str, Any], count_resource: str) -> NodeRecord:
         return NodeRecord(name=name)
     if not isinstance(annotations, Mapping):
         return NodeRecord(name=name, error="metadata.annotations is not a map")
-    register = annotations.get(names.NODE_REGISTER)
-    if register is None:
-        return NodeRecord(name=name)
-    if not isinstance(register, str):
-        return NodeRecord(name=name, error=f"{names.NODE_REGISTER} is not a string")
-    handshake = str(annotations.get(names.NODE_HANDSHAKE) or "")
-    requested_at = (_parse_handshake_time(handshake[len("Requesting_"):])
-                    if handshake.startswith("Requesting_") else None)
-    return NodeRecord(name=name, register=str(register), pair_scores=str(annotations.get(names.NODE_PAIR_SCORES) or ""),
-                      cordon=str(annotations.get(names.NODE_DEVICE_CORDON) or ""), handshake=handshake,
-                      requested_at=requested_at, allocatable_gpus=_allocatable_gpus(node, count_resource),
-                      lock=str(annotations.get(names.NODE_LOCK) or ""),
+    families: list[FamilyRecord] = []
+    errors: list[str] = []
+    for family in catalog:
+        register = annotations.get(family.register_key)
+        if register is None:
+            continue
+        if not isinstance(register, str):
+            errors.append(f"{family.register_key} is not a string")
+            continue
+        handshake = str(annotations.get(family.handshake_key) or "")
+        requested_at = (_parse_handshake_time(handshake[len("Requesting_"):])
+                        if handshake.startswith("Requesting_") else None)
+        families.append(FamilyRecord(family=family.cw, register=register, handshake_key=family.handshake_key,
+                                     handshake=handshake, requested_at=requested_at,
+                                     allocatable=_allocatable(node, family.resources.count)))
+    if errors and not families:
+        return NodeRecord(name=name, error="; ".join(errors))
+    locks = {key: str(annotations.get(key) or "") for key in catalog.lock_keys() if annotations.get(key)}
+    return NodeRecord(name=name, families=tuple(families),
+                      pair_scores=str(annotations.get(names.NODE_PAIR_SCORES) or ""),
+                      cordon=str(annotations.get(names.NODE_DEVICE_CORDON) or ""), error="; ".join(errors),
+                      lock=str(annotations.get(names.NODE_LOCK) or ""), locks=locks,
                       resource_version=str(metadata.get("resourceVersion") or ""))
 
 
-def device_plugin_gone(record: NodeRecord, *, now: float) -> bool:
-    """``Deleted_…``, or ``Requesting_`` for over a minute while the kubelet reports no GPUs."""
+def family_plugin_gone(record: FamilyRecord, *, now: float) -> bool:
+    """``Deleted_…``, or ``Requesting_`` for over a minute while the kubelet reports none of the family's devices."""
     if record.handshake.startswith("Deleted"):
         return True
     if record.requested_at is not None and now - record.requested_at > HANDSHAKE_TIMEOUT_SECONDS:
-        return record.allocatable_gpus == 0
+        return record.allocatable == 0
     return False
 
 
-def handshake_due(record: NodeRecord) -> bool:
-    """Whether we should ask the device plugin to report (handshake missing or ``Reported…``)."""
-    return record.register is not None and (not record.handshake or record.handshake.startswith("Reported"))
+def device_plugin_gone(record: NodeRecord, *, now: float) -> tuple[str, ...]:
+    """The families of the node whose device plugin is gone (`family_plugin_gone`)."""
+    return tuple(family.family for family in record.families if family_plugin_gone(family, now=now))
 
 
-def node_state(record: NodeRecord, *, now: float) -> NodeState:
-    """Read a node's GPU inventory, health of its device plugin, and whether a handshake is due."""
+def handshake_due(record: NodeRecord) -> tuple[str, ...]:
+    """The handshake keys we should write (a family's handshake missing or ``Reported…``)."""
+    return tuple(family.handshake_key for family in record.families
+                 if family.handshake_key and (not family.handshake or family.handshake.startswith("Reported")))
+
+
+def node_state(record: NodeRecord, *, now: float, catalog: DeviceCatalog = DEFAULT_CATALOG) -> NodeState:
+    """Read a node's inventory of every family, the health of each device plugin, and which handshakes are due.
+
+    A family whose register annotation does not parse is left out of the inventory and named in ``broken`` (and
+    ``error``); the node's other families stay usable. Only when no family is readable is the node unusable.
+    """
     name = record.name
-    if record.register is None:
+    if not record.families:
         return NodeState(name=name, inventory=None, error=record.error, record=record)
     due = handshake_due(record)
-    if device_plugin_gone(record, now=now):
-        return NodeState(name=name, inventory=NodeInventory(name=name, devices=()), handshake_due=due,
-                         plugin_gone=True, record=record)
-    try:
-        devices = decode_register(record.register)
-    except AnnotationError as error:
-        return NodeState(name=name, inventory=None, error=str(error), handshake_due=due, record=record)
+    gone = device_plugin_gone(record, now=now)
+    devices: list[Device] = []
+    broken: dict[str, str] = {}
+    errors = [record.error] if record.error else []
+    for family_record in record.families:
+        if family_record.family in gone:
+            continue
+        family = catalog.get(family_record.family)
+        key = family.register_key if family is not None else family_record.family
+        try:
+            devices.extend(decode_register(family_record.register, family=family_record.family))
+        except AnnotationError as error:
+            broken[family_record.family] = f"{key}: {error}"
+            errors.append(f"{key}: {error}")
+    uuids = [device.uuid for device in devices]
+    if len(set(uuids)) != len(uuids):
+        duplicate = next(uuid for uuid in uuids if uuids.count(uuid) > 1)
+        message = f"device {duplicate} is registered by two families"
+        return NodeState(name=name, inventory=None, error=message, handshake_due=due, plugin_gone=gone,
+                         record=record)
+    if broken and not devices and len(broken) + len(gone) == len(record.families):
+        return NodeState(name=name, inventory=None, error="; ".join(errors), handshake_due=due, plugin_gone=gone,
+                         record=record)
     try:
         pair_scores = decode_pair_scores(record.pair_scores)
     except AnnotationError as error:
         # Topology scores only refine a choice; a broken score annotation must not take the node away.
         pair_scores = {}
-        error_text = f"{names.NODE_PAIR_SCORES}: {error}"
-    else:
-        error_text = ""
-    inventory = NodeInventory(name=name, devices=devices, pair_scores=pair_scores,
-                              cordoned=decode_cordon(record.cordon))
-    return NodeState(name=name, inventory=inventory, error=error_text, handshake_due=due, record=record)
+        errors.append(f"{names.NODE_PAIR_SCORES}: {error}")
+    cordon_families = frozenset(family.cw for family in catalog if family.cordon)
+    cordoned = decode_cordon(record.cordon)
+    if cordoned:  # hami.io/device-cordon is NVIDIA's: it never takes another family's device away
+        cordoned -= {device.uuid for device in devices if device.family not in cordon_families}
+    inventory = NodeInventory(name=name, devices=tuple(devices), pair_scores=pair_scores, cordoned=cordoned,
+                              broken=broken, topology=frozenset(family.cw for family in catalog if family.topology))
+    return NodeState(name=name, inventory=inventory, error="; ".join(errors), handshake_due=due, plugin_gone=gone,
+                     record=record)

@@ -13,7 +13,8 @@ from typing import Any
 
 from hami_web.core import names
 from hami_web.core.devices import AnnotationError
-from hami_web.core.grants import PodGrants, decode_pod_devices
+from hami_web.core.families import DEFAULT_CATALOG, DeviceCatalog
+from hami_web.core.grants import DeviceGrant, PodGrants, decode_pod_devices, encode_pod_devices, merge_grants
 from hami_web.core.limits import json_type_name, quote
 from hami_web.core.requests import RequestError, asked_gpu_count
 from hami_web.core.usage import DeviceUsage, pod_booking
@@ -73,7 +74,7 @@ def holds_nothing(pod: Mapping[str, Any]) -> bool:
     return isinstance(annotations, Mapping) and not annotations.get(names.POD_ASSIGNED_NODE)
 
 
-def pod_record(pod: Mapping[str, Any], *, count_resource: str = "nvidia.com/gpu") -> PodRecord:
+def pod_record(pod: Mapping[str, Any], *, catalog: DeviceCatalog = DEFAULT_CATALOG) -> PodRecord:
     """Read a pod object's usage; anything unreadable becomes ``error`` (never an exception).
 
     One bad object must not stop the loop that reads all the others, so even an unexpected error is caught.
@@ -83,7 +84,7 @@ def pod_record(pod: Mapping[str, Any], *, count_resource: str = "nvidia.com/gpu"
     spec = pod.get("spec") if isinstance(pod, Mapping) else None
     bound = isinstance(spec, Mapping) and bool(spec.get("nodeName"))
     try:
-        return PodRecord(uid=uid, usage=pod_usage(pod, count_resource=count_resource), finished=finished,
+        return PodRecord(uid=uid, usage=pod_usage(pod, catalog=catalog), finished=finished,
                          bound=bound)
     except AnnotationError as error:
         return PodRecord(uid=uid, error=f"pod {namespace}/{name}: {error}", finished=finished, bound=bound)
@@ -147,29 +148,57 @@ def _init_finished(pod: Mapping[str, Any]) -> bool:
 
 def _check_grants_match_request(grants: PodGrants, containers: list[Mapping[str, Any]], count_resource: str) -> None:
     """A booking is only trusted when the pod asks for it: no more entries than containers, and no container
-    holding more GPUs than it asks for (a pod that asks for none holds none). Anyone who may create a pod can
-    write these annotations, so a booking the spec does not back would take GPUs from everyone else."""
+    holding more devices than it asks for (a pod that asks for none holds none). Anyone who may create a pod can
+    write these annotations, so a booking the spec does not back would take devices from everyone else."""
     if len(grants) > len(containers):
         raise AnnotationError(f"{len(grants)} container entries for a pod with {len(containers)} containers")
     for position, (container, granted) in enumerate(zip(containers, grants, strict=False)):
         if not granted:
             continue
-        try:
-            asked = asked_gpu_count(container, count_resource=count_resource)
-        except RequestError as error:
-            raise AnnotationError(f"container {position}: {error}") from None
+        asked = _asked(container, position, count_resource)
         if len(granted) > asked:
-            raise AnnotationError(f"container {position} holds {len(granted)} GPUs but asks for {asked} "
+            raise AnnotationError(f"container {position} holds {len(granted)} devices but asks for {asked} "
                                   f"{count_resource}")
 
 
-def standing_booking(pod: Mapping[str, Any], *, count_resource: str = "nvidia.com/gpu") -> PodUsage | None:
+def _asked(container: Mapping[str, Any], position: int, count_resource: str) -> int:
+    try:
+        return asked_gpu_count(container, count_resource=count_resource)
+    except RequestError as error:
+        raise AnnotationError(f"container {position}: {error}") from None
+
+
+def _family_grants(text: str, containers: list[Mapping[str, Any]], count_resource: str) -> PodGrants:
+    """One family's allocated annotation as one entry per container.
+
+    HAMi v2.10 writes NVIDIA's and Hygon's annotation without the empty entries of containers that hold none of
+    the family (SPEC §10). Such a compact value, whose entries are as many as the containers asking for the family
+    and fit them in order, is read as meant; anything else must be positional and backed by the spec.
+    """
+    grants = decode_pod_devices(text)
+    try:
+        _check_grants_match_request(grants, containers, count_resource)
+        return grants
+    except AnnotationError:
+        asking = [position for position, container in enumerate(containers)
+                  if _asked(container, position, count_resource) > 0]
+        held = [entry for entry in grants if entry]
+        if len(held) != len(asking) or len(grants) != len(held):
+            raise
+        spread: list[tuple[DeviceGrant, ...]] = [() for _ in containers]
+        for position, entry in zip(asking, held, strict=True):
+            spread[position] = entry
+        _check_grants_match_request(tuple(spread), containers, count_resource)
+        return tuple(spread)
+
+
+def standing_booking(pod: Mapping[str, Any], *, catalog: DeviceCatalog = DEFAULT_CATALOG) -> PodUsage | None:
     """The live booking a pod object already carries (`pod_usage`), None when none or unreadable.
 
     An unreadable booking is no booking here, as in the cache (unknown usage, not a veto).
     """
     try:
-        return pod_usage(pod, count_resource=count_resource)
+        return pod_usage(pod, catalog=catalog)
     except AnnotationError:
         return None
 
@@ -184,10 +213,11 @@ def booked_at(pod: Mapping[str, Any]) -> float | None:
         return None
 
 
-def pod_usage(pod: Mapping[str, Any], *, count_resource: str = "nvidia.com/gpu") -> PodUsage | None:
+def pod_usage(pod: Mapping[str, Any], *, catalog: DeviceCatalog = DEFAULT_CATALOG) -> PodUsage | None:
     """The usage a pod holds, or None when it holds nothing.
 
-    A pod holds GPUs while it carries ``hami.io/vgpu-node`` and ``hami.io/vgpu-devices-allocated`` and is
+    A pod holds devices while it carries ``hami.io/vgpu-node`` and some enabled family's ``…-devices-allocated`` (the
+    families' grants are merged per container, families in common-word order) and is
     neither Succeeded nor Failed (terminating pods keep theirs until they end). A pod whose binding failed
     and that is not bound holds nothing: kube-scheduler will filter it again. Raises `AnnotationError` when
     the device annotation is garbage, the object is not pod-shaped, or the booking is not backed by what the
@@ -196,8 +226,8 @@ def pod_usage(pod: Mapping[str, Any], *, count_resource: str = "nvidia.com/gpu")
     metadata = _map(pod.get("metadata"), "metadata")
     annotations = string_map(metadata.get("annotations"), "metadata.annotations")
     node = annotations.get(names.POD_ASSIGNED_NODE)
-    devices_text = annotations.get(names.POD_DEVICES_ALLOCATED)
-    if not node or devices_text is None:
+    texts = [(family, annotations[family.allocated_key]) for family in catalog if family.allocated_key in annotations]
+    if not node or not texts:
         return None
     status = _map(pod.get("status"), "status")
     spec = _map(pod.get("spec"), "spec")
@@ -205,10 +235,16 @@ def pod_usage(pod: Mapping[str, Any], *, count_resource: str = "nvidia.com/gpu")
         return None
     if annotations.get(names.POD_BIND_PHASE) == "failed" and not spec.get("nodeName"):
         return None
-    grants = decode_pod_devices(devices_text)
     init_containers = _list(spec.get("initContainers"), "spec.initContainers")
     containers = [*init_containers, *_list(spec.get("containers"), "spec.containers")]
-    _check_grants_match_request(grants, containers, count_resource)
+    parts = []
+    for family, text in texts:
+        try:
+            parts.append(_family_grants(text, containers, family.resources.count))
+        except AnnotationError as error:
+            raise AnnotationError(f"{family.allocated_key}: {error}") from None
+    grants = merge_grants(parts, len(containers)) if len(parts) > 1 else parts[0]
+    devices_text = encode_pod_devices(grants) if len(parts) > 1 else texts[0][1]
     uid, namespace, name = pod_key(pod)
     return PodUsage(
         uid=uid,

@@ -40,7 +40,6 @@ from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
-from hami_web.core import names
 from hami_web.kube import GoneError, Kube, KubeError, ListPage, WatchEvent, WatchSilentError
 from hami_web.state.cache import ClusterCache
 from hami_web.state.nodes import NodeRecord, handshake_value, node_record
@@ -308,7 +307,7 @@ class ClusterSync:
             node_records: list[NodeRecord] = []
             for page in _each_page(self._kube.list_node_pages(label_selector=self._selector,
                                                                limit=self._page_size)):
-                node_records.extend(node_record(item, count_resource=self._cache.count_resource)
+                node_records.extend(node_record(item, catalog=self._cache.catalog)
                                     for item in page.items)
                 version = page.resource_version
             due = self._cache.replace_nodes(node_records)
@@ -316,7 +315,7 @@ class ClusterSync:
             pod_records: list[PodRecord] = []
             listed: set[str] = set()  # every pod's UID: an assumption for a pod not among them is dropped
             ended: set[str] = set()
-            count_resource = self._cache.count_resource
+            catalog = self._cache.catalog
             for page in _each_page(self._kube.list_pod_pages(limit=self._page_size)):
                 for item in page.items:
                     uid = pod_key(item)[0]
@@ -325,7 +324,7 @@ class ClusterSync:
                         ended.add(uid)
                     # Pods that hold nothing and read fine (most of a cluster) are not kept at all.
                     if not holds_nothing(item):
-                        record = pod_record(item, count_resource=count_resource)
+                        record = pod_record(item, catalog=catalog)
                         if record.usage is not None or record.error:
                             pod_records.append(record)
                 version = page.resource_version
@@ -389,20 +388,20 @@ class ClusterSync:
                             status=int(event.object.get("code") or 0))
         if event.type != "BOOKMARK":
             if status is self.nodes:
-                node = node_record(event.object, count_resource=self._cache.count_resource)
+                node = node_record(event.object, catalog=self._cache.catalog)
                 self._cache.apply_node_events([(event.type, node)])
             else:
-                pod = pod_record(event.object, count_resource=self._cache.count_resource)
+                pod = pod_record(event.object, catalog=self._cache.catalog)
                 self._cache.apply_pod_events([(event.type, pod)])
         status.resource_version = str(metadata.get("resourceVersion") or status.resource_version)
         self._heard(status)
 
-    def _answer_handshakes(self, node_names: list[str]) -> None:
-        if not node_names:
+    def _answer_handshakes(self, due: list[tuple[str, tuple[str, ...]]]) -> None:
+        if not due:
             return
         value = handshake_value(self._clock())
-        for name in node_names:
+        for name, keys in due:
             try:
-                self._kube.patch_node(name, {"metadata": {"annotations": {names.NODE_HANDSHAKE: value}}})
+                self._kube.patch_node(name, {"metadata": {"annotations": dict.fromkeys(keys, value)}})
             except KubeError as error:
                 log.warning("node %s: cannot write handshake: %s", name, error)

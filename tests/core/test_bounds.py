@@ -81,7 +81,7 @@ def _json_device(**overrides: Any) -> str:
     pytest.param("GPU-a,10,8000,20000,NVIDIA-A40,0,true:", "devcore 20000 is outside 0..10000", id="text-devcore"),
     pytest.param("GPU-a,99999,8000,100,NVIDIA-A40,0,true:", "count 99999 is outside 0..1024", id="text-count"),
     pytest.param("GPU-a,-1,8000,100,NVIDIA-A40,0,true:", "count -1 is outside", id="text-negative-count"),
-    pytest.param(_json_device(devmem=1e308), "'devmem' 1e+308 is outside 0..524288", id="json-1e308-devmem"),
+    pytest.param(_json_device(devmem=1e308), "'devmem' is the number 1e+308, not an integer", id="json-1e308-devmem"),
     pytest.param(_json_device(devcore=10 ** 400), "devcore", id="json-400-digit-devcore"),
     pytest.param(_json_device(devmem=-5), "devmem -5 is outside", id="json-negative-devmem"),
     pytest.param(_json_device(numa=100000), "numa 100000 is outside 0..4096", id="json-numa"),
@@ -134,9 +134,9 @@ def _container(gpus: str | None) -> dict[str, Any]:
 
 
 @pytest.mark.parametrize(("containers", "devices", "message"), [
-    pytest.param([_container(None)], "GPU-a,NVIDIA,8000,100:;", "holds 1 GPUs but asks for 0",
+    pytest.param([_container(None)], "GPU-a,NVIDIA,8000,100:;", "holds 1 devices but asks for 0",
                  id="asks-for-no-gpu-holds-none"),
-    pytest.param([_container("1")], "GPU-a,NVIDIA,10,1:GPU-b,NVIDIA,10,1:;", "holds 2 GPUs but asks for 1",
+    pytest.param([_container("1")], "GPU-a,NVIDIA,10,1:GPU-b,NVIDIA,10,1:;", "holds 2 devices but asks for 1",
                  id="more-devices-than-asked"),
     pytest.param([_container("1")], "GPU-a,NVIDIA,10,1:;;", "2 container entries for a pod with 1 containers",
                  id="more-entries-than-containers"),

@@ -1,7 +1,8 @@
 """Node annotation codecs (SPEC.md §4): ``hami.io/node-nvidia-register``, ``-score`` and ``device-cordon``.
 
-Covers: the register annotation in 7-field text (index = position), 9-field text (index and mode read) and
-JSON (numbers as strings, defaults for index and numa, health as string); the seeds' A40 strings; surrounding
+Covers: the register annotation in 7-field text (index = position, mode hami-core), 9-field text (index and mode
+read) and JSON (read as Go's encoding/json reads HAMi's DeviceInfo: missing numbers 0, strings for numbers refused;
+see test_go_json for the whole table); the seeds' A40 strings; surrounding
 whitespace; encode∘decode = identity for JSON, 9-field and 7-field text; every malformed form (empty, no
 devices, missing ``:``, wrong field count, non-numeric and non-boolean fields, empty UUID, bad JSON, JSON that
 is not a list, entries that are not objects, missing fields, duplicate UUIDs, absurd JSON) raising
@@ -27,8 +28,10 @@ A40_1 = "GPU-03f69c50-207a-2038-9b45-23cac89cb67d"
 A40_2 = "GPU-1afede84-4e70-2174-49af-f07ebb94d1ae"
 SEED_ONE_GPU = f"{A40_1},10,46068,100,NVIDIA-NVIDIA A40,0,true:"
 SEED_TWO_GPUS = f"{A40_1},10,46068,100,NVIDIA-NVIDIA A40,0,true:{A40_2},10,46068,100,NVIDIA-NVIDIA A40,0,true:"
-SEED_DEVICE_1 = Device(uuid=A40_1, index=0, count=10, memory_mib=46068, cores=100, type="NVIDIA-NVIDIA A40")
-SEED_DEVICE_2 = Device(uuid=A40_2, index=1, count=10, memory_mib=46068, cores=100, type="NVIDIA-NVIDIA A40")
+SEED_DEVICE_1 = Device(uuid=A40_1, index=0, count=10, memory_mib=46068, cores=100, type="NVIDIA-NVIDIA A40",
+                       mode="hami-core")
+SEED_DEVICE_2 = Device(uuid=A40_2, index=1, count=10, memory_mib=46068, cores=100, type="NVIDIA-NVIDIA A40",
+                       mode="hami-core")
 
 SEED_PAIR_SCORES = """[
 {"uuid": "gpu0", "score": {"gpu1": "100", "gpu2": "100", "gpu3": "200"}},
@@ -59,12 +62,12 @@ MIXED_DEVICES = (
                  '"numa":1,"mode":"hami-core","health":true}]',
                  (Device(uuid="GPU-j", index=2, count=10, memory_mib=24000, cores=100, type="NVIDIA-NVIDIA L4",
                          numa=1, mode="hami-core"),), id="json-all-fields"),
-    pytest.param('[{"id":"GPU-j","count":"10","devmem":"24000","devcore":"100","type":"NVIDIA-NVIDIA L4",'
-                 '"health":"false"},{"id":"GPU-k","count":10.0,"devmem":1,"devcore":0,"type":"NVIDIA"}]',
-                 (Device(uuid="GPU-j", index=0, count=10, memory_mib=24000, cores=100, type="NVIDIA-NVIDIA L4",
+    pytest.param('[{"id":"GPU-j","index":3,"count":10,"devmem":24000,"devcore":100,"type":"NVIDIA-NVIDIA L4"},'
+                 '{"id":"GPU-k","count":10,"devmem":1,"type":"NVIDIA","health":true}]',
+                 (Device(uuid="GPU-j", index=3, count=10, memory_mib=24000, cores=100, type="NVIDIA-NVIDIA L4",
                          healthy=False),
-                  Device(uuid="GPU-k", index=1, count=10, memory_mib=1, cores=0, type="NVIDIA")),
-                 id="json-string-numbers-and-defaults"),
+                  Device(uuid="GPU-k", index=0, count=10, memory_mib=1, cores=0, type="NVIDIA")),
+                 id="json-omitted-fields-are-go-zero-values"),
 ])
 def test_decode_register(text: str, devices: tuple[Device, ...]) -> None:
     assert decode_register(text) == devices
@@ -128,19 +131,18 @@ FIELDS = "expected 7 or 9 comma-separated fields"
     pytest.param('[{"count":1,"devmem":1,"devcore":1}]', "device 0: field 'id' is missing", id="json-missing-id"),
     pytest.param('[{"id":" ","count":1,"devmem":1,"devcore":1}]', "device 0: field 'id' is missing or empty",
                  id="json-blank-id"),
-    pytest.param('[{"id":"a","devmem":1,"devcore":1}]', "device 0: field 'count' is missing", id="json-missing-count"),
-    pytest.param('[{"id":"a","count":1,"devmem":1.5,"devcore":1}]', "device 0: field 'devmem' is not an integer",
-                 id="json-fractional-devmem"),
-    pytest.param('[{"id":"a","count":1,"devmem":1,"devcore":true}]', "device 0: field 'devcore' is missing or not",
-                 id="json-boolean-devcore"),
-    pytest.param('[{"id":"a","count":1,"devmem":1,"devcore":1,"numa":[0]}]', "device 0: field 'numa' is not an",
-                 id="json-list-numa"),
-    pytest.param('[{"id":"a","count":"x","devmem":1,"devcore":1}]', "device 0: count 'x' is not an integer",
-                 id="json-non-numeric-string"),
-    pytest.param('[{"id":"a","count":NaN,"devmem":1,"devcore":1}]', "device 0: field 'count' is not an integer",
+    pytest.param('[{"id":"a","count":1,"devmem":1.5,"devcore":1}]',
+                 "device 0: field 'devmem' is the number 1.5, not an integer", id="json-fractional-devmem"),
+    pytest.param('[{"id":"a","count":1,"devmem":1,"devcore":true}]',
+                 "device 0: field 'devcore' is a boolean, not an integer", id="json-boolean-devcore"),
+    pytest.param('[{"id":"a","count":1,"devmem":1,"devcore":1,"numa":[0]}]',
+                 "device 0: field 'numa' is a list, not an integer", id="json-list-numa"),
+    pytest.param('[{"id":"a","count":"x","devmem":1,"devcore":1}]',
+                 "device 0: field 'count' is a string, not an integer", id="json-non-numeric-string"),
+    pytest.param('[{"id":"a","count":NaN,"devmem":1,"devcore":1}]', "device 0: field 'count' is the number nan",
                  id="json-nan"),
-    pytest.param('[{"id":"a","count":1,"devmem":1,"devcore":1,"health":2}]', "device 0: field 'health' is not a",
-                 id="json-numeric-health"),
+    pytest.param('[{"id":"a","count":1,"devmem":1,"devcore":1,"health":2}]',
+                 "device 0: field 'health' is the number 2, not a boolean", id="json-numeric-health"),
     pytest.param("[" * 100_000, "invalid JSON", id="json-nested-too-deep"),
     pytest.param('[{"id":"a","count":' + "1" * 5000 + "}]", "invalid JSON", id="json-integer-too-long"),
 ])
@@ -172,7 +174,7 @@ def test_decode_pair_scores(text: str, expected: dict[str, dict[str, int]]) -> N
     pytest.param('{"uuid":"a"}', "score annotation must be a list", id="not-a-list"),
     pytest.param('[{"score":{}}]', "score entry 0: expected an object with a string 'uuid'", id="missing-uuid"),
     pytest.param('[{"uuid":"a","score":[1]}]', "score entry 0: 'score' must be an object", id="score-not-object"),
-    pytest.param('[{"uuid":"a","score":{"b":"fast"}}]', "score entry 0 pair 'b': b 'fast' is not an integer",
+    pytest.param('[{"uuid":"a","score":{"b":"fast"}}]', "score entry 0 pair 'b': score 'fast' is not an integer",
                  id="non-numeric-score"),
     pytest.param("[" * 100_000, "invalid JSON", id="nested-too-deep"),
 ])

@@ -79,7 +79,7 @@ def test_unknown_policy_is_an_error_with_exact_message(annotations: Mapping[str,
 def test_gpu_type_rules(use: str, nouse: str, card_type: str, allowed: bool) -> None:
     options = pod_options({names.POD_USE_GPU_TYPE: use, names.POD_NOUSE_GPU_TYPE: nouse},
                           node_policy="binpack", gpu_policy="spread")
-    assert options.type_allowed(card_type) is allowed
+    assert options.selection("NVIDIA").type_allowed(card_type) is allowed
 
 
 @pytest.mark.parametrize(("use", "nouse", "uuid", "allowed"), [
@@ -93,7 +93,7 @@ def test_gpu_type_rules(use: str, nouse: str, card_type: str, allowed: bool) -> 
 def test_gpu_uuid_rules(use: str, nouse: str, uuid: str, allowed: bool) -> None:
     options = pod_options({names.POD_USE_GPU_UUID: use, names.POD_NOUSE_GPU_UUID: nouse},
                           node_policy="binpack", gpu_policy="spread")
-    assert options.uuid_allowed(uuid) is allowed
+    assert options.selection("NVIDIA").uuid_allowed(uuid) is allowed
 
 
 def _views_with_tasks(tasks_by_node: Mapping[str, int]) -> list[NodeView]:

@@ -112,14 +112,14 @@ def assert_placement_is_sound(request: PodRequest, view: NodeView, pod_options: 
     for container, given_gpus in zip(request.containers, grants, strict=True):
         assert len(given_gpus) == container.count
         assert len({g.uuid for g in given_gpus}) == container.count
-        if pod_options.numa_bind:
+        if pod_options.selection("NVIDIA").numa_bind:
             assert len({devices[g.uuid].numa for g in given_gpus}) <= 1
         for given_gpu in given_gpus:
             device = devices[given_gpu.uuid]
             assert device.healthy
             assert device.uuid not in view.inventory.cordoned
-            assert pod_options.type_allowed(device.type)
-            assert pod_options.uuid_allowed(device.uuid)
+            assert pod_options.selection("NVIDIA").type_allowed(device.type)
+            assert pod_options.selection("NVIDIA").uuid_allowed(device.uuid)
             assert given_gpu.memory_mib == container.booked_memory_mib(device.memory_mib)
             assert given_gpu.cores == container.cores
             if pod_options.gpu.mutex:

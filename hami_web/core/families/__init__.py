@@ -1,0 +1,76 @@
+"""Device families (SPEC §10): the registry of what accelerators hami-web schedules, and how they are enabled.
+
+A family is a record (`Family`); the enabled ones form the server's `DeviceCatalog`. Registering a family is one
+module and one entry in `build_catalog`: the fit, the codecs, the webhook, the bind and the tools read the
+record and never name a vendor.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from hami_web.core.families.config import DeviceConfig, DeviceConfigError, parse_device_config
+from hami_web.core.families.family import NODE_LOCK, AdmissionRules, DeviceCatalog, Family, ResourceNames
+from hami_web.core.families.hygon import DEFAULT_RESOURCES as HYGON_RESOURCES
+from hami_web.core.families.hygon import hygon_family
+from hami_web.core.families.iluvatar import DEFAULT_CHIPS, iluvatar_family
+from hami_web.core.families.nvidia import CW as NVIDIA
+from hami_web.core.families.nvidia import nvidia_family
+
+__all__ = [
+    "DEFAULT_CATALOG",
+    "NODE_LOCK",
+    "NVIDIA",
+    "AdmissionRules",
+    "DeviceCatalog",
+    "DeviceConfig",
+    "DeviceConfigError",
+    "Family",
+    "ResourceNames",
+    "build_catalog",
+    "parse_device_config",
+]
+
+
+def build_catalog(*, nvidia: Family | None = None, config: DeviceConfig | None = None,
+                  enable_iluvatar: bool = False) -> DeviceCatalog:
+    """The enabled families: NVIDIA (as given, else chart defaults) and Hygon always; Iluvatar's chips when enabled.
+
+    ``config`` supplies what the device config file says for the families other than NVIDIA, whose settings the
+    flags and the file have already merged into ``nvidia``.
+    """
+    config = config or DeviceConfig()
+    hygon = config.hygon
+    families = [
+        nvidia or nvidia_family(),
+        hygon_family(resources=ResourceNames(count=hygon.count or HYGON_RESOURCES.count,
+                                             memory=hygon.memory or HYGON_RESOURCES.memory, memory_percentage="",
+                                             cores=hygon.cores or HYGON_RESOURCES.cores, priority=""),
+                     memory_factor=hygon.memory_factor or 1),
+    ]
+    if enable_iluvatar:
+        chips = DEFAULT_CHIPS if config.iluvatars is None else config.iluvatars
+        families.extend(iluvatar_family(chip) for chip in chips)
+    catalog = DeviceCatalog(families=tuple(families))
+    _check_names(catalog)
+    return catalog
+
+
+def _check_names(catalog: DeviceCatalog) -> None:
+    """Two families (or two resources of one) sharing a resource name would make a container ambiguous."""
+    owners: dict[str, str] = {}
+    for family in catalog:
+        for name in family.resources.all():
+            if name in owners:
+                raise DeviceConfigError(f"resource {name} is used by both {owners[name]} and {family.cw}"
+                                        if owners[name] != family.cw else
+                                        f"resource {name} is given twice for {family.cw}")
+            owners[name] = family.cw
+
+
+DEFAULT_CATALOG = build_catalog()
+
+
+def with_nvidia(catalog: DeviceCatalog, nvidia: Family) -> DeviceCatalog:
+    """``catalog`` with its NVIDIA family replaced (tests and tools that vary NVIDIA's names or defaults)."""
+    return replace(catalog, families=tuple(nvidia if family.cw == NVIDIA else family for family in catalog))

@@ -1,0 +1,169 @@
+"""HAMi's device config (the ``device-config.yaml`` of the ``hami-scheduler-device`` ConfigMap), read as HAMi reads it.
+
+Every HAMi install mounts this file, so an operator switching to hami-web passes it unchanged with
+``--device-config-file``. Only what hami-web uses is read (SPEC §10): resource names and family settings of
+``nvidia``, ``hygon``, ``iluvatars``; other keys (other vendors, MIG allow-lists, device-plugin settings) are
+ignored. A key we read with the wrong type fails with the key's path, never a half-read configuration.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from hami_web.core.families.family import ResourceNames
+from hami_web.core.families.iluvatar import IluvatarChip, default_chip
+
+_RESOURCE_NAME = re.compile(r"[A-Za-z0-9.\-]+/[A-Za-z0-9.\-_]+")
+_COMMON_WORD = re.compile(r"[A-Za-z0-9][A-Za-z0-9.\-_]{0,62}")
+# Memory factors beyond this turn any request into more memory than a device has.
+MAX_MEMORY_FACTOR = 1 << 16
+
+
+class DeviceConfigError(ValueError):
+    """The device config cannot be used; the message names the key and what is wrong."""
+
+
+@dataclass(frozen=True, slots=True)
+class NvidiaConfig:
+    """The ``nvidia`` section: each field None when the file leaves it out."""
+
+    count: str | None = None
+    memory: str | None = None
+    memory_percentage: str | None = None
+    cores: str | None = None
+    priority: str | None = None
+    overwrite_env: bool | None = None
+    default_memory_mib: int | None = None
+    default_cores: int | None = None
+    default_count: int | None = None
+    memory_factor: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class HygonConfig:
+    """The ``hygon`` section."""
+
+    count: str | None = None
+    memory: str | None = None
+    cores: str | None = None
+    memory_factor: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceConfig:
+    """What hami-web takes from HAMi's device config; ``iluvatars`` None when the file has no such list."""
+
+    nvidia: NvidiaConfig = field(default_factory=NvidiaConfig)
+    hygon: HygonConfig = field(default_factory=HygonConfig)
+    iluvatars: tuple[IluvatarChip, ...] | None = None
+
+
+def _section(document: Mapping[str, object], key: str) -> Mapping[str, object]:
+    value = document.get(key)
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise DeviceConfigError(f"{key}: expected a map, got {_type(value)}")
+    return value
+
+
+def _type(value: object) -> str:
+    return {dict: "a map", list: "a list", str: "a string", bool: "a boolean", int: "an integer",
+            float: "a number"}.get(type(value), type(value).__name__)
+
+
+def _resource(section: Mapping[str, object], key: str, where: str) -> str | None:
+    value = section.get(key)
+    if value is None:
+        return None
+    if not isinstance(value, str) or not _RESOURCE_NAME.fullmatch(value.strip()):
+        raise DeviceConfigError(f"{where}.{key}: {value!r} is not an extended resource name like nvidia.com/gpu")
+    return value.strip()
+
+
+def _integer(section: Mapping[str, object], key: str, where: str, *, minimum: int, maximum: int) -> int | None:
+    value = section.get(key)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise DeviceConfigError(f"{where}.{key}: expected an integer, got {_type(value)} {value!r}")
+    if not minimum <= value <= maximum:
+        raise DeviceConfigError(f"{where}.{key}: {value} is outside {minimum}..{maximum}")
+    return value
+
+
+def _boolean(section: Mapping[str, object], key: str, where: str) -> bool | None:
+    value = section.get(key)
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.strip().lower() in ("true", "false"):
+        return value.strip().lower() == "true"  # the chart renders `overwriteEnv: "false"` as text
+    raise DeviceConfigError(f"{where}.{key}: expected true or false, got {value!r}")
+
+
+def _memory_factor(section: Mapping[str, object], where: str) -> int | None:
+    factor = _integer(section, "memoryFactor", where, minimum=0, maximum=MAX_MEMORY_FACTOR)
+    return None if factor is None else max(factor, 1)  # HAMi applies the factor only when > 1
+
+
+def _iluvatars(document: Mapping[str, object]) -> tuple[IluvatarChip, ...] | None:
+    listed = document.get("iluvatars")
+    if listed is None:
+        return None
+    if not isinstance(listed, list):
+        raise DeviceConfigError(f"iluvatars: expected a list, got {_type(listed)}")
+    chips: list[IluvatarChip] = []
+    for position, entry in enumerate(listed):
+        where = f"iluvatars[{position}]"
+        if not isinstance(entry, Mapping):
+            raise DeviceConfigError(f"{where}: expected a map, got {_type(entry)}")
+        word = entry.get("commonWord")
+        if not isinstance(word, str) or not _COMMON_WORD.fullmatch(word.strip()):
+            raise DeviceConfigError(f"{where}.commonWord: {word!r} is not a common word like MR-V100")
+        word = word.strip()
+        chip_name = entry.get("chipName", word)
+        if not isinstance(chip_name, str):
+            raise DeviceConfigError(f"{where}.chipName: expected a string, got {_type(chip_name)}")
+        default = default_chip(word).resources
+        chips.append(IluvatarChip(common_word=word, chip_name=chip_name.strip() or word, resources=ResourceNames(
+            count=_resource(entry, "resourceCountName", where) or default.count,
+            memory=_resource(entry, "resourceMemoryName", where) or default.memory,
+            memory_percentage="",
+            cores=_resource(entry, "resourceCoreName", where) or default.cores,
+            priority="")))
+    return tuple(chips)
+
+
+def parse_device_config(document: object) -> DeviceConfig:
+    """Read a loaded ``device-config.yaml``; `DeviceConfigError` names the key that is wrong."""
+    if document is None:
+        return DeviceConfig()
+    if not isinstance(document, Mapping):
+        raise DeviceConfigError(f"the document must be a map of device sections, got {_type(document)}")
+    nvidia = _section(document, "nvidia")
+    hygon = _section(document, "hygon")
+    return DeviceConfig(
+        nvidia=NvidiaConfig(
+            count=_resource(nvidia, "resourceCountName", "nvidia"),
+            memory=_resource(nvidia, "resourceMemoryName", "nvidia"),
+            memory_percentage=_resource(nvidia, "resourceMemoryPercentageName", "nvidia"),
+            cores=_resource(nvidia, "resourceCoreName", "nvidia"),
+            priority=_resource(nvidia, "resourcePriorityName", "nvidia"),
+            overwrite_env=_boolean(nvidia, "overwriteEnv", "nvidia"),
+            default_memory_mib=_integer(nvidia, "defaultMemory", "nvidia", minimum=0, maximum=1 << 19),
+            default_cores=_integer(nvidia, "defaultCores", "nvidia", minimum=0, maximum=100),
+            default_count=_integer(nvidia, "defaultGPUNum", "nvidia", minimum=1, maximum=128),
+            memory_factor=_memory_factor(nvidia, "nvidia"),
+        ),
+        hygon=HygonConfig(
+            count=_resource(hygon, "resourceCountName", "hygon"),
+            memory=_resource(hygon, "resourceMemoryName", "hygon"),
+            cores=_resource(hygon, "resourceCoreName", "hygon"),
+            memory_factor=_memory_factor(hygon, "hygon"),
+        ),
+        iluvatars=_iluvatars(document),
+    )

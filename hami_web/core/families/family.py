@@ -1,0 +1,141 @@
+"""A device family: one kind of accelerator as data plus a few rules (SPEC §10).
+
+HAMi's vendors each implement a ~100-line ``Devices`` interface and copy the fit loop; ours are records. What
+differs between NVIDIA, Hygon and Iluvatar is names (resources, annotation keys, the "common word" on the wire),
+units (memory factor), defaults (cores) and a handful of switches (NUMA binding, cordon, topology scores, the
+webhook's rewrites). The one fit loop, codec and webhook read those fields, so adding a family is one module and
+one registration, and nothing else in the code asks which vendor it is looking at.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+
+# HAMi's node lock, shared by every family that does not bring its own.
+NODE_LOCK = "hami.io/mutex.lock"
+
+
+@dataclass(frozen=True, slots=True)
+class ResourceNames:
+    """Extended-resource names a container asks a family's devices with ("" = the family has no such resource)."""
+
+    count: str = "nvidia.com/gpu"
+    memory: str = "nvidia.com/gpumem"
+    memory_percentage: str = "nvidia.com/gpumem-percentage"
+    cores: str = "nvidia.com/gpucores"
+    priority: str = "nvidia.com/priority"
+
+    def managed(self) -> tuple[str, ...]:
+        """The names that make a container one of this family's (priority alone does not)."""
+        return tuple(name for name in (self.count, self.memory, self.memory_percentage, self.cores) if name)
+
+    def all(self) -> tuple[str, ...]:
+        """Every resource name of the family, priority included."""
+        return tuple(name for name in (*self.managed(), self.priority) if name)
+
+
+@dataclass(frozen=True, slots=True)
+class AdmissionRules:
+    """What the webhook does to a container of this family (SPEC §2 step 4 for NVIDIA, §13 for the others).
+
+    - ``count_in_requests``: a count in ``requests`` alone makes the container ours (NVIDIA); else only limits;
+    - ``default_count``: a memory or cores ask without a count gets this count in limits (0 = no such rule);
+    - ``whole_card_cores``: a whole-card memory ask without cores gets 100 cores (exclusive card);
+    - ``cores_per_count``: a count above 1 sets cores to 100 × count (Iluvatar: multi-device means whole cards);
+    - ``priority_env``: the env variable that carries the priority resource;
+    - ``container_name_env``: an env variable set to the container's name when absent (Iluvatar's sic spelling);
+    - ``visible_devices_env``: with ``overwrite_env``, containers that do not use the family get it set to
+      ``visible_devices_off``.
+    """
+
+    count_in_requests: bool = False
+    default_count: int = 0
+    whole_card_cores: bool = False
+    cores_per_count: bool = False
+    priority_env: str = ""
+    container_name_env: str = ""
+    visible_devices_env: str = ""
+    visible_devices_off: str = "none"
+    overwrite_env: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Family:
+    """One accelerator family as the scheduler and the device plugin see it (SPEC §10's table, one row).
+
+    ``cw`` is HAMi's common word: the vendor field of the pod device annotation and the key of a family in
+    HAMi's registry. ``memory_factor`` turns the memory resource's unit into MiB. ``default_memory_mib`` 0 means a
+    container that gives no memory asks for the whole device. The ``*_key`` fields are annotation keys; an empty
+    selection key means the family has no such selection.
+    """
+
+    cw: str
+    kind: str
+    label: str
+    resources: ResourceNames
+    register_key: str
+    handshake_key: str
+    to_allocate_key: str
+    allocated_key: str
+    lock_key: str = NODE_LOCK
+    memory_factor: int = 1
+    default_memory_mib: int = 0
+    default_cores: int = 0
+    use_type_key: str = ""
+    nouse_type_key: str = ""
+    use_uuid_key: str = ""
+    nouse_uuid_key: str = ""
+    numa_bind_key: str = ""
+    mode_key: str = ""
+    cordon: bool = False
+    topology: bool = False
+    admission: AdmissionRules = field(default_factory=AdmissionRules)
+
+    @property
+    def type_word(self) -> str:
+        """What a device's type must contain (case-insensitively) to serve this family (SPEC §10)."""
+        return self.cw.upper()
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceCatalog:
+    """The enabled families of one server, in common-word order (the order multi-family pods are fitted in)."""
+
+    families: tuple[Family, ...]
+    _by_cw: Mapping[str, Family] = field(init=False, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        ordered = tuple(sorted(self.families, key=lambda family: family.cw))
+        seen: dict[str, Family] = {}
+        for family in ordered:
+            if family.cw in seen:
+                raise ValueError(f"device family {family.cw!r} is registered twice")
+            seen[family.cw] = family
+        object.__setattr__(self, "families", ordered)
+        object.__setattr__(self, "_by_cw", seen)
+
+    def __iter__(self) -> Iterator[Family]:
+        return iter(self.families)
+
+    def __len__(self) -> int:
+        return len(self.families)
+
+    def get(self, cw: str) -> Family | None:
+        """The family with common word ``cw``, None when it is not enabled."""
+        return self._by_cw.get(cw)
+
+    def __getitem__(self, cw: str) -> Family:
+        return self._by_cw[cw]
+
+    def managed_resources(self) -> tuple[str, ...]:
+        """Every resource name of every family: what kube-scheduler must leave to the extender."""
+        return tuple(dict.fromkeys(name for family in self.families for name in family.resources.all()))
+
+    def count_resources(self) -> tuple[str, ...]:
+        """Each family's count resource."""
+        return tuple(family.resources.count for family in self.families)
+
+    def lock_keys(self) -> tuple[str, ...]:
+        """The node-lock annotation keys in use, each once."""
+        return tuple(dict.fromkeys(family.lock_key for family in self.families))

@@ -1,0 +1,33 @@
+"""Hygon DCUs (SPEC §13; HAMi v2.10 ``pkg/device/hygon/device.go``).
+
+A DCU is booked like an NVIDIA GPU, without cordon, NUMA, topology or modes. Two HAMi defaults differ: a
+container that gives no cores asks for all of them (``corenum := int32(100)``), and only a count in limits makes
+a container a DCU container (``MutateAdmission`` looks at limits only and mutates nothing).
+"""
+
+from __future__ import annotations
+
+from hami_web.core.families.family import AdmissionRules, Family, ResourceNames
+
+CW = "DCU"
+KIND = "hygon"
+DEFAULT_RESOURCES = ResourceNames(count="hygon.com/dcunum", memory="hygon.com/dcumem", memory_percentage="",
+                                  cores="hygon.com/dcucores", priority="")
+
+
+def hygon_family(*, resources: ResourceNames = DEFAULT_RESOURCES, memory_factor: int = 1) -> Family:
+    """The Hygon DCU family with the given names (HAMi's chart values when left out)."""
+    return Family(
+        cw=CW, kind=KIND, label="Hygon DCU", resources=resources,
+        register_key="hami.io/node-dcu-register",
+        handshake_key="hami.io/node-handshake-dcu",
+        to_allocate_key="hami.io/dcu-devices-to-allocate",
+        allocated_key="hami.io/dcu-devices-allocated",
+        memory_factor=memory_factor,
+        default_cores=100,
+        use_type_key="hygon.com/use-dcutype",
+        nouse_type_key="hygon.com/nouse-dcutype",
+        use_uuid_key="hygon.com/use-gpuuuid",
+        nouse_uuid_key="hygon.com/nouse-gpuuuid",
+        admission=AdmissionRules(),
+    )

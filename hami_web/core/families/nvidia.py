@@ -1,0 +1,40 @@
+"""NVIDIA GPUs (SPEC §2–§5, §10): HAMi's first family and the one with every selection and rewrite.
+
+The resource names, defaults and overwriteEnv come from the flags and the ``nvidia`` section of HAMi's device
+config; everything else is fixed by HAMi's NVIDIA device plugin, which reads what we write.
+"""
+
+from __future__ import annotations
+
+from hami_web.core.families.family import AdmissionRules, Family, ResourceNames
+
+CW = "NVIDIA"
+KIND = "nvidia"
+DEFAULT_RESOURCES = ResourceNames()
+
+
+def nvidia_family(*, resources: ResourceNames = DEFAULT_RESOURCES, memory_factor: int = 1,
+                  default_memory_mib: int = 0, default_cores: int = 0, default_count: int = 1,
+                  overwrite_env: bool = False) -> Family:
+    """The NVIDIA family with the given names and defaults (HAMi's chart values when left out)."""
+    return Family(
+        cw=CW, kind=KIND, label="NVIDIA GPU", resources=resources,
+        register_key="hami.io/node-nvidia-register",
+        handshake_key="hami.io/node-handshake",
+        to_allocate_key="hami.io/vgpu-devices-to-allocate",
+        allocated_key="hami.io/vgpu-devices-allocated",
+        memory_factor=memory_factor,
+        default_memory_mib=default_memory_mib,
+        default_cores=default_cores,
+        use_type_key="nvidia.com/use-gputype",
+        nouse_type_key="nvidia.com/nouse-gputype",
+        use_uuid_key="nvidia.com/use-gpuuuid",
+        nouse_uuid_key="nvidia.com/nouse-gpuuuid",
+        numa_bind_key="nvidia.com/numa-bind",
+        mode_key="nvidia.com/vgpu-mode",
+        cordon=True,
+        topology=True,
+        admission=AdmissionRules(count_in_requests=True, default_count=default_count, whole_card_cores=True,
+                                 priority_env="CUDA_TASK_PRIORITY", visible_devices_env="NVIDIA_VISIBLE_DEVICES",
+                                 overwrite_env=overwrite_env),
+    )
