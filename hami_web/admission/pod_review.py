@@ -22,6 +22,7 @@ import jsonpatch
 
 from hami_web.admission.pod_shape import PodShapeError, check_pod_shape, iter_containers
 from hami_web.core import names
+from hami_web.core.families import Family, ResourceNames
 from hami_web.core.limits import quote
 from hami_web.core.options import OptionsError, parse_scoring_weights
 from hami_web.core.quantities import QuantityError, parse_whole_quantity
@@ -29,8 +30,6 @@ from hami_web.core.requests import FULL_CARD_PERCENT, MAX_CORES, quantity_maximu
 from hami_web.settings import Settings
 
 DEFAULT_SCHEDULER = "default-scheduler"
-TASK_PRIORITY_ENV = "CUDA_TASK_PRIORITY"
-VISIBLE_DEVICES_ENV = "NVIDIA_VISIBLE_DEVICES"
 
 # Status codes carried in a denied AdmissionReview: 400 = the pod is malformed (the user must fix a
 # value), 403 = the pod is well-formed but our policy refuses it.
@@ -115,63 +114,96 @@ def review_pod(pod: object, settings: Settings) -> AdmissionDecision:
 
 
 def _mutate_container(container: dict[str, Any], name: str, settings: Settings) -> bool:
-    """Validate one container's GPU resources and apply the per-container mutations of step 4.
+    """Validate one container's device resources of every family and apply each family's rewrites (SPEC §2 step 4
+    for NVIDIA, §13 for Hygon and Iluvatar).
 
-    Returns whether the container asks for a GPU after defaulting. Raises `QuantityError` naming the
-    container and resource for a value that is not a whole number or is out of range.
+    Returns whether the container asks for a device of some family after defaulting. Raises `QuantityError`
+    naming the container and resource for a value that is not a whole number or is out of range.
     """
-    names = settings.resources
-    asked = _read_quantities(container, name, settings)
-    count = asked.get(names.count)
-    if count is None and any(asked.get(r) is not None for r in (names.memory, names.memory_percentage,
-                                                                  names.cores)):
-        count = settings.default_gpu
+    uses_any = False
+    unused: list[Family] = []
+    for family in settings.devices:
+        if _mutate_for_family(container, name, family):
+            uses_any = True
+        else:
+            unused.append(family)
+    for family in unused:
+        rules = family.admission
+        if rules.overwrite_env and rules.visible_devices_env:
+            _set_env(container, rules.visible_devices_env, rules.visible_devices_off)
+    return uses_any
+
+
+def _mutate_for_family(container: dict[str, Any], name: str, family: Family) -> bool:
+    """One family's rules for one container; whether the container uses the family."""
+    names = family.resources
+    rules = family.admission
+    asked = _read_quantities(container, name, family)
+    limits = ((container.get("resources") or {}).get("limits") or {})
+    count = asked.get(names.count) if rules.count_in_requests or names.count in limits else None
+    if count is None and rules.default_count and any(
+            asked.get(r) is not None for r in names.managed() if r != names.count):
+        count = rules.default_count
         _limits(container)[names.count] = str(count)
-    asks_gpu = count is not None and count > 0
-    if asks_gpu and asked.get(names.cores) is None and _asks_whole_card(asked, settings):
+    uses = count is not None and count > 0
+    if rules.priority_env and names.priority and names.priority in limits:
+        # HAMi reads the priority from limits only; _read_quantities took the limits value first.
+        _set_env(container, rules.priority_env, str(asked[names.priority]))
+    if not uses:
+        return False
+    if rules.whole_card_cores and names.cores and asked.get(names.cores) is None and _asks_whole_card(asked, names):
         # A task that wants all of a card's memory gets all of its compute too (newer HAMi does the
         # same): the booking then shows the card as fully taken, and the extender's exclusive-card
         # check keeps it off cards that already run a task.
         _limits(container)[names.cores] = str(MAX_CORES)
-    if names.priority in ((container.get("resources") or {}).get("limits") or {}):
-        # HAMi reads the priority from limits only; _read_quantities took the limits value first.
-        _set_env(container, TASK_PRIORITY_ENV, str(asked[names.priority]))
-    if not asks_gpu and settings.overwrite_env:
-        _set_env(container, VISIBLE_DEVICES_ENV, "none")
-    return asks_gpu
+    if rules.cores_per_count and names.cores and count is not None and count > 1:
+        # Iluvatar (HAMi's MutateAdmission): several devices in one container means whole cards.
+        _limits(container)[names.cores] = str(MAX_CORES * count)
+    if rules.container_name_env and name and not any(
+            isinstance(variable, dict) and variable.get("name") == rules.container_name_env
+            for variable in container.get("env") or []):
+        container.setdefault("env", []).append({"name": rules.container_name_env, "value": name})
+    return True
 
 
-def _read_quantities(container: dict[str, Any], name: str, settings: Settings) -> dict[str, int]:
-    """Each managed resource's value, from limits else requests; every present value is validated.
+def _read_quantities(container: dict[str, Any], name: str, family: Family) -> dict[str, int]:
+    """Each of the family's resources, from limits else requests; every present value is validated.
 
     Values in both limits and requests are checked, so a bad value cannot hide behind a good one.
     """
-    names = settings.resources
+    names = family.resources
     resources = container.get("resources") or {}
     sections = [resources.get("limits") or {}, resources.get("requests") or {}]
     values: dict[str, int] = {}
-    for resource in (*names.managed(), names.priority):
+    for resource in names.all():
         for section in sections:
             if resource not in section:
                 continue
             raw = section[resource]
             value = parse_whole_quantity(raw, container=name, resource=resource,
-                                         maximum=quantity_maximum(names, resource))
+                                         maximum=quantity_maximum(names, resource,
+                                                                  memory_factor=family.memory_factor))
             if resource == names.memory_percentage and value > FULL_CARD_PERCENT:
                 raise QuantityError(f"container {name}: {resource}: {quote(raw)} is outside 0..100")
-            if resource == names.cores and value > MAX_CORES:
+            if resource == names.cores and value > MAX_CORES and not family.admission.cores_per_count:
                 raise QuantityError(f"container {name}: {resource}: {quote(raw)} is over 100 (100 = one whole GPU)")
             values.setdefault(resource, value)
+    cores = values.get(names.cores) if names.cores else None
+    if cores is not None and cores > MAX_CORES:
+        # Iluvatar: the webhook itself writes 100 × count for a multi-device container (whole cards).
+        count = values.get(names.count) or 1
+        if cores > MAX_CORES * count:
+            raise QuantityError(f"container {name}: {names.cores}: {cores} is over 100 per device "
+                                f"({count} × 100 = {MAX_CORES * count})")
     return values
 
 
-def _asks_whole_card(asked: dict[str, int], settings: Settings) -> bool:
+def _asks_whole_card(asked: dict[str, int], names: ResourceNames) -> bool:
     """Whether the memory ask is the whole card: percentage 100, or neither memory nor percentage.
 
-    A value of 0 counts as unset for both (SPEC.md §3, as HAMi does).
+    A value of 0 counts as unset for both (SPEC §3, as HAMi does).
     """
-    names = settings.resources
-    percent = asked.get(names.memory_percentage) or 0
+    percent = asked.get(names.memory_percentage) or 0 if names.memory_percentage else 0
     memory_mib = asked.get(names.memory) or 0
     return percent == FULL_CARD_PERCENT or (percent == 0 and memory_mib == 0)
 

@@ -10,7 +10,7 @@ families in common-word order, and the node fits only if all do.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from itertools import combinations
 
 from hami_web.core import names
@@ -39,12 +39,13 @@ class FitFailure:
     reasons: tuple[tuple[str, int], ...]
     total: int
     message: str = ""
+    family: str = ""  # set when the pod or the node has several families: the summary then names it
 
     def summary(self) -> str:
-        """``"<n>/<total> <Reason>"`` per reason, sorted by reason name, joined with ``", "``."""
-        if self.message:
-            return self.message
-        return ", ".join(f"{count}/{self.total} {reason}" for reason, count in sorted(self.reasons))
+        """``"<n>/<total> <Reason>"`` per reason, sorted by reason name, joined with ``", "``; prefixed with
+        ``"<family>: "`` when the failure must say which family it is about."""
+        text = self.message or ", ".join(f"{count}/{self.total} {reason}" for reason, count in sorted(self.reasons))
+        return f"{self.family}: {text}" if self.family else text
 
 
 @dataclass(frozen=True, slots=True)
@@ -252,9 +253,12 @@ def fit_pod(request: PodRequest, view: NodeView, options: PodOptions) -> PodFit 
     merged: list[list[DeviceGrant]] = [[] for _ in blocks[0][1]] if blocks else []
     inventory = view.inventory
     broken = inventory.broken
+    # With one family on both sides the reason is HAMi's; otherwise it says which family failed (SPEC §10).
+    named = len(blocks) > 1 or len(inventory.groups) + len(broken) > 1
     for family, containers in blocks:
         if family in broken and any(container.count for container in containers):
-            return FitFailure(reasons=(), total=0, message=f"{INVALID_REGISTER}: {broken[family]}")
+            return FitFailure(reasons=(), total=0, message=f"{INVALID_REGISTER}: {broken[family]}",
+                              family=family if named else "")
         family_topology = inventory.topology is None or family in inventory.topology
         for position, container in enumerate(containers):
             if container.count == 0:
@@ -262,7 +266,7 @@ def fit_pod(request: PodRequest, view: NodeView, options: PodOptions) -> PodFit 
             work: WorkingUsage = list(base) if container.init else shared
             result = fit_container(container, view.inventory, work, options, family_topology)
             if isinstance(result, FitFailure):
-                return result
+                return replace(result, family=family) if named else result
             merged[position].extend(result)
     return PodFit(grants=tuple(tuple(container) for container in merged))
 
