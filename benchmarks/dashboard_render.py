@@ -64,8 +64,8 @@ def build(nodes: int, gpu_pods: int, pending: int, api: LocalCluster) -> Dashboa
             node.setdefault("spec", {})["unschedulable"] = True
     api.load(node_objects)
     cache = ClusterCache()
-    cache.replace_nodes([node_record(o, count_resource=cache.count_resource) for o in objects if o["kind"] == "Node"])
-    cache.replace_pods([pod_record(o, count_resource=cache.count_resource) for o in objects if o["kind"] == "Pod"],
+    cache.replace_nodes([node_record(o, catalog=cache.catalog) for o in objects if o["kind"] == "Node"])
+    cache.replace_pods([pod_record(o, catalog=cache.catalog) for o in objects if o["kind"] == "Pod"],
                        listed_at=time.time())
     cache.mark_synced()
     decisions = DecisionLog()

@@ -95,7 +95,7 @@ def test_reading_any_pod_or_node_object_never_raises_anything_else(pod: Any, nod
     if isinstance(node_annotations, dict):
         node["metadata"]["annotations"] = {names.NODE_REGISTER: node_annotations.get(names.POD_DEVICES_ALLOCATED, ""),
                                            **node_annotations}
-    node_state(node_record(node, count_resource="nvidia.com/gpu"), now=0.0)
+    node_state(node_record(node), now=0.0)
 
 
 @FUZZ
