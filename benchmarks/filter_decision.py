@@ -1,12 +1,18 @@
 """Time the filter decision (`choose_node`) on generated clusters of 1,000 and 5,000 nodes × 8 GPUs.
 
-Run from anywhere: ``python benchmarks/filter_decision.py [--pods N] [--sizes 1000,5000] [--seed S]``.
+Run from anywhere: ``python benchmarks/filter_decision.py [--pods N] [--sizes 1000,5000] [--seed S] [--mixed]
+[--record FILE | --check FILE]``.
 
 Each cluster mixes GPU types (A40, A100, T4, L4), has random prior usage and some full nodes. A few hundred
 typical pods (1 GPU with gpumem, 2 GPUs with percentage, type-restricted, node binpack and spread, GPU binpack
 and spread) are placed one after another; after each placement the pod's booking is added to that node's usage
 and its `NodeView` rebuilt, as the cluster cache does. Printed per size: median / p95 / max ms per pod, and the
 all-fail path (a pod no node can take, with a reason computed for every node). Not a test: no assertions.
+
+``--mixed``: a third of the nodes carry 8 Hygon DCUs instead of GPUs, a third both (8 GPUs and 4 DCUs), and the
+pods alternate between the GPU pods, DCU pods and pods asking for a GPU and a DCU (SPEC §10). ``--record FILE``
+writes every placement (node and devices); ``--check FILE`` compares this run's placements with such a file, so a
+change to the core can show it decides exactly as before.
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from hami_web.core.choose import NoPlacement, Placement, choose_node
 from hami_web.core.devices import Device, NodeInventory
+from hami_web.core.grants import describe_grants
 from hami_web.core.options import PodOptions
 from hami_web.core.requests import ContainerRequest, PodRequest
 from hami_web.core.usage import DeviceUsage, NodeView, build_node_view, pod_booking
@@ -40,15 +47,24 @@ FULL_NODE_SHARE = 0.1
 BUSY_GPU_SHARE = 0.4
 
 
-def generate_cluster(size: int, rng: random.Random) -> tuple[dict[str, NodeView], dict[str, dict[str, DeviceUsage]]]:
-    """``size`` nodes of 8 GPUs each: their views and their usage by GPU UUID."""
+DCUS_ON_MIXED_NODES = 4
+
+
+def generate_cluster(size: int, rng: random.Random, *, mixed: bool = False,
+                     ) -> tuple[dict[str, NodeView], dict[str, dict[str, DeviceUsage]]]:
+    """``size`` nodes of 8 GPUs each (with ``mixed``: a third DCU nodes, a third both): views and usage by UUID."""
     views: dict[str, NodeView] = {}
     usages: dict[str, dict[str, DeviceUsage]] = {}
     for number in range(size):
         name = f"gpu-node-{number:05d}"
         card_type, memory_mib = rng.choice(CARD_MODELS)
-        devices = tuple(Device(uuid=f"GPU-{number:05d}-{index}", index=index, count=10, memory_mib=memory_mib,
-                               cores=100, type=card_type, numa=index // 4) for index in range(GPUS_PER_NODE))
+        gpus = tuple(Device(uuid=f"GPU-{number:05d}-{index}", index=index, count=10, memory_mib=memory_mib,
+                            cores=100, type=card_type, numa=index // 4) for index in range(GPUS_PER_NODE))
+        kind = number % 3 if mixed else 0
+        dcus = tuple(Device(uuid=f"DCU-{number:05d}-{index}", index=index, count=4, memory_mib=65520, cores=100,
+                            type="DCU-BW100", family="DCU")
+                     for index in range(GPUS_PER_NODE if kind == 1 else DCUS_ON_MIXED_NODES if kind == 2 else 0))
+        devices = dcus + (gpus if kind != 1 else ())
         full = rng.random() < FULL_NODE_SHARE
         usage: dict[str, DeviceUsage] = {}
         for device in devices:
@@ -64,10 +80,18 @@ def generate_cluster(size: int, rng: random.Random) -> tuple[dict[str, NodeView]
     return views, usages
 
 
-def ask(count: int, *, memory_mib: int = 0, memory_percent: int = 100, cores: int = 0) -> PodRequest:
-    """A one-container pod."""
+def ask(count: int, *, memory_mib: int = 0, memory_percent: int = 100, cores: int = 0,
+        family: str = "NVIDIA") -> PodRequest:
+    """A one-container pod (``family`` passed only when not NVIDIA, so that this script also runs on the core
+    from before the device families, for ``--record`` there and ``--check`` here)."""
+    chosen = {"family": family} if family != "NVIDIA" else {}
     return PodRequest(containers=(ContainerRequest(name="main", init=False, count=count, memory_mib=memory_mib,
-                                                   memory_percent=memory_percent, cores=cores),))
+                                                   memory_percent=memory_percent, cores=cores, **chosen),))
+
+
+def both(gpu: PodRequest, dcu: PodRequest) -> PodRequest:
+    """One container asking for a DCU and a GPU (DCU first: families in common-word order)."""
+    return PodRequest(containers=dcu.containers + gpu.containers)
 
 
 TYPICAL_PODS: tuple[tuple[str, PodRequest, PodOptions], ...] = (
@@ -77,6 +101,14 @@ TYPICAL_PODS: tuple[tuple[str, PodRequest, PodOptions], ...] = (
     ("1 GPU 2000 MiB, node spread", ask(1, memory_mib=2000, cores=10), PodOptions(node_policy="spread")),
     ("1 GPU 20 %, GPU binpack", ask(1, memory_percent=20, cores=20), PodOptions(gpu_policy="binpack")),
 )
+def mixed_pods() -> tuple[tuple[str, PodRequest, PodOptions], ...]:
+    """The DCU and GPU + DCU pods of ``--mixed`` (built on demand: the core before families has no DCU)."""
+    return (
+        ("1 DCU 16384 MiB 50 %", ask(1, memory_mib=16384, cores=50, family="DCU"), PodOptions()),
+        ("2 DCUs whole", ask(2, memory_percent=100, cores=100, family="DCU"), PodOptions()),
+        ("1 GPU 4000 MiB + 1 DCU 8192 MiB", both(ask(1, memory_mib=4000, cores=20),
+                                                ask(1, memory_mib=8192, cores=30, family="DCU")), PodOptions()),
+    )
 IMPOSSIBLE_POD = ask(1, memory_mib=200_000)
 
 
@@ -96,17 +128,21 @@ def percentile(samples: list[float], share: float) -> float:
     return ordered[min(len(ordered) - 1, int(share * len(ordered)))]
 
 
-def run(size: int, pods: int, seed: int) -> None:
-    """Generate one cluster, place ``pods`` pods, time the all-fail path, print the figures."""
+def run(size: int, pods: int, seed: int, *, mixed: bool = False) -> list[str]:
+    """Generate one cluster, place ``pods`` pods, time the all-fail path, print the figures; the placements."""
     rng = random.Random(seed)
-    build_ms, (views, usages) = timed(lambda: generate_cluster(size, rng))
+    build_ms, (views, usages) = timed(lambda: generate_cluster(size, rng, mixed=mixed))
     candidates = list(views)
     per_pod: list[float] = []
     unplaced = 0
+    placements: list[str] = []
+    shapes = TYPICAL_PODS + mixed_pods() if mixed else TYPICAL_PODS
     for number in range(pods):
-        _, request, options = TYPICAL_PODS[number % len(TYPICAL_PODS)]
+        _, request, options = shapes[number % len(shapes)]
         elapsed, result = timed(functools.partial(choose_node, request, options, candidates, views))
         per_pod.append(elapsed)
+        placements.append(f"{size} {number} {result.node} {describe_grants(result.grants)}"
+                          if isinstance(result, Placement) else f"{size} {number} -")
         if isinstance(result, Placement):
             usage = usages[result.node]
             for uuid, held in pod_booking(result.grants, init_count=request.init_count).items():
@@ -125,12 +161,14 @@ def run(size: int, pods: int, seed: int) -> None:
         elapsed, result = timed(functools.partial(choose_node, IMPOSSIBLE_POD, PodOptions(), candidates, fresh))
         assert isinstance(result, NoPlacement) and len(result.reasons) == size
         retry_runs.append(elapsed)
-    print(f"{size} nodes x {GPUS_PER_NODE} GPUs (cluster generated and views built in {build_ms:.0f} ms)")
+    kind = " (a third DCU nodes, a third GPUs + DCUs)" if mixed else ""
+    print(f"{size} nodes x {GPUS_PER_NODE} devices{kind} (cluster generated and views built in {build_ms:.0f} ms)")
     print(f"  {pods} typical pods: median {statistics.median(per_pod):.3f} ms, p95 {percentile(per_pod, 0.95):.3f} ms,"
           f" max {max(per_pod):.3f} ms per pod ({unplaced} not placed)")
     print(f"  all-fail path (reason for every node), 5 runs: median {statistics.median(fail_runs):.1f} ms,"
           f" max {max(fail_runs):.1f} ms; the same pod retried: median {statistics.median(retry_runs):.1f} ms,"
           f" max {max(retry_runs):.1f} ms")
+    return placements
 
 
 def main() -> None:
@@ -139,10 +177,23 @@ def main() -> None:
     parser.add_argument("--pods", type=int, default=300, help="typical pods to place per cluster size")
     parser.add_argument("--sizes", default="1000,5000", help="comma list of node counts")
     parser.add_argument("--seed", type=int, default=7, help="random seed for the generated clusters")
+    parser.add_argument("--mixed", action="store_true", help="a third DCU nodes, a third GPU + DCU nodes")
+    parser.add_argument("--record", help="write every placement to this file")
+    parser.add_argument("--check", help="compare every placement with this file (written by --record)")
     arguments = parser.parse_args()
     print(f"python {sys.version.split()[0]}, choose_node per pod, candidates = every node")
+    placements: list[str] = []
     for size in (int(part) for part in arguments.sizes.split(",")):
-        run(size, arguments.pods, arguments.seed)
+        placements += run(size, arguments.pods, arguments.seed, mixed=arguments.mixed)
+    if arguments.record:
+        Path(arguments.record).write_text("\n".join(placements) + "\n")
+    if arguments.check:
+        expected = Path(arguments.check).read_text().splitlines()
+        differing = [(a, b) for a, b in zip(expected, placements, strict=False) if a != b]
+        print(f"placements compared with {arguments.check}: {len(placements)} placements, "
+              f"{len(differing) + abs(len(expected) - len(placements))} differ")
+        for before, after in differing[:5]:
+            print(f"  was {before}\n  now {after}")
 
 
 if __name__ == "__main__":

@@ -88,20 +88,20 @@ def device_reasons(devices: Sequence[Device], work: Sequence[Sequence[int]], req
     mutex = options.gpu.mutex
     if selection is None:
         selection = options.selection(request.family)
-    type_allowed, uuid_allowed, mode_allowed = selection.type_allowed, selection.uuid_allowed, selection.mode_allowed
-    type_verdicts: dict[tuple[str, str], bool] = {}
+    type_allowed, uuid_allowed = selection.type_allowed, selection.uuid_allowed
+    modes = selection.modes
+    type_verdicts: dict[str, bool] = {}
     selects_uuids = selection.selects_uuids
     reasons: list[str] = []
     for device, (tasks, memory_mib, cores), booked_memory_mib in zip(devices, work, booked, strict=True):
-        kind = (device.type, device.mode)
-        type_ok = type_verdicts.get(kind)
+        type_ok = type_verdicts.get(device.type)
         if type_ok is None:
-            type_ok = type_verdicts[kind] = type_allowed(device.type) and mode_allowed(device.mode)
+            type_ok = type_verdicts[device.type] = type_allowed(device.type)
         if not device.healthy:
             reason = names.CARD_NOT_HEALTH
         elif device.uuid in cordoned:
             reason = names.CARD_CORDONED
-        elif not type_ok:
+        elif not type_ok or (modes is not None and not selection.mode_allowed(device.mode)):
             reason = names.CARD_TYPE_MISMATCH
         elif selects_uuids and not uuid_allowed(device.uuid):
             reason = names.CARD_UUID_MISMATCH
