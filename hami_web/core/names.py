@@ -6,7 +6,8 @@ what we read.
 
 from __future__ import annotations
 
-# Node annotations written by HAMi's device plugin (and the handshake we answer).
+# NVIDIA's node annotations written by HAMi's device plugin (and the handshake we answer). The other families'
+# keys live in their records (`core.families`); these are the NVIDIA family's.
 NODE_REGISTER = "hami.io/node-nvidia-register"
 NODE_PAIR_SCORES = "hami.io/node-nvidia-score"
 NODE_DEVICE_CORDON = "hami.io/device-cordon"

@@ -6,9 +6,10 @@ config; everything else is fixed by HAMi's NVIDIA device plugin, which reads wha
 
 from __future__ import annotations
 
+from hami_web.core import names
 from hami_web.core.families.family import AdmissionRules, Family, ResourceNames
 
-CW = "NVIDIA"
+CW = names.VENDOR
 KIND = "nvidia"
 DEFAULT_RESOURCES = ResourceNames()
 
@@ -19,18 +20,18 @@ def nvidia_family(*, resources: ResourceNames = DEFAULT_RESOURCES, memory_factor
     """The NVIDIA family with the given names and defaults (HAMi's chart values when left out)."""
     return Family(
         cw=CW, kind=KIND, label="NVIDIA GPU", resources=resources,
-        register_key="hami.io/node-nvidia-register",
-        handshake_key="hami.io/node-handshake",
-        to_allocate_key="hami.io/vgpu-devices-to-allocate",
-        allocated_key="hami.io/vgpu-devices-allocated",
+        register_key=names.NODE_REGISTER,
+        handshake_key=names.NODE_HANDSHAKE,
+        to_allocate_key=names.POD_DEVICES_TO_ALLOCATE,
+        allocated_key=names.POD_DEVICES_ALLOCATED,
         memory_factor=memory_factor,
         default_memory_mib=default_memory_mib,
         default_cores=default_cores,
-        use_type_key="nvidia.com/use-gputype",
-        nouse_type_key="nvidia.com/nouse-gputype",
-        use_uuid_key="nvidia.com/use-gpuuuid",
-        nouse_uuid_key="nvidia.com/nouse-gpuuuid",
-        numa_bind_key="nvidia.com/numa-bind",
+        use_type_key=names.POD_USE_GPU_TYPE,
+        nouse_type_key=names.POD_NOUSE_GPU_TYPE,
+        use_uuid_key=names.POD_USE_GPU_UUID,
+        nouse_uuid_key=names.POD_NOUSE_GPU_UUID,
+        numa_bind_key=names.POD_NUMA_BIND,
         mode_key="nvidia.com/vgpu-mode",
         cordon=True,
         topology=True,
