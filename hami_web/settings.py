@@ -490,10 +490,12 @@ def _fill_from_device_config(config: DeviceConfig, top: dict[str, Any], resource
                        ("priority", nvidia.priority)):
         if value is not None:
             resources.setdefault(key, value)
-    for key, value in (("default_mem_mib", nvidia.default_memory_mib), ("default_cores", nvidia.default_cores),
-                       ("default_gpu", nvidia.default_count), ("overwrite_env", nvidia.overwrite_env)):
-        if value is not None:
-            top.setdefault(key, value)
+    defaults: tuple[tuple[str, int | bool | None], ...] = (
+        ("default_mem_mib", nvidia.default_memory_mib), ("default_cores", nvidia.default_cores),
+        ("default_gpu", nvidia.default_count), ("overwrite_env", nvidia.overwrite_env))
+    for key, setting in defaults:
+        if setting is not None:
+            top.setdefault(key, setting)
 
 
 def _check_consistency(settings: Settings) -> None:

@@ -16,7 +16,8 @@ from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from operator import attrgetter
 
-from hami_web.core.fit import INVALID_REGISTER, PodFit, fit_pod, may_fit
+from hami_web.core.fit import INVALID_REGISTER as INVALID_REGISTER  # re-exported: the reasons' vocabulary
+from hami_web.core.fit import PodFit, fit_pod, may_fit
 from hami_web.core.grants import PodGrants
 from hami_web.core.options import SPREAD, PodOptions
 from hami_web.core.requests import PodRequest

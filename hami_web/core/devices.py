@@ -196,7 +196,8 @@ def _json_kind(value: object) -> str:
         return "a boolean"
     if isinstance(value, int | float):
         return f"the number {quote(value)}"
-    return {str: "a string", list: "a list", dict: "an object"}.get(type(value), type(value).__name__)
+    kinds: dict[type, str] = {str: "a string", list: "a list", dict: "an object"}
+    return kinds.get(type(value), type(value).__name__)
 
 
 def _load_json(text: str, *, pairs: bool = False) -> object:

@@ -109,7 +109,7 @@ def _constraints(annotations: Mapping[str, str], options: PodOptions) -> list[st
                 names.POD_NOUSE_GPU_UUID):
         if str(annotations.get(key, "")).strip():
             said.append(f"{key}: {annotations[key]}")
-    if options.numa_bind:
+    if options.selection(names.VENDOR).numa_bind:
         said.append(f"{names.POD_NUMA_BIND}: true (all GPUs of a container on one NUMA node)")
     return said
 
