@@ -1,0 +1,156 @@
+"""``--device-config-file``: HAMi's ``device-config.yaml`` read at start-up (SPEC §10).
+
+Covers: HAMi v2.10's chart payload (every vendor section, the MIG allow-list) accepted unchanged, its names and
+defaults flowing into the server's catalog; precedence (explicit flag > file > chart default); custom Hygon names
+and Iluvatar chips with ``--enable-iluvatar``; ``HAMI_DEVICE_CONFIG_FILE``; and every refusal naming the file and
+what is wrong: a missing file, YAML that does not parse (with its line), a document that is not a map, a key of
+the wrong type, a bad resource name, two families claiming one resource.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from hami_web.cli import build_parser
+from hami_web.settings import Settings, SettingsError, build_settings
+
+# HAMi v2.10.0's charts/hami/templates/scheduler/device-configmap.yaml, its default branch rendered with the chart's
+# values (abridged only in the vendors' lists hami-web ignores).
+HAMI_CHART_CONFIG = """\
+nvidia:
+  resourceCountName: nvidia.com/gpu
+  resourceMemoryName: nvidia.com/gpumem
+  resourceMemoryPercentageName: nvidia.com/gpumem-percentage
+  resourceCoreName: nvidia.com/gpucores
+  resourcePriorityName: nvidia.com/priority
+  overwriteEnv: "false"
+  defaultMemory: 0
+  defaultCores: 0
+  defaultGPUNum: 1
+  preConfiguredDeviceMemory: 0
+  memoryFactor: 1
+  deviceSplitCount: 10
+  deviceMemoryScaling: 1
+  deviceCoreScaling: 1
+  enableNumaTopology: false
+  gpuCorePolicy: default
+  libCudaLogLevel: 1
+  runtimeClassName: ""
+  migProfileAllowlist:
+  - models: [ "A30" ]
+    profiles: [ "1g.6gb", "2g.12gb", "4g.24gb" ]
+cambricon:
+  resourceCountName: cambricon.com/vmlu
+  resourceMemoryName: cambricon.com/mlu.smlu.vmemory
+  resourceCoreName: cambricon.com/mlu.smlu.vcore
+hygon:
+  resourceCountName: hygon.com/dcunum
+  resourceMemoryName: hygon.com/dcumem
+  resourceCoreName: hygon.com/dcucores
+  memoryFactor: 1
+metax:
+  resourceCountName: "metax-tech.com/gpu"
+  resourceVCountName: metax-tech.com/sgpu
+iluvatars:
+- chipName: MR-V100
+  commonWord: MR-V100
+  resourceCountName: iluvatar.ai/MR-V100-vgpu
+  resourceMemoryName: iluvatar.ai/MR-V100.vMem
+  resourceCoreName: iluvatar.ai/MR-V100.vCore
+- chipName: BI-V150
+  commonWord: BI-V150
+  resourceCountName: iluvatar.ai/BI-V150-vgpu
+  resourceMemoryName: iluvatar.ai/BI-V150.vMem
+  resourceCoreName: iluvatar.ai/BI-V150.vCore
+vnpus:
+  hamiVnpuCore: false
+  configs:
+  - chipName: 910A
+    commonWord: Ascend910A
+"""
+
+
+def _settings(*argv: str, environ: dict[str, str] | None = None) -> Settings:
+    return build_settings(build_parser().parse_args(["serve", *argv]), environ or {})
+
+
+def _file(tmp_path: Path, text: str) -> str:
+    path = tmp_path / "device-config.yaml"
+    path.write_text(text)
+    return str(path)
+
+
+def test_hami_chart_payload_is_accepted_unchanged(tmp_path: Path) -> None:
+    settings = _settings("--device-config-file", _file(tmp_path, HAMI_CHART_CONFIG), "--enable-iluvatar")
+    assert [family.cw for family in settings.devices] == ["BI-V150", "DCU", "MR-V100", "NVIDIA"]
+    assert settings.devices["NVIDIA"].resources.count == "nvidia.com/gpu"
+    assert settings.devices["DCU"].resources.memory == "hygon.com/dcumem"
+    assert settings.devices["MR-V100"].memory_factor == 256
+    assert not settings.overwrite_env  # the chart renders `overwriteEnv: "false"` as text
+
+
+def test_without_enable_iluvatar_the_iluvatars_section_is_read_but_not_enabled(tmp_path: Path) -> None:
+    settings = _settings("--device-config-file", _file(tmp_path, HAMI_CHART_CONFIG))
+    assert [family.cw for family in settings.devices] == ["DCU", "NVIDIA"]
+
+
+def test_file_values_fill_what_no_flag_gives_and_flags_win(tmp_path: Path) -> None:
+    path = _file(tmp_path, "nvidia:\n  resourceCountName: example.com/vgpu\n  defaultCores: 30\n"
+                           "  defaultMemory: 2000\n  memoryFactor: 4\nhygon:\n  resourceCountName: example.com/dcu\n"
+                           "  memoryFactor: 2\n")
+    settings = _settings("--device-config-file", path, "--default-cores", "10")
+    assert settings.resources.count == "example.com/vgpu"
+    assert settings.default_cores == 10  # the flag
+    assert settings.default_mem_mib == 2000  # the file
+    assert settings.devices["NVIDIA"].memory_factor == 4
+    assert settings.devices["DCU"].resources.count == "example.com/dcu"
+    assert settings.devices["DCU"].resources.memory == "hygon.com/dcumem"  # the chart default for what is left out
+    assert settings.devices["DCU"].memory_factor == 2
+
+
+def test_custom_iluvatar_chips_become_families(tmp_path: Path) -> None:
+    path = _file(tmp_path, "iluvatars:\n- chipName: BI-V200\n  commonWord: BI-V200\n")
+    family = _settings("--device-config-file", path, "--enable-iluvatar").devices["BI-V200"]
+    assert family.resources.count == "iluvatar.ai/BI-V200-vgpu"
+    assert family.register_key == "hami.io/node-BI-V200-register"
+    assert family.allocated_key == "hami.io/BI-V200-devices-allocated"
+
+
+def test_the_environment_variable_names_the_file_too(tmp_path: Path) -> None:
+    path = _file(tmp_path, "hygon:\n  resourceCoreName: example.com/dcu-cores\n")
+    settings = _settings(environ={"HAMI_DEVICE_CONFIG_FILE": path})
+    assert settings.devices["DCU"].resources.cores == "example.com/dcu-cores"
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    pytest.param("nvidia: [1, 2\n", "not valid YAML (line 2, column 1)", id="yaml-does-not-parse"),
+    pytest.param("- nvidia\n", "the document must be a map of device sections, got a list", id="not-a-map"),
+    pytest.param("nvidia: 3\n", "nvidia: expected a map, got an integer", id="section-not-a-map"),
+    pytest.param("nvidia:\n  defaultCores: lots\n", "nvidia.defaultCores: expected an integer, got a string",
+                 id="integer-is-text"),
+    pytest.param("nvidia:\n  defaultCores: 150\n", "nvidia.defaultCores: 150 is outside 0..100", id="cores-over-100"),
+    pytest.param("nvidia:\n  overwriteEnv: maybe\n", "nvidia.overwriteEnv: expected true or false",
+                 id="boolean-is-text"),
+    pytest.param("hygon:\n  resourceCountName: dcu\n", "hygon.resourceCountName: 'dcu' is not an extended resource",
+                 id="bad-resource-name"),
+    pytest.param("iluvatars: {chipName: x}\n", "iluvatars: expected a list, got a map", id="iluvatars-not-a-list"),
+    pytest.param("iluvatars:\n- chipName: x\n", "iluvatars[0].commonWord: None is not a common word",
+                 id="iluvatar-without-common-word"),
+    pytest.param("hygon:\n  resourceCountName: nvidia.com/gpu\n",
+                 "resource nvidia.com/gpu is used by both DCU and NVIDIA", id="two-families-one-resource"),
+])
+def test_a_bad_device_config_stops_start_up_naming_the_file_and_the_key(tmp_path: Path, text: str,
+                                                                       message: str) -> None:
+    path = _file(tmp_path, text)
+    with pytest.raises(SettingsError) as caught:
+        _settings("--device-config-file", path)
+    assert message in str(caught.value)
+    if "used by both" not in message:
+        assert f"--device-config-file: {path}" in str(caught.value)
+
+
+def test_a_missing_file_says_it_cannot_be_read(tmp_path: Path) -> None:
+    with pytest.raises(SettingsError, match="--device-config-file: .*missing.yaml: cannot read it: No such file"):
+        _settings("--device-config-file", str(tmp_path / "missing.yaml"))
