@@ -8,6 +8,7 @@ surfacing later as a confusing scheduling decision.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import ipaddress
 import os
 import re
@@ -25,6 +26,7 @@ from hami_web.core.families import (
     build_catalog,
     parse_device_config,
 )
+from hami_web.core.families.config import config_document
 from hami_web.core.families.nvidia import nvidia_family
 from hami_web.core.options import parse_gpu_policy
 
@@ -376,6 +378,9 @@ PUBLISHED_FLAGS = ("--scheduler-name", "--node-scheduler-policy", "--gpu-schedul
                    "--default-cores", "--default-gpu", "--node-label-selector", "--resource-name", "--resource-mem",
                    "--resource-mem-percentage", "--resource-cores", "--resource-priority", "--enable-iluvatar")
 
+# The data key under which the device config the server read is published (HAMi's YAML, only what was set).
+PUBLISHED_DEVICE_CONFIG = "device-config.yaml"
+
 # HAMi scheduler flags an operator may carry over, for features hami-web does not have: refused with a reason,
 # so a copied command line fails loudly instead of with argparse's bare "unrecognized arguments".
 UNSUPPORTED_HAMI_FLAGS: dict[str, str] = {
@@ -519,12 +524,17 @@ def _check_consistency(settings: Settings) -> None:
 
 
 def published_settings(settings: Settings) -> dict[str, str]:
-    """The `PUBLISHED_FLAGS` of ``settings`` as a ConfigMap's data: flag name without ``--`` → value text."""
+    """The `PUBLISHED_FLAGS` of ``settings`` as a ConfigMap's data: flag name without ``--`` → value text; and,
+    when a device config was given, what the server read of it under `PUBLISHED_DEVICE_CONFIG` (the tools cannot
+    read the server's file, and the families' names and units come from it)."""
     data = {}
     for option in _OPTIONS:
         if option.flag in PUBLISHED_FLAGS:
             holder: Any = settings.resources if option.target.startswith("resources.") else settings
             data[option.flag.removeprefix("--")] = str(getattr(holder, option.target.rsplit(".", 1)[-1]))
+    document = config_document(settings.device_config)
+    if document:
+        data[PUBLISHED_DEVICE_CONFIG] = yaml.safe_dump(document, sort_keys=True)
     return data
 
 
@@ -536,6 +546,13 @@ def settings_from_published(data: Mapping[str, str], *, where: str) -> Settings:
     """
     environ = {_env_name(f"--{key}"): str(value) for key, value in data.items() if f"--{key}" in PUBLISHED_FLAGS}
     try:
-        return build_settings(None, environ=environ)
+        settings = build_settings(None, environ=environ)
+        text = data.get(PUBLISHED_DEVICE_CONFIG)
+        if text:
+            config = parse_device_config(yaml.safe_load(str(text)))
+            settings = dataclasses.replace(settings, device_config=config)
     except SettingsError as error:
         raise SettingsError(f"{where}: {error}") from None
+    except (yaml.YAMLError, DeviceConfigError) as error:
+        raise SettingsError(f"{where}: {PUBLISHED_DEVICE_CONFIG}: {error}") from None
+    return settings

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from hami_web.cli import build_parser
-from hami_web.settings import Settings, SettingsError, build_settings
+from hami_web.settings import Settings, SettingsError, build_settings, published_settings, settings_from_published
 
 # HAMi v2.10.0's charts/hami/templates/scheduler/device-configmap.yaml, its default branch rendered with the chart's
 # values (abridged only in the vendors' lists hami-web ignores).
@@ -152,5 +152,20 @@ def test_a_bad_device_config_stops_start_up_naming_the_file_and_the_key(tmp_path
 
 
 def test_a_missing_file_says_it_cannot_be_read(tmp_path: Path) -> None:
-    with pytest.raises(SettingsError, match="--device-config-file: .*missing.yaml: cannot read it: No such file"):
+    with pytest.raises(SettingsError, match=r"--device-config-file: .*missing\.yaml: cannot read it: No such file"):
         _settings("--device-config-file", str(tmp_path / "missing.yaml"))
+
+
+def test_the_device_config_read_is_published_for_the_tools_and_read_back(tmp_path: Path) -> None:
+    settings = _settings("--device-config-file", _file(tmp_path, HAMI_CHART_CONFIG), "--enable-iluvatar")
+    published = published_settings(settings)
+    assert "device-config.yaml" in published
+    back = settings_from_published(published, where="ConfigMap x/y")
+    assert [family.cw for family in back.devices] == [family.cw for family in settings.devices]
+    assert back.devices == settings.devices
+    assert published_settings(back) == published
+
+
+def test_a_published_device_config_that_does_not_parse_names_the_configmap_and_key() -> None:
+    with pytest.raises(SettingsError, match=r"^ConfigMap x/y: device-config.yaml: hygon: expected a map"):
+        settings_from_published({"device-config.yaml": "hygon: 3\n"}, where="ConfigMap x/y")

@@ -167,3 +167,29 @@ def parse_device_config(document: object) -> DeviceConfig:
         ),
         iluvatars=_iluvatars(document),
     )
+
+
+def config_document(config: DeviceConfig) -> dict[str, object]:
+    """``config`` as HAMi's YAML document (only what is set): what the server publishes for the operator tools,
+    which read it back with `parse_device_config`."""
+    nvidia = {key: value for key, value in (
+        ("resourceCountName", config.nvidia.count), ("resourceMemoryName", config.nvidia.memory),
+        ("resourceMemoryPercentageName", config.nvidia.memory_percentage),
+        ("resourceCoreName", config.nvidia.cores), ("resourcePriorityName", config.nvidia.priority),
+        ("overwriteEnv", config.nvidia.overwrite_env), ("defaultMemory", config.nvidia.default_memory_mib),
+        ("defaultCores", config.nvidia.default_cores), ("defaultGPUNum", config.nvidia.default_count),
+        ("memoryFactor", config.nvidia.memory_factor)) if value is not None}
+    hygon = {key: value for key, value in (
+        ("resourceCountName", config.hygon.count), ("resourceMemoryName", config.hygon.memory),
+        ("resourceCoreName", config.hygon.cores), ("memoryFactor", config.hygon.memory_factor)) if value is not None}
+    document: dict[str, object] = {}
+    if nvidia:
+        document["nvidia"] = nvidia
+    if hygon:
+        document["hygon"] = hygon
+    if config.iluvatars is not None:
+        document["iluvatars"] = [{"chipName": chip.chip_name, "commonWord": chip.common_word,
+                                  "resourceCountName": chip.resources.count,
+                                  "resourceMemoryName": chip.resources.memory,
+                                  "resourceCoreName": chip.resources.cores} for chip in config.iluvatars]
+    return document
