@@ -3,7 +3,8 @@
 Covers: every manifest validates against the official client's models (kinds, required fields, no unknown
 fields); the kustomization lists every file; names, ports, paths, namespace, Secret and scheduler name agree
 across files and with the code (Service → container port, webhook → Service and ``/webhook``, the
-KubeSchedulerConfiguration → the extender routes, the ``--scheduler-name`` default and the resource names,
+KubeSchedulerConfiguration → the extender routes, the ``--scheduler-name`` default and the resource names of
+every device family (Iluvatar included, as with ``--enable-iluvatar``),
 the Secret the Job writes → the Secret the pod mounts → the files ``serve`` reads); RBAC subjects, roles and
 resource names point at objects that exist; containers are non-root, read-only, capability-free and sized;
 the webhook's selectors, versions and failure policy; the Dockerfile's user, entrypoint and port. Listeners:
@@ -11,7 +12,8 @@ the Service exposes only the webhook port; kube-scheduler calls the loopback ext
 port is declared and annotated for scraping. Identities: hami-web and kube-scheduler each have their own
 ServiceAccount (the pod's token reaches only the hami-web container; kube-scheduler uses its own token
 through a kubeconfig), and the server's role has only the verbs it uses. HAMi v2.10 conventions: the webhook's
-``matchConditions`` (nvidia.com/* in any container or init container, limits or requests),
+``matchConditions`` (a resource of a device family's domain — nvidia.com/*, hygon.com/*, iluvatar.ai/* — in any
+container or init container, limits or requests),
 ``system-cluster-critical`` for the scheduler pod, and the optional ``components/monitoring`` (ServiceMonitor on
 the metrics listener, a Grafana dashboard that queries only series we serve, an overlay that builds with
 ``kubectl kustomize``).
@@ -31,6 +33,7 @@ import yaml
 from kubernetes import client
 
 from hami_web import __version__
+from hami_web.core.families import build_catalog
 from hami_web.server.app import create_app
 from hami_web.server.listeners import ROUTES_BY_AUDIENCE
 from hami_web.settings import ResourceNames, Settings, split_host_port
@@ -246,10 +249,21 @@ def test_extender_points_at_the_loopback_extender_listener_in_the_same_pod() -> 
     assert "POST" in routes["/filter"] and "POST" in routes["/bind"]
 
 
-def test_extender_manages_every_vgpu_resource_name() -> None:
-    names = ResourceNames()
+# Every family hami-web can schedule, Iluvatar's chips included: the shipped configuration must serve a server
+# started with --enable-iluvatar (the entries are inert without it: the webhook routes no such pod to us).
+ALL_FAMILIES = build_catalog(enable_iluvatar=True)
+
+
+def test_extender_manages_every_device_resource_name_of_every_family() -> None:
+    entries = [entry["name"] for entry in EXTENDER["managedResources"]]
+    assert len(entries) == len(set(entries)), "a resource is listed twice"
     managed = {entry["name"]: entry["ignoredByScheduler"] for entry in EXTENDER["managedResources"]}
-    assert managed == dict.fromkeys((*names.managed(), names.priority), True)
+    assert managed == dict.fromkeys(ALL_FAMILIES.managed_resources(), True)
+    names = ResourceNames()
+    assert {*names.managed(), names.priority} <= managed.keys()  # NVIDIA as the flags name it by default
+    assert set(Settings().devices.managed_resources()) <= managed.keys()  # the default server's families
+    assert {"hygon.com/dcunum", "hygon.com/dcumem", "hygon.com/dcucores", "iluvatar.ai/MR-V100-vgpu",
+            "iluvatar.ai/MR-V100.vMem", "iluvatar.ai/BI-V100.vCore"} <= managed.keys()
 
 
 def test_scheduler_reads_its_config_and_the_ca_it_verifies_the_extender_with() -> None:
@@ -431,7 +445,7 @@ def test_dockerfile_runs_hami_web_serve_as_a_non_root_user() -> None:
 # -- HAMi v2.10 deployment conventions ----------------------------------------------------------------------------
 
 
-def test_webhook_only_receives_pods_asking_for_nvidia_resources() -> None:
+def test_webhook_only_receives_pods_asking_for_device_resources() -> None:
     # The expression itself is run by a real kube-apiserver in tests/test_webhook_match_conditions.py.
     webhook = _one("MutatingWebhookConfiguration", "hami-web")["webhooks"][0]
     (condition,) = webhook["matchConditions"]
@@ -440,10 +454,14 @@ def test_webhook_only_receives_pods_asking_for_nvidia_resources() -> None:
                  "object.spec.initContainers.exists(c,", "c.resources.limits.exists(r,",
                  "c.resources.requests.exists(r,"):
         assert part in expression
-    prefixes = set(re.findall(r"startsWith\('([^']+)'\)", expression))
-    assert prefixes == {"nvidia.com/"}
-    names = ResourceNames()
-    assert all(name.startswith("nvidia.com/") for name in (*names.managed(), names.priority))
+    # One prefix list, the same in all four places (containers and init containers, limits and requests) ...
+    lists = re.findall(r"\[([^\]]*)\]\.exists\(p, r\.startsWith\(p\)\)", expression)
+    assert len(lists) == 4 and len(set(lists)) == 1, lists
+    prefixes = re.findall(r"'([^']+)'", lists[0])
+    assert "startsWith" not in re.sub(r"\.exists\(p, r\.startsWith\(p\)\)", "", expression)
+    # ... holding exactly the domains of every family's resources (Iluvatar's too: --enable-iluvatar needs them).
+    domains = {name.split("/", 1)[0] + "/" for name in ALL_FAMILIES.managed_resources()}
+    assert sorted(prefixes) == sorted(domains) == ["hygon.com/", "iluvatar.ai/", "nvidia.com/"]
 
 
 def test_scheduler_pod_is_system_cluster_critical() -> None:

@@ -1,9 +1,10 @@
 """The webhook's ``matchConditions`` (``k8s/webhook.yaml``) checked by a real kube-apiserver and etcd.
 
 Covers: kube-apiserver accepts the MutatingWebhookConfiguration as written (its CEL compiles and type-checks
-against the Pod schema); pod CREATEs reach the webhook exactly when a container or init container has an
-``nvidia.com/*`` resource in its limits or requests — seen by pointing the webhook at a closed port with
-``failurePolicy: Fail``: a call is a refusal ("failed calling webhook"), no call is a created pod.
+against the Pod schema); pod CREATEs reach the webhook exactly when a container or init container has a resource
+of a device family's domain (``nvidia.com/*``, ``hygon.com/*``, ``iluvatar.ai/*``) in its limits or requests — seen
+by pointing the webhook at a closed port with ``failurePolicy: Fail``: a call is a refusal ("failed calling
+webhook"), no call is a created pod.
 
 Needs ``kube-apiserver`` (``$KUBEBUILDER_ASSETS`` or ``/work/shared/kube/bin``) and ``etcd`` (``$KUBEBUILDER_ASSETS``
 or ``/usr/bin/etcd``); skipped with the reason when they are missing.
@@ -191,8 +192,19 @@ GPU = {"nvidia.com/gpu": "1"}
                  id="init-container"),
     pytest.param(_pod("other-vendor", containers=[_container(limits={"amd.com/gpu": "1"})]), False,
                  id="other-vendor"),
+    pytest.param(_pod("dcu-limits", containers=[_container(limits={"hygon.com/dcunum": "1"})]), True,
+                 id="hygon-dcu-in-limits"),
+    pytest.param(_pod("dcumem-requests", containers=[_container(requests_={"hygon.com/dcumem": "4000"})]), True,
+                 id="hygon-dcumem-in-requests"),
+    pytest.param(_pod("iluvatar-limits", containers=[_container(limits={"iluvatar.ai/MR-V100-vgpu": "1"})]), True,
+                 id="iluvatar-in-limits"),
+    pytest.param(_pod("iluvatar-init", containers=[_container()],
+                      init=[_container("fetch", requests_={"iluvatar.ai/BI-V150.vMem": "8"})]), True,
+                 id="iluvatar-in-init-requests"),
+    pytest.param(_pod("lookalike", containers=[_container(limits={"example.com/nvidia.com-gpu": "1"})]), False,
+                 id="prefix-not-domain"),
 ])
-def test_only_pods_asking_for_nvidia_resources_reach_the_webhook(
+def test_only_pods_asking_for_device_resources_reach_the_webhook(
         apiserver: tuple[requests.Session, str], webhook: str, pod: dict[str, Any], reaches_webhook: bool) -> None:
     session, url = apiserver
     answer = session.post(f"{url}/api/v1/namespaces/{webhook}/pods", json=pod, timeout=15)

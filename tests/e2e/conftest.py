@@ -16,6 +16,7 @@ import pytest
 from .controlplane import SKIP_REASON, ControlPlane, find_assets
 
 _names = itertools.count(1)
+HAMI_WEB_ARGUMENTS = ("--enable-iluvatar",)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -29,7 +30,9 @@ def control_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlP
     assets = find_assets()
     if assets is None:
         pytest.skip(SKIP_REASON)
-    plane = ControlPlane(tmp_path_factory.mktemp("control-plane"), assets).start()
+    # --enable-iluvatar: every family hami-web can schedule is on, as the shipped manifests allow for.
+    plane = ControlPlane(tmp_path_factory.mktemp("control-plane"), assets,
+                         hami_web_arguments=HAMI_WEB_ARGUMENTS).start()
     try:
         yield plane
     finally:

@@ -264,8 +264,9 @@ class DevicePluginStandIn:
     For each pod with ``hami.io/bind-phase=allocating`` and ``spec.nodeName`` set: ``allocate_delay_seconds`` after
     it is seen bound (what kubelet's admission and the plugin's Allocate take on a real node: hundreds of
     milliseconds to seconds), mark it ``bind-phase=success`` and release the node lock if the lock names that pod.
-    Allocations run concurrently, as every node's plugin works on its own. It also answers the node handshake
-    (``Requesting_…`` → ``Reported_…``), as the plugin does on every registration round.
+    Allocations run concurrently, as every node's plugin works on its own. It also answers the node handshake of
+    every family (``hami.io/node-handshake``, ``hami.io/node-handshake-dcu``, ``…-<Iluvatar chip>``:
+    ``Requesting_…`` → ``Reported_…``), as each family's plugin does on every registration round.
     """
 
     def __init__(self, api_client: kubernetes.client.ApiClient, *, allocate_delay_seconds: float = 0.0,
@@ -385,11 +386,17 @@ class DevicePluginStandIn:
     def _answer_handshakes(self) -> None:
         self._stop.wait(1.0)
         for node in self._core.list_node().items:
-            handshake = (node.metadata.annotations or {}).get(names.NODE_HANDSHAKE, "")
-            if handshake.startswith("Requesting_"):
+            requested = [key for key, value in (node.metadata.annotations or {}).items()
+                         if is_handshake_key(key) and value.startswith("Requesting_")]
+            if requested:
                 stamp = datetime.now(UTC).strftime("%Y-%m-%d %H:%M:%S")
-                self._core.patch_node(node.metadata.name,
-                                      {"metadata": {"annotations": {names.NODE_HANDSHAKE: f"Reported {stamp}"}}})
+                self._core.patch_node(node.metadata.name, {"metadata": {"annotations": dict.fromkeys(
+                    requested, f"Reported {stamp}")}})
+
+
+def is_handshake_key(key: str) -> bool:
+    """A family's handshake annotation: NVIDIA's ``hami.io/node-handshake`` or ``hami.io/node-handshake-<CW>``."""
+    return key == names.NODE_HANDSHAKE or key.startswith(names.NODE_HANDSHAKE + "-")
 
 
 # -- the control plane -----------------------------------------------------------------------------------------
@@ -658,10 +665,17 @@ class ControlPlane:
         stamp = datetime.now(UTC).strftime("%Y-%m-%d %H:%M:%S")
         node_annotations = {names.NODE_REGISTER: encode_register_json(list(devices)),
                             names.NODE_HANDSHAKE: f"Reported {stamp}", **(annotations or {})}
-        capacity = {"cpu": "64", "memory": "256Gi", "pods": "110", "nvidia.com/gpu": str(len(devices) * 10)}
+        self.create_node(name, annotations=node_annotations, devices={"nvidia.com/gpu": str(len(devices) * 10)},
+                         labels=labels)
+
+    def create_node(self, name: str, *, annotations: dict[str, str], devices: dict[str, str],
+                    labels: dict[str, str] | None = None) -> None:
+        """A Ready Node with ``annotations`` and, besides cpu, memory and pods, the device ``devices`` in its capacity
+        and allocatable (what a family's device plugin advertises through kubelet)."""
+        capacity = {"cpu": "64", "memory": "256Gi", "pods": "110", **devices}
         self.core.create_node({"metadata": {"name": name, "labels": {"kubernetes.io/hostname": name,
                                                                        **(labels or {})},
-                                            "annotations": node_annotations},
+                                            "annotations": dict(annotations)},
                                "status": {"capacity": capacity, "allocatable": capacity,
                                           "conditions": [{"type": "Ready", "status": "True",
                                                           "reason": "KubeletReady", "message": "e2e"}]}})
