@@ -184,11 +184,26 @@ def _decode_register_text(text: str, family: str) -> tuple[Device, ...]:
     return tuple(devices)
 
 
-def _json_int(value: object, key: str, where: str, maximum: int | None = None) -> int:
+class _MinusZero(int):
+    """The JSON literal ``-0``: 0 for Go's signed integers, an error for its unsigned ones (``strconv.ParseUint``)."""
+
+
+def _go_int(literal: str) -> int:
+    return _MinusZero(0) if literal == "-0" else int(literal)
+
+
+def _refuse_constant(literal: str) -> object:
+    # Python's json module reads NaN and Infinity; they are not JSON, and Go's decoder refuses them.
+    raise ValueError(f"{literal} is not a JSON value")
+
+
+def _json_int(value: object, key: str, where: str, maximum: int | None = None, *, unsigned: bool = False) -> int:
     """A Go integer field: only a JSON integer literal (Go refuses ``4.0``, ``1e3`` and ``"4"``), in range."""
     if isinstance(value, bool) or not isinstance(value, int):
         raise AnnotationError(f"{where}: field {quote(key)} is {_json_kind(value)}, not an integer")
-    return _in_range(value, key, where, _FIELD_MAXIMUM[key] if maximum is None else maximum)
+    if unsigned and isinstance(value, _MinusZero):
+        raise AnnotationError(f"{where}: field {quote(key)} is -0, not an unsigned integer")
+    return _in_range(int(value), key, where, _FIELD_MAXIMUM[key] if maximum is None else maximum)
 
 
 def _json_kind(value: object) -> str:
@@ -196,35 +211,43 @@ def _json_kind(value: object) -> str:
         return "a boolean"
     if isinstance(value, int | float):
         return f"the number {quote(value)}"
-    kinds: dict[type, str] = {str: "a string", list: "a list", dict: "an object"}
-    return kinds.get(type(value), type(value).__name__)
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, list):
+        return "a list"
+    if isinstance(value, dict):
+        return "an object"
+    return type(value).__name__
 
 
 def _load_json(text: str, *, pairs: bool = False) -> object:
     try:
         if pairs:
-            return json.loads(text, object_pairs_hook=_GoObject)
-        return json.loads(text)
+            return json.loads(text, object_pairs_hook=_GoObject, parse_int=_go_int, parse_constant=_refuse_constant)
+        return json.loads(text, parse_constant=_refuse_constant)
     except json.JSONDecodeError as error:
         raise AnnotationError(f"character {error.pos}: invalid JSON: {error.msg}") from None
     except (ValueError, RecursionError) as error:
-        # Nesting deeper than the recursion limit, or an integer longer than Python converts: not a crash.
+        # Nesting deeper than the recursion limit, an integer longer than Python converts, NaN: not a crash.
         raise AnnotationError(f"invalid JSON: {str(error)[:80]}") from None
 
 
 class _GoObject(dict[str, object]):
-    """A JSON object as Go's ``encoding/json`` fills a struct from it: keys folded to lower case (Go matches field
-    names case-insensitively), the last of duplicate keys winning, and ``null`` leaving a field as it was."""
+    """A JSON object as Go's ``encoding/json`` fills a struct from it: keys folded (Go matches field names
+    case-insensitively, with Unicode folding: ``ſ`` matches ``s``), the last of duplicate keys winning, and
+    ``null`` leaving a field as it was."""
 
     def __init__(self, pairs: list[tuple[str, object]]) -> None:
         super().__init__()
         for key, value in pairs:
             if value is not None:
-                self[key.lower()] = value
+                self[key.casefold()] = value
 
 
 # DeviceInfo's JSON keys (lower case) and how each decodes; other keys are ignored, as Go does.
 _STRING_FIELDS = ("id", "type", "mode", "devicevendor")
+_INT32_MAXIMUM = (1 << 31) - 1
+_UINT32_MAXIMUM = (1 << 32) - 1
 
 
 def _json_string(entry: Mapping[str, object], key: str, where: str) -> str:
@@ -232,6 +255,47 @@ def _json_string(entry: Mapping[str, object], key: str, where: str) -> str:
     if not isinstance(value, str):
         raise AnnotationError(f"{where}: field {quote(key)} is {_json_kind(value)}, not a string")
     return value
+
+
+def _mig_profiles(value: object, where: str) -> int:
+    """How many profiles ``migProfiles`` offers, checked as Go decodes ``[]MigProfile`` (name string, memoryMB and
+    core int32, sliceCount uint32, placements ``[{start, size}]`` uint32): a wrong type fails the annotation."""
+    if not isinstance(value, list):
+        raise AnnotationError(f"{where}: field 'migProfiles' is {_json_kind(value)}, not a list")
+    for position, profile in enumerate(value):
+        here = f"{where} migProfiles[{position}]"
+        if profile is None:
+            continue
+        if not isinstance(profile, dict):
+            raise AnnotationError(f"{here}: expected an object, got {_json_kind(profile)}")
+        _json_string(profile, "name", here)
+        for key, unsigned, maximum in (("memorymb", False, _INT32_MAXIMUM), ("core", False, _INT32_MAXIMUM),
+                                       ("slicecount", True, _UINT32_MAXIMUM)):
+            if key in profile:
+                _go_number(profile[key], key, here, unsigned=unsigned, maximum=maximum)
+        placements = profile.get("placements", [])
+        if not isinstance(placements, list):
+            raise AnnotationError(f"{here}: field 'placements' is {_json_kind(placements)}, not a list")
+        for index, placement in enumerate(placements):
+            if placement is None:
+                continue
+            if not isinstance(placement, dict):
+                raise AnnotationError(f"{here} placements[{index}]: expected an object, got {_json_kind(placement)}")
+            for key in ("start", "size"):
+                if key in placement:
+                    _go_number(placement[key], key, f"{here} placements[{index}]", unsigned=True,
+                               maximum=_UINT32_MAXIMUM)
+    return len(value)
+
+
+def _go_number(value: object, key: str, where: str, *, unsigned: bool, maximum: int) -> int:
+    """A Go integer of another struct than DeviceInfo: a JSON integer literal within the Go type's range."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise AnnotationError(f"{where}: field {quote(key)} is {_json_kind(value)}, not an integer")
+    minimum = 0 if unsigned else -maximum - 1
+    if (unsigned and isinstance(value, _MinusZero)) or not minimum <= value <= maximum:
+        raise AnnotationError(f"{where}: field {quote(key)} {quote(int(value))} is outside {minimum}..{maximum}")
+    return int(value)
 
 
 def _decode_register_json(text: str, family: str) -> tuple[Device, ...]:
@@ -249,15 +313,13 @@ def _decode_register_json(text: str, family: str) -> tuple[Device, ...]:
         health = entry.get("health", False)
         if not isinstance(health, bool):
             raise AnnotationError(f"{where}: field 'health' is {_json_kind(health)}, not a boolean")
-        profiles = entry.get("migprofiles", [])
-        if not isinstance(profiles, list):
-            raise AnnotationError(f"{where}: field 'migProfiles' is {_json_kind(profiles)}, not a list")
+        profiles = _mig_profiles(entry.get("migprofiles", []), where)
         custom = entry.get("custominfo", {})
         if not isinstance(custom, dict):
             raise AnnotationError(f"{where}: field 'custominfo' is {_json_kind(custom)}, not an object")
         devices.append(Device(
             uuid=strings["id"].strip(),
-            index=_json_int(entry.get("index", 0), "index", where),
+            index=_json_int(entry.get("index", 0), "index", where, unsigned=True),
             count=_json_int(entry.get("count", 0), "count", where),
             memory_mib=_json_int(entry.get("devmem", 0), "devmem", where),
             cores=_json_int(entry.get("devcore", 0), "devcore", where),

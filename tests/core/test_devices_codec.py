@@ -139,7 +139,7 @@ FIELDS = "expected 7 or 9 comma-separated fields"
                  "device 0: field 'numa' is a list, not an integer", id="json-list-numa"),
     pytest.param('[{"id":"a","count":"x","devmem":1,"devcore":1}]',
                  "device 0: field 'count' is a string, not an integer", id="json-non-numeric-string"),
-    pytest.param('[{"id":"a","count":NaN,"devmem":1,"devcore":1}]', "device 0: field 'count' is the number nan",
+    pytest.param('[{"id":"a","count":NaN,"devmem":1,"devcore":1}]', "invalid JSON: NaN is not a JSON value",
                  id="json-nan"),
     pytest.param('[{"id":"a","count":1,"devmem":1,"devcore":1,"health":2}]',
                  "device 0: field 'health' is the number 2, not a boolean", id="json-numeric-health"),

@@ -209,11 +209,6 @@ def test_a_resource_name_of_two_families_is_refused(config: DeviceConfig, messag
         build_catalog(config=config, enable_iluvatar=True)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "BUG: an iluvatars entry repeating a common word (or naming DCU / NVIDIA) makes DeviceCatalog raise a bare "
-    "ValueError ('device family ... is registered twice'), not DeviceConfigError; Settings only converts "
-    "DeviceConfigError, so `hami-web` with such a --device-config-file and --enable-iluvatar dies with a "
-    "traceback instead of exit 2 and a message naming the key"))
 @pytest.mark.parametrize("words", [
     pytest.param(("MR-V100", "MR-V100"), id="chip-twice"),
     pytest.param(("DCU",), id="chip-named-DCU"),

@@ -11,7 +11,8 @@ non-string ``id``/``type``/``mode``, a non-object ``custominfo``, a non-list ``m
 for ``health``, and HAMi's malformed strings (``Test_DecodeNodeDevices``). For the DCU and Iluvatar families:
 HAMi's own vectors, and ``Device.family`` set from the ``family`` argument in both forms.
 
-Known divergences from Go are pinned as strict xfails (see each reason).
+The corners where Python's json module differs from Go's (NaN, ``-0``, Unicode key folding, the element types
+of ``migProfiles``) are tested as Go decides them.
 """
 
 from __future__ import annotations
@@ -253,12 +254,8 @@ def test_json_that_is_not_a_list_of_device_objects_fails(text: str, message: str
         decode_register(text)
 
 
-# --- JSON: known divergences from Go ---------------------------------------------------------------------------
+# --- JSON: the corners where Python's json module differs from Go's ---------------------------------------------------
 
-@pytest.mark.xfail(strict=True, reason=(
-    "BUG: migProfiles is only checked to be a list; Go decodes each element into MigProfile "
-    "(name string, memoryMB/core int32, sliceCount uint32, placements []MigPlacement) and a wrong type fails "
-    "the whole annotation (SPEC §10: 'JSON inventories (and migProfiles) decode as Go's encoding/json')"))
 @pytest.mark.parametrize("profiles", [
     pytest.param([1], id="number-element"),
     pytest.param(["1g.5gb"], id="string-element"),
@@ -273,19 +270,12 @@ def test_mig_profiles_of_the_wrong_shape_fail_the_annotation(profiles: object) -
         decode_register(register(entry(*without("mode"), ("mode", "mig"), ("migProfiles", profiles))))
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "BUG: Python's json.loads accepts NaN, Infinity and -Infinity, which are not JSON; Go's encoding/json "
-    "refuses the annotation with a syntax error, so the node must be InvalidRegisterAnnotation, not usable"))
 @pytest.mark.parametrize("literal", ["NaN", "Infinity", "-Infinity"])
 def test_non_json_number_literals_fail_the_annotation(literal: str) -> None:
     with pytest.raises(AnnotationError):
         decode_register('[{"id":"GPU-a","count":10,"health":true,"custominfo":{"x":' + literal + '}}]')
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "BUG (message): an object where a list or string is expected is described by the internal class name "
-    "('is _GoObject, not a list') instead of 'an object'; _json_kind looks up type(value) exactly and misses "
-    "the dict subclass _GoObject"))
 @pytest.mark.parametrize(("extra", "message"), [
     pytest.param(("migProfiles", {}), "field 'migProfiles' is an object, not a list", id="migProfiles"),
     pytest.param(("type", {"model": "T4"}), "field 'type' is an object, not a string", id="type"),
@@ -296,18 +286,11 @@ def test_an_object_of_the_wrong_place_is_called_an_object(extra: tuple[str, obje
     assert message in str(raised.value)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "BUG (low severity): Go matches keys with Unicode simple folding (encoding/json foldName), so 'ſ' (U+017F) "
-    "matches 's' and 'migProfileſ' fills MIGProfiles; str.lower() leaves 'ſ' alone and the key is ignored, so "
-    "the GPU is taken for a legacy geometry MIG GPU (CardMigLegacyGeometry instead of CardMigModeUnsupported)"))
 def test_keys_fold_as_go_folds_them_beyond_ascii() -> None:
     text = register(entry(*without("mode"), ("mode", "mig"), ("migProfile\u017f", [{"name": "1g.5gb"}])))
     assert only(text).mig_profiles
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "BUG (low severity): DeviceInfo.Index is a Go uint, decoded with strconv.ParseUint, which refuses the "
-    "literal -0; Python reads it as 0 and accepts the annotation"))
 def test_minus_zero_for_the_unsigned_index_fails_as_in_go() -> None:
     with pytest.raises(AnnotationError):
         decode_register('[{"id":"GPU-a","index":-0,"count":10,"health":true}]')

@@ -12,17 +12,16 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from hami_web.core.families.family import ResourceNames
+from hami_web.core.families.family import DeviceConfigError, ResourceNames
+
+__all__ = ["DeviceConfig", "DeviceConfigError", "HygonConfig", "NvidiaConfig", "config_document",
+           "parse_device_config"]
 from hami_web.core.families.iluvatar import IluvatarChip, default_chip
 
 _RESOURCE_NAME = re.compile(r"[A-Za-z0-9.\-]+/[A-Za-z0-9.\-_]+")
 _COMMON_WORD = re.compile(r"[A-Za-z0-9][A-Za-z0-9.\-_]{0,62}")
 # Memory factors beyond this turn any request into more memory than a device has.
 MAX_MEMORY_FACTOR = 1 << 16
-
-
-class DeviceConfigError(ValueError):
-    """The device config cannot be used; the message names the key and what is wrong."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,6 +12,11 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 
+
+class DeviceConfigError(ValueError):
+    """The device families cannot be built as configured; the message names the key and what is wrong."""
+
+
 # HAMi's node lock, shared by every family that does not bring its own.
 NODE_LOCK = "hami.io/mutex.lock"
 
@@ -110,7 +115,8 @@ class DeviceCatalog:
         seen: dict[str, Family] = {}
         for family in ordered:
             if family.cw in seen:
-                raise ValueError(f"device family {family.cw!r} is registered twice")
+                raise DeviceConfigError(f"common word {family.cw} names two device families (each chip of "
+                                        f"iluvatars needs a commonWord of its own, other than NVIDIA and DCU)")
             seen[family.cw] = family
         object.__setattr__(self, "families", ordered)
         object.__setattr__(self, "_by_cw", seen)
