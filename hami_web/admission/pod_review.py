@@ -189,12 +189,10 @@ def _read_quantities(container: dict[str, Any], name: str, family: Family) -> di
                 raise QuantityError(f"container {name}: {resource}: {quote(raw)} is over 100 (100 = one whole GPU)")
             values.setdefault(resource, value)
     cores = values.get(names.cores) if names.cores else None
-    if cores is not None and cores > MAX_CORES:
-        # Iluvatar: the webhook itself writes 100 × count for a multi-device container (whole cards).
-        count = values.get(names.count) or 1
-        if cores > MAX_CORES * count:
-            raise QuantityError(f"container {name}: {names.cores}: {cores} is over 100 per device "
-                                f"({count} × 100 = {MAX_CORES * count})")
+    if cores is not None and cores > MAX_CORES and (values.get(names.count) or 1) <= 1:
+        # Iluvatar: a multi-device container's cores are rewritten to 100 × count (whole cards), whatever they
+        # were, as HAMi does; a single device cannot give more than itself.
+        raise QuantityError(f"container {name}: {names.cores}: {cores} is over 100 (100 = one whole device)")
     return values
 
 

@@ -152,9 +152,13 @@ def _decode_register_text(text: str, family: str) -> tuple[Device, ...]:
         raise AnnotationError(f"character {len(text)}: device entry does not end with ':'")
     devices: list[Device] = []
     offset = 0
-    for position, entry in enumerate(body[:-1].split(":")):
-        where = f"device {position} (character {offset})"
+    position = -1
+    for entry in body[:-1].split(":"):
+        where = f"device {position + 1} (character {offset})"
         offset += len(entry) + 1
+        if not entry.strip():
+            continue  # HAMi's decoder skips empty segments (``…:`` twice)
+        position += 1
         parts = entry.split(",")
         if len(parts) not in (_TEXT_FIELDS_SHORT, _TEXT_FIELDS_LONG):
             raise AnnotationError(

@@ -405,7 +405,7 @@ def test_other_families_decode_with_their_family_set(text: str, family: str, exp
 
 @pytest.mark.parametrize(("text", "family", "message"), [
     # Hygon Test_GetNodeDevices "no dcu device", "node annotations not decode successfully", "length less than 7".
-    pytest.param(":", "DCU", "got 1", id="hami-hygon-no-dcu-device"),
+    pytest.param(":", "DCU", "lists no devices", id="hami-hygon-no-dcu-device"),
     pytest.param("", "DCU", "empty", id="hami-hygon-empty"),
     pytest.param("test-0,1,1024,100,DCU:", "DCU", "got 5", id="hami-hygon-fewer-than-7-fields"),
     # Iluvatar TestGetNodeDevices "no device", "failed to unmarshal node devices".
