@@ -16,60 +16,8 @@ import pytest
 from hami_web.cli import build_parser
 from hami_web.settings import Settings, SettingsError, build_settings, published_settings, settings_from_published
 
-# HAMi v2.10.0's charts/hami/templates/scheduler/device-configmap.yaml, its default branch rendered with the chart's
-# values (abridged only in the vendors' lists hami-web ignores).
-HAMI_CHART_CONFIG = """\
-nvidia:
-  resourceCountName: nvidia.com/gpu
-  resourceMemoryName: nvidia.com/gpumem
-  resourceMemoryPercentageName: nvidia.com/gpumem-percentage
-  resourceCoreName: nvidia.com/gpucores
-  resourcePriorityName: nvidia.com/priority
-  overwriteEnv: "false"
-  defaultMemory: 0
-  defaultCores: 0
-  defaultGPUNum: 1
-  preConfiguredDeviceMemory: 0
-  memoryFactor: 1
-  deviceSplitCount: 10
-  deviceMemoryScaling: 1
-  deviceCoreScaling: 1
-  enableNumaTopology: false
-  gpuCorePolicy: default
-  libCudaLogLevel: 1
-  runtimeClassName: ""
-  migProfileAllowlist:
-  - models: [ "A30" ]
-    profiles: [ "1g.6gb", "2g.12gb", "4g.24gb" ]
-cambricon:
-  resourceCountName: cambricon.com/vmlu
-  resourceMemoryName: cambricon.com/mlu.smlu.vmemory
-  resourceCoreName: cambricon.com/mlu.smlu.vcore
-hygon:
-  resourceCountName: hygon.com/dcunum
-  resourceMemoryName: hygon.com/dcumem
-  resourceCoreName: hygon.com/dcucores
-  memoryFactor: 1
-metax:
-  resourceCountName: "metax-tech.com/gpu"
-  resourceVCountName: metax-tech.com/sgpu
-iluvatars:
-- chipName: MR-V100
-  commonWord: MR-V100
-  resourceCountName: iluvatar.ai/MR-V100-vgpu
-  resourceMemoryName: iluvatar.ai/MR-V100.vMem
-  resourceCoreName: iluvatar.ai/MR-V100.vCore
-- chipName: BI-V150
-  commonWord: BI-V150
-  resourceCountName: iluvatar.ai/BI-V150-vgpu
-  resourceMemoryName: iluvatar.ai/BI-V150.vMem
-  resourceCoreName: iluvatar.ai/BI-V150.vCore
-vnpus:
-  hamiVnpuCore: false
-  configs:
-  - chipName: 910A
-    commonWord: Ascend910A
-"""
+# HAMi v2.10.0's chart payload (charts/hami/templates/scheduler/device-configmap.yaml, rendered with the defaults).
+HAMI_CHART_CONFIG = (Path(__file__).resolve().parent / "fixtures" / "hami-v2.10-device-config.yaml").read_text()
 
 
 def _settings(*argv: str, environ: dict[str, str] | None = None) -> Settings:
@@ -84,7 +32,7 @@ def _file(tmp_path: Path, text: str) -> str:
 
 def test_hami_chart_payload_is_accepted_unchanged(tmp_path: Path) -> None:
     settings = _settings("--device-config-file", _file(tmp_path, HAMI_CHART_CONFIG), "--enable-iluvatar")
-    assert [family.cw for family in settings.devices] == ["BI-V150", "DCU", "MR-V100", "NVIDIA"]
+    assert [family.cw for family in settings.devices] == ["BI-V100", "BI-V150", "DCU", "MR-V100", "MR-V50", "NVIDIA"]
     assert settings.devices["NVIDIA"].resources.count == "nvidia.com/gpu"
     assert settings.devices["DCU"].resources.memory == "hygon.com/dcumem"
     assert settings.devices["MR-V100"].memory_factor == 256
