@@ -2,7 +2,11 @@
 
 GPU and container gauges are HAMi v2.10's scheduler metrics exactly — names, label names, units (cores in
 percent of the device, HAMi's ``ceil``), the constant label ``zone="vGPU"`` and ``hami_build_info`` — so
-HAMi-WebUI and HAMi's Grafana dashboard work unchanged; ``hami_web_*`` are our own. The gauges are computed
+HAMi-WebUI and HAMi's Grafana dashboard work unchanged; ``hami_web_*`` are our own. Like HAMi's, the per-device
+gauges cover every family's devices under the same names (a Hygon DCU is a ``hami_gpu_*`` series too): the
+device's family shows in ``device_type``, the type its device plugin registered (``DCU-BW100``, ``MR-V100``,
+``NVIDIA-NVIDIA A40``), which contains the family's common word; ``hami_web_device_info`` adds the family
+itself as a label to join on. The gauges are computed
 from the cache at scrape time instead of being updated on every change, so they can never drift from the
 state the scheduler actually decides on. Each app gets its own registry: no process-global metric state.
 """
@@ -73,7 +77,8 @@ class _ClusterCollector(Collector):
         yield from self._own_families()
 
     def _gpu_families(self) -> Iterator[Metric]:
-        """Per GPU, HAMi v2.10's scheduler metrics: names, label names and units as its dashboards read them."""
+        """Per device of every family, HAMi v2.10's scheduler metrics (names, label names and units as its
+        dashboards read them), and our ``hami_web_device_info`` naming each device's family."""
         gpu = ["node", "device_uuid", "device_index", "device_type"]
         memory_limit = _ZoneGauge("hami_gpu_memory_limit_bytes", "GPU memory of the device, bytes", gpu)
         memory_used = _ZoneGauge("hami_gpu_memory_allocated_bytes", "GPU memory booked by pods, bytes",
@@ -86,9 +91,12 @@ class _ClusterCollector(Collector):
         overview = _ZoneGauge("hami_node_gpu_overview", "GPU memory booked by pods, bytes, with the device's size",
                               ["node", "device_uuid", "device_index", "device_cores", "device_memory_limit",
                                "device_type"])
+        # HAMi v2.10 added device_type here (#2554).
         memory_ratio = _ZoneGauge("hami_node_gpu_memory_allocated_ratio",
-                                  "share of the GPU's memory booked by pods (0-1)",
-                                  ["node", "device_uuid", "device_index"])
+                                  "share of the GPU's memory booked by pods (0-1)", gpu)
+        info = GaugeMetricFamily("hami_web_device_info", "every device the scheduler knows, value 1; family is "
+                                 "the common word of the family that registered it (NVIDIA, DCU, MR-V100, ...)",
+                                 labels=[*gpu, "family"])
         for name, view in sorted(self._cache.node_views().items()):
             for device, usage in zip(view.inventory.devices, view.usage, strict=True):
                 index, total_cores = str(device.index), str(device.cores)
@@ -101,8 +109,9 @@ class _ClusterCollector(Collector):
                 overview.add([name, device.uuid, index, total_cores, str(device.memory_mib), device.type],
                              usage.memory_mib * MIB)
                 if device.memory_mib > 0:
-                    memory_ratio.add([name, device.uuid, index], usage.memory_mib / device.memory_mib)
-        yield from (memory_limit, core_limit, memory_used, shared, core_used, overview, memory_ratio)
+                    memory_ratio.add(labels, usage.memory_mib / device.memory_mib)
+                info.add_metric([*labels, device.family], 1)
+        yield from (memory_limit, core_limit, memory_used, shared, core_used, overview, memory_ratio, info)
 
     def _container_families(self) -> Iterator[Metric]:
         """Per container and GPU it holds: HAMi's ``hami_vgpu_*`` (container_index counts init containers first)."""

@@ -31,7 +31,7 @@ HAMI_SCHEDULER_METRICS: dict[str, tuple[str, ...]] = {
     "hami_gpu_core_allocated_ratio": GPU,
     "hami_node_gpu_overview": ("node", "device_uuid", "device_index", "device_cores", "device_memory_limit",
                                "device_type", "zone"),
-    "hami_node_gpu_memory_allocated_ratio": ("node", "device_uuid", "device_index", "zone"),
+    "hami_node_gpu_memory_allocated_ratio": GPU,  # device_type since HAMi v2.10 (#2554)
     "hami_vgpu_memory_allocated_bytes": CONTAINER,
     "hami_vgpu_core_allocated_ratio": CONTAINER,
     "hami_build_info": ("version", "revision", "build_date", "go_version", "compiler", "platform"),
@@ -40,7 +40,7 @@ NOT_SERVED = ("hami_node_gpu_mig_instance_info", "hami_resource_quota_used")  # 
 OUR_OWN = ("hami_web_request_duration_seconds", "hami_web_filter_results", "hami_web_filter_node_rejections",
            "hami_web_bind_results", "hami_web_webhook_reviews", "hami_web_node_lock_waits",
            "hami_web_cache_refresh_age_seconds", "hami_web_cache_refresh_errors", "hami_web_annotation_parse_errors",
-           "hami_web_unreadable_objects")
+           "hami_web_unreadable_objects", "hami_web_device_info")
 
 Samples = dict[str, list[tuple[dict[str, str], float]]]
 
