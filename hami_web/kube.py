@@ -21,6 +21,7 @@ from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import quote
 
 import kubernetes.client
 import kubernetes.config
@@ -655,9 +656,13 @@ class Kube:
     # -- the published settings ConfigMap -------------------------------------------------------------
 
     def get_config_map(self, namespace: str, name: str) -> JsonObject:
-        """One ConfigMap; `NotFoundError` when it does not exist."""
-        return self._call(f"get configmap {namespace}/{name}", self._core.read_namespaced_config_map, name,
-                          namespace)
+        """One ConfigMap; `NotFoundError` when it does not exist.
+
+        Through the raw request layer, as the lists: the operator tools read the published settings before their
+        lists, and building the generated API classes for this one GET would cost them 0.4 s of CPU.
+        """
+        path = f"/api/v1/namespaces/{quote(namespace, safe='')}/configmaps/{quote(name, safe='')}"
+        return self._call(f"get configmap {namespace}/{name}", self._get_raw, path, [])
 
     def create_config_map(self, namespace: str, config_map: JsonObject) -> JsonObject:
         """Create a ConfigMap; `ConflictError` when it already exists."""

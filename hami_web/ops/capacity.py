@@ -15,6 +15,10 @@ the reasons nothing more fits, grouped by cause: what ran out.
 Only the nodes kube-scheduler would offer the extender count (`core.noderules`): a cordoned node, one whose
 taints the shape does not tolerate or that its node selector does not pick is left out with the reason, and
 a shape that requests cpu or memory stops filling a node when its allocatable runs out.
+
+The shape asks devices of one family (NVIDIA unless ``family`` names another enabled one): its count, memory
+and cores resources and its selection keys come from that family's record, so a node of another family is
+simply one the shape does not fit (``NodeInsufficientDevice``).
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from typing import Any
 
 from hami_web.core import names
 from hami_web.core.choose import INVALID_REGISTER, Placement, choose_node, rank_nodes
+from hami_web.core.families import NVIDIA, DeviceCatalog, Family
 from hami_web.core.fit import PodFit, fit_pod, may_fit
 from hami_web.core.misses import CAPACITY_REASONS
 from hami_web.core.noderules import (
@@ -58,7 +63,11 @@ class ShapeError(ValueError):
 
 @dataclass(frozen=True, slots=True)
 class PodShape:
-    """One pod with one container asking for ``gpus`` GPUs of this size (the command's flags)."""
+    """One pod with one container asking for ``gpus`` devices of ``family`` of this size (the command's flags).
+
+    ``memory_mib`` is the value of the family's memory resource: MiB times the family's memory factor (1 unless
+    the device config says otherwise; 256 MiB units for Iluvatar).
+    """
 
     gpus: int = 1
     memory_mib: int = 0
@@ -72,10 +81,25 @@ class PodShape:
     node_selector: tuple[str, ...] = ()
     cpu: str = ""
     memory: str = ""
+    family: str = NVIDIA
+
+    def device_family(self, catalog: DeviceCatalog) -> Family:
+        """The shape's family in ``catalog``; `ShapeError` when it is not enabled or cannot express the shape."""
+        family = catalog.get(self.family)
+        if family is None:
+            raise ShapeError(f"family {self.family!r} is not enabled (enabled: "
+                             f"{', '.join(enabled.cw for enabled in catalog)})")
+        for wanted, key, what in ((self.memory_percent, family.resources.memory_percentage, "memory percentage"),
+                                  (self.gpu_type, family.use_type_key, "type selection"),
+                                  (self.numa_bind, family.numa_bind_key, "NUMA binding")):
+            if wanted and not key:
+                raise ShapeError(f"{family.label} ({family.cw}) has no {what}")
+        return family
 
     def as_pod(self, policies: Policies) -> dict[str, Any]:
         """The pod object the webhook would have let through for this shape."""
-        resources = policies.defaults.resources
+        family = self.device_family(policies.defaults.catalog)
+        resources = family.resources
         limits = {resources.count: str(self.gpus)}
         if self.memory_mib:
             limits[resources.memory] = str(self.memory_mib)
@@ -85,13 +109,13 @@ class PodShape:
             limits[resources.cores] = str(self.cores)
         annotations = {}
         if self.gpu_type:
-            annotations[names.POD_USE_GPU_TYPE] = self.gpu_type
+            annotations[family.use_type_key] = self.gpu_type
         if self.node_policy:
             annotations[names.POD_NODE_POLICY] = self.node_policy
         if self.gpu_policy:
             annotations[names.POD_GPU_POLICY] = self.gpu_policy
         if self.numa_bind:
-            annotations[names.POD_NUMA_BIND] = "true"
+            annotations[family.numa_bind_key] = "true"
         requests = {name: value for name, value in ((CPU, self.cpu), (MEMORY, self.memory)) if value}
         spec: dict[str, Any] = {"containers": [{"name": "probe", "resources": {"limits": limits,
                                                                               "requests": requests}}]}
@@ -132,12 +156,20 @@ def parse_label(text: str) -> tuple[str, str]:
 
 @dataclass(slots=True)
 class CapacityReport:
-    """How many pods of ``shape`` fit now, by GPU type and by node, and what stopped the count."""
+    """How many pods of ``shape`` fit now, by device type and by node, and what stopped the count.
+
+    ``device`` is the shape family's label; ``memory_mib_per_device`` and ``cores_per_device`` are what one device
+    books as the filter reads the shape, the family's defaults and units applied (memory 0: a percentage, or the
+    whole device).
+    """
 
     shape: PodShape
     fits: int
     limit: int
     limited: bool
+    device: str = ""
+    memory_mib_per_device: int = 0
+    cores_per_device: int = 0
     by_gpu_type: dict[str, int] = field(default_factory=dict)
     by_node: dict[str, int] = field(default_factory=dict)
     candidates: int = 0
@@ -168,6 +200,7 @@ def plan_capacity(snapshot: ClusterSnapshot, shape: PodShape, policies: Policies
     """Place pods of ``shape`` one after another on ``snapshot`` until none fits or ``limit`` is reached."""
     if shape.gpus < 1:
         raise ShapeError("--gpus must be at least 1")
+    family = shape.device_family(policies.defaults.catalog)
     pod = shape.as_pod(policies)
     try:
         request = pod_request(pod, policies.defaults)
@@ -182,7 +215,9 @@ def plan_capacity(snapshot: ClusterSnapshot, shape: PodShape, policies: Policies
     candidates = list(screening.offered)
     traits = snapshot.node_traits()
     report = CapacityReport(shape=shape, fits=0, limit=limit, limited=False, candidates=len(candidates),
-                            left_out=list(group_rule_reasons(screening.left_out)))
+                            left_out=list(group_rule_reasons(screening.left_out)), device=family.label,
+                            memory_mib_per_device=max((c.memory_mib for c in request.containers), default=0),
+                            cores_per_device=max((c.cores for c in request.containers), default=0))
     for view in rank_nodes([views[name] for name in candidates if name in views], options.node_policy):
         room = room_for(needs, traits[view.name], snapshot.requested.get(view.name)) if view.name in traits else None
         while may_fit(request, view, options) and (room is None or report.by_node.get(view.name, 0) < room):

@@ -13,6 +13,7 @@ import logging
 import sys
 from collections.abc import Sequence
 
+from hami_web.core.families import NVIDIA
 from hami_web.core.options import NODE_POLICIES, OptionsError, parse_gpu_policy
 from hami_web.kube import Kube, KubeError, NotFoundError, resolve_client
 from hami_web.ops.capacity import DEFAULT_LIMIT, PodShape, ShapeError, plan_capacity
@@ -57,6 +58,15 @@ def _gpu_policy(text: str) -> str:
         raise argparse.ArgumentTypeError(str(error)) from None
 
 
+def _boolean(text: str) -> bool:
+    lowered = text.strip().lower()
+    if lowered in ("true", "1", "yes", "on"):
+        return True
+    if lowered in ("false", "0", "no", "off"):
+        return False
+    raise argparse.ArgumentTypeError(f"{text!r} is not true or false")
+
+
 def _connection_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--kubeconfig", default="",
                         help="kubeconfig file (default: $KUBECONFIG, a list merged as kubectl does, else "
@@ -72,14 +82,23 @@ POLICY_FLAGS = {"selector": ("node_label_selector", "--selector"),
                 "gpu_scheduler_policy": ("gpu_scheduler_policy", "--gpu-scheduler-policy"),
                 "default_mem": ("default_mem_mib", "--default-mem"),
                 "default_cores": ("default_cores", "--default-cores"),
-                "scheduler_name": ("scheduler_name", "--scheduler-name")}
+                "scheduler_name": ("scheduler_name", "--scheduler-name"),
+                "enable_iluvatar": ("enable_iluvatar", "--enable-iluvatar")}
 
 
-def _policy_flags(parser: argparse.ArgumentParser) -> None:
+def _settings_group(parser: argparse.ArgumentParser) -> argparse._ArgumentGroup:
+    """Where the server's settings are read, and which device families are enabled (the server's catalog)."""
     group = parser.add_argument_group(
         "the server's settings: read from the ConfigMap the server publishes; a flag given here overrides one")
     group.add_argument("--settings-configmap", default=DEFAULT_SETTINGS_CONFIGMAP, metavar="NAMESPACE/NAME",
                        help=f"where the server publishes them, or off (default {DEFAULT_SETTINGS_CONFIGMAP})")
+    group.add_argument("--enable-iluvatar", nargs="?", const=True, type=_boolean, default=None, metavar="BOOL",
+                       help="count Iluvatar GPUs as the server does with --enable-iluvatar")
+    return group
+
+
+def _policy_flags(parser: argparse.ArgumentParser) -> None:
+    group = _settings_group(parser)
     group.add_argument("-l", "--selector", "--node-label-selector", dest="selector", default=None,
                        help="node label selector (the server's --node-label-selector)")
     group.add_argument("--node-scheduler-policy", choices=NODE_POLICIES, default=None)
@@ -91,15 +110,18 @@ def _policy_flags(parser: argparse.ArgumentParser) -> None:
 
 def _settings(kube: Kube, arguments: argparse.Namespace) -> ToolSettings:
     location = "" if arguments.settings_configmap.strip().lower() == "off" else arguments.settings_configmap
-    overrides = {field: (flag, getattr(arguments, dest)) for dest, (field, flag) in POLICY_FLAGS.items()}
+    overrides = {field: (flag, getattr(arguments, dest)) for dest, (field, flag) in POLICY_FLAGS.items()
+                 if hasattr(arguments, dest)}
     return tool_settings(kube, location.strip(), overrides)
 
 
 def add_commands(commands: argparse._SubParsersAction) -> None:
     """Register ``inspect``, ``explain`` and ``capacity``."""
-    inspect = commands.add_parser("inspect", help="GPUs per node: booked memory and cores, pods sharing each card",
-                                  description="Per node and per GPU: memory and cores booked / total, pods "
-                                              "sharing the card, health and cordon; cluster totals first.")
+    inspect = commands.add_parser("inspect", help="devices per node and family: booked memory and cores, pods "
+                                                  "sharing each card",
+                                  description="Per node and per device (each with its family): memory and cores "
+                                              "booked / total, pods sharing the card, health and cordon; totals "
+                                              "of the cluster and of each family first.")
     inspect.add_argument("nodes", nargs="*", metavar="NODE", help="only these nodes")
     inspect.add_argument("-d", "--details", action="store_true", help="list the pods on each GPU with their share")
     inspect.add_argument("-l", "--selector", default="", help="node label selector")
@@ -113,9 +135,10 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
     inspect.add_argument("--top", type=_whole, default=0, metavar="N",
                          help="only the first N nodes (fullest by memory unless --sort says otherwise)")
     _connection_flags(inspect)
+    _settings_group(inspect)
     inspect.set_defaults(handler=run, ops_command=run_inspect)
 
-    explain = commands.add_parser("explain", help="why a GPU pod is Pending: the filter's decision right now",
+    explain = commands.add_parser("explain", help="why a pod is Pending: the filter's decision right now",
                                   description="The decision hami-web's filter would make for the pod on the "
                                               "current state: its placement, or the reasons grouped by cause "
                                               "and the nearest miss. Works while the server is down.")
@@ -130,13 +153,18 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
                                    description="Places pods of one shape one after another with the real "
                                                "policies until none fits; says where they go and what runs "
                                                "out first.")
-    capacity.add_argument("--gpus", type=_whole, default=1, metavar="N", help="GPUs per pod (default 1)")
+    capacity.add_argument("--family", default=NVIDIA, metavar="CW",
+                          help="the device family the pod asks for, by its common word (default NVIDIA; DCU, and "
+                               "the Iluvatar chips with --enable-iluvatar): the flags below are its resources")
+    capacity.add_argument("--gpus", type=_whole, default=1, metavar="N", help="devices per pod (default 1)")
     memory = capacity.add_mutually_exclusive_group()
-    memory.add_argument("--gpumem", type=_whole, default=0, metavar="MIB", help="memory per GPU in MiB")
-    memory.add_argument("--gpumem-percentage", type=_whole, default=0, metavar="P", help="memory per GPU in %%")
-    capacity.add_argument("--gpucores", type=_whole, default=0, metavar="C", help="cores per GPU in %% (0-100)")
-    capacity.add_argument("--type", default="", metavar="T", help="GPU types allowed (nvidia.com/use-gputype)")
-    capacity.add_argument("--numa-bind", action="store_true", help="all GPUs of the pod on one NUMA node")
+    memory.add_argument("--gpumem", type=_whole, default=0, metavar="MIB",
+                        help="memory per device: the family's memory resource (MiB times its memory factor)")
+    memory.add_argument("--gpumem-percentage", type=_whole, default=0, metavar="P", help="memory per device in %%")
+    capacity.add_argument("--gpucores", type=_whole, default=0, metavar="C", help="cores per device in %% (0-100)")
+    capacity.add_argument("--type", default="", metavar="T",
+                          help="device types allowed (the family's use-type annotation, nvidia.com/use-gputype)")
+    capacity.add_argument("--numa-bind", action="store_true", help="all devices of the pod on one NUMA node")
     capacity.add_argument("--node-policy", choices=NODE_POLICIES, default="",
                           help="the pod's hami.io/node-scheduler-policy (default: the server's)")
     capacity.add_argument("--gpu-policy", type=_gpu_policy, default="", metavar="POLICY",
@@ -174,10 +202,12 @@ def _unreachable(error: KubeError, source: str) -> CommandError:
 
 
 def _read_cluster(arguments: argparse.Namespace) -> ClusterSnapshot:
-    """One read-only snapshot of the cluster through the command's kubeconfig; API failures as one line."""
+    """One read-only snapshot of the cluster, of every family the server enables, through the command's
+    kubeconfig; API failures as one line."""
     kube, _, source = _target(arguments)
     try:
-        return read_snapshot(kube, label_selector=arguments.selector)
+        catalog = _settings(kube, arguments).policies.defaults.catalog
+        return read_snapshot(kube, label_selector=arguments.selector, catalog=catalog)
     except KubeError as error:
         raise _unreachable(error, source) from None
     finally:
@@ -242,7 +272,8 @@ def run_explain(arguments: argparse.Namespace) -> int:
 
 def run_capacity(arguments: argparse.Namespace) -> int:
     """``capacity --gpus N --gpumem MIB|--gpumem-percentage P --gpucores C …``."""
-    shape = PodShape(gpus=arguments.gpus, memory_mib=arguments.gpumem, memory_percent=arguments.gpumem_percentage,
+    shape = PodShape(family=arguments.family.strip(), gpus=arguments.gpus, memory_mib=arguments.gpumem,
+                     memory_percent=arguments.gpumem_percentage,
                      cores=arguments.gpucores, gpu_type=arguments.type, numa_bind=arguments.numa_bind,
                      node_policy=arguments.node_policy, gpu_policy=arguments.gpu_policy,
                      tolerations=tuple(arguments.toleration), node_selector=tuple(arguments.node_selector),

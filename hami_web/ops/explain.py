@@ -5,18 +5,23 @@ pod's own usage left out (SPEC.md §5 step 2) — then, when nothing fits, group
 and finds the nearest miss. Nothing is booked or written. The snapshot comes from the API, which shows a
 booking once `/bind` has written it: a pod filtered but not yet bound is booked only in the serving
 hami-web's memory, so its GPUs look free here until it is bound.
+
+Every family of the server's catalog (`Policies.defaults.catalog`) is explained alike: each container's ask is
+listed per family, the pod's selections are read from each asked family's own annotation keys, and a device
+shown carries its family's common word.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from hami_web.core import names
 from hami_web.core.choose import Placement, choose_node
 from hami_web.core.devices import AnnotationError
-from hami_web.core.grants import PodGrants, decode_pod_devices
+from hami_web.core.families import DeviceCatalog, Family
+from hami_web.core.grants import PodGrants
 from hami_web.core.misses import NearMiss
 from hami_web.core.noderules import (
     RuleInputError,
@@ -29,6 +34,7 @@ from hami_web.core.options import OptionsError, PodOptions, pod_options
 from hami_web.core.reasons import ReasonGroup, group_reasons
 from hami_web.core.requests import PodRequest, RequestDefaults, RequestError, pod_request
 from hami_web.ops.snapshot import ClusterSnapshot
+from hami_web.state.pods import pod_usage
 
 # What the verdict says, in one word each.
 FITS = "fits"
@@ -37,7 +43,7 @@ NO_GPU = "no-gpu"
 SCHEDULED = "scheduled"
 INVALID = "invalid"
 
-NO_GPU_MESSAGE = "this pod does not ask for a GPU; hami-web does not schedule it"
+NO_GPU_MESSAGE = "this pod does not ask for a device of an enabled family ({families}); hami-web does not schedule it"
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,24 +58,27 @@ class Policies:
 
 @dataclass(frozen=True, slots=True)
 class GpuChoice:
-    """One GPU a container gets (or holds)."""
+    """One device a container gets (or holds); ``family`` is its family's common word."""
 
     index: int
     uuid: str
     type: str
     memory_mib: int
     cores: int
+    family: str = ""
 
 
 @dataclass(frozen=True, slots=True)
 class ContainerAsk:
-    """What one container asks for, after defaults and clamps."""
+    """What one container asks of one family, after defaults and clamps (``device``: the family's label)."""
 
     name: str
     init: bool
     gpus: int
     memory: str
     cores: int
+    family: str = ""
+    device: str = ""
 
 
 @dataclass(slots=True)
@@ -93,29 +102,38 @@ class Explanation:
     ruled_out_fit: str = ""  # a node whose GPUs would take the pod, and the node rule that keeps it out
 
 
-def _asks(request: PodRequest) -> list[ContainerAsk]:
+def _label(catalog: DeviceCatalog, cw: str) -> str:
+    family = catalog.get(cw)
+    return family.label if family is not None else cw
+
+
+def _asks(request: PodRequest, catalog: DeviceCatalog) -> list[ContainerAsk]:
+    """One line per container and family it asks of (a container of two families has two)."""
     return [ContainerAsk(name=c.name, init=c.init, gpus=c.count,
-                         memory=f"{c.memory_mib} MiB" if c.memory_mib else f"{c.memory_percent}% memory", cores=c.cores)
+                         memory=f"{c.memory_mib} MiB" if c.memory_mib else f"{c.memory_percent}% memory", cores=c.cores,
+                         family=c.family, device=_label(catalog, c.family))
             for c in request.containers if c.count]
 
 
-def _constraints(annotations: Mapping[str, str], options: PodOptions) -> list[str]:
-    """The pod's own choices that narrow where it may go, each with where it came from."""
+def _constraints(annotations: Mapping[str, str], options: PodOptions, families: Sequence[Family]) -> list[str]:
+    """The pod's own choices that narrow where it may go, each with where it came from: the policies, then the
+    selections of each family the pod asks for, read from that family's own annotation keys."""
     said = []
     for key, value in ((names.POD_NODE_POLICY, options.node_policy), (names.POD_GPU_POLICY, options.gpu_policy)):
         origin = "pod annotation" if key in annotations else "server default"
         said.append(f"{key.split('/')[-1]}: {value} ({origin})")
-    for key in (names.POD_USE_GPU_TYPE, names.POD_NOUSE_GPU_TYPE, names.POD_USE_GPU_UUID,
-                names.POD_NOUSE_GPU_UUID):
-        if str(annotations.get(key, "")).strip():
-            said.append(f"{key}: {annotations[key]}")
-    if options.selection(names.VENDOR).numa_bind:
-        said.append(f"{names.POD_NUMA_BIND}: true (all GPUs of a container on one NUMA node)")
+    for family in families:
+        for key in (family.use_type_key, family.nouse_type_key, family.use_uuid_key, family.nouse_uuid_key,
+                    family.mode_key):
+            if key and str(annotations.get(key, "")).strip():
+                said.append(f"{key}: {annotations[key]}")
+        if family.numa_bind_key and options.selection(family.cw).numa_bind:
+            said.append(f"{family.numa_bind_key}: true (all {family.label}s of a container on one NUMA node)")
     return said
 
 
 def _choices(snapshot: ClusterSnapshot, node: str, grants: PodGrants,
-             container_names: list[str]) -> dict[str, list[GpuChoice]]:
+             container_names: Sequence[str]) -> dict[str, list[GpuChoice]]:
     view = snapshot.views.get(node)
     devices = {d.uuid: d for d in view.inventory.devices} if view else {}
     chosen: dict[str, list[GpuChoice]] = {}
@@ -125,24 +143,25 @@ def _choices(snapshot: ClusterSnapshot, node: str, grants: PodGrants,
         name = container_names[position] if position < len(container_names) else str(position)
         chosen[name] = [GpuChoice(index=devices[g.uuid].index if g.uuid in devices else -1, uuid=g.uuid,
                                   type=devices[g.uuid].type if g.uuid in devices else "?",
-                                  memory_mib=g.memory_mib, cores=g.cores) for g in container]
+                                  memory_mib=g.memory_mib, cores=g.cores, family=g.vendor) for g in container]
     return chosen
 
 
 def _bound(pod: Mapping[str, Any], explanation: Explanation, snapshot: ClusterSnapshot,
-           container_names: list[str]) -> Explanation:
+           catalog: DeviceCatalog) -> Explanation:
+    """A bound pod: what it holds, read from every enabled family's ``…-devices-allocated`` as the cache reads it."""
     node = str(pod["spec"]["nodeName"])
-    annotations = pod["metadata"].get("annotations") or {}
     explanation.verdict, explanation.node = SCHEDULED, node
     explanation.message = f"the pod is already bound to node {node}"
     try:
-        grants = decode_pod_devices(str(annotations.get(names.POD_DEVICES_ALLOCATED, "")))
+        usage = pod_usage(pod, catalog=catalog)
     except AnnotationError as error:
-        explanation.message += f"; its {names.POD_DEVICES_ALLOCATED} annotation does not parse: {error}"
+        explanation.message += f"; its device annotation does not parse: {error}"
         return explanation
-    explanation.placement = _choices(snapshot, node, grants, container_names)
+    if usage is not None:
+        explanation.placement = _choices(snapshot, node, usage.grants, usage.container_names)
     if not explanation.placement:
-        explanation.message += " without GPUs assigned by hami-web"
+        explanation.message += " without devices assigned by hami-web"
     return explanation
 
 
@@ -157,20 +176,22 @@ def explain_pod(pod: Mapping[str, Any], snapshot: ClusterSnapshot, policies: Pol
     except RequestError as error:
         explanation.message = f"the filter refuses this pod: {error}"
         return explanation
-    explanation.containers = _asks(request)
-    container_names = [c.name for c in request.containers]
+    catalog = policies.defaults.catalog
+    explanation.containers = _asks(request, catalog)
+    container_names = request.container_names
     if not request.asks_for_gpu:
-        explanation.verdict, explanation.message = NO_GPU, NO_GPU_MESSAGE
+        explanation.verdict = NO_GPU
+        explanation.message = NO_GPU_MESSAGE.format(families=", ".join(family.cw for family in catalog))
         return explanation
     if (pod.get("spec") or {}).get("nodeName"):
-        return _bound(pod, explanation, snapshot, container_names)
+        return _bound(pod, explanation, snapshot, catalog)
     try:
         options = pod_options(annotations, node_policy=policies.node_policy, gpu_policy=policies.gpu_policy,
-                              catalog=policies.defaults.catalog)
+                              catalog=catalog)
     except OptionsError as error:
         explanation.message = f"the filter refuses this pod: {error}"
         return explanation
-    explanation.constraints = _constraints(annotations, options)
+    explanation.constraints = _constraints(annotations, options, [catalog[cw] for cw in request.families])
     scheduler = str((pod.get("spec") or {}).get("schedulerName") or "default-scheduler")
     if scheduler != policies.scheduler_name:
         # The webhook routes GPU pods to us; one it did not see (created while it was down, or excluded by the

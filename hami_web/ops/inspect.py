@@ -1,8 +1,11 @@
-"""``inspect``: who uses which GPU, and how full each card, node and the cluster is.
+"""``inspect``: who uses which device, and how full each card, node and the cluster is, per device family.
 
-The numbers are the scheduler's own: the booked usage per GPU of `NodeView` (with the init-container rule),
-the health and cordon of the device plugin's annotations. The report is plain dataclasses so a dashboard
-can serve the same data; text rendering lives in `ops.render`.
+The numbers are the scheduler's own: the booked usage per device of `NodeView` (with the init-container rule),
+the health and cordon of the device plugins' annotations. Every device carries its family (the common word of
+the register annotation that listed it, `Device.family`), and each node and the cluster are also summed per
+family (`FamilyReport`), with a family whose register annotation does not parse or whose device plugin is gone
+named on its node. The report is plain dataclasses so a dashboard can serve the same data; text rendering
+lives in `ops.render`.
 """
 
 from __future__ import annotations
@@ -11,14 +14,15 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from hami_web.core.grants import families_of
 from hami_web.core.usage import NodeView
-from hami_web.ops.snapshot import ClusterSnapshot
+from hami_web.ops.snapshot import ClusterSnapshot, NodeFacts
 
 SORT_KEYS = ("name", "memory", "cores", "pods")
 
 
 class InspectError(LookupError):
-    """A node named on the command line does not exist (or is not a GPU node)."""
+    """A node named on the command line does not exist (or has no devices)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,10 +38,11 @@ class PodShare:
 
 @dataclass(slots=True)
 class GpuReport:
-    """One GPU: capacity, what is booked on it, and who shares it."""
+    """One device: its family, capacity, what is booked on it, and who shares it."""
 
     index: int
     uuid: str
+    family: str
     type: str
     numa: int
     healthy: bool
@@ -70,53 +75,90 @@ class Totals:
     pods: int = 0
 
     def add(self, other: Totals) -> None:
-        """Count another set of totals in (node into cluster)."""
-        for name in Totals.__dataclass_fields__:
-            setattr(self, name, getattr(self, name) + getattr(other, name))
+        """Count another set of totals in (family into node, node into cluster); field by field, as it runs a few
+        times per node."""
+        self.gpus += other.gpus
+        self.unhealthy_gpus += other.unhealthy_gpus
+        self.cordoned_gpus += other.cordoned_gpus
+        self.memory_mib += other.memory_mib
+        self.memory_booked_mib += other.memory_booked_mib
+        self.cores += other.cores
+        self.cores_booked += other.cores_booked
+        self.pods += other.pods
+
+
+READY = "Ready"
+NO_DEVICE_PLUGIN = "NoDevicePlugin"
+INVALID_REGISTER = "InvalidRegisterAnnotation"
+
+
+@dataclass(slots=True)
+class FamilyReport:
+    """One family's devices on a node, or in the cluster (``nodes``: how many nodes have the family).
+
+    ``error`` is why the family's register annotation does not parse, ``plugin_gone`` that its device plugin
+    stopped answering the handshake: either leaves the family without devices while the node's others work.
+    """
+
+    family: str
+    totals: Totals
+    nodes: int = 1
+    error: str = ""
+    plugin_gone: bool = False
+
+    @property
+    def status(self) -> str:
+        """``Ready``, ``InvalidRegisterAnnotation: …`` or ``NoDevicePlugin``."""
+        if self.error:
+            return f"{INVALID_REGISTER}: {self.error}"
+        return NO_DEVICE_PLUGIN if self.plugin_gone else READY
 
 
 @dataclass(slots=True)
 class NodeReport:
-    """One GPU node: its GPUs, totals, and anything that keeps it from taking pods."""
+    """One device node: its devices, totals (of all and of each family), and anything that keeps it from taking
+    pods."""
 
     name: str
     cordoned: bool
     error: str
     totals: Totals
     gpus: list[GpuReport] = field(default_factory=list)
+    families: dict[str, FamilyReport] = field(default_factory=dict)
 
     @property
     def status(self) -> str:
         """``Ready``, ``SchedulingDisabled``, ``NoDevicePlugin`` or the annotation error."""
-        if self.error and not self.gpus:
-            return f"InvalidRegisterAnnotation: {self.error}"
+        if self.error and not self.totals.gpus:
+            return f"{INVALID_REGISTER}: {self.error}"
         if self.cordoned:
             return "SchedulingDisabled"
-        if not self.gpus:
-            return "NoDevicePlugin"
-        return "Ready"
+        if not self.totals.gpus:
+            return NO_DEVICE_PLUGIN
+        return READY
 
 
 @dataclass(slots=True)
 class InspectReport:
-    """The cluster totals and the nodes shown (sorted, maybe cut to ``--top``)."""
+    """The cluster totals (of all devices and of each family) and the nodes shown (sorted, maybe cut to
+    ``--top``)."""
 
     cluster: Totals
     nodes_total: int
     nodes: list[NodeReport]
     unreadable_pods: dict[str, str]
+    families: dict[str, FamilyReport] = field(default_factory=dict)
 
 
 def _ratio(used: int, total: int) -> float:
     return used / total if total else 0.0
 
 
-def _node_totals(view: NodeView | None, pods: int) -> Totals:
+def _device_totals(view: NodeView, first: int, end: int, pods: int) -> Totals:
     totals = Totals(pods=pods)
-    if view is None:
-        return totals
     cordoned = view.inventory.cordoned
-    for device, used in zip(view.inventory.devices, view.usage, strict=True):
+    for position in range(first, end):
+        device, used = view.inventory.devices[position], view.usage[position]
         totals.gpus += 1
         totals.unhealthy_gpus += not device.healthy
         totals.cordoned_gpus += device.healthy and device.uuid in cordoned
@@ -127,11 +169,36 @@ def _node_totals(view: NodeView | None, pods: int) -> Totals:
     return totals
 
 
+def _node_families(view: NodeView | None, facts: NodeFacts, pods: dict[str, int]) -> dict[str, FamilyReport]:
+    """Per family on the node: its devices' totals; a family without devices when its annotation is broken or
+    its device plugin gone."""
+    if view is None:
+        return {}
+    broken = view.inventory.broken
+    families = sorted({*view.inventory.groups, *broken, *facts.plugin_gone})
+    reports = {}
+    for family in families:
+        first, end = view.inventory.groups.get(family, (0, 0))
+        reports[family] = FamilyReport(family=family, totals=_device_totals(view, first, end, pods.get(family, 0)),
+                                       error=broken.get(family, ""), plugin_gone=family in facts.plugin_gone)
+    return reports
+
+
+def _cluster_families(reports: Sequence[NodeReport]) -> dict[str, FamilyReport]:
+    cluster: dict[str, FamilyReport] = {}
+    for report in reports:
+        for family, on_node in report.families.items():
+            summed = cluster.setdefault(family, FamilyReport(family=family, totals=Totals(), nodes=0))
+            summed.nodes += 1
+            summed.totals.add(on_node.totals)
+    return dict(sorted(cluster.items()))
+
+
 def _gpu_reports(view: NodeView | None, shares: dict[str, list[PodShare]]) -> list[GpuReport]:
     if view is None:
         return []
     cordoned = view.inventory.cordoned
-    return [GpuReport(index=device.index, uuid=device.uuid, type=device.type, numa=device.numa,
+    return [GpuReport(index=device.index, uuid=device.uuid, family=device.family, type=device.type, numa=device.numa,
                       healthy=device.healthy, cordoned=device.uuid in cordoned, memory_mib=device.memory_mib,
                       memory_booked_mib=used.memory_mib, cores=device.cores, cores_booked=used.cores,
                       tasks=used.tasks, task_slots=device.count, pods=shares.get(device.uuid, []))
@@ -166,10 +233,10 @@ def _sort_key(sort: str) -> Callable[[NodeReport], Any]:
 
 def inspect_cluster(snapshot: ClusterSnapshot, *, nodes: Sequence[str] = (), sort: str = "name",
                     top: int = 0) -> InspectReport:
-    """Report the GPU nodes (or the named ``nodes``), cluster totals over all of them first.
+    """Report the device nodes (or the named ``nodes``), cluster totals over all of them first.
 
     ``top`` keeps the first N nodes after sorting; totals always cover every node. Raises `InspectError`
-    for a named node that does not exist or has no GPUs.
+    for a named node that does not exist or has no devices.
     """
     if sort not in SORT_KEYS:
         raise InspectError(f"unknown sort {sort!r} (expected {', '.join(SORT_KEYS)})")
@@ -178,13 +245,25 @@ def inspect_cluster(snapshot: ClusterSnapshot, *, nodes: Sequence[str] = (), sor
         if facts is None:
             raise InspectError(f'node "{name}" not found')
         if not facts.gpu_node:
-            raise InspectError(f'node "{name}" has no GPUs registered by HAMi\'s device plugin')
+            raise InspectError(f'node "{name}" has no devices registered by HAMi\'s device plugins')
     wanted = sorted(set(nodes)) if nodes else sorted(name for name, facts in snapshot.nodes.items() if facts.gpu_node)
     pods_on: dict[str, int] = {}
+    family_pods_on: dict[str, dict[str, int]] = {}
     for usage in snapshot.usages:
         pods_on[usage.node] = pods_on.get(usage.node, 0) + 1
-    reports = [NodeReport(name=name, cordoned=snapshot.nodes[name].cordoned, error=snapshot.nodes[name].error,
-                          totals=_node_totals(snapshot.views.get(name), pods_on.get(name, 0))) for name in wanted]
+        on_node = family_pods_on.setdefault(usage.node, {})
+        for cw in families_of(usage.grants):
+            on_node[cw] = on_node.get(cw, 0) + 1
+    reports = []
+    for name in wanted:
+        facts = snapshot.nodes[name]
+        families = _node_families(snapshot.views.get(name), facts, family_pods_on.get(name, {}))
+        totals = Totals()
+        for on_node_family in families.values():  # the families' groups hold every device of the node once
+            totals.add(on_node_family.totals)
+        totals.pods = pods_on.get(name, 0)  # a pod holding two families is one pod on the node
+        reports.append(NodeReport(name=name, cordoned=facts.cordoned, error=facts.error, totals=totals,
+                                  families=families))
     cluster = Totals()
     for report in reports:
         cluster.add(report.totals)
@@ -195,7 +274,8 @@ def inspect_cluster(snapshot: ClusterSnapshot, *, nodes: Sequence[str] = (), sor
     for report in shown:
         report.gpus = _gpu_reports(snapshot.views.get(report.name), shares)
     return InspectReport(cluster=cluster, nodes_total=len(reports), nodes=shown,
-                         unreadable_pods=dict(sorted(snapshot.broken_pods.items())))
+                         unreadable_pods=dict(sorted(snapshot.broken_pods.items())),
+                         families=_cluster_families(reports))
 
 
 def only_namespace(report: InspectReport, namespace: str) -> InspectReport:

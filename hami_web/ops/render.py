@@ -17,7 +17,7 @@ import yaml
 from hami_web.core.reasons import ReasonGroup
 from hami_web.ops.capacity import CapacityReport
 from hami_web.ops.explain import FITS, SCHEDULED, UNSCHEDULABLE, Explanation
-from hami_web.ops.inspect import GpuReport, InspectReport, NodeReport, PodShare
+from hami_web.ops.inspect import FamilyReport, GpuReport, InspectReport, NodeReport, PodShare, Totals
 
 OUTPUTS = ("text", "wide", "json", "yaml")
 PADDING = "   "
@@ -49,9 +49,11 @@ def _percent(used: int, total: int) -> str:
 
 
 @functools.cache
-def _short_type(device_type: str) -> str:
-    """``NVIDIA-NVIDIA A40`` (HAMi's vendor prefix + the driver's name) shown as ``NVIDIA A40``."""
-    return device_type.removeprefix("NVIDIA-") if device_type.startswith("NVIDIA-NVIDIA") else device_type
+def _short_type(device_type: str, family: str) -> str:
+    """A type that repeats its family's common word (``NVIDIA-NVIDIA A40``: HAMi's vendor prefix + the driver's
+    name) shown once (``NVIDIA A40``); any other (``DCU-BW100``, ``NVIDIA-Tesla T4``) as registered."""
+    prefix = f"{family}-"
+    return device_type.removeprefix(prefix) if family and device_type.startswith(prefix + family) else device_type
 
 
 # -- inspect ---------------------------------------------------------------------------------------------
@@ -69,14 +71,21 @@ def _gpu_data(gpu: GpuReport) -> dict[str, Any]:
     return data
 
 
+def _family_data(family: FamilyReport) -> dict[str, Any]:
+    return {"status": family.status, "totals": dataclasses.asdict(family.totals)}
+
+
 def inspect_data(report: InspectReport) -> dict[str, Any]:
     """The report as plain data (statuses included) for ``-o json|yaml``."""
     nodes = []
     for node in report.nodes:
         gpus = [_gpu_data(gpu) for gpu in node.gpus]
         nodes.append({"name": node.name, "status": node.status, "cordoned": node.cordoned, "error": node.error,
-                      "totals": dataclasses.asdict(node.totals), "gpus": gpus})
-    return {"cluster": {"nodes": report.nodes_total, **dataclasses.asdict(report.cluster)},
+                      "totals": dataclasses.asdict(node.totals), "gpus": gpus,
+                      "families": {cw: _family_data(family) for cw, family in node.families.items()}})
+    families = {cw: {"nodes": family.nodes, **dataclasses.asdict(family.totals)}
+                for cw, family in report.families.items()}
+    return {"cluster": {"nodes": report.nodes_total, **dataclasses.asdict(report.cluster), "families": families},
             "nodes": nodes, "unreadablePods": report.unreadable_pods}
 
 
@@ -84,49 +93,83 @@ def _usage(used: int, total: int) -> str:
     return f"{used}/{total} ({_percent(used, total)})"
 
 
-def _node_row(node: NodeReport, wide: bool) -> list[str]:
-    totals = node.totals
-    types = ",".join(sorted({_short_type(gpu.type) for gpu in node.gpus})) or "-"
-    row = [node.name, "all", types, _usage(totals.memory_booked_mib, totals.memory_mib),
+def _types(gpus: Sequence[GpuReport]) -> str:
+    return ",".join(sorted({_short_type(gpu.type, gpu.family) for gpu in gpus})) or "-"
+
+
+def _summary_row(name: str, families: str, types: str, totals: Totals, status: str, wide: bool) -> list[str]:
+    """A node's row, or one family's on a node of several: ``all`` devices in the GPU column."""
+    row = [name, "all", families, types, _usage(totals.memory_booked_mib, totals.memory_mib),
            _usage(totals.cores_booked, totals.cores), str(totals.pods)]
     if wide:
         row += ["-", "-", f"{totals.gpus} GPUs"]
-    return [*row, node.status]
+    return [*row, status]
 
 
 def _gpu_row(gpu: GpuReport, wide: bool) -> list[str]:
-    row = ["", str(gpu.index), _short_type(gpu.type), _usage(gpu.memory_booked_mib, gpu.memory_mib),
-           _usage(gpu.cores_booked, gpu.cores), str(len({(s.namespace, s.pod) for s in gpu.pods}))]
+    row = ["", str(gpu.index), gpu.family, _short_type(gpu.type, gpu.family),
+           _usage(gpu.memory_booked_mib, gpu.memory_mib), _usage(gpu.cores_booked, gpu.cores),
+           str(len({(s.namespace, s.pod) for s in gpu.pods}))]
     if wide:
         row += [str(gpu.numa), gpu.uuid, f"{gpu.tasks}/{gpu.task_slots}"]
     return [*row, gpu.status]
 
 
+def _cluster_rows(report: InspectReport) -> list[list[str]]:
+    """The cluster's totals (``all``), then each family's."""
+    rows = []
+    for family, nodes, totals in (("all", report.nodes_total, report.cluster),
+                                  *((cw, f.nodes, f.totals) for cw, f in report.families.items())):
+        rows.append([family, str(nodes), str(totals.gpus), _usage(totals.memory_booked_mib, totals.memory_mib),
+                     _usage(totals.cores_booked, totals.cores), str(totals.pods), str(totals.unhealthy_gpus),
+                     str(totals.cordoned_gpus)])
+    return rows
+
+
+def _node_rows(node: NodeReport, wide: bool, details: bool) -> list[list[str]]:
+    """The node's row, then its devices; on a node of several families each family's row before its devices."""
+    rows = [_summary_row(node.name, ",".join(node.families) or "-", _types(node.gpus), node.totals, node.status,
+                         wide)]
+    if len(node.families) < 2:
+        return rows + _device_rows(node.gpus, wide, details)
+    by_family: dict[str, list[GpuReport]] = {}
+    for gpu in node.gpus:
+        by_family.setdefault(gpu.family, []).append(gpu)
+    for family in node.families.values():
+        gpus = by_family.get(family.family, [])
+        rows.append(_summary_row("", family.family, _types(gpus), family.totals, family.status, wide))
+        rows += _device_rows(gpus, wide, details)
+    return rows
+
+
+def _device_rows(gpus: Sequence[GpuReport], wide: bool, details: bool) -> list[list[str]]:
+    rows = []
+    for gpu in gpus:
+        rows.append(_gpu_row(gpu, wide))
+        if details:
+            for share in gpu.pods:
+                rows.append(["", "", "", f"- {share.namespace}/{share.pod} [{share.container}]",
+                             str(share.memory_mib), str(share.cores), "", *([""] * (3 if wide else 0)), ""])
+    return rows
+
+
 def render_inspect(report: InspectReport, *, wide: bool = False, details: bool = False,
                    sort: str = "name") -> str:
-    """Cluster totals, then one row per node followed by one per GPU (and per pod with ``details``)."""
-    cluster = report.cluster
-    lines = table(["NODES", "GPUS", "MEMORY(MiB)", "CORES(%)", "PODS", "UNHEALTHY", "CORDONED"],
-                  [[str(report.nodes_total), str(cluster.gpus), _usage(cluster.memory_booked_mib, cluster.memory_mib),
-                    _usage(cluster.cores_booked, cluster.cores), str(cluster.pods), str(cluster.unhealthy_gpus),
-                    str(cluster.cordoned_gpus)]])
+    """Totals of the cluster and of each family, then one row per node followed by one per device (each family's
+    row first on a node of several; and per pod with ``details``)."""
+    lines = table(["FAMILY", "NODES", "GPUS", "MEMORY(MiB)", "CORES(%)", "PODS", "UNHEALTHY", "CORDONED"],
+                  _cluster_rows(report))
     lines.append("")
     if len(report.nodes) < report.nodes_total:
         lines.append(f"showing {len(report.nodes)} of {report.nodes_total} nodes, sorted by {sort}")
-    headers = ["NODE", "GPU", "TYPE", "MEMORY(MiB)", "CORES(%)", "PODS"]
+    headers = ["NODE", "GPU", "FAMILY", "TYPE", "MEMORY(MiB)", "CORES(%)", "PODS"]
     if wide:
         headers += ["NUMA", "UUID", "TASKS"]
     headers.append("STATUS")
     rows: list[list[str]] = []
     for node in report.nodes:
-        rows.append(_node_row(node, wide))
-        for gpu in node.gpus:
-            rows.append(_gpu_row(gpu, wide))
-            if details:
-                for share in gpu.pods:
-                    rows.append(["", "", f"- {share.namespace}/{share.pod} [{share.container}]",
-                                 str(share.memory_mib), str(share.cores), "", *([""] * (3 if wide else 0)), ""])
-    lines += table(headers, rows) if rows else ["No GPU nodes found."]
+        rows += _node_rows(node, wide, details)
+    lines += table(headers, rows) if rows else ["No device nodes found."]
     if report.unreadable_pods:
         lines.append("")
         lines.append(f"{len(report.unreadable_pods)} pod(s) with unreadable GPU annotations (usage not counted):")
@@ -160,7 +203,7 @@ def _groups_table(groups: Sequence[ReasonGroup]) -> list[str]:
 
 def render_explain(explanation: Explanation, *, wide: bool = False) -> str:
     """``kubectl describe``-like fields, then the placement or the grouped reasons and the nearest miss."""
-    asks = [f"{'init container' if c.init else 'container'} {c.name}: {c.gpus} GPU(s) x {c.memory}, "
+    asks = [f"{'init container' if c.init else 'container'} {c.name}: {c.gpus} {c.device}(s) x {c.memory}, "
             f"{c.cores}% cores" for c in explanation.containers]
     lines = [*_described("Pod", [explanation.pod]),
              *_described("Verdict", [f"{explanation.verdict}: {explanation.message}"]),
@@ -171,9 +214,10 @@ def render_explain(explanation: Explanation, *, wide: bool = False) -> str:
         lines += _described("Settings", [explanation.settings_source])
     if explanation.verdict in (FITS, SCHEDULED) and explanation.placement:
         lines.append("")
-        rows = [[container, str(gpu.index), gpu.uuid, _short_type(gpu.type), str(gpu.memory_mib), str(gpu.cores)]
+        rows = [[container, str(gpu.index), gpu.family, gpu.uuid, _short_type(gpu.type, gpu.family),
+                 str(gpu.memory_mib), str(gpu.cores)]
                 for container, gpus in explanation.placement.items() for gpu in gpus]
-        lines += table(["CONTAINER", "GPU", "UUID", "TYPE", "MEMORY(MiB)", "CORES(%)"], rows)
+        lines += table(["CONTAINER", "GPU", "FAMILY", "UUID", "TYPE", "MEMORY(MiB)", "CORES(%)"], rows)
     if explanation.verdict == UNSCHEDULABLE:
         if explanation.groups:
             lines.append("")
@@ -199,8 +243,9 @@ def capacity_data(report: CapacityReport) -> dict[str, Any]:
 
 def _shape_text(report: CapacityReport) -> str:
     shape = report.shape
-    memory = f"{shape.memory_mib} MiB" if shape.memory_mib else f"{shape.memory_percent or 100}% memory"
-    text = f"{shape.gpus} GPU(s) x {memory}, {shape.cores}% cores"
+    memory = (f"{report.memory_mib_per_device} MiB" if report.memory_mib_per_device
+              else f"{shape.memory_percent or 100}% memory")
+    text = f"{shape.gpus} {report.device or shape.family}(s) x {memory}, {report.cores_per_device}% cores"
     if shape.gpu_type:
         text += f", type {shape.gpu_type}"
     if shape.numa_bind:
@@ -231,7 +276,8 @@ def render_capacity(report: CapacityReport, *, wide: bool = False) -> str:
                                          for group in report.left_out])
     if report.by_gpu_type:
         lines.append("")
-        lines += table(["GPU TYPE", "PODS"], [[_short_type(t), str(n)] for t, n in report.by_gpu_type.items()])
+        lines += table(["GPU TYPE", "PODS"], [[_short_type(t, report.shape.family), str(n)]
+                                               for t, n in report.by_gpu_type.items()])
     if wide and report.by_node:
         lines.append("")
         lines += table(["NODE", "PODS"], [[node, str(n)] for node, n in report.by_node.items()])

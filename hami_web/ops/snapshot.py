@@ -1,4 +1,5 @@
-"""A read-only picture of the cluster's GPUs, built from one paginated list of nodes and one of pods.
+"""A read-only picture of the cluster's devices (every enabled family's), built from one paginated list of nodes
+and one of pods.
 
 The tools must see what the scheduler sees, so every object goes through the cache's own readers
 (`node_state` for inventories, handshake and broken annotations; `pod_usage` for what a pod holds) and the
@@ -40,12 +41,14 @@ JsonObject = dict[str, Any]
 
 @dataclass(frozen=True, slots=True)
 class NodeFacts:
-    """What the tools show about a node besides its GPUs."""
+    """What the tools show about a node besides its devices (``plugin_gone``: the families whose device plugin
+    stopped answering the handshake, so their devices are left out)."""
 
     name: str
     gpu_node: bool
     cordoned: bool
     error: str = ""
+    plugin_gone: tuple[str, ...] = ()
 
 
 @dataclass(slots=True)
@@ -131,7 +134,8 @@ def build_snapshot(nodes: Iterable[Mapping[str, Any]], pods: Iterable[Mapping[st
         spec = node.get("spec") or {}
         gpu_node = state.inventory is not None or bool(state.error)
         snapshot.nodes[state.name] = NodeFacts(name=state.name, gpu_node=gpu_node,
-                                               cordoned=bool(spec.get("unschedulable")), error=state.error)
+                                               cordoned=bool(spec.get("unschedulable")), error=state.error,
+                                               plugin_gone=state.plugin_gone)
         if node_rules:
             try:
                 snapshot.traits[state.name] = read_node_traits(node)

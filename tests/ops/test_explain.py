@@ -136,7 +136,8 @@ def test_explain_agrees_with_the_running_filter() -> None:
 def test_a_pod_without_gpus_is_not_ours(run: Run) -> None:
     data = json.loads(run("explain", "default/web", "-o", "json").out)
     assert (data["verdict"], data["message"]) == (
-        "no-gpu", "this pod does not ask for a GPU; hami-web does not schedule it")
+        "no-gpu", "this pod does not ask for a device of an enabled family (DCU, NVIDIA); hami-web does not "
+                  "schedule it")
 
 
 def test_an_unknown_policy_is_the_filters_error(run: Run) -> None:
@@ -149,7 +150,7 @@ def test_a_bound_pod_shows_the_gpus_it_holds(run: Run) -> None:
     data = json.loads(run("explain", "prod/infer-a", "-o", "json").out)
     assert (data["verdict"], data["node"]) == ("scheduled", "gpu-a40-1")
     assert data["placement"] == {"server": [{"index": 0, "uuid": "GPU-a40-1-0", "type": "NVIDIA-NVIDIA A40",
-                                             "memory_mib": 8000, "cores": 10}]}
+                                             "memory_mib": 8000, "cores": 10, "family": "NVIDIA"}]}
 
 
 def test_the_pods_own_booking_is_left_out(run: Run) -> None:

@@ -33,7 +33,7 @@ def _refused_url() -> str:
     pytest.param(["explain", "ml/nope"], 'Error from server (NotFound): pods "nope" not found in namespace "ml"',
                  id="missing-pod"),
     pytest.param(["inspect", "gpu-nope"], 'Error: node "gpu-nope" not found', id="missing-node"),
-    pytest.param(["inspect", "cpu-0"], "Error: node \"cpu-0\" has no GPUs registered by HAMi's device plugin",
+    pytest.param(["inspect", "cpu-0"], "Error: node \"cpu-0\" has no devices registered by HAMi's device plugins",
                  id="cpu-node"),
     pytest.param(["explain", "a/b/c"], "error: 'a/b/c' is not NAMESPACE/POD or POD", id="bad-pod-argument"),
 ])

@@ -42,9 +42,10 @@ def test_json_holds_the_schedulers_numbers(run: Run) -> None:
     assert outcome.code == 0
     data = json.loads(outcome.out)
 
-    assert data["cluster"] == {"nodes": 7, "gpus": 20, "unhealthy_gpus": 1, "cordoned_gpus": 1,
-                               "memory_mib": 1_146_760, "memory_booked_mib": 569_748, "cores": 2000,
-                               "cores_booked": 750, "pods": 10}
+    totals = {"gpus": 20, "unhealthy_gpus": 1, "cordoned_gpus": 1, "memory_mib": 1_146_760,
+              "memory_booked_mib": 569_748, "cores": 2000, "cores_booked": 750, "pods": 10}
+    # gpu-broken's only register annotation does not parse: it counts as a node, not as an NVIDIA node.
+    assert data["cluster"] == {"nodes": 7, **totals, "families": {"NVIDIA": {"nodes": 6, **totals}}}
     nodes = {node["name"]: node for node in data["nodes"]}
     assert list(nodes) == sorted(nodes)
     assert "cpu-0" not in nodes
@@ -53,14 +54,17 @@ def test_json_holds_the_schedulers_numbers(run: Run) -> None:
     gpu0, gpu1 = a40["gpus"][0], a40["gpus"][1]
     assert gpu0["pods"] == [{"namespace": "prod", "pod": "infer-a", "container": "server", "memory_mib": 8000,
                              "cores": 10}]
-    assert (gpu0["tasks"], gpu0["task_slots"], gpu0["status"]) == (1, 10, "ok")
+    assert (gpu0["tasks"], gpu0["task_slots"], gpu0["status"], gpu0["family"]) == (1, 10, "ok", "NVIDIA")
+    assert a40["families"] == {"NVIDIA": {"status": "Ready", "totals": a40["totals"]}}
     assert (gpu1["memory_booked_mib"], gpu1["pods"]) == (0, [])  # old-job Succeeded: it holds nothing
     assert nodes["gpu-a100-0"]["gpus"][7]["status"] == "cordoned"
     assert nodes["gpu-t4-0"]["gpus"][1]["status"] == "unhealthy"
     assert nodes["gpu-a40-c"]["status"] == "SchedulingDisabled"
     assert (nodes["gpu-gone"]["status"], nodes["gpu-gone"]["gpus"]) == ("NoDevicePlugin", [])
+    assert nodes["gpu-gone"]["families"]["NVIDIA"]["status"] == "NoDevicePlugin"
     broken = nodes["gpu-broken"]
-    assert broken["status"] == "InvalidRegisterAnnotation: device 0 (character 0): devmem 'lots' is not an integer"
+    assert broken["status"] == ("InvalidRegisterAnnotation: hami.io/node-nvidia-register: device 0 (character 0): "
+                                "devmem 'lots' is not an integer")
     assert broken["gpus"] == []
     assert list(data["unreadablePods"]) == ["default/corrupt"]
 
