@@ -4,7 +4,9 @@ It starts the in-process Kubernetes API server seeded with GPU nodes as HAMi's d
 starts the real server (``hami-web serve``, gunicorn over TLS with a throwaway certificate, talking to that
 API server through a kubeconfig), then plays kube-apiserver and kube-scheduler for a list of pods: each pod
 goes through ``/webhook``, is created, goes through ``/filter`` and ``/bind`` over HTTPS, and the demo prints
-what happened and the GPU usage the server reports on ``/metrics``.
+what happened and the device usage the server reports on ``/metrics``. The demo cluster has a Hygon DCU node
+beside the NVIDIA ones: every family the server enables by default is played alike (its devices read from
+the family's own annotations, through the same reader as the cache), so a DCU pod shows the DCUs it got.
 """
 
 from __future__ import annotations
@@ -32,12 +34,17 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from hami_web.core import names
-from hami_web.core.grants import decode_pod_devices, describe_grants
+from hami_web.core.devices import AnnotationError
+from hami_web.core.families import DEFAULT_CATALOG
+from hami_web.core.grants import describe_grants, families_of
 from hami_web.kube import Kube, KubeError
 from hami_web.localcluster import LocalCluster
 from hami_web.server.local import LocalServer, run_local_server
+from hami_web.state.pods import pod_usage
 
 EXPECT_ANNOTATION = "demo.hami.io/expect"
+# The demo's server runs with the default families (NVIDIA and Hygon DCU; no --enable-iluvatar).
+CATALOG = DEFAULT_CATALOG
 
 
 @dataclass(slots=True)
@@ -50,6 +57,7 @@ class Outcome:
     gpus: str = "-"
     reason: str = ""
     expect: str = ""
+    families: str = "-"
 
 
 def _example(name: str) -> Path:
@@ -129,12 +137,18 @@ def _play(pod: dict[str, Any], *, webhook: _Https, extender: _Https, cluster: Lo
     if bound.get("Error"):
         outcome.verdict, outcome.node, outcome.reason = "bind failed", node, bound["Error"]
         return outcome
-    annotations = (cluster.get("pods", name, namespace) or {})["metadata"].get("annotations") or {}
-    # Play HAMi's device plugin: it sets the container up, marks the bind done and releases the node lock.
+    # Play HAMi's device plugins: they set the container up, mark the bind done and release the node locks.
     kube.patch_pod(namespace, name, {"metadata": {"annotations": {names.POD_BIND_PHASE: "success"}}})
-    kube.patch_node(node, {"metadata": {"annotations": {names.NODE_LOCK: None}}})
+    kube.patch_node(node, {"metadata": {"annotations": dict.fromkeys(CATALOG.lock_keys())}})
     outcome.verdict, outcome.node = "scheduled", node
-    outcome.gpus = describe_grants(decode_pod_devices(annotations.get(names.POD_DEVICES_ALLOCATED, ""))) or "-"
+    try:
+        usage = pod_usage(cluster.get("pods", name, namespace) or {}, catalog=CATALOG)
+    except AnnotationError as error:
+        outcome.reason = f"its device annotation does not parse: {error}"
+        return outcome
+    if usage is not None:
+        outcome.gpus = describe_grants(usage.grants) or "-"
+        outcome.families = ",".join(families_of(usage.grants)) or "-"
     return outcome
 
 
@@ -147,7 +161,8 @@ def _print_table(rows: list[list[str]], headers: list[str]) -> None:
 
 
 def _print_outcomes(outcomes: list[Outcome]) -> None:
-    _print_table([[o.pod, o.verdict, o.node, o.gpus] for o in outcomes], ["POD", "VERDICT", "NODE", "GPUS"])
+    _print_table([[o.pod, o.verdict, o.node, o.families, o.gpus] for o in outcomes],
+                 ["POD", "VERDICT", "NODE", "FAMILY", "DEVICES"])
     print()
     for o in outcomes:
         print(f"- {o.pod}: {o.expect}")
@@ -158,7 +173,10 @@ def _print_outcomes(outcomes: list[Outcome]) -> None:
 def _print_usage(metrics_text: str) -> None:
     rows: dict[tuple[str, str], dict[str, float]] = {}
     types: dict[tuple[str, str], str] = {}
+    families: dict[tuple[str, str], str] = {}
     for family in text_string_to_metric_families(metrics_text):
+        if family.name == "hami_web_device_info":
+            families.update(((s.labels["node"], s.labels["device_uuid"]), s.labels["family"]) for s in family.samples)
         if not family.name.startswith("hami_gpu_"):
             continue
         for sample in family.samples:
@@ -168,14 +186,14 @@ def _print_usage(metrics_text: str) -> None:
     table = []
     for (node, device), values in sorted(rows.items()):
         mib = 1024 * 1024
-        table.append([node, device, types[(node, device)],
+        table.append([node, device, families.get((node, device), "-"), types[(node, device)],
                       f"{values.get('hami_gpu_shared_count', 0):.0f}",
                       f"{values.get('hami_gpu_memory_allocated_bytes', 0) / mib:.0f}/"
                       f"{values.get('hami_gpu_memory_limit_bytes', 0) / mib:.0f}",
                       f"{values.get('hami_gpu_core_allocated_ratio', 0):.0f}/"
                       f"{values.get('hami_gpu_core_limit_ratio', 0):.0f}"])
-    print("GPU usage as the server reports it on /metrics:")
-    _print_table(table, ["NODE", "GPU", "TYPE", "TASKS", "MEM MiB", "CORES %"])
+    print("Device usage as the server reports it on /metrics (HAMi's hami_gpu_* series, every family):")
+    _print_table(table, ["NODE", "DEVICE", "FAMILY", "TYPE", "TASKS", "MEM MiB", "CORES %"])
 
 
 def run_demo(arguments: argparse.Namespace) -> int:

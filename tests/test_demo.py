@@ -2,10 +2,13 @@
 
 Covers: the demo exits 0, every example pod gets a verdict, GPU pods are scheduled through ``/webhook`` on
 the webhook listener and ``/filter`` + ``/bind`` on the extender listener, and the usage table is read from
-``/metrics`` on the plain-HTTP metrics listener.
+``/metrics`` on the plain-HTTP metrics listener; the Hygon DCU pod lands on the DCU node with a DCU, shown with
+its family both in the outcomes and in the usage table.
 """
 
 from __future__ import annotations
+
+import re
 
 import pytest
 
@@ -18,5 +21,8 @@ def test_the_demo_schedules_the_example_pods_through_the_three_listeners(capsys:
     assert "webhook https://127.0.0.1:" in output and "extender https://127.0.0.1:" in output
     assert "metrics http://127.0.0.1:" in output
     assert " scheduled " in output and " denied " in output
-    assert "GPU usage as the server reports it on /metrics:" in output
+    assert "Device usage as the server reports it on /metrics" in output
     assert "demo failed" not in output
+    # The DCU pod: scheduled on dcu-1, 16384 MiB and 50 % of one DCU; the usage table shows that DCU as a DCU.
+    assert re.search(r"^dcu-inference +scheduled +dcu-1 +DCU +DCU-[01]\(16384MiB,50%\)", output, re.MULTILINE)
+    assert re.search(r"^dcu-1 +DCU-[01] +DCU +DCU-BW100 +1 +16384/65520 +50/100", output, re.MULTILINE)

@@ -9,20 +9,22 @@ through the operator tools' logic (`ops.inspect`, `ops.explain`, `ops.capacity`)
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from hami_web.core.families import NVIDIA
 from hami_web.core.noderules import is_rule_reason
 from hami_web.core.options import NODE_POLICIES, OptionsError, parse_gpu_policy
 from hami_web.core.reasons import group_reasons
+from hami_web.core.usage import NodeView
 from hami_web.dashboard import charts
 from hami_web.dashboard.auth import AnswerCache
 from hami_web.dashboard.nodetraits import NodeTraitsWatch
 from hami_web.kube import Kube
 from hami_web.ops.capacity import PodShape, ShapeError, plan_capacity
 from hami_web.ops.explain import Policies, explain_pod
-from hami_web.ops.inspect import GpuReport, inspect_cluster
+from hami_web.ops.inspect import FamilyReport, GpuReport, inspect_cluster
 from hami_web.ops.render import explain_data
 from hami_web.ops.serversettings import policies_of
 from hami_web.ops.snapshot import ClusterSnapshot, NodeFacts
@@ -134,7 +136,8 @@ def _fill(used: int, total: int) -> float:
 
 def _gpu_cell(gpu: GpuReport, metric: str) -> dict[str, Any]:
     fill = _fill(gpu.memory_booked_mib, gpu.memory_mib) if metric == "memory" else _fill(gpu.cores_booked, gpu.cores)
-    return {"index": gpu.index, "uuid": gpu.uuid, "type": gpu.type, "status": gpu.status, "fill": fill,
+    return {"index": gpu.index, "uuid": gpu.uuid, "family": gpu.family, "type": gpu.type, "status": gpu.status,
+            "fill": fill,
             "level": min(int(fill * 10), 10), "memory_mib": gpu.memory_mib, "memory_booked_mib": gpu.memory_booked_mib,
             "cores": gpu.cores, "cores_booked": gpu.cores_booked, "tasks": gpu.tasks, "task_slots": gpu.task_slots,
             "pods": [{"pod": f"{share.namespace}/{share.pod}", "container": share.container,
@@ -142,41 +145,54 @@ def _gpu_cell(gpu: GpuReport, metric: str) -> dict[str, Any]:
 
 
 def _histograms(snapshot: ClusterSnapshot) -> list[dict[str, Any]]:
-    """Per GPU type, how free memory is spread over its usable GPUs (unhealthy and cordoned ones excluded)."""
+    """Per device type, how free memory is spread over its usable devices (unhealthy and cordoned ones excluded)."""
     free: dict[str, list[int]] = {}
     largest: dict[str, int] = {}
+    families: dict[str, str] = {}
     for view in snapshot.views.values():
         for device, used in zip(view.inventory.devices, view.usage, strict=True):
             if not device.healthy or device.uuid in view.inventory.cordoned:
                 continue
             free.setdefault(device.type, []).append(device.memory_mib - used.memory_mib)
             largest[device.type] = max(largest.get(device.type, 0), device.memory_mib)
-    return [{"type": gpu_type, "gpus": len(values), **charts.histogram(values, top=largest[gpu_type])}
+            families[device.type] = device.family
+    return [{"type": gpu_type, "family": families[gpu_type], "gpus": len(values),
+             **charts.histogram(values, top=largest[gpu_type])}
             for gpu_type, values in sorted(free.items())]
 
 
-def _only_type(snapshot: ClusterSnapshot, gpu_type: str) -> ClusterSnapshot:
-    views = {name: view for name, view in snapshot.views.items() if gpu_type in view.device_types}
+def _only_nodes(snapshot: ClusterSnapshot, keep: Callable[[NodeView], bool]) -> ClusterSnapshot:
+    views = {name: view for name, view in snapshot.views.items() if keep(view)}
     return ClusterSnapshot(nodes={name: snapshot.nodes[name] for name in views}, views=views,
                            usages=[usage for usage in snapshot.usages if usage.node in views])
 
 
+def _family_totals(family: FamilyReport) -> dict[str, Any]:
+    return {"nodes": family.nodes, **dataclasses.asdict(family.totals)}
+
+
 def overview(sources: DashboardSources, args: Mapping[str, str]) -> dict[str, Any]:
-    """Cluster totals, one page of the heatmap (rows = nodes, cells = GPUs) and the free-memory histograms.
+    """Cluster totals (of all devices and per family), one page of the heatmap (rows = nodes, cells = devices,
+    grouped by family) and the free-memory histograms.
 
     Parameters: ``metric`` (memory|cores: what colours a cell and what ``fullness`` sorts by), ``sort``
-    (fullness|name|pods), ``type`` (only nodes with a GPU of this type), ``node`` (name contains),
-    ``page`` and ``per_page``.
+    (fullness|name|pods), ``family`` (only nodes with a device of this family, by its common word), ``type``
+    (only nodes with a device of this type), ``node`` (name contains), ``page`` and ``per_page``.
     """
     metric = _one_of(args, "metric", METRICS, "memory")
     sort = _one_of(args, "sort", SORTS, "fullness")
+    families = tuple(family.cw for family in sources.settings.devices)
+    family = _one_of(args, "family", ("", *families), "")
     gpu_type = str(args.get("type", "") or "").strip()
     node_filter = str(args.get("node", "") or "").strip()
     page = _whole(args, "page", 1, low=1)
     per_page = _whole(args, "per_page", DEFAULT_PER_PAGE, low=1, high=MAX_PER_PAGE)
     snapshot = sources.snapshot()
-    cluster = inspect_cluster(snapshot, top=1).cluster
-    shown = _only_type(snapshot, gpu_type) if gpu_type else snapshot
+    whole = inspect_cluster(snapshot, top=1)
+    cluster = whole.cluster
+    shown = _only_nodes(snapshot, lambda view: family in view.inventory.groups) if family else snapshot
+    if gpu_type:
+        shown = _only_nodes(shown, lambda view: gpu_type in view.device_types)
     if node_filter:
         shown = ClusterSnapshot(nodes={n: f for n, f in shown.nodes.items() if node_filter in n},
                                 views={n: v for n, v in shown.views.items() if node_filter in n}, usages=shown.usages)
@@ -186,6 +202,8 @@ def overview(sources: DashboardSources, args: Mapping[str, str]) -> dict[str, An
     rows = [{"name": node.name, "status": node.status, "pods": node.totals.pods,
              "fill": _fill(node.totals.memory_booked_mib, node.totals.memory_mib) if metric == "memory"
              else _fill(node.totals.cores_booked, node.totals.cores),
+             "families": {cw: {"status": on_node.status, "gpus": on_node.totals.gpus}
+                          for cw, on_node in node.families.items()},
              "gpus": [_gpu_cell(gpu, metric) for gpu in node.gpus]}
             for node in report.nodes[(page - 1) * per_page:]]
     shared_gpus = {device.uuid for view in snapshot.views.values()
@@ -195,9 +213,11 @@ def overview(sources: DashboardSources, args: Mapping[str, str]) -> dict[str, An
     return {
         "totals": {"nodes": len(snapshot.views), "broken_nodes": len(snapshot.broken_nodes),
                    **dataclasses.asdict(cluster), "shared_gpus": len(shared_gpus), "pods_sharing": len(sharing),
-                   "unreadable_pods": len(sources.cache.stats.broken_pods)},
-        "query": {"metric": metric, "sort": sort, "type": gpu_type, "node": node_filter},
-        "paging": paging, "gpu_types": types, "nodes": rows, "histograms": _histograms(snapshot),
+                   "unreadable_pods": len(sources.cache.stats.broken_pods),
+                   "families": {cw: _family_totals(f) for cw, f in whole.families.items()}},
+        "query": {"metric": metric, "sort": sort, "family": family, "type": gpu_type, "node": node_filter},
+        "paging": paging, "families": list(families), "gpu_types": types, "nodes": rows,
+        "histograms": _histograms(snapshot),
         "broken_nodes": dict(sorted(snapshot.broken_nodes.items())),
     }
 
@@ -282,7 +302,8 @@ def parse_shape(args: Mapping[str, str]) -> PodShape | None:
     numa = str(args.get("numa_bind", "") or "").strip().lower()
     if numa not in ("", "true", "false", "on", "off", "1", "0"):
         raise QueryError(f"numa_bind must be true or false, got {numa!r}")
-    return PodShape(gpus=_whole(args, "gpus", 1, low=1, high=64), memory_mib=memory_mib,
+    return PodShape(family=str(args.get("family", "") or "").strip() or NVIDIA,
+                    gpus=_whole(args, "gpus", 1, low=1, high=64), memory_mib=memory_mib,
                     tolerations=_listed(args, "tolerations"), node_selector=_listed(args, "node_selector"),
                     memory_percent=memory_percent, cores=_whole(args, "cores", 0, high=100),
                     gpu_type=str(args.get("type", "") or "").strip(),
@@ -295,16 +316,19 @@ def whatif(sources: DashboardSources, args: Mapping[str, str]) -> dict[str, Any]
     """How many pods of the asked shape fit now and where, by `ops.capacity` on the cache's state."""
     shape = parse_shape(args)
     types = sorted({t for view in sources.cache.node_views().values() for t in view.device_types})
+    families = [{"cw": family.cw, "label": family.label} for family in sources.settings.devices]
     if shape is None:
-        return {"shape": None, "answer": None, "gpu_types": types}
+        return {"shape": None, "answer": None, "gpu_types": types, "families": families}
     try:
         report = plan_capacity(sources.snapshot(), shape, sources.policies())
     except ShapeError as error:
         raise QueryError(str(error)) from None
     by_node = list(report.by_node.items())
     return {
-        "shape": dataclasses.asdict(shape), "gpu_types": types,
+        "shape": dataclasses.asdict(shape), "gpu_types": types, "families": families,
         "answer": {"fits": report.fits, "limited": report.limited, "limit": report.limit,
+                   "device": report.device, "memory_mib_per_device": report.memory_mib_per_device,
+                   "cores_per_device": report.cores_per_device,
                    "candidates": report.candidates, "by_gpu_type": report.by_gpu_type,
                    "nodes_used": len(by_node),
                    "by_node": [{"node": node, "pods": count} for node, count in by_node[:WHATIF_NODES_SHOWN]],

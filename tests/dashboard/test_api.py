@@ -1,10 +1,12 @@
 """The dashboard's JSON twins on the demo cluster, through the Flask test client and the in-process API server.
 
-Covers: overview totals and one heatmap cell per GPU with its pods, paging, sorting by fullness, the GPU-type
-filter, the memory/cores switch and the free-memory histograms; the pending pod with the filter's grouped
-reasons and the nearest miss; the decision log of filters and binds with latencies; the what-if answer as
-``kubectl hami capacity`` gives it; the HTML pages render the same data; bad parameters answer 400 naming
-the parameter; the dashboard lives on its own listener only; nothing but GET is served.
+Covers: overview totals and one heatmap cell per device with its pods, paging, sorting by fullness, the
+GPU-type filter, the memory/cores switch and the free-memory histograms; every device's family (each cell, the
+totals per family, each node's families, the family filter, the histograms; the demo's Hygon node renders with
+its DCUs and the DCU pod on one); the pending pod with the filter's grouped reasons and the nearest miss; the
+decision log of filters and binds with latencies; the what-if answer as ``kubectl hami capacity`` gives it, for
+NVIDIA and for DCUs; the HTML pages render the same data; bad parameters answer 400 naming the parameter; the
+dashboard lives on its own listener only; nothing but GET is served.
 """
 
 from __future__ import annotations
@@ -17,7 +19,8 @@ from hami_web.server.listeners import LISTENER_ENVIRON_KEY
 
 from .conftest import PENDING_POD, DemoCluster
 
-DEMO_GPUS = 18  # 4 + 4 A40, 8 A100, 2 T4 (examples/cluster.yaml)
+DEMO_GPUS = 20  # 4 + 4 A40, 8 A100, 2 T4, 2 Hygon DCUs (examples/cluster.yaml)
+DEMO_NODES = 5
 
 
 @pytest.fixture
@@ -54,9 +57,9 @@ def test_overview_sorts_by_fullness_of_the_chosen_metric(client: FlaskClient) ->
 def test_overview_pages_by_node_and_keeps_the_totals(client: FlaskClient) -> None:
     first = _get(client, "/ui/api/overview?sort=name&per_page=3")
     second = _get(client, "/ui/api/overview?sort=name&per_page=3&page=2")
-    assert first["paging"] == {"page": 1, "pages": 2, "per_page": 3, "total": 4}
+    assert first["paging"] == {"page": 1, "pages": 2, "per_page": 3, "total": DEMO_NODES}
     names = [node["name"] for node in first["nodes"] + second["nodes"]]
-    assert names == sorted(names) and len(names) == 4
+    assert names == sorted(names) and len(names) == DEMO_NODES
     assert first["totals"] == second["totals"]
 
 
@@ -68,7 +71,9 @@ def test_overview_filters_by_gpu_type(client: FlaskClient) -> None:
 
 def test_overview_draws_a_free_memory_histogram_per_gpu_type(client: FlaskClient) -> None:
     histograms = _get(client, "/ui/api/overview")["histograms"]
-    assert len(histograms) == 3
+    assert [(h["family"], h["type"]) for h in histograms] == [
+        ("DCU", "DCU-BW100"), ("NVIDIA", "NVIDIA-NVIDIA A100-SXM4-80GB"), ("NVIDIA", "NVIDIA-NVIDIA A40"),
+        ("NVIDIA", "NVIDIA-Tesla T4")]
     for histogram in histograms:
         assert sum(bar["count"] for bar in histogram["bars"]) == histogram["gpus"]
     # Unhealthy and cordoned GPUs cannot take pods: they are not free memory.
@@ -97,7 +102,8 @@ def test_decisions_list_filters_and_binds_newest_first_with_latency(client: Flas
     decisions = answer["decisions"]
     placed = [d for d in decisions if d["kind"] == "filter" and d["result"] == "placed"]
     bound = [d for d in decisions if d["kind"] == "bind" and d["result"] == "bound"]
-    assert {d["pod"] for d in bound} == {pod for pod, node in demo.outcomes.items() if node.startswith("gpu-")}
+    nodes = {node["metadata"]["name"] for node in demo.apiserver.list("nodes")}
+    assert {d["pod"] for d in bound} == {pod for pod, node in demo.outcomes.items() if node in nodes}
     assert all(d["node"] and d["gpus"] for d in placed)
     assert any(d["pod"] == PENDING_POD and d["result"] == "unschedulable" for d in decisions)
     assert [d["at"] for d in decisions] == sorted((d["at"] for d in decisions), reverse=True)
@@ -120,6 +126,48 @@ def test_whatif_answers_as_the_capacity_command(client: FlaskClient, demo: DemoC
 def test_whatif_without_a_shape_only_offers_the_form(client: FlaskClient) -> None:
     answer = _get(client, "/ui/api/whatif")
     assert answer["answer"] is None and answer["gpu_types"]
+    assert answer["families"] == [{"cw": "DCU", "label": "Hygon DCU"}, {"cw": "NVIDIA", "label": "NVIDIA GPU"}]
+
+
+def test_every_cell_carries_its_family_and_the_dcu_node_shows_its_dcus(client: FlaskClient, demo: DemoCluster
+                                                                      ) -> None:
+    overview = _get(client, "/ui/api/overview?sort=name")
+    nodes = {node["name"]: node for node in overview["nodes"]}
+    dcu = nodes["dcu-1"]
+    assert (dcu["status"], dcu["families"]) == ("Ready", {"DCU": {"status": "Ready", "gpus": 2}})
+    assert [(cell["family"], cell["type"]) for cell in dcu["gpus"]] == [("DCU", "DCU-BW100")] * 2
+    assert demo.outcomes["ml/dcu-inference"] == "dcu-1"
+    held = [pod for cell in dcu["gpus"] for pod in cell["pods"]]
+    assert held == [{"pod": "ml/dcu-inference", "container": "server", "memory_mib": 16384, "cores": 50}]
+    assert {cell["family"] for name, node in nodes.items() if name != "dcu-1" for cell in node["gpus"]} == {"NVIDIA"}
+    families = overview["totals"]["families"]
+    assert (families["DCU"]["nodes"], families["DCU"]["gpus"], families["DCU"]["pods"]) == (1, 2, 1)
+    assert families["DCU"]["gpus"] + families["NVIDIA"]["gpus"] == DEMO_GPUS
+    assert overview["families"] == ["DCU", "NVIDIA"]
+
+
+def test_overview_filters_by_family(client: FlaskClient) -> None:
+    assert [node["name"] for node in _get(client, "/ui/api/overview?family=DCU")["nodes"]] == ["dcu-1"]
+    assert "dcu-1" not in {node["name"] for node in _get(client, "/ui/api/overview?family=NVIDIA")["nodes"]}
+
+
+def test_the_overview_page_shows_the_families(client: FlaskClient) -> None:
+    html = client.get("/ui/?sort=name").get_data(as_text=True)
+    assert 'id="family-totals"' in html and '<tr data-family="DCU">' in html
+    assert 'data-uuid="DCU-0" data-family="DCU"' in html
+    assert "dcu-1 DCU 0 (DCU-BW100, ok)" in html
+
+
+def test_whatif_of_dcus_answers_as_the_capacity_command(client: FlaskClient, demo: DemoCluster) -> None:
+    answer = _get(client, "/ui/api/whatif?family=DCU&gpus=1&memory_mib=8000&cores=10")["answer"]
+    dashboard = demo.runtime.app.extensions["hami_web"].dashboard
+    report = plan_capacity(dashboard.snapshot(), PodShape(family="DCU", gpus=1, memory_mib=8000, cores=10),
+                           dashboard.policies())
+    assert (answer["fits"], answer["device"]) == (report.fits, "Hygon DCU")
+    assert answer["by_gpu_type"] == {"DCU-BW100": report.fits} and answer["by_node"] == [
+        {"node": "dcu-1", "pods": report.fits}]
+    html = client.get("/ui/whatif?family=DCU&gpus=1&memory_mib=8000&cores=10").get_data(as_text=True)
+    assert f"{report.fits}</b> more pods of 1 Hygon DCU (8000 MiB, 10% cores)" in html
 
 
 @pytest.mark.parametrize(("path", "named"), [
@@ -132,6 +180,9 @@ def test_whatif_without_a_shape_only_offers_the_form(client: FlaskClient) -> Non
     ("/ui/api/whatif?gpus=1&memory_mib=100&memory_percent=50", "memory_percent"),
     ("/ui/api/whatif?gpus=1&gpu_policy=binpak", "gpu_policy"),
     ("/ui/api/whatif?gpus=1&cores=101", "cores"),
+    ("/ui/api/overview?family=AMD", "family"),
+    ("/ui/api/whatif?gpus=1&family=MR-V100", "family"),
+    ("/ui/api/whatif?gpus=1&family=DCU&memory_percent=50", "memory percentage"),
 ])
 def test_a_bad_parameter_is_a_400_naming_it(client: FlaskClient, path: str, named: str) -> None:
     response = client.get(path)

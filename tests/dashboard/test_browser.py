@@ -1,8 +1,9 @@
 """The dashboard in a real browser: headless Chromium (Debian's package) driven by Selenium.
 
 Starts ``hami-web demo --keep-serving`` as a user would, reads the dashboard URL it prints, and checks the
-rendered DOM: a heatmap cell per GPU whose hover shows its pods, the pending pod with its reason, the
-what-if form's answer, the decision log. Screenshots go to ``test-artifacts/screenshots/`` for a person to
+rendered DOM: a heatmap cell per device whose hover shows its pods, the Hygon node's DCUs under their family,
+the family filter, the pending pod with its reason, the what-if form's answer (for NVIDIA GPUs and for DCUs),
+the decision log. Screenshots go to ``test-artifacts/screenshots/`` for a person to
 open. Nothing downloads a browser: without ``/usr/bin/chromium`` and ``/usr/bin/chromedriver`` (or selenium)
 the module is skipped with one line saying so.
 """
@@ -28,7 +29,8 @@ CHROMEDRIVER = os.environ.get("HAMI_TEST_CHROMEDRIVER", "/usr/bin/chromedriver")
 SCREENSHOTS = Path(__file__).resolve().parents[2] / "test-artifacts" / "screenshots"
 DEMO_START_SECONDS = 90.0
 PAGE_WAIT_SECONDS = 10.0
-DEMO_GPUS = 18
+DEMO_GPUS = 20  # 18 NVIDIA GPUs and 2 Hygon DCUs (examples/cluster.yaml)
+DEMO_NODES = 5
 
 _missing = [path for path in (CHROMIUM, CHROMEDRIVER) if not (os.path.isfile(path) and os.access(path, os.X_OK))]
 if _missing:
@@ -113,15 +115,35 @@ def test_overview_draws_a_cell_per_gpu_and_hover_shows_its_pods(browser: webdriv
     _open(browser, dashboard_url, "#heatmap .cell")
     cells = browser.find_elements(By.CSS_SELECTOR, "#heatmap .cell")
     assert len(cells) == DEMO_GPUS
-    assert len(browser.find_elements(By.CSS_SELECTOR, "#heatmap tr.node-row")) == 4
+    assert len(browser.find_elements(By.CSS_SELECTOR, "#heatmap tr.node-row")) == DEMO_NODES
     busiest = next(cell for cell in cells if "ml/" in (cell.get_attribute("title") or ""))
     ActionChains(browser).move_to_element(busiest).perform()
     detail = browser.find_element(By.ID, "gpu-detail")
     WebDriverWait(browser, PAGE_WAIT_SECONDS).until(lambda _: "ml/" in detail.text)
     busiest.click()
     assert "selected" in (busiest.get_attribute("class") or "")
-    assert len(browser.find_elements(By.CSS_SELECTOR, ".histogram svg rect.bar")) == 3 * 10
+    assert len(browser.find_elements(By.CSS_SELECTOR, ".histogram svg rect.bar")) == 4 * 10
     _screenshot(browser, "overview")
+
+
+def test_the_dcu_node_shows_its_dcus_under_their_family(browser: webdriver.Chrome, dashboard_url: str) -> None:
+    _open(browser, dashboard_url, "#heatmap .cell")
+    row = browser.find_element(By.CSS_SELECTOR, '#heatmap tr.node-row[data-node="dcu-1"]')
+    assert [tag.text for tag in row.find_elements(By.CSS_SELECTOR, "span.family")] == ["DCU"]
+    cells = row.find_elements(By.CSS_SELECTOR, ".cell")
+    assert [cell.get_attribute("data-family") for cell in cells] == ["DCU", "DCU"]
+    held = next(cell for cell in cells if "ml/dcu-inference" in (cell.get_attribute("title") or ""))
+    ActionChains(browser).move_to_element(held).perform()
+    detail = browser.find_element(By.ID, "gpu-detail")
+    WebDriverWait(browser, PAGE_WAIT_SECONDS).until(lambda _: "ml/dcu-inference" in detail.text)
+    assert detail.text.startswith("dcu-1 DCU ") and "16384 MiB, 50%" in detail.text
+    totals = browser.find_element(By.CSS_SELECTOR, '#family-totals tr[data-family="DCU"]')
+    assert totals.text.split()[:3] == ["DCU", "1", "2"]
+    Select(browser.find_element(By.NAME, "family")).select_by_value("DCU")  # submits the form on change
+    WebDriverWait(browser, PAGE_WAIT_SECONDS).until(lambda b: "family=DCU" in b.current_url)
+    rows = browser.find_elements(By.CSS_SELECTOR, "#heatmap tr.node-row")
+    assert [row.get_attribute("data-node") for row in rows] == ["dcu-1"]
+    _screenshot(browser, "overview-dcu")
 
 
 def test_overview_type_filter_narrows_the_heatmap(browser: webdriver.Chrome, dashboard_url: str) -> None:
@@ -153,6 +175,12 @@ def test_whatif_form_answers_how_many_fit(browser: webdriver.Chrome, dashboard_u
     assert int(browser.find_element(By.ID, "fits-count").text) > 0
     assert browser.find_elements(By.CSS_SELECTOR, "#whatif-nodes tr")
     _screenshot(browser, "whatif")
+    Select(browser.find_element(By.NAME, "family")).select_by_value("DCU")
+    browser.find_element(By.ID, "whatif-submit").click()
+    WebDriverWait(browser, PAGE_WAIT_SECONDS).until(lambda b: "family=DCU" in b.current_url)
+    answer = browser.find_element(By.ID, "whatif-answer").text
+    assert "Hygon DCU" in answer and "DCU-BW100" in answer
+    assert [row.text.split()[0] for row in browser.find_elements(By.CSS_SELECTOR, "#whatif-nodes tr")[1:]] == ["dcu-1"]
 
 
 def test_decisions_page_lists_the_demo_decisions_and_charts_latency(browser: webdriver.Chrome, dashboard_url: str
