@@ -20,13 +20,19 @@ OTHER_CAUSE = "Other"
 EXAMPLE_NODES = 3
 
 _PART = re.compile(r"^(\d+)/\d+ (\w+)$")
+# ``"<family>: <reason>"``: on a node or for a pod of several families the fit names the family (a common word has
+# no space or colon).
+_FAMILY_PREFIX = re.compile(r"^[^\s:]+: ")
 
 
 def reason_causes(reason: str) -> tuple[tuple[str, int], ...]:
     """The causes in one node's reason with the number of GPUs each counts (0 for node-level causes).
 
-    ``NodeInsufficientDevice`` counts the GPUs asked, not GPUs that failed, so it reports 0 GPUs.
+    ``NodeInsufficientDevice`` counts the GPUs asked, not GPUs that failed, so it reports 0 GPUs. A reason that
+    names its family (``"DCU: 2/2 CardInsufficientMemory"``) has the causes of the reason after the name.
     """
+    if not reason.startswith(INVALID_REGISTER):
+        reason = _FAMILY_PREFIX.sub("", reason, count=1)
     if reason.startswith(INVALID_REGISTER):
         return ((INVALID_REGISTER, 0),)
     if reason == NODE_UNREGISTERED:

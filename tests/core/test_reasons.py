@@ -22,6 +22,11 @@ from hami_web.core.reasons import ReasonGroup, causes_key, group_reasons, reason
     pytest.param("InvalidRegisterAnnotation: device 0: devmem 'x' is not an integer",
                  (("InvalidRegisterAnnotation", 0),), id="broken-register"),
     pytest.param("something else", (("Other", 0),), id="unreadable"),
+    pytest.param("DCU: 1/2 CardInsufficientCore, 1/2 CardNotHealth",
+                 (("CardInsufficientCore", 1), ("CardNotHealth", 1)), id="family-named"),
+    pytest.param("MR-V100: 2/0 NodeInsufficientDevice", (("NodeInsufficientDevice", 0),), id="family-not-on-node"),
+    pytest.param("DCU: InvalidRegisterAnnotation: hami.io/node-dcu-register: device 0: empty UUID",
+                 (("InvalidRegisterAnnotation", 0),), id="family-register-broken"),
 ])
 def test_reason_causes_reads_each_cause_and_its_gpus(reason: str, causes: tuple[tuple[str, int], ...]) -> None:
     assert reason_causes(reason) == causes

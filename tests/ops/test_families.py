@@ -183,8 +183,6 @@ def test_capacity_refuses_a_family_or_selection_it_cannot_count(run: Run, famili
     assert (outcome.code, outcome.out, outcome.err) == (1, "", message + "\n")
 
 
-@pytest.mark.xfail(strict=True, reason="core.reasons.reason_causes does not read the '<family>: ' prefix the fit "
-                                       "puts on a node of several families (reported to the lead)")
 def test_a_refusal_on_a_node_of_several_families_is_grouped_by_its_cause(run: Run, families: LocalCluster) -> None:
     data = _json(run, families, "explain", "ml/dcu-huge")
     causes = {group["cause"]: group["examples"] for group in data["groups"]}
