@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,7 +21,8 @@ import requests
 from flask.testing import FlaskClient
 
 from hami_web.core import names
-from hami_web.core.devices import Device, encode_register_json
+from hami_web.core.devices import AnnotationError, Device, decode_register, encode_register_json, encode_register_text
+from hami_web.core.families import build_catalog
 from hami_web.kube import ConflictError, Kube
 from hami_web.localcluster import LocalCluster
 from hami_web.server.runtime import Runtime
@@ -110,6 +111,86 @@ def gpu_pod(name: str, limits: dict[str, str] | None = None, *, containers: Sequ
     return {"apiVersion": "v1", "kind": "Pod",
             "metadata": {"name": name, "namespace": namespace, "annotations": dict(annotations or {})},
             "spec": spec}
+
+
+# -- other device families (SPEC §10, §13) ---------------------------------------------------------------
+
+DCU_REGISTER = "hami.io/node-dcu-register"
+DCU_TYPE = "DCU-BW100"
+FRESH_HANDSHAKE = "Requesting_2099-01-01 00:00:00"
+# Every family hami-web knows, Iluvatar's chips included: the builders look register keys up here.
+ALL_FAMILIES = build_catalog(enable_iluvatar=True)
+
+
+def dcus(node: str, how_many: int = 2, *, count: int = 4, memory_mib: int = 65520, cores: int = 100,
+         type: str = DCU_TYPE) -> list[Device]:
+    """``how_many`` identical Hygon DCUs named ``<node>-dcu<i>``."""
+    return [Device(uuid=f"{node}-dcu{i}", index=i, count=count, memory_mib=memory_mib, cores=cores, type=type,
+                   family="DCU") for i in range(how_many)]
+
+
+def text_register(devices: Sequence[Device]) -> str:
+    """Devices as the 7-field text register annotation the DCU and Iluvatar device plugins write."""
+    return encode_register_text(devices, with_index=False)
+
+
+def device_node(name: str, registers: Mapping[str, str], *, handshakes: Mapping[str, str | None] | None = None,
+                annotations: dict[str, str] | None = None) -> dict[str, Any]:
+    """A Node carrying the given register annotations (register key -> value) of any families.
+
+    Each family present gets a fresh ``Requesting_`` handshake (never stale, never written back) unless
+    ``handshakes`` gives its handshake key another value (None: absent), and its count resource allocatable
+    (the number of devices the register lists, 1 when it does not parse).
+    """
+    node_annotations: dict[str, str] = dict(registers)
+    allocatable: dict[str, str] = {"cpu": "8"}
+    for family in ALL_FAMILIES:
+        register = registers.get(family.register_key)
+        if register is None:
+            continue
+        node_annotations[family.handshake_key] = FRESH_HANDSHAKE
+        try:
+            allocatable[family.resources.count] = str(len(decode_register(register, family=family.cw)))
+        except AnnotationError:
+            allocatable[family.resources.count] = "1"
+    for key, value in (handshakes or {}).items():
+        if value is None:
+            node_annotations.pop(key, None)
+        else:
+            node_annotations[key] = value
+    node_annotations.update(annotations or {})
+    return {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "annotations": node_annotations},
+            "status": {"allocatable": allocatable}}
+
+
+def dcu_node(name: str, devices: Sequence[Device] | None = None, *,
+             gpu_devices: Sequence[Device] = ()) -> dict[str, Any]:
+    """A Hygon node (two DCUs ``<name>-dcu<i>`` by default); with ``gpu_devices`` also an NVIDIA one."""
+    registers = {DCU_REGISTER: text_register(dcus(name) if devices is None else devices)}
+    if gpu_devices:
+        registers[names.NODE_REGISTER] = encode_register_json(gpu_devices)
+    return device_node(name, registers)
+
+
+def dcu_limits(count: int = 1, *, memory_mib: int | None = None, cores: int | None = None) -> dict[str, str]:
+    """Container limits asking for Hygon DCUs (``hygon.com/dcunum``, ``dcumem`` MiB, ``dcucores``)."""
+    limits = {"hygon.com/dcunum": str(count)}
+    if memory_mib is not None:
+        limits["hygon.com/dcumem"] = str(memory_mib)
+    if cores is not None:
+        limits["hygon.com/dcucores"] = str(cores)
+    return limits
+
+
+def iluvatar_limits(chip: str = "MR-V100", count: int = 1, *, memory_units: int | None = None,
+                    cores: int | None = None) -> dict[str, str]:
+    """Container limits asking for Iluvatar GPUs of ``chip`` (memory in units of 256 MiB)."""
+    limits = {f"iluvatar.ai/{chip}-vgpu": str(count)}
+    if memory_units is not None:
+        limits[f"iluvatar.ai/{chip}.vMem"] = str(memory_units)
+    if cores is not None:
+        limits[f"iluvatar.ai/{chip}.vCore"] = str(cores)
+    return limits
 
 
 # -- clock and polling ------------------------------------------------------------------------------
