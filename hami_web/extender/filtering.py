@@ -80,6 +80,9 @@ class Filter:
             return self._answer(candidates, node_objects, failed={})
         taken, replaces = self._already_taken(pod, f"pod {namespace}/{name}")
         if taken:
+            # SPEC §5 step 2 holds for a refused pod too: an earlier placement of ours must not keep its devices
+            # while another binder's booking (or the Binding) is the truth; what the API shows stays.
+            self._cache.forget(uid)
             return self._refuse(namespace, name, uid, taken)
         try:
             options = pod_options(metadata.get("annotations") or {},

@@ -7,9 +7,8 @@ a different container. At the end, from the pods as stored in the API server: no
 cores are over-booked, summed per node and device over every family's ``…-devices-allocated`` key, and no
 exclusive device is shared; each grant sits on a device of its own family on the pod's node; every bound pod holds
 exactly what each of its containers asks of each family, in that family's keys only; every unbound pod holds
-nothing; every refused bind says why; both caches agree with the API. And (xfail, a bug) a pod refused because
-it carries the other server's booking does not keep this server's first placement of it booked once that
-booking is voided.
+nothing; every refused bind says why; both caches agree with the API. And a pod refused because it carries the
+other server's booking does not keep this server's first placement of it booked once that booking is voided.
 """
 
 from __future__ import annotations
@@ -19,8 +18,6 @@ import threading
 import time
 from collections import Counter
 from typing import Any
-
-import pytest
 
 from hami_web.core import names
 from hami_web.core.devices import Device, encode_register_json
@@ -103,9 +100,7 @@ def _pods(seed: int) -> list[dict[str, Any]]:
 def _schedule_all(scheduler: Scheduler, nodes: list[str], names_in_order: list[str], refusals: list[str]) -> None:
     """`test_two_servers`' kube-scheduler loop over ``nodes``: filters run ahead in batches, the binds follow, a
     refused bind goes back into the queue, an unschedulable pod waits for a cluster change. Unlike there, a pod whose
-    filter answers an ``Error`` goes back into the queue too, as kube-scheduler retries it after a backoff: the
-    refusal leaves this server's earlier placement of the pod booked until the pod is filtered again (see the xfail
-    test below), and a pod never filtered again would keep it to the end."""
+    filter answers an ``Error`` goes back into the queue too, as kube-scheduler retries it after a backoff."""
     pending = list(names_in_order)
     tried: set[str] = set()
     for _ in range(ATTEMPTS):
@@ -207,13 +202,6 @@ def test_two_servers_never_overbook_a_device_of_any_family(apiserver: LocalClust
         assert usage_by_gpu(server) == expected, "a cache disagrees with the API"
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "hami_web/extender/filtering.py Filter._filter refuses a pod that carries another binder's live booking "
-    "(_already_taken: 'already holds GPUs') before ClusterCache.place, the only step that forgets this process's "
-    "earlier assumption for the pod (SPEC §5 step 2); when the other binder then voids its booking "
-    "(bind-phase=failed, unbound), the pod holds nothing in the API but our first placement stays booked in the "
-    "cache (planning._next_held keeps an unbound pod's assumption) until the pod is filtered again or the "
-    "assumption expires at a resync (30 s grace + --refresh-interval): the device looks taken meanwhile"))
 def test_a_pod_refused_for_another_binders_booking_does_not_keep_our_first_placement(
         apiserver: LocalCluster, make_runtime: RuntimeFactory) -> None:
     apiserver.load([dcu_node("hygon"), gpu_pod("x", dcu_limits(1)), gpu_pod("z", dcu_limits(2))])
