@@ -266,7 +266,8 @@ def fit_pod(request: PodRequest, view: NodeView, options: PodOptions) -> PodFit 
             work: WorkingUsage = list(base) if container.init else shared
             result = fit_container(container, view.inventory, work, options, family_topology)
             if isinstance(result, FitFailure):
-                return replace(result, family=family) if named else result
+                # A node without any of the family's devices names the family too (``DCU: 1/0 NodeInsufficient…``).
+                return replace(result, family=family) if named or result.total == 0 else result
             merged[position].extend(result)
     return PodFit(grants=tuple(tuple(container) for container in merged))
 

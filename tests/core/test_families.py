@@ -185,7 +185,7 @@ def test_a_pod_of_a_family_ignores_other_families_nodes(cw: str) -> None:
     family = FULL_CATALOG[cw]
     other = FULL_CATALOG["DCU" if cw != "DCU" else "NVIDIA"]
     placement = place(family, family_node(other), count_only_pod(family))
-    assert placement == NoPlacement(reasons={f"node-{other.cw}": "1/0 NodeInsufficientDevice"})
+    assert placement == NoPlacement(reasons={f"node-{other.cw}": f"{cw}: 1/0 NodeInsufficientDevice"})
 
 
 # --- resource names must be unambiguous ------------------------------------------------------------------------

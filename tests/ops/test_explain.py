@@ -45,7 +45,7 @@ def test_unschedulable_json(run: Run) -> None:
     [shortfall] = miss["shortfalls"]
     assert (shortfall["index"], shortfall["free"], shortfall["asked"]) == (0, 38_068, 40_000)
     assert "nvidia.com/use-gputype: A40" in data["constraints"]
-    assert data["node_reasons"]["gpu-gone"] == "2/0 NodeInsufficientDevice"
+    assert data["node_reasons"]["gpu-gone"] == "NVIDIA: 2/0 NodeInsufficientDevice"
 
 
 def test_a_pod_that_fits_gets_its_node_and_gpus(run: Run) -> None:
