@@ -16,6 +16,7 @@ import random
 import threading
 import time
 from collections import Counter
+from collections.abc import Sequence
 from typing import Any
 
 from hami_web.core import names
@@ -67,10 +68,12 @@ def _device_plugin(runtime: Runtime, apiserver: LocalCluster, stop: threading.Ev
         stop.wait(0.01)
 
 
-def _schedule_all(scheduler: Scheduler, names_in_order: list[str], refusals: list[str]) -> None:
+def _schedule_all(scheduler: Scheduler, names_in_order: list[str], refusals: list[str], *,
+                  nodes: Sequence[str] = tuple(NODES), retry_errors: bool = False) -> None:
     """kube-scheduler's loop for one server: scheduling cycles (filters) run ahead while the binds of the pods
     already filtered follow, in batches; a pod is tried at least once even if the other server bound it meanwhile
-    (an informer lags), and retried until it is bound or no node fits."""
+    (an informer lags), and retried until it is bound or no node fits. With ``retry_errors`` a pod whose filter
+    answers an ``Error`` goes back into the queue too, as kube-scheduler retries it after a backoff."""
     pending = list(names_in_order)
     tried: set[str] = set()
     for _ in range(ATTEMPTS):
@@ -82,9 +85,11 @@ def _schedule_all(scheduler: Scheduler, names_in_order: list[str], refusals: lis
             if name in tried and scheduler.pod(name)["spec"].get("nodeName"):
                 continue
             tried.add(name)
-            answer = scheduler.filter(name, list(NODES))
+            answer = scheduler.filter(name, list(nodes))
             if "already holds GPUs" in answer["Error"] or "already bound" in answer["Error"]:
                 refusals.append(answer["Error"])  # the other server's booking of this pod, seen by our cache or sent
+            if answer["Error"] and retry_errors:
+                pending.append(name)
             if not answer["Error"] and answer["NodeNames"]:
                 placed.append((name, answer["NodeNames"][0]))
             # else unschedulable (reasons in FailedNodes): kube-scheduler waits for a cluster change

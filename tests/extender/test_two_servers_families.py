@@ -42,7 +42,7 @@ from .helpers import (
     usage_by_gpu,
     wait_for,
 )
-from .test_two_servers import ATTEMPTS, BATCH, EXPECTED_REFUSALS, _device_plugin
+from .test_two_servers import EXPECTED_REFUSALS, _device_plugin, _schedule_all
 
 TASKS, MEMORY_MIB, CORES = 4, 8000, 100
 PODS = 48
@@ -97,35 +97,6 @@ def _pods(seed: int) -> list[dict[str, Any]]:
     return pods
 
 
-def _schedule_all(scheduler: Scheduler, nodes: list[str], names_in_order: list[str], refusals: list[str]) -> None:
-    """`test_two_servers`' kube-scheduler loop over ``nodes``: filters run ahead in batches, the binds follow, a
-    refused bind goes back into the queue, an unschedulable pod waits for a cluster change. Unlike there, a pod whose
-    filter answers an ``Error`` goes back into the queue too, as kube-scheduler retries it after a backoff."""
-    pending = list(names_in_order)
-    tried: set[str] = set()
-    for _ in range(ATTEMPTS):
-        if not pending:
-            return
-        batch, pending = pending[:BATCH], pending[BATCH:]
-        placed = []
-        for name in batch:
-            if name in tried and scheduler.pod(name)["spec"].get("nodeName"):
-                continue
-            tried.add(name)
-            answer = scheduler.filter(name, nodes)
-            if answer["Error"]:
-                refusals.append(answer["Error"])  # the other server's booking of this pod, or its binding
-                pending.append(name)
-            elif answer["NodeNames"]:
-                placed.append((name, answer["NodeNames"][0]))
-        for name, node in placed:
-            bound = scheduler.bind(name, node)
-            if bound["Error"]:
-                refusals.append(bound["Error"])
-                pending.append(name)
-        time.sleep(0.002)
-
-
 def _asked(pod: dict[str, Any], family: str) -> list[int]:
     """Per container (no init containers here), how many devices of ``family`` it asks for."""
     return [int(((c.get("resources") or {}).get("limits") or {}).get(COUNT_RESOURCES[family], "0"))
@@ -144,8 +115,8 @@ def test_two_servers_never_overbook_a_device_of_any_family(apiserver: LocalClust
     refusals: list[str] = []
     orders = [[f"job-{index:02d}" for index in range(PODS)] for _ in servers]
     random.Random(11).shuffle(orders[1])
-    threads = [threading.Thread(target=_schedule_all, args=(Scheduler(server.app.test_client(), apiserver), nodes,
-                                                              order, refusals))
+    threads = [threading.Thread(target=_schedule_all, args=(Scheduler(server.app.test_client(), apiserver), order,
+                                                              refusals), kwargs={"nodes": nodes, "retry_errors": True})
                for server, order in zip(servers, orders, strict=True)]
     for thread in threads:
         thread.start()
