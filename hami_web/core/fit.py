@@ -187,11 +187,10 @@ def _topology_pick(positions: list[int], devices: Sequence[Device], inventory: N
 
 
 def fit_container(request: ContainerRequest, inventory: NodeInventory, work: WorkingUsage,
-                  options: PodOptions, topology: bool = True) -> tuple[DeviceGrant, ...] | FitFailure:
+                  options: PodOptions) -> tuple[DeviceGrant, ...] | FitFailure:
     """Pick devices of the request's family for one container on ``work`` and book them there, or say why not.
 
-    ``topology`` says whether the family has pair scores (SPEC §13: the families without them read topology-aware
-    as spread).
+    The families without pair scores (``inventory.topology``) read topology-aware as spread (SPEC §13).
     """
     first, end = inventory.groups.get(request.family, (0, 0))
     whole = first == 0 and end == len(inventory.devices)
@@ -226,9 +225,10 @@ def fit_container(request: ContainerRequest, inventory: NodeInventory, work: Wor
         if passing:
             reasons[names.ALLOCATED_CARDS_INSUFFICIENT_REQUEST] = len(passing)
         return _failure(reasons, total)
+    topology = options.gpu.topology_aware and (inventory.topology is None or request.family in inventory.topology)
     if topology and options.gpu.spec_topology:
         chosen = _topology_pick(pool, devices, inventory, request.count)
-    elif topology and options.gpu.topology_aware:
+    elif topology:
         # In a chain topology-aware only filters: it picks the GPUs, the sort keys order them.
         chosen = _policy_order(_topology_pick(pool, devices, inventory, request.count), devices, family_work,
                                request, options)
@@ -250,26 +250,37 @@ def fit_pod(request: PodRequest, view: NodeView, options: PodOptions) -> PodFit 
     base = view.usage_rows
     shared: WorkingUsage = list(base)
     blocks = request.blocks()
-    merged: list[list[DeviceGrant]] = [[] for _ in blocks[0][1]] if blocks else []
     inventory = view.inventory
     broken = inventory.broken
-    # With one family on both sides the reason is HAMi's; otherwise it says which family failed (SPEC §10).
-    named = len(blocks) > 1 or len(inventory.groups) + len(broken) > 1
+    parts: list[tuple[tuple[DeviceGrant, ...], ...]] = []
     for family, containers in blocks:
-        if family in broken and any(container.count for container in containers):
-            return FitFailure(reasons=(), total=0, message=f"{INVALID_REGISTER}: {broken[family]}",
-                              family=family if named else "")
-        family_topology = inventory.topology is None or family in inventory.topology
-        for position, container in enumerate(containers):
+        if broken and family in broken and any(container.count for container in containers):
+            return _named(FitFailure(reasons=(), total=0, message=f"{INVALID_REGISTER}: {broken[family]}"),
+                          family, len(blocks), inventory)
+        grants: list[tuple[DeviceGrant, ...]] = []
+        for container in containers:
             if container.count == 0:
+                grants.append(())
                 continue
             work: WorkingUsage = list(base) if container.init else shared
-            result = fit_container(container, view.inventory, work, options, family_topology)
+            result = fit_container(container, inventory, work, options)
             if isinstance(result, FitFailure):
-                # A node without any of the family's devices names the family too (``DCU: 1/0 NodeInsufficient…``).
-                return replace(result, family=family) if named or result.total == 0 else result
-            merged[position].extend(result)
-    return PodFit(grants=tuple(tuple(container) for container in merged))
+                return _named(result, family, len(blocks), inventory)
+            grants.append(result)
+        parts.append(tuple(grants))
+    if len(parts) == 1:
+        return PodFit(grants=parts[0])
+    return PodFit(grants=tuple(tuple(grant for part in parts for grant in part[position])
+                               for position in range(len(parts[0]) if parts else 0)))
+
+
+def _named(failure: FitFailure, family: str, families_asked: int, inventory: NodeInventory) -> FitFailure:
+    """The failure naming ``family`` when it must (SPEC §10): the pod asks for several families, the node carries
+    several (or a broken one), or the node has none of the family's devices (``DCU: 1/0 NodeInsufficient…``);
+    otherwise HAMi's reason as it is."""
+    if families_asked > 1 or len(inventory.groups) + len(inventory.broken) > 1 or family not in inventory.groups:
+        return replace(failure, family=family)
+    return failure
 
 
 def may_fit(request: PodRequest, view: NodeView, options: PodOptions) -> bool:
