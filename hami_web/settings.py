@@ -372,6 +372,29 @@ _OPTIONS: tuple[_Option, ...] = (
             f"or off ({DEFAULT_SETTINGS_CONFIGMAP})"),
 )
 
+_OPTION_BY_FLAG = {option.flag: option for option in _OPTIONS}
+
+
+def argument_type(flag: str) -> Callable[[str], Any]:
+    """The server's own parser of ``flag``, for another command line that overrides it (``kubectl hami``): one
+    declaration, so a value the server refuses is refused there too, in the same words."""
+    option = _OPTION_BY_FLAG[flag]
+
+    def parse(text: str) -> Any:
+        try:
+            return option.parse(text)
+        except ValueError as error:
+            raise argparse.ArgumentTypeError(str(error)) from None
+
+    parse.__name__ = flag.removeprefix("--")  # argparse's "invalid <name> value: …"
+    return parse
+
+
+def option_help(flag: str) -> str:
+    """The server's help text of ``flag``."""
+    return _OPTION_BY_FLAG[flag].help
+
+
 # The settings that change a scheduling decision or what the webhook routes: published at start-up so the
 # operator tools decide as this server does without being told its flags.
 PUBLISHED_FLAGS = ("--scheduler-name", "--node-scheduler-policy", "--gpu-scheduler-policy", "--default-mem",

@@ -31,7 +31,7 @@ from hami_web.ops.render import (
 )
 from hami_web.ops.serversettings import ToolSettings, tool_settings
 from hami_web.ops.snapshot import ClusterSnapshot, read_snapshot
-from hami_web.settings import DEFAULT_SETTINGS_CONFIGMAP
+from hami_web.settings import DEFAULT_SETTINGS_CONFIGMAP, argument_type, option_help
 
 
 class CommandError(Exception):
@@ -56,15 +56,6 @@ def _gpu_policy(text: str) -> str:
         return parse_gpu_policy(text, source="GPU policy")
     except OptionsError as error:
         raise argparse.ArgumentTypeError(str(error)) from None
-
-
-def _boolean(text: str) -> bool:
-    lowered = text.strip().lower()
-    if lowered in ("true", "1", "yes", "on"):
-        return True
-    if lowered in ("false", "0", "no", "off"):
-        return False
-    raise argparse.ArgumentTypeError(f"{text!r} is not true or false")
 
 
 def _connection_flags(parser: argparse.ArgumentParser) -> None:
@@ -92,20 +83,19 @@ def _settings_group(parser: argparse.ArgumentParser) -> argparse._ArgumentGroup:
         "the server's settings: read from the ConfigMap the server publishes; a flag given here overrides one")
     group.add_argument("--settings-configmap", default=DEFAULT_SETTINGS_CONFIGMAP, metavar="NAMESPACE/NAME",
                        help=f"where the server publishes them, or off (default {DEFAULT_SETTINGS_CONFIGMAP})")
-    group.add_argument("--enable-iluvatar", nargs="?", const=True, type=_boolean, default=None, metavar="BOOL",
-                       help="count Iluvatar GPUs as the server does with --enable-iluvatar")
+    group.add_argument("--enable-iluvatar", nargs="?", const=True, type=argument_type("--enable-iluvatar"),
+                       default=None, metavar="BOOL", help=option_help("--enable-iluvatar"))
     return group
 
 
 def _policy_flags(parser: argparse.ArgumentParser) -> None:
     group = _settings_group(parser)
+    # Declared once, by the server (`hami_web.settings`): its parsers and help, so the tools refuse what it refuses.
     group.add_argument("-l", "--selector", "--node-label-selector", dest="selector", default=None,
-                       help="node label selector (the server's --node-label-selector)")
-    group.add_argument("--node-scheduler-policy", choices=NODE_POLICIES, default=None)
-    group.add_argument("--gpu-scheduler-policy", type=_gpu_policy, default=None, metavar="POLICY")
-    group.add_argument("--default-mem", type=_whole, default=None, metavar="MIB")
-    group.add_argument("--default-cores", type=_whole, default=None, metavar="PERCENT")
-    group.add_argument("--scheduler-name", default=None, metavar="NAME")
+                       type=argument_type("--node-label-selector"), help=option_help("--node-label-selector"))
+    for flag, metavar in (("--node-scheduler-policy", "POLICY"), ("--gpu-scheduler-policy", "POLICY"),
+                          ("--default-mem", "MIB"), ("--default-cores", "PERCENT"), ("--scheduler-name", "NAME")):
+        group.add_argument(flag, type=argument_type(flag), default=None, metavar=metavar, help=option_help(flag))
 
 
 def _settings(kube: Kube, arguments: argparse.Namespace) -> ToolSettings:
