@@ -1,12 +1,12 @@
-"""Choosing one node for a pod among kube-scheduler's candidates (SPEC.md §5 steps 3–5, §5.1 node policy).
+"""Choosing one node for a pod among kube-scheduler's candidates (docs/scheduling-rules.md#the-filter-step-by-step).
 
 The node score does not depend on the pod, so candidates are ranked first and tried in rank order; the
 first that fits is the answer. Nodes whose aggregates already rule them out are skipped without a fit, and
 exact per-GPU reasons are only computed when no node fits, because only then does anyone read them.
 
-Nodes busy binding (their HAMi node lock held by a live owner, or a placement of ours not yet bound) are ranked
-after the free ones, each group in the policy's order (issue 19): under binpack every pod of a burst would
-otherwise go to the one fullest node, whose lock the previous pod holds until its device plugin is done, and
+Nodes busy binding (their HAMi node lock held by a live owner, or a placement of ours not yet bound) are ranked after
+the free ones, each group in the policy's order (README.md#decisions, node policy order): under binpack every pod of a
+burst would otherwise go to the one fullest node, whose lock the previous pod holds until its device plugin is done, and
 have its bind refused. A busy node is never excluded: a pod that fits only there still gets it.
 """
 

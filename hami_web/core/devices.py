@@ -1,12 +1,13 @@
 """Device inventory of a node and the codecs of the node annotations HAMi's device plugins write.
 
-Every family's register annotation (``hami.io/node-nvidia-register``, ``hami.io/node-dcu-register``, …) comes in
-two forms (JSON from newer HAMi, ``:``-terminated text from older releases); both decode to the same `Device`
-tuple so the rest of the scheduler never cares which device plugin version a node runs. JSON is read exactly as
-Go's ``encoding/json`` reads HAMi's ``DeviceInfo`` (SPEC §10): every field is ``omitempty``, so a missing field is
-its zero value (a missing ``health`` is an unhealthy device), keys match case-insensitively, unknown keys are
-ignored and the last duplicate wins. Decoding never raises anything but `AnnotationError`, whose message says
-where in the text the problem is, because one bad node must not stop scheduling on the others.
+Every family's register annotation (``hami.io/node-nvidia-register``, ``hami.io/node-dcu-register``, …) comes in two
+forms (JSON from newer HAMi, ``:``-terminated text from older releases); both decode to the same `Device` tuple so the
+rest of the scheduler never cares which device plugin version a node runs. JSON is read exactly as Go's
+``encoding/json`` reads HAMi's ``DeviceInfo`` (docs/wire-formats.md#node-register-annotation): every field is
+``omitempty``, so a missing field is its zero value (a missing ``health`` is an unhealthy device), keys match
+case-insensitively, unknown keys are ignored and the last duplicate wins. Decoding never raises anything but
+`AnnotationError`, whose message says where in the text the problem is, because one bad node must not stop scheduling on
+the others.
 """
 
 from __future__ import annotations
@@ -168,7 +169,7 @@ def _decode_register_text(text: str, family: str) -> tuple[Device, ...]:
         if not uuid:
             raise AnnotationError(f"{where}: empty UUID")
         index = position
-        # SPEC §10: a 7-field device predates modes and runs HAMi-core.
+        # A 7-field device predates modes and runs HAMi-core (docs/wire-formats.md#node-register-annotation).
         mode = TEXT_DEFAULT_MODE
         if len(parts) == _TEXT_FIELDS_LONG:
             index = _parse_int(parts[7], "index", where)
@@ -381,7 +382,8 @@ def decode_pair_scores(text: str) -> dict[str, dict[str, int]]:
 
 
 def _pair_score(value: object, where: str) -> int:
-    """A pair score: an integer, or a numeric string (SPEC §4), in ``0..MAX_PAIR_SCORE``."""
+    """A pair score: an integer, or a numeric string (docs/wire-formats.md#pair-scores-and-cordon), in
+    ``0..MAX_PAIR_SCORE``."""
     if isinstance(value, float) and value.is_integer():
         value = int(value)
     if isinstance(value, str):

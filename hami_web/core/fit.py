@@ -1,4 +1,4 @@
-"""Fitting a pod's containers onto one node's devices (SPEC §5.1 GPU policies, §5.2 checks, §10 families).
+"""Fitting a pod's containers onto one node's devices (docs/scheduling-rules.md#checks-for-one-device).
 
 Every device is run through the checks in a fixed order and the first failing check is that device's reason, so
 a refusal tells the operator how many devices failed for which cause (``1/2 CardInsufficientCore, …``).
@@ -68,7 +68,7 @@ def check_device(device: Device, used: Sequence[int], request: ContainerRequest,
 def mig_reason(device: Device) -> str:
     """Why a MIG-mode device takes no slice: dynamic MIG (``migProfiles``) is carved by the device plugin on
     demand and needs a MIG placement, which hami-web does not choose yet; a MIG device without profiles is a
-    pre-2.10 geometry that is never allocatable (SPEC §11). "" for every other device."""
+    pre-2.10 geometry that is never allocatable (README.md#device-families). "" for every other device."""
     if device.mode != MIG_MODE:
         return ""
     return names.CARD_MIG_MODE_UNSUPPORTED if device.mig_profiles else names.CARD_MIG_LEGACY_GEOMETRY
@@ -77,7 +77,8 @@ def mig_reason(device: Device) -> str:
 def device_reasons(devices: Sequence[Device], work: Sequence[Sequence[int]], request: ContainerRequest,
                    booked: Sequence[int], options: PodOptions, cordoned: frozenset[str],
                    selection: DeviceSelection | None = None) -> list[str]:
-    """For each device, the first check of SPEC §5.2 it fails (``""`` when it fits), in SPEC order.
+    """For each device, the first check it fails (``""`` when it fits), in the order of
+    docs/scheduling-rules.md#checks-for-one-device.
 
     ``selection`` is the pod's selection of the request's family (looked up in ``options`` when None). One loop
     per node rather than one call per device: at thousands of nodes the per-call overhead is a large share of a
@@ -190,7 +191,8 @@ def fit_container(request: ContainerRequest, inventory: NodeInventory, work: Wor
                   options: PodOptions) -> tuple[DeviceGrant, ...] | FitFailure:
     """Pick devices of the request's family for one container on ``work`` and book them there, or say why not.
 
-    The families without pair scores (``inventory.topology``) read topology-aware as spread (SPEC §13).
+    The families without pair scores (``inventory.topology``) read topology-aware as spread
+    (README.md#decisions, device families).
     """
     first, end = inventory.groups.get(request.family, (0, 0))
     whole = first == 0 and end == len(inventory.devices)
@@ -244,9 +246,9 @@ def fit_container(request: ContainerRequest, inventory: NodeInventory, work: Wor
 
 
 def fit_pod(request: PodRequest, view: NodeView, options: PodOptions) -> PodFit | FitFailure:
-    """Fit every container of the pod on ``view`` (SPEC §3): each init container alone on the node's usage, the
-    regular containers one after another on one working copy; each family in turn (SPEC §10), the first family
-    that fails being the node's reason."""
+    """Fit every container of the pod on ``view`` (docs/scheduling-rules.md#init-containers): each init container alone
+    on the node's usage, the regular containers one after another on one working copy; each family in turn
+    (README.md#device-families), the first family that fails being the node's reason."""
     base = view.usage_rows
     shared: WorkingUsage = list(base)
     blocks = request.blocks()
@@ -275,9 +277,9 @@ def fit_pod(request: PodRequest, view: NodeView, options: PodOptions) -> PodFit 
 
 
 def _named(failure: FitFailure, family: str, families_asked: int, inventory: NodeInventory) -> FitFailure:
-    """The failure naming ``family`` when it must (SPEC §10): the pod asks for several families, the node carries
-    several (or a broken one), or the node has none of the family's devices (``DCU: 1/0 NodeInsufficient…``);
-    otherwise HAMi's reason as it is."""
+    """The failure naming ``family`` when it must (docs/scheduling-rules.md#filter-reasons): the pod asks for several
+    families, the node carries several (or a broken one), or the node has none of the family's devices (``DCU: 1/0
+    NodeInsufficient…``); otherwise HAMi's reason as it is."""
     if families_asked > 1 or len(inventory.groups) + len(inventory.broken) > 1 or family not in inventory.groups:
         return replace(failure, family=family)
     return failure

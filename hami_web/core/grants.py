@@ -114,8 +114,9 @@ def merge_grants(parts: Sequence[PodGrants], containers: int) -> PodGrants:
 
 def booking_annotations(grants: Sequence[Sequence[DeviceGrant]], catalog: DeviceCatalog) -> dict[str, str]:
     """The pod annotations a booking writes for each family it uses: ``…-devices-to-allocate`` and
-    ``…-devices-allocated``, the same value, one entry per container (SPEC §10). A grant of a family the catalog
-    does not know is an error of the caller, not something to write under a guessed key."""
+    ``…-devices-allocated``, the same value, one entry per container (docs/wire-formats.md#pod-device-annotation). A
+    grant of a family the catalog does not know is an error of the caller, not something to write under a guessed
+    key."""
     annotations: dict[str, str] = {}
     for cw in families_of(grants):
         family = catalog[cw]

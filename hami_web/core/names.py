@@ -54,6 +54,6 @@ CARD_COMPUTE_UNITS_EXHAUSTED = "CardComputeUnitsExhausted"
 NODE_INSUFFICIENT_DEVICE = "NodeInsufficientDevice"
 ALLOCATED_CARDS_INSUFFICIENT_REQUEST = "AllocatedCardsInsufficientRequest"
 # A MIG-mode GPU is never booked as slices: dynamic MIG (with ``migProfiles``) is not placed yet, and a pre-2.10
-# geometry MIG GPU never is (SPEC §11).
+# geometry MIG GPU never is (README.md#device-families).
 CARD_MIG_MODE_UNSUPPORTED = "CardMigModeUnsupported"
 CARD_MIG_LEGACY_GEOMETRY = "CardMigLegacyGeometry"

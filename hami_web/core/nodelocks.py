@@ -1,9 +1,9 @@
-"""HAMi's node lock as data: its annotation format and when a held lock is stale (SPEC.md §6 step 1).
+"""HAMi's node lock as data: its annotation format and when a held lock is stale (docs/wire-formats.md#node-lock).
 
-Two capabilities judge a lock: ``/bind``, which may take over a stale lock, and ``/filter``, which ranks nodes
-whose lock a live owner holds after the free ones (issue 19). Both must call the same lock "stale", or the filter
-would steer pods away from nodes the bind would happily take (or towards nodes it would refuse), so the rule
-lives here, pure: the caller says what it knows of the owner pod.
+Two capabilities judge a lock: ``/bind``, which may take over a stale lock, and ``/filter``, which ranks nodes whose
+lock a live owner holds after the free ones (README.md#decisions, node policy order). Both must call the same lock
+"stale", or the filter would steer pods away from nodes the bind would happily take (or towards nodes it would refuse),
+so the rule lives here, pure: the caller says what it knows of the owner pod.
 """
 
 from __future__ import annotations

@@ -3,9 +3,10 @@
 Pod annotations override the service-wide flags. An unknown policy value is an error for that pod: a typo
 like ``binpak`` silently falling back to the default would place the pod against its owner's intent.
 
-The GPU policy is either one of SPEC's single values or, as in HAMi v2.10, a comma-separated chain: ``mutex``
-and ``topology-aware`` act as filters, ``binpack`` / ``spread`` / ``numa`` are sort keys applied in the order
-written. Single values keep SPEC's order (score, then NUMA, then index), so existing pods place as before.
+The GPU policy is either one of the single values (binpack, spread, topology-aware) or, as in HAMi v2.10, a
+comma-separated chain: ``mutex`` and ``topology-aware`` act as filters, ``binpack`` / ``spread`` / ``numa`` are sort
+keys applied in the order written. Single values keep their order (score, then NUMA, then index;
+docs/scheduling-rules.md#scores-and-policies), so existing pods place as before.
 """
 
 from __future__ import annotations
@@ -27,7 +28,8 @@ NUMA = "numa"
 MUTEX = "mutex"
 GPU_POLICY_KEYS = (BINPACK, SPREAD, NUMA, MUTEX, TOPOLOGY_AWARE)
 SORT_KEYS = frozenset({BINPACK, SPREAD, NUMA})
-# SPEC §5.1's orders as key chains: the score first, NUMA node and then GPU index break ties.
+# The single values' orders (docs/scheduling-rules.md#scores-and-policies) as key chains: the score first, NUMA node and
+# then GPU index break ties.
 _SPEC_ORDER = {BINPACK: (BINPACK, NUMA), SPREAD: (SPREAD, NUMA)}
 SCORING_WEIGHT_KEYS = ("slot", "core", "memory")
 MAX_SCORING_WEIGHT = 1_000_000
@@ -54,8 +56,8 @@ DEFAULT_WEIGHTS = ScoringWeights()
 class GpuPolicy:
     """A parsed GPU policy: which filters apply and the sort keys that order the GPUs that pass.
 
-    ``sort_keys`` is never empty: a chain without one sorts as SPEC's spread. ``spec_topology`` marks the single
-    value ``topology-aware``, whose GPUs are listed in HAMi's visit order rather than by sort keys.
+    ``sort_keys`` is never empty: a chain without one sorts as the single value ``spread``. ``spec_topology`` marks the
+    single value ``topology-aware``, whose GPUs are listed in HAMi's visit order rather than by sort keys.
     """
 
     mutex: bool
@@ -66,7 +68,8 @@ class GpuPolicy:
 
 @dataclass(frozen=True, slots=True)
 class DeviceSelection:
-    """Which devices of one family a pod accepts, from that family's annotations (SPEC §5.2 steps 2–3, §10).
+    """Which devices of one family a pod accepts, from that family's annotations
+    (docs/scheduling-rules.md#checks-for-one-device, steps 2-3).
 
     A device qualifies when its type contains the family's common word and passes ``use_types`` / ``nouse_types``
     (upper-cased substrings), its UUID passes ``use_uuids`` / ``nouse_uuids`` (exact), and, when ``modes`` is set
@@ -189,8 +192,9 @@ def _policy_keys(text: str) -> list[str]:
 def parse_gpu_policy(value: str, *, source: str = names.POD_GPU_POLICY) -> str:
     """The normalised GPU policy (trimmed, duplicates dropped), or `OptionsError` naming the bad key.
 
-    A value without a comma is one of SPEC's single values (or ``mutex`` / ``numa``); an unknown one gets
-    SPEC's message. In a chain, the message names the entry that is not a policy.
+    A value without a comma is one of the single values (or ``mutex`` / ``numa``); an unknown one gets the
+    single-value message (docs/scheduling-rules.md#scores-and-policies). In a chain, the message names the entry
+    that is not a policy.
     """
     if not isinstance(value, str):
         raise OptionsError(f"{source} must be a string, got {json_type_name(value)}")

@@ -1,4 +1,4 @@
-"""Reading and grouping the per-node filter reasons (SPEC.md §5 step 4) by cause.
+"""Reading and grouping the per-node filter reasons (docs/scheduling-rules.md#filter-reasons) by cause.
 
 kube-scheduler shows one reason per node, which is unreadable at thousands of nodes; people need "3,812
 nodes: CardInsufficientMemory; 120 nodes: CardTypeMismatch". The per-node reason strings are the wire format

@@ -1,4 +1,5 @@
-"""What a pod asks for (SPEC §3, §10): per family and container, how many devices and how much memory and compute.
+"""What a pod asks for (docs/scheduling-rules.md#what-a-pod-asks-for): per family and container, how many devices and
+how much memory and compute.
 
 Quantities arrive in Kubernetes' canonical form (``3k``), so they go through `parse_whole_quantity`;
 a malformed value is an error naming the container and resource rather than a silent "no GPU", which
@@ -45,7 +46,7 @@ class ContainerRequest:
 
 @dataclass(frozen=True, slots=True)
 class PodRequest:
-    """What a pod asks of each device family (SPEC §10: several families, each fitted in turn).
+    """What a pod asks of each device family (several families, each fitted in turn: README.md#device-families).
 
     ``containers`` holds one block per family the pod asks for, families in common-word order; each block has
     one entry per container of the pod in annotation order (init containers first), ``count`` 0 where the

@@ -33,7 +33,7 @@ NO_USAGE = DeviceUsage()
 
 
 def pod_booking(grants: PodGrants, *, init_count: int, init_finished: bool = False) -> dict[str, DeviceUsage]:
-    """Per GPU UUID, what a pod holds (SPEC.md §3).
+    """Per GPU UUID, what a pod holds (docs/scheduling-rules.md#init-containers).
 
     Init containers run one at a time before the others and release what they held, so a GPU carries the
     larger of the peak init container and the sum of the regular containers; once the init containers have

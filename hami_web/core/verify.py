@@ -27,7 +27,8 @@ from hami_web.core.usage import NO_USAGE, DeviceUsage
 
 @dataclass(frozen=True, slots=True)
 class Conflict:
-    """One GPU of the placement that no longer fits, and why (a SPEC §5.2 reason name or a sentence)."""
+    """One GPU of the placement that no longer fits, and why (a reason name of
+    docs/scheduling-rules.md#checks-for-one-device, or a sentence)."""
 
     uuid: str
     reason: str

@@ -1,4 +1,5 @@
-"""Device families (SPEC §10): the registry of what accelerators hami-web schedules, and how they are enabled.
+"""Device families (README.md#device-families): the registry of what accelerators hami-web schedules, and how they are
+enabled.
 
 A family is a record (`Family`); the enabled ones form the server's `DeviceCatalog`. Registering a family is one
 module and one entry in `build_catalog`: the fit, the codecs, the webhook, the bind and the tools read the

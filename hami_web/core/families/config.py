@@ -1,9 +1,10 @@
 """HAMi's device config (the ``device-config.yaml`` of the ``hami-scheduler-device`` ConfigMap), read as HAMi reads it.
 
 Every HAMi install mounts this file, so an operator switching to hami-web passes it unchanged with
-``--device-config-file``. Only what hami-web uses is read (SPEC §10): resource names and family settings of
-``nvidia``, ``hygon``, ``iluvatars``; other keys (other vendors, MIG allow-lists, device-plugin settings) are
-ignored. A key we read with the wrong type fails with the key's path, never a half-read configuration.
+``--device-config-file``. Only what hami-web uses is read (README.md#configuration, ``--device-config-file``): resource
+names and family settings of ``nvidia``, ``hygon``, ``iluvatars``; other keys (other vendors, MIG allow-lists,
+device-plugin settings) are ignored. A key we read with the wrong type fails with the key's path, never a half-read
+configuration.
 """
 
 from __future__ import annotations

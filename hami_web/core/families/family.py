@@ -1,4 +1,4 @@
-"""A device family: one kind of accelerator as data plus a few rules (SPEC §10).
+"""A device family: one kind of accelerator as data plus a few rules (README.md#device-families).
 
 HAMi's vendors each implement a ~100-line ``Devices`` interface and copy the fit loop; ours are records. What
 differs between NVIDIA, Hygon and Iluvatar is names (resources, annotation keys, the "common word" on the wire),
@@ -42,7 +42,8 @@ class ResourceNames:
 
 @dataclass(frozen=True, slots=True)
 class AdmissionRules:
-    """What the webhook does to a container of this family (SPEC §2 step 4 for NVIDIA, §13 for the others).
+    """What the webhook does to a container of this family (README.md#the-admission-webhook-post-webhook for NVIDIA,
+    README.md#device-families for the others).
 
     - ``count_in_requests``: a count in ``requests`` alone makes the container ours (NVIDIA); else only limits;
     - ``default_count``: a memory or cores ask without a count gets this count in limits (0 = no such rule);
@@ -67,7 +68,8 @@ class AdmissionRules:
 
 @dataclass(frozen=True, slots=True)
 class Family:
-    """One accelerator family as the scheduler and the device plugin see it (SPEC §10's table, one row).
+    """One accelerator family as the scheduler and the device plugin see it (one row of the table in
+    README.md#device-families).
 
     ``cw`` is HAMi's common word: the vendor field of the pod device annotation and the key of a family in
     HAMi's registry. ``memory_factor`` turns the memory resource's unit into MiB. ``default_memory_mib`` 0 means a
@@ -99,7 +101,8 @@ class Family:
 
     @property
     def type_word(self) -> str:
-        """What a device's type must contain (case-insensitively) to serve this family (SPEC §10)."""
+        """What a device's type must contain (case-insensitively) to serve this family (README.md#device-families, type
+        matching)."""
         return self.cw.upper()
 
 

@@ -1,4 +1,4 @@
-"""NVIDIA GPUs (SPEC §2–§5, §10): HAMi's first family and the one with every selection and rewrite.
+"""NVIDIA GPUs (README.md#device-families): HAMi's first family and the one with every selection and rewrite.
 
 The resource names, defaults and overwriteEnv come from the flags and the ``nvidia`` section of HAMi's device
 config; everything else is fixed by HAMi's NVIDIA device plugin, which reads what we write.
