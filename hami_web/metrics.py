@@ -1,4 +1,4 @@
-"""Prometheus metrics (SPEC.md §8), exposed with ``prometheus-client`` on ``/metrics``.
+"""Prometheus metrics (README.md#observability), exposed with ``prometheus-client`` on ``/metrics``.
 
 GPU and container gauges are HAMi v2.10's scheduler metrics exactly — names, label names, units (cores in
 percent of the device, HAMi's ``ceil``), the constant label ``zone="vGPU"`` and ``hami_build_info`` — so

@@ -1,6 +1,6 @@
 """Service configuration: one frozen object built once from flags and ``HAMI_…`` environment variables.
 
-Every knob in SPEC.md §9 lives here so that the rest of the code receives its configuration explicitly
+Every knob of README.md#configuration lives here so that the rest of the code receives its configuration explicitly
 (no module-level globals) and a bad value fails at start-up with a message naming the flag, instead of
 surfacing later as a confusing scheduling decision.
 """
@@ -87,7 +87,8 @@ class Settings:
     device_config_file: str = ""
     enable_iluvatar: bool = False
     device_config: DeviceConfig = field(default_factory=DeviceConfig)
-    # The enabled device families, built from the fields above (SPEC §10): what every part of the server reads.
+    # The enabled device families, built from the fields above (README.md#device-families): what every part of the
+    # server reads.
     devices: DeviceCatalog = field(init=False, compare=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -511,7 +512,8 @@ def read_device_config(path: str) -> DeviceConfig:
 
 
 def _fill_from_device_config(config: DeviceConfig, top: dict[str, Any], resources: dict[str, Any]) -> None:
-    """Precedence (SPEC §10): an explicit flag, else the file, else the chart default (the field's default)."""
+    """Precedence (README.md#configuration, ``--device-config-file``): an explicit flag, else the file, else the chart
+    default (the field's default)."""
     nvidia = config.nvidia
     for key, value in (("count", nvidia.count), ("memory", nvidia.memory),
                        ("memory_percentage", nvidia.memory_percentage), ("cores", nvidia.cores),

@@ -60,7 +60,7 @@ class AdmissionAnswer:
 
 
 def review_admission(body: object, settings: Settings) -> AdmissionAnswer:
-    """Answer one decoded AdmissionReview request body (SPEC.md §2, including step 1).
+    """Answer one decoded AdmissionReview request body (docs/scheduling-rules.md#admission-in-order, including step 1).
 
     Never raises for bad input: every malformed shape becomes an HTTP 400 answer or a non-allowed
     review whose message says what is wrong.

@@ -1,4 +1,4 @@
-"""The admission rules for one pod (SPEC.md §2, steps 2–8), as a pure function.
+"""The admission rules for one pod (docs/scheduling-rules.md#admission-in-order, steps 2–9), as a pure function.
 
 The pod is never edited in place: the rules mutate a deep copy and the answer is
 ``jsonpatch.make_patch(original, mutated)``, so the patch holds only operations that really change
@@ -56,7 +56,7 @@ class AdmissionDecision:
 
 
 def review_pod(pod: object, settings: Settings) -> AdmissionDecision:
-    """Apply SPEC.md §2 steps 2–8 to a pod object from a CREATE request.
+    """Apply steps 2–9 of docs/scheduling-rules.md#admission-in-order to a pod object from a CREATE request.
 
     Never raises for bad input: a value that is not pod-shaped, or a resource value that is not a
     valid whole quantity, is a denial whose message names what is wrong.
@@ -114,8 +114,8 @@ def review_pod(pod: object, settings: Settings) -> AdmissionDecision:
 
 
 def _mutate_container(container: dict[str, Any], name: str, settings: Settings) -> bool:
-    """Validate one container's device resources of every family and apply each family's rewrites (SPEC §2 step 4
-    for NVIDIA, §13 for Hygon and Iluvatar).
+    """Validate one container's device resources of every family and apply each family's rewrites
+    (README.md#the-admission-webhook-post-webhook for NVIDIA, README.md#device-families for Hygon and Iluvatar).
 
     Returns whether the container asks for a device of some family after defaulting. Raises `QuantityError`
     naming the container and resource for a value that is not a whole number or is out of range.
@@ -199,7 +199,7 @@ def _read_quantities(container: dict[str, Any], name: str, family: Family) -> di
 def _asks_whole_card(asked: dict[str, int], names: ResourceNames) -> bool:
     """Whether the memory ask is the whole card: percentage 100, or neither memory nor percentage.
 
-    A value of 0 counts as unset for both (SPEC §3, as HAMi does).
+    A value of 0 counts as unset for both (docs/scheduling-rules.md#what-a-pod-asks-for, as HAMi does).
     """
     percent = asked.get(names.memory_percentage) or 0 if names.memory_percentage else 0
     memory_mib = asked.get(names.memory) or 0

@@ -1,21 +1,21 @@
-"""``/bind``: lock the node, write the booking, verify it, create the Binding (SPEC.md §6, issue 13).
+"""``/bind``: lock the node, write the booking, verify it, create the Binding
+(README.md#high-availability-active-and-standby).
 
-The filter writes nothing: this is the one place that writes a booking, and it is checked when it is written.
-Under the node lock, the booking is written onto the pod in one patch (HAMi's device annotations,
-``bind-phase=allocating``, the ``hami.io/vgpu-node`` label) with the pod's uid and resourceVersion as
-preconditions — the version kube-scheduler sent to ``/filter``, so an unchanged pod is not read first; a pod that
-changed since (409) is read: it must still be ours and unbound (another extender may have bound it elsewhere) —
-and then checked against the bookings of the other pods the API shows on the node. The happy path is four round
-trips (issue 19): the lock (one write preconditioned on the node's resourceVersion from the watch), the booking,
-one read of the node's booked pods, the Binding; ``hami_web_bind_api_calls`` counts them per bind.
-kube-scheduler's leader election is not a fence: a second extender may have booked the
-same GPUs from a cache that had not seen ours. Reading the node's pods *after* our own write lets the API answer
-from its watch cache at our write's version (fresh, and cheap: no read of every pod from etcd), and any other
-booking on this node was written before ours, under the same lock. A placement that no longer fits is voided
-(``bind-phase=failed``: an unbound pod so marked holds nothing), the lock released and the assumption dropped,
-with a ``BindingFailed`` event; kube-scheduler then filters the pod again (by then the watch has usually
-brought the other booking into the cache). Only then is the Binding created: HAMi's device plugin acts on
-bound pods only, so a voided booking never reaches a GPU.
+The filter writes nothing: this is the one place that writes a booking, and it is checked when it is written. Under the
+node lock, the booking is written onto the pod in one patch (HAMi's device annotations, ``bind-phase=allocating``, the
+``hami.io/vgpu-node`` label) with the pod's uid and resourceVersion as preconditions — the version kube-scheduler sent
+to ``/filter``, so an unchanged pod is not read first; a pod that changed since (409) is read: it must still be ours and
+unbound (another extender may have bound it elsewhere) — and then checked against the bookings of the other pods the API
+shows on the node. The happy path is four round trips (README.md#the-scheduler-extender): the lock (one write
+preconditioned on the node's resourceVersion from the watch), the booking, one read of the node's booked pods, the
+Binding; ``hami_web_bind_api_calls`` counts them per bind. kube-scheduler's leader election is not a fence: a second
+extender may have booked the same GPUs from a cache that had not seen ours. Reading the node's pods *after* our own
+write lets the API answer from its watch cache at our write's version (fresh, and cheap: no read of every pod from
+etcd), and any other booking on this node was written before ours, under the same lock. A placement that no longer fits
+is voided (``bind-phase=failed``: an unbound pod so marked holds nothing), the lock released and the assumption dropped,
+with a ``BindingFailed`` event; kube-scheduler then filters the pod again (by then the watch has usually brought the
+other booking into the cache). Only then is the Binding created: HAMi's device plugin acts on bound pods only, so a
+voided booking never reaches a GPU.
 
 A member of a gang (label ``scheduling.x-k8s.io/pod-group`` or ``spec.schedulingGroup``) that finds the node
 locked waits for the lock; any other pod is answered at once, and so is a member when ``max_lock_waiters`` binds
@@ -50,6 +50,7 @@ from hami_web.extender.nodelock import NodeLock, NodeLockError, NodeLockHeld
 from hami_web.extender.wire import ExtenderBindingResult, WireError, binding_target, require_object
 from hami_web.kube import (
     ConflictError,
+    InvalidError,
     JsonObject,
     Kube,
     KubeError,
@@ -64,7 +65,6 @@ from hami_web.state.pods import PodUsage, pod_key, pod_usage
 
 log = logging.getLogger(__name__)
 
-HTTP_INVALID = 422
 # A gang member stops looking at a held lock this share of its deadline early (at most LOCK_WAIT_RESERVE_MAX_SECONDS),
 # so the last look at the lock, the pod patch and the Binding still have time before the deadline.
 LOCK_WAIT_RESERVE_SHARE = 0.2
@@ -172,12 +172,13 @@ class Binder:
                 except NotFoundError:
                     return self._fail(namespace, name, uid, node, f"pod {namespace}/{name} no longer exists",
                                       locked=True, annotated=False, budget=bind_deadline.seconds)
-                except KubeError as error:
-                    if error.status != HTTP_INVALID:
-                        return self._fail(namespace, name, uid, node, f"cannot write the GPU booking onto the pod: "
-                                          f"{error}", locked=True, budget=bind_deadline.seconds)
+                except InvalidError:
                     # Refused, nothing written: the uid precondition fails as "uid is immutable" (422) when the pod
                     # was replaced by one of the same name; the read below says so.
+                    written = None
+                except KubeError as error:
+                    return self._fail(namespace, name, uid, node, f"cannot write the GPU booking onto the pod: "
+                                      f"{error}", locked=True, budget=bind_deadline.seconds)
             if written is None:
                 if self._metrics is not None:
                     self._metrics.observe_bind_reread("pod")

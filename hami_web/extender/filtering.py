@@ -1,4 +1,5 @@
-"""``/filter``: choose a node and GPUs for a pod and book them in memory (SPEC.md §5, as changed by issue 13).
+"""``/filter``: choose a node and GPUs for a pod and book them in memory
+(docs/scheduling-rules.md#the-filter-step-by-step).
 
 The decision and the booking happen atomically in the cache; this module does what surrounds it — reading
 kube-scheduler's request, events, metrics and the one log line per decision. It makes no API call:
@@ -80,8 +81,9 @@ class Filter:
             return self._answer(candidates, node_objects, failed={})
         taken, replaces = self._already_taken(pod, f"pod {namespace}/{name}")
         if taken:
-            # SPEC §5 step 2 holds for a refused pod too: an earlier placement of ours must not keep its devices
-            # while another binder's booking (or the Binding) is the truth; what the API shows stays.
+            # Step 2 of docs/scheduling-rules.md#the-filter-step-by-step holds for a refused pod too: an earlier
+            # placement of ours must not keep its devices while another binder's booking (or the Binding) is the truth;
+            # what the API shows stays.
             self._cache.forget(uid)
             return self._refuse(namespace, name, uid, taken)
         try:

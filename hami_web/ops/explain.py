@@ -1,10 +1,10 @@
 """``explain``: the decision our filter would make for a pod right now, and why.
 
-It runs the filter's own steps on a fresh snapshot — `pod_request`, `pod_options`, `choose_node` with the
-pod's own usage left out (SPEC.md §5 step 2) — then, when nothing fits, groups the per-node reasons by cause
-and finds the nearest miss. Nothing is booked or written. The snapshot comes from the API, which shows a
-booking once `/bind` has written it: a pod filtered but not yet bound is booked only in the serving
-hami-web's memory, so its GPUs look free here until it is bound.
+It runs the filter's own steps on a fresh snapshot — `pod_request`, `pod_options`, `choose_node` with the pod's own
+usage left out (docs/scheduling-rules.md#the-filter-step-by-step, step 2) — then, when nothing fits, groups the per-node
+reasons by cause and finds the nearest miss. Nothing is booked or written. The snapshot comes from the API, which shows
+a booking once `/bind` has written it: a pod filtered but not yet bound is booked only in the serving hami-web's memory,
+so its GPUs look free here until it is bound.
 
 Every family of the server's catalog (`Policies.defaults.catalog`) is explained alike: each container's ask is
 listed per family, the pod's selections are read from each asked family's own annotation keys, and a device

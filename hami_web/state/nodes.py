@@ -1,4 +1,5 @@
-"""How a node object from the API turns into a device inventory (SPEC §4 inventory and handshake, §10 families).
+"""How a node object from the API turns into a device inventory (docs/wire-formats.md#node-register-annotation,
+docs/wire-formats.md#handshake).
 
 The handshake is HAMi's liveness protocol with the device plugin: we write ``Requesting_<time>``, the plugin
 answers ``Reported_<time>`` when it re-registers. A node that stays ``Requesting`` for over a minute while

@@ -1,7 +1,7 @@
 """Planning a batch of pod changes outside the cache lock: new holdings, per-node totals and views.
 
 Pure functions over immutable values (`Held`, `PodChange`, `state.nodes.NodeState`), so `ClusterCache` can
-compute a whole batch without the lock and only swap the result in under it. The rules of SPEC.md §4 for
+compute a whole batch without the lock and only swap the result in under it. The rules for
 which observation wins over a filter-time assumption live here (`next_held`).
 """
 
@@ -131,7 +131,8 @@ def _assumed_since(held: Held, listed_at: float, *, listed: bool) -> bool:
 
 
 def _next_held(change: PodChange, held: Held | None, *, listed_at: float | None) -> Held | None:
-    """What a pod holds after ``change`` (SPEC.md §4 usage, with the assumption rules above)."""
+    """What a pod holds after ``change`` (docs/wire-formats.md#pod-device-annotation, with the assumption rules
+    above)."""
     record = change.record
     if change.kind == "deleted":
         return None

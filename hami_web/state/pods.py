@@ -1,4 +1,4 @@
-"""How a pod object from the API turns into GPU usage (SPEC.md §4, usage).
+"""How a pod object from the API turns into GPU usage (docs/wire-formats.md#pod-device-annotation).
 
 Kept apart from the cache so the rules — which phases hold GPUs, which node the usage belongs to, when init
 containers stop counting — are plain functions that can be tested without threads.
@@ -171,9 +171,10 @@ def _asked(container: Mapping[str, Any], position: int, count_resource: str) -> 
 def _family_grants(text: str, containers: list[Mapping[str, Any]], count_resource: str) -> PodGrants:
     """One family's allocated annotation as one entry per container.
 
-    HAMi v2.10 writes NVIDIA's and Hygon's annotation without the empty entries of containers that hold none of
-    the family (SPEC §10). Such a compact value, whose entries are as many as the containers asking for the family
-    and fit them in order, is read as meant; anything else must be positional and backed by the spec.
+    HAMi v2.10 writes NVIDIA's and Hygon's annotation without the empty entries of containers that hold none of the
+    family (docs/wire-formats.md#pod-device-annotation). Such a compact value, whose entries are as many as the
+    containers asking for the family and fit them in order, is read as meant; anything else must be positional and
+    backed by the spec.
     """
     grants = decode_pod_devices(text)
     try:
