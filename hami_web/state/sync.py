@@ -196,14 +196,17 @@ class ClusterSync:
 
     def readiness(self) -> tuple[bool, str]:
         """Ready once both resources are listed, unless one has failed to reach the API for 3 refresh periods
-        or has heard nothing from it (no list, event, bookmark, nor a watch accepted) beyond the silence bound."""
+        or has had no accepted watch open and heard nothing (no list, event or bookmark) beyond the silence bound."""
         if not self._cache.synced:
             return False, "cluster cache has not completed its first sync"
         now = self._clock()
         for status in (self.nodes, self.pods):
             if status.last_success is None:
                 return False, f"{status.resource} never listed"
-            silence = None if status.last_heard is None else now - status.last_heard
+            # An accepted watch that is open is heard: it closes itself after the silence bound, and kube-apiserver
+            # sends nothing on a resource that does not change (a quiet cluster's nodes for minutes), so only the
+            # time without any accepted watch counts (/readyz used to flap at every re-open of a silent watch).
+            silence = None if status.watching or status.last_heard is None else now - status.last_heard
             if silence is not None and silence > self.silence_bound_seconds:
                 return False, f"{status.resource}: nothing heard from the API for {silence:.0f}s (no event, " \
                               f"bookmark or watch accepted; bound {self.silence_bound_seconds:g}s)"
@@ -305,8 +308,8 @@ class ClusterSync:
         version = ""
         if status is self.nodes:
             node_records: list[NodeRecord] = []
-            for page in _each_page(self._kube.list_node_pages(label_selector=self._selector,
-                                                               limit=self._page_size)):
+            for page in _each_page(self._kube.list_nodes(label_selector=self._selector,
+                                                          page_size=self._page_size)):
                 node_records.extend(node_record(item, catalog=self._cache.catalog)
                                     for item in page.items)
                 version = page.resource_version
@@ -316,7 +319,7 @@ class ClusterSync:
             listed: set[str] = set()  # every pod's UID: an assumption for a pod not among them is dropped
             ended: set[str] = set()
             catalog = self._cache.catalog
-            for page in _each_page(self._kube.list_pod_pages(limit=self._page_size)):
+            for page in _each_page(self._kube.list_pods(page_size=self._page_size)):
                 for item in page.items:
                     uid = pod_key(item)[0]
                     listed.add(uid)
@@ -370,6 +373,8 @@ class ClusterSync:
             # The server ended the stream at its timeout: everything up to now was delivered.
             status.last_event = status.last_heard = status.last_success = self._clock()
         except WatchSilentError:
+            # We close it for silence; the server had accepted it and kept it open until now.
+            status.last_heard = self._clock()
             raise
         except KubeError:
             # An open stream, heard from within the silence bound, was in step until it broke: the 3 refresh
