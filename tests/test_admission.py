@@ -1,4 +1,4 @@
-"""The admission rules over one pod (`review_pod`, SPEC.md §2 steps 2–8), without HTTP.
+"""The admission rules over one pod (`review_pod`, docs/scheduling-rules.md#admission-in-order), without HTTP.
 
 Covers: every denial message (no containers, privileged init/regular containers, node assigned,
 invalid values naming container and resource, pods that are not pod-shaped); the other-scheduler pass;

@@ -1,4 +1,5 @@
-"""Planning a batch of pod changes outside the cache lock (SPEC.md §4 usage; `hami_web.state.planning`).
+"""Planning a batch of pod changes outside the cache lock (docs/wire-formats.md#pod-device-annotation;
+`hami_web.state.planning`).
 
 Covers, one change at a time: which observation wins over a filter-time assumption (a watch event that shows
 the same devices confirms it; one that shows none or other devices leaves it standing unless the pod finished

@@ -1,10 +1,10 @@
 """Settings, CLI and the app factory: the parts every other module stands on.
 
-Covers: every SPEC §9 flag is offered by ``hami-web serve``; ``HAMI_…`` variables apply when no flag is
-given and flags beat them; bad values fail with a `SettingsError` naming the flag, and ``main`` exits 2 with
-the flag on stderr; Go-style durations; ``/healthz``, ``/readyz`` without a cache, JSON 404, and an
-oversized body (413 JSON from the webhook, 200 with ``Error`` from the extender as SPEC §1 requires);
-``python -m hami_web --help``.
+Covers: every flag of README.md#configuration in ``SPEC_FLAGS`` is offered by ``hami-web serve``; ``HAMI_…`` variables
+apply when no flag is given and flags beat them; bad values fail with a `SettingsError` naming the flag, and ``main``
+exits 2 with the flag on stderr; Go-style durations; ``/healthz``, ``/readyz`` without a cache, JSON 404, and an
+oversized body (413 JSON from the webhook, 200 with ``Error`` from the extender as kube-scheduler requires); ``python -m
+hami_web --help``.
 """
 
 from __future__ import annotations
@@ -135,7 +135,7 @@ class _NeverCalledExtender:
 
 @pytest.mark.parametrize("path", ["/filter", "/bind"])
 def test_extender_body_over_4_mib_is_a_json_error(settings: Settings, path: str) -> None:
-    # SPEC §1: kube-scheduler wants HTTP 200 with a non-empty Error from an extender, even for 413.
+    # kube-scheduler wants HTTP 200 with a non-empty Error from an extender, even for 413.
     client = create_app(settings, extender=_NeverCalledExtender()).test_client()
     response = client.post(path, data=OVERSIZED_BODY, content_type="application/json")
     assert response.status_code == 200 and response.is_json

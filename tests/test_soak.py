@@ -1,4 +1,5 @@
-"""A bounded concurrency soak (issue 12): ``hami-web serve`` under load, killed with ``kill -9`` and restarted.
+"""A bounded concurrency soak (README.md#hardening): ``hami-web serve`` under load, killed with ``kill -9`` and
+restarted.
 
 Covers: several threads create pods, call ``/filter`` and ``/bind`` (playing kube-scheduler), release node
 locks (playing HAMi's device plugin) and delete pods, against a real ``hami-web serve`` subprocess whose cache

@@ -1,4 +1,4 @@
-"""Choosing one node among kube-scheduler's candidates (SPEC.md §5 steps 3–5).
+"""Choosing one node among kube-scheduler's candidates (docs/scheduling-rules.md#the-filter-step-by-step, steps 3–5).
 
 Covers: a placement names the node, the per-container grants (empty entries for containers without a GPU)
 and the node's score; binpack / spread node choice with ties by name; candidates the cache does not know

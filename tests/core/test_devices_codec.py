@@ -1,12 +1,13 @@
-"""Node annotation codecs (SPEC.md §4): ``hami.io/node-nvidia-register``, ``-score`` and ``device-cordon``.
+"""Node annotation codecs (docs/wire-formats.md#node-register-annotation): ``hami.io/node-nvidia-register``, ``-score``
+and ``device-cordon``.
 
 Covers: the register annotation in 7-field text (index = position, mode hami-core), 9-field text (index and mode
 read) and JSON (read as Go's encoding/json reads HAMi's DeviceInfo: missing numbers 0, strings for numbers refused;
-see test_go_json for the whole table); the seeds' A40 strings; surrounding
+see test_go_json for the whole table); HAMi's A40 example strings; surrounding
 whitespace; encode∘decode = identity for JSON, 9-field and 7-field text; every malformed form (empty, no
 devices, missing ``:``, wrong field count, non-numeric and non-boolean fields, empty UUID, bad JSON, JSON that
 is not a list, entries that are not objects, missing fields, duplicate UUIDs, absurd JSON) raising
-`AnnotationError` whose message says where; pair scores (the seed's matrix with string numbers) and their
+`AnnotationError` whose message says where; pair scores (the worked example's matrix with string numbers) and their
 errors; the cordon list.
 """
 

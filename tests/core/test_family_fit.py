@@ -1,4 +1,5 @@
-"""Requests, selections and fits per device family (SPEC §3, §5.2, §10, §11 MIG refusal, §13), from HAMi's tables.
+"""Requests, selections and fits per device family (README.md#device-families,
+docs/scheduling-rules.md#checks-for-one-device), from HAMi's tables.
 
 Covers, for Hygon DCU: ``family_request`` (HAMi ``Test_GenerateResourceRequests``: limits over requests per resource,
 default cores 100 = an exclusive card, ``dcumem`` × memoryFactor, out-of-range values refused), the type filter
@@ -111,7 +112,7 @@ def container(name: str = "main", *, limits: Mapping[str, Any] | None = None,
     pytest.param(container(limits={"hygon.com/dcunum": "1"},
                            requests={"hygon.com/dcunum": "1", "hygon.com/dcucores": "1"}),
                  ask("DCU", memory_percent=100, cores=1), id="hami-no-mem-is-whole-card"),
-    # SPEC §13: no cores = 100 (HAMi's corenum := int32(100)).
+    # README.md#device-families: no cores = 100 (HAMi's corenum := int32(100)).
     pytest.param(container(limits={"hygon.com/dcunum": "2"}), ask("DCU", 2, cores=100),
                  id="no-cores-is-an-exclusive-card"),
     pytest.param(container(limits={"hygon.com/dcunum": "1", "hygon.com/dcucores": "0"}), ask("DCU", cores=0),
@@ -154,7 +155,7 @@ def test_dcu_out_of_range_requests_are_errors(spec: dict[str, Any], memory_facto
 
 @pytest.mark.parametrize(("annotations", "card_type", "allowed"), [
     # pkg/device/hygon/device_test.go Test_checkDCUtype; HAMi's "dcu" card is a DCU-BW100 here, since our family
-    # also requires the common word DCU in the type (SPEC §10).
+    # also requires the common word DCU in the type (README.md#device-families, type matching).
     pytest.param({"hygon.com/use-dcutype": "dcu"}, "DCU-BW100", True, id="hami-exist-one-dcu-in-use-type"),
     pytest.param({"hygon.com/use-dcutype": "dcu"}, "test", False, id="hami-the-different-of-dcu-in-use-type"),
     pytest.param({}, "DCU-BW100", True, id="hami-no-dcu-in-use-annotation"),
@@ -202,7 +203,7 @@ def hami_dcu(uuid: str = "dev-0", **changes: Any) -> Device:
 
 @pytest.mark.parametrize(("devices", "used", "request_", "annotations", "expected"), [
     # pkg/device/hygon/device_test.go TestDevices_Fit. HAMi visits devices from the last and picks dev-1 of two
-    # equal ones; SPEC §5.1 orders ties by index, then UUID.
+    # equal ones; ties go by index, then UUID (docs/scheduling-rules.md#scores-and-policies).
     pytest.param([hami_dcu("dev-0", memory_mib=128), hami_dcu("dev-1", memory_mib=128)], {},
                  ask("DCU", memory_mib=64, cores=50), {}, ("dev-0",), id="hami-fit-success"),
     pytest.param([hami_dcu(memory_mib=128)], {}, ask("DCU", memory_mib=512, cores=50), {},
@@ -211,7 +212,7 @@ def hami_dcu(uuid: str = "dev-0", **changes: Any) -> Device:
                  "1/1 CardInsufficientCore", id="hami-core-not-enough"),
     pytest.param([hami_dcu(type_="test")], {}, ask("DCU", memory_mib=512, cores=50), {},
                  "1/1 CardTypeMismatch", id="hami-type-mismatch"),
-    # HAMi asks for 2 DCUs on a 1-DCU node here; SPEC §5 answers NodeInsufficientDevice for that, so we ask for 1.
+    # HAMi asks for 2 DCUs on a 1-DCU node here; we answer NodeInsufficientDevice for that, so we ask for 1.
     pytest.param([hami_dcu("dev-1")], {}, ask("DCU", memory_mib=512, cores=50), {"hygon.com/use-gpuuuid": "dev-0"},
                  "1/1 CardUuidMismatch", id="hami-use-uuid-mismatch"),
     pytest.param([hami_dcu("dev-0")], {}, ask("DCU", memory_mib=512, cores=50), {"hygon.com/nouse-gpuuuid": "dev-0"},
@@ -224,7 +225,8 @@ def hami_dcu(uuid: str = "dev-0", **changes: Any) -> Device:
                  "1/1 ExclusiveDeviceAllocateConflict", id="hami-card-exclusively"),
     pytest.param([hami_dcu()], {"dev-0": (20, 0, 100)}, ask("DCU", memory_mib=512, cores=0), {},
                  "1/1 CardComputeUnitsExhausted", id="hami-compute-units-exhausted"),
-    # "AllocatedCardsInsufficientRequest": HAMi's 2-of-1 and 3-of-2 asks are NodeInsufficientDevice under SPEC §5.
+    # "AllocatedCardsInsufficientRequest": HAMi's 2-of-1 and 3-of-2 asks are NodeInsufficientDevice here
+    # (docs/scheduling-rules.md#checks-for-one-device).
     pytest.param([hami_dcu("dev-0"), hami_dcu("dev-1", index=1, healthy=False)], {},
                  ask("DCU", 2, memory_mib=512, cores=20), {},
                  "1/2 AllocatedCardsInsufficientRequest, 1/2 CardNotHealth", id="hami-allocated-cards-insufficient"),
@@ -251,7 +253,8 @@ def test_dcu_memory_percentage_books_its_share_of_the_card() -> None:
 
 
 def test_a_dcu_pod_without_cores_takes_a_whole_card_and_leaves_shared_ones() -> None:
-    # SPEC §13: default cores 100, so the exclusive-card check applies to every DCU pod that names none.
+    # README.md#device-families: default cores 100, so the exclusive-card check applies to every DCU pod that names
+    # none.
     spec = {"metadata": {"name": "p"}, "spec": {"containers": [container(limits={"hygon.com/dcunum": "1"})]}}
     request = pod_request(spec, RequestDefaults.of(FULL_CATALOG))
     view = node_view([card("DCU-0", "DCU", type_="DCU-BW100", count=4, memory_mib=65520),
@@ -414,7 +417,7 @@ MIG_WITH_PROFILES = (
     # pkg/device/nvidia/device_test.go TestGetNodeDevices_MigProfilesFromNode's GPU: dynamic MIG.
     pytest.param(MIG_WITH_PROFILES, ask("NVIDIA", memory_mib=5000), "1/1 CardMigModeUnsupported",
                  id="dynamic-mig-with-profiles"),
-    # SPEC §11's pre-2.10 geometry example.
+    # A pre-2.10 geometry MIG GPU as HAMi v2.5–v2.9 register it.
     pytest.param("GPU-3ef99f5d-0000,10,95830,100,NVIDIA-NVIDIA H100 NVL,0,true,0,mig:", ask("NVIDIA", memory_mib=1000),
                  "1/1 CardMigLegacyGeometry", id="legacy-geometry-text"),
     pytest.param('[{"id":"GPU-0","count":7,"devmem":40960,"devcore":100,"type":"NVIDIA-A100","mode":"mig",'
@@ -584,7 +587,8 @@ DCU_GRANT = DeviceGrant(uuid="DCU-0", memory_mib=2000, cores=100, vendor="DCU")
     pytest.param({"hami.io/vgpu-devices-allocated": "GPU-a,NVIDIA,1000,10:;;",
                   "hami.io/dcu-devices-allocated": ";DCU-0,DCU,2000,100:;"},
                  ((GPU_GRANT,), (DCU_GRANT,)), id="positional-entries"),
-    # HAMi v2.10 leaves out the empty entries of containers not using NVIDIA or DCU (SPEC §10).
+    # HAMi v2.10 leaves out the empty entries of containers not using NVIDIA or DCU
+    # (docs/wire-formats.md#pod-device-annotation).
     pytest.param({"hami.io/vgpu-devices-allocated": "GPU-a,NVIDIA,1000,10:;",
                   "hami.io/dcu-devices-allocated": "DCU-0,DCU,2000,100:;"},
                  ((GPU_GRANT,), (DCU_GRANT,)), id="hami-compact-form"),

@@ -1,4 +1,5 @@
-"""Fitting a pod on one node's GPUs (SPEC.md §5.2, §3) and what the pod then books (`pod_booking`).
+"""Fitting a pod on one node's GPUs (docs/scheduling-rules.md#checks-for-one-device) and what the pod then books
+(`pod_booking`).
 
 Covers: every per-GPU check in order with its reason name, each alone and paired with the next check so the
 first failing one wins; boundaries (exactly enough memory / cores, exclusive use only on 100-core cards);

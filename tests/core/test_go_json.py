@@ -1,4 +1,5 @@
-"""Register annotations read as HAMi's Go code reads them (SPEC §4, §10): `decode_register` for every family.
+"""Register annotations read as HAMi's Go code reads them (docs/wire-formats.md#node-register-annotation):
+`decode_register` for every family.
 
 Covers, for the JSON form (Go's ``encoding/json`` into HAMi's ``DeviceInfo``, every field ``omitempty``): each
 omitted field is its zero value (no ``health`` = unhealthy, no ``count``/``devmem``/``devcore``/``index``/``numa``
@@ -302,7 +303,7 @@ P4 = "GPU-ebe7c3f7-303d-558d-435e-99a160631fe4"
 
 
 @pytest.mark.parametrize(("text", "expected"), [
-    # pkg/device/devices_test.go Test_DecodeNodeDevices "str is old format" (HAMi gives index 0; SPEC §4: position).
+    # pkg/device/devices_test.go Test_DecodeNodeDevices "str is old format" (HAMi gives index 0; we: position).
     pytest.param(f"{P4},10,7680,100,NVIDIA-Tesla P4,0,true:",
                  (Device(uuid=P4, index=0, count=10, memory_mib=7680, cores=100, type="NVIDIA-Tesla P4", numa=0,
                          healthy=True, mode="hami-core"),), id="hami-old-format-7-fields"),
@@ -381,17 +382,17 @@ ILUVATAR_UUID = "GPU-bad51c5a-ed4c-591d-91bf-c04a12e19eae"
     pytest.param("test-0,1,1024,100,DCU,0,true,0,test:", "DCU",
                  (Device(uuid="test-0", index=0, count=1, memory_mib=1024, cores=100, type="DCU", numa=0,
                          healthy=True, mode="test", family="DCU"),), id="hami-hygon-exist-dcu-device"),
-    # SPEC §13's Hygon register.
+    # The Hygon register of docs/wire-formats.md#node-register-annotation.
     pytest.param("DCU-0,4,65520,100,DCU-BW100,0,true:DCU-1,4,65520,100,DCU-BW100,0,true:", "DCU",
                  (Device(uuid="DCU-0", index=0, count=4, memory_mib=65520, cores=100, type="DCU-BW100",
                          healthy=True, mode="hami-core", family="DCU"),
                   Device(uuid="DCU-1", index=1, count=4, memory_mib=65520, cores=100, type="DCU-BW100",
                          healthy=True, mode="hami-core", family="DCU")), id="spec-hygon-two-dcus"),
-    # pkg/device/iluvatar/device_test.go TestGetNodeDevices "exist device" (also SPEC §13).
+    # pkg/device/iluvatar/device_test.go TestGetNodeDevices "exist device" (also in docs/wire-formats.md).
     pytest.param(f"{ILUVATAR_UUID},10,8192,100,MR-V100,0,true:", "MR-V100",
                  (Device(uuid=ILUVATAR_UUID, index=0, count=10, memory_mib=8192, cores=100, type="MR-V100",
                          healthy=True, mode="hami-core", family="MR-V100"),), id="hami-iluvatar-exist-device"),
-    # SPEC §10: a value starting with '[' is JSON for every family.
+    # A value starting with '[' is JSON for every family (docs/wire-formats.md#node-register-annotation).
     pytest.param('[{"ID":"DCU-0","Count":4,"DevMem":65520,"DevCore":100,"Type":"DCU-K100","Health":true}]', "DCU",
                  (Device(uuid="DCU-0", index=0, count=4, memory_mib=65520, cores=100, type="DCU-K100",
                          healthy=True, mode="", family="DCU"),), id="json-dcu-capital-keys"),

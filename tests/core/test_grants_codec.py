@@ -1,7 +1,8 @@
-"""Pod device annotation codec (SPEC.md §4): ``hami.io/vgpu-devices-allocated`` / ``-to-allocate``.
+"""Pod device annotation codec (docs/wire-formats.md#pod-device-annotation): ``hami.io/vgpu-devices-allocated`` /
+``-to-allocate``.
 
 Covers: encoding is positional, one ``;``-terminated entry per container (init containers first), each device
-``UUID,NVIDIA,<mem>,<cores>:``, an empty container is an empty entry; the seeds' strings decode as written;
+``UUID,NVIDIA,<mem>,<cores>:``, an empty container is an empty entry; the documented example strings decode as written;
 encode∘decode = identity (including leading, trailing and only empty containers); strict decoding errors
 (fewer than 4 fields, non-numeric or negative numbers, empty UUID, missing final ``;``) name the container
 and device.

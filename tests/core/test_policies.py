@@ -1,10 +1,10 @@
-"""Placement policies (SPEC.md §5.1) and the pod annotations that select them.
+"""Placement policies (docs/scheduling-rules.md#scores-and-policies) and the pod annotations that select them.
 
-Covers: `pod_options` (pod annotations override the flags; numa-bind; use/nouse type and UUID lists with
-spaces and empty entries; unknown policy values → `OptionsError` with the exact message); the type and UUID
-rules of seed 003 (``A40`` matches ``NVIDIA-NVIDIA A40``, exact UUIDs); node ranking (binpack / spread, ties by
-name); GPU order for binpack / spread with ties by NUMA, index, UUID; numa-bind; topology-aware on the seed's
-matrix (1 GPU → gpu1, 3 GPUs → gpu1, gpu2, gpu3); and the seed's four user stories as two-pod sequences.
+Covers: `pod_options` (pod annotations override the flags; numa-bind; use/nouse type and UUID lists with spaces and
+empty entries; unknown policy values → `OptionsError` with the exact message); the type and UUID rules (``A40`` matches
+``NVIDIA-NVIDIA A40``, exact UUIDs); node ranking (binpack / spread, ties by name); GPU order for binpack / spread with
+ties by NUMA, index, UUID; numa-bind; topology-aware on the worked example's matrix (1 GPU → gpu1, 3 GPUs → gpu1, gpu2,
+gpu3); and the four user stories of tests/extender/test_seed_stories.py as two-pod sequences.
 """
 
 from __future__ import annotations

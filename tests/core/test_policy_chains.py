@@ -1,7 +1,7 @@
 """HAMi v2.10's GPU policy extensions: ``mutex``, comma-separated chains and per-pod scoring weights.
 
 Covers: parsing of ``hami.io/gpu-scheduler-policy`` chains (trimmed, duplicates dropped, unknown keys named,
-single values keep SPEC's message) and of ``hami.io/device-scoring-weights`` (all three keys, whole numbers
+single values keep their message) and of ``hami.io/device-scoring-weights`` (all three keys, whole numbers
 >= 0, not all zero, each mistake named); the order of GPUs for each chain on a five-GPU node, checked against
 scores worked out by hand; ``mutex`` alone and in chains (only idle GPUs, ``ExclusiveDeviceAllocateConflict``
 when too few are idle — the node's aggregates already rule such a node out —, the second container of a

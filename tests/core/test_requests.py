@@ -1,4 +1,4 @@
-"""What a pod asks for (SPEC.md §3), read by `container_request` / `pod_request`.
+"""What a pod asks for (docs/scheduling-rules.md#what-a-pod-asks-for), read by `container_request` / `pod_request`.
 
 Covers: limits over requests per resource (independently); Kubernetes canonical quantities (``"3k"``);
 gpumem vs gpumem-percentage vs ``--default-mem``; 0 counting as unset; cores from the container, else

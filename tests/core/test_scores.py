@@ -1,8 +1,8 @@
-"""Scores (SPEC.md §5.1) and the per-node aggregates of `NodeView`.
+"""Scores (docs/scheduling-rules.md#scores-and-policies) and the per-node aggregates of `NodeView`.
 
 Covers: node score ``10 × (Σused/Σcount + Σusedcores/Σtotalcore + Σusedmem/Σtotalmem)`` over healthy,
-uncordoned GPUs, 0 when any total is 0; the seed's "more used node scores higher"; GPU score
-``10 × ((1+used)/count + (cores+usedcores)/totalcore + (mem+usedmem)/totalmem)`` with the seed's 6.75 / 17.75
+uncordoned GPUs, 0 when any total is 0; "a more used node scores higher"; GPU score
+``10 × ((1+used)/count + (cores+usedcores)/totalcore + (mem+usedmem)/totalmem)`` with worked 6.75 / 17.75
 core+memory terms, a percentage request's memory term, and GPUs with zero totals; `build_node_view`
 aggregates (usable GPUs, largest free memory and cores, types) and usage of unknown UUIDs ignored.
 """

@@ -31,7 +31,7 @@ from hami_web.state.sync import ClusterSync
 A40 = "NVIDIA-NVIDIA A40"
 NAMESPACE = "default"
 # A bound, not a timing: the first sync returns as soon as it is done. The first test of a process also pays the
-# kubernetes client's model imports (~0.6 s of CPU), which at load average 7 on two cores took over 5 s (issue 20).
+# kubernetes client's model imports (~0.6 s of CPU), which at load average 7 on two cores took over 5 s.
 SYNC_TIMEOUT_SECONDS = 30.0
 
 RuntimeFactory = Callable[..., Runtime]
@@ -113,7 +113,7 @@ def gpu_pod(name: str, limits: dict[str, str] | None = None, *, containers: Sequ
             "spec": spec}
 
 
-# -- other device families (SPEC §10, §13) ---------------------------------------------------------------
+# -- other device families (README.md#device-families) ----------------------------------------------------
 
 DCU_REGISTER = "hami.io/node-dcu-register"
 DCU_TYPE = "DCU-BW100"

@@ -1,4 +1,5 @@
-"""Bad input on ``/filter`` and ``/bind`` (SPEC.md §1): always HTTP 200 with a clear ``Error``, never a 500.
+"""Bad input on ``/filter`` and ``/bind`` (docs/wire-formats.md#extender-requests-and-answers): always HTTP 200 with a
+clear ``Error``, never a 500.
 
 Covers: a body that is not JSON, JSON null, a JSON list, a missing Pod, a Pod that is not an object or has
 no uid/name/spec, NodeNames that is not a list of strings, neither NodeNames nor Nodes, Nodes items that

@@ -201,4 +201,4 @@ def test_a_pod_that_fits_only_on_a_busy_node_is_still_placed_there(cluster: None
     answer = scheduler.filter("pinned", ["full", "empty"])
 
     assert answer["NodeNames"] == ["full"] and answer["Error"] == ""  # the only node whose GPU it may use
-    assert scheduler.bind("pinned", "full") == {"Error": "node full is locked by default/pod1"}  # as before issue 19
+    assert scheduler.bind("pinned", "full") == {"Error": "node full is locked by default/pod1"}  # bind as before

@@ -1,22 +1,23 @@
-"""NVIDIA, Hygon DCU and Iluvatar devices through ``/filter`` and ``/bind`` against the API (SPEC §4, §6, §10, §13).
+"""NVIDIA, Hygon DCU and Iluvatar devices through ``/filter`` and ``/bind`` against the API (README.md#device-families).
 
 Covers: a pod of each family (NVIDIA, DCU, Iluvatar MR-V100 with ``enable_iluvatar``) bound with exactly its own
-family's ``…-devices-to-allocate``/``…-allocated`` keys (SPEC §13's example values, the DCU's whole-card and
-Iluvatar's 100 % memory defaults), ``hami.io/vgpu-node`` and its label, and no other family's keys; an Iluvatar ask
-that is not ours while Iluvatar is disabled; one pod asking for GPU and DCU in one container (with an init container
-and a DCU-only container) getting both, each family's keys positional with one entry per container, the usage
-rebuilt from both keys by a fresh server; such a pod getting neither family when one cannot fit, the node's reason
-naming the failing family and nothing booked, the FilteringFailed event and the rejection metric counting such a
-reason (and a family's ``InvalidRegisterAnnotation``) under its cause; a malformed DCU register beside a healthy GPU
-inventory (GPU pods still scheduled, DCU asks refused ``DCU: InvalidRegisterAnnotation: hami.io/node-dcu-register:
-…``); a family's handshake gone (``Deleted_``, or ``Requesting_`` over 60 s with no ``hygon.com/dcunum``) taking
-only that family off the node; the node score covering every family's devices (binpack sends a DCU pod to the node
-whose GPU is used, spread away from it); per-family selection (``hygon.com/use-gpuuuid``/``use-dcutype`` steer DCUs,
-``nvidia.com/…`` selections and ``hami.io/device-cordon`` never touch them); ``nvidia.com/vgpu-mode`` both ways; a
-dynamic-MIG GPU refused with ``CardMigModeUnsupported``; a JSON-registered GPU without ``health`` never chosen; a
-DCU pod's ``hami.io/dcu-devices-allocated`` (ours, or HAMi v2.10's compact value) rebuilt by a restarted server so
-no second pod overbooks the card; the handshakes written to ``hami.io/node-handshake-dcu`` and
-``hami.io/node-handshake-MR-V100``, NVIDIA's left alone.
+family's ``…-devices-to-allocate``/``…-allocated`` keys (the example values of
+docs/wire-formats.md#pod-device-annotation, the DCU's whole-card and Iluvatar's 100 % memory defaults),
+``hami.io/vgpu-node`` and its label, and no other family's keys; an Iluvatar ask that is not ours while Iluvatar is
+disabled; one pod asking for GPU and DCU in one container (with an init container and a DCU-only container) getting
+both, each family's keys positional with one entry per container, the usage rebuilt from both keys by a fresh server;
+such a pod getting neither family when one cannot fit, the node's reason naming the failing family and nothing booked,
+the FilteringFailed event and the rejection metric counting such a reason (and a family's ``InvalidRegisterAnnotation``)
+under its cause; a malformed DCU register beside a healthy GPU inventory (GPU pods still scheduled, DCU asks refused
+``DCU: InvalidRegisterAnnotation: hami.io/node-dcu-register: …``); a family's handshake gone (``Deleted_``, or
+``Requesting_`` over 60 s with no ``hygon.com/dcunum``) taking only that family off the node; the node score covering
+every family's devices (binpack sends a DCU pod to the node whose GPU is used, spread away from it); per-family
+selection (``hygon.com/use-gpuuuid``/``use-dcutype`` steer DCUs, ``nvidia.com/…`` selections and
+``hami.io/device-cordon`` never touch them); ``nvidia.com/vgpu-mode`` both ways; a dynamic-MIG GPU refused with
+``CardMigModeUnsupported``; a JSON-registered GPU without ``health`` never chosen; a DCU pod's
+``hami.io/dcu-devices-allocated`` (ours, or HAMi v2.10's compact value) rebuilt by a restarted server so no second pod
+overbooks the card; the handshakes written to ``hami.io/node-handshake-dcu`` and ``hami.io/node-handshake-MR-V100``,
+NVIDIA's left alone.
 """
 
 from __future__ import annotations
@@ -55,7 +56,7 @@ from .helpers import (
     wait_for,
 )
 
-# SPEC §13's registers, verbatim.
+# The example registers of docs/wire-formats.md#node-register-annotation, verbatim.
 DCU_SPEC_REGISTER = "DCU-0,4,65520,100,DCU-BW100,0,true:DCU-1,4,65520,100,DCU-BW100,0,true:"
 ILUVATAR_UUID = "GPU-bad51c5a-ed4c-591d-91bf-c04a12e19eae"
 ILUVATAR_REGISTER_KEY = "hami.io/node-MR-V100-register"
@@ -88,7 +89,7 @@ def _both(keys: tuple[str, str], value: str) -> dict[str, str]:
 
 @pytest.fixture
 def families(apiserver: LocalCluster, make_runtime: RuntimeFactory) -> Runtime:
-    """``mixed`` (2 A40s ``mixed-gpu0/1`` and SPEC §13's DCUs ``DCU-0/1``) and ``ilu`` (SPEC §13's MR-V100), with a
+    """``mixed`` (2 A40s ``mixed-gpu0/1`` and the example DCUs ``DCU-0/1``) and ``ilu`` (the example MR-V100), with a
     runtime that has Iluvatar enabled."""
     apiserver.load([_mixed_node(), device_node("ilu", {ILUVATAR_REGISTER_KEY: ILUVATAR_SPEC_REGISTER})])
     return make_runtime(enable_iluvatar=True)
@@ -99,10 +100,10 @@ def families(apiserver: LocalCluster, make_runtime: RuntimeFactory) -> Runtime:
 
 @pytest.mark.parametrize(("limits", "node", "keys", "value"), [
     (gpu_limits(1, memory_mib=1000, cores=30), "mixed", VGPU_KEYS, "mixed-gpu0,NVIDIA,1000,30:;"),
-    (dcu_limits(1, memory_mib=16384, cores=50), "mixed", DCU_KEYS, "DCU-0,DCU,16384,50:;"),  # SPEC §13's example
+    (dcu_limits(1, memory_mib=16384, cores=50), "mixed", DCU_KEYS, "DCU-0,DCU,16384,50:;"),  # wire-formats.md example
     (dcu_limits(1), "mixed", DCU_KEYS, "DCU-0,DCU,65520,100:;"),  # no memory: 100 %; no cores: the whole card
     (iluvatar_limits("MR-V100", memory_units=8, cores=50), "ilu", ILUVATAR_KEYS,
-     f"{ILUVATAR_UUID},MR-V100,2048,50:;"),  # vMem in units of 256 MiB; SPEC §13's example
+     f"{ILUVATAR_UUID},MR-V100,2048,50:;"),  # vMem in units of 256 MiB; wire-formats.md example
     (iluvatar_limits("MR-V100"), "ilu", ILUVATAR_KEYS, f"{ILUVATAR_UUID},MR-V100,8192,0:;"),  # 100 %, 0 cores
 ], ids=["nvidia", "dcu", "dcu-defaults", "iluvatar", "iluvatar-defaults"])
 def test_a_pod_of_each_family_is_bound_with_only_that_familys_annotations(
@@ -130,7 +131,8 @@ def test_an_iluvatar_ask_is_not_ours_while_iluvatar_is_disabled(apiserver: Local
 
     answer = scheduler.filter("pod1", ["ilu", "elsewhere"])
 
-    # A pod that asks for no enabled family passes every node and is booked nowhere (SPEC §5 step 1).
+    # A pod that asks for no enabled family passes every node and is booked nowhere
+    # (docs/scheduling-rules.md#the-filter-step-by-step, step 1).
     assert answer["Error"] == "" and answer["NodeNames"] == ["ilu", "elsewhere"]
     assert runtime.cache.placed(scheduler.pod("pod1")["metadata"]["uid"]) is None
 
@@ -256,7 +258,8 @@ def test_the_node_score_covers_every_familys_devices(apiserver: LocalCluster, ru
     assert scheduler.schedule("gpu-pod", ["mixed"]) == "mixed"
     release_lock(runtime.kube, "gpu-pod", "mixed")  # a node busy binding would be tried last
 
-    # Only its GPU is used, yet the mixed node is the fuller one for a DCU pod too (SPEC §10).
+    # Only its GPU is used, yet the mixed node is the fuller one for a DCU pod too (the node score covers every family's
+    # devices).
     wait_for(lambda: scheduler.filter("dcu-pod", ["hygon", "mixed"])["NodeNames"] == [node],
              what=f"{policy} to pick {node} once the lock release reached the cache")
 
@@ -330,7 +333,7 @@ def test_vgpu_mode_picks_gpus_of_that_mode_and_no_annotation_takes_any(
     assert _device_keys(apiserver, "pod1") == _both(VGPU_KEYS, devices)
 
 
-# SPEC §11's dynamic-MIG GPU, verbatim but for its UUID.
+# A dynamic-MIG GPU as HAMi v2.10's device plugin registers it (with ``migProfiles``).
 MIG_GPU = {"id": "mig-gpu0", "count": 7, "devmem": 40960, "devcore": 100, "type": "NVIDIA A100-SXM4-40GB",
            "mode": "mig", "migProfiles": [{"name": "2g.10gb", "memoryMB": 9984, "core": 29, "sliceCount": 2,
                                            "placements": [{"start": 0, "size": 2}, {"start": 2, "size": 2}]}],
@@ -357,7 +360,8 @@ def test_a_mig_mode_gpu_is_refused_and_its_hami_core_neighbour_taken(
 
 def test_a_gpu_registered_without_health_is_never_chosen(apiserver: LocalCluster, runtime: Runtime,
                                                          scheduler: Scheduler) -> None:
-    # Go's encoding/json leaves an omitted ``health`` false: the device is unhealthy (SPEC §4, §10).
+    # Go's encoding/json leaves an omitted ``health`` false: the device is unhealthy
+    # (docs/wire-formats.md#node-register-annotation).
     register = _register(_a40("health-gpu0", 0), _a40("health-gpu1", 1, health=True))
     apiserver.load([gpu_node("health", register=register),
                     *(gpu_pod(f"pod{index}", gpu_limits(1, memory_mib=1500)) for index in range(4)),
@@ -407,7 +411,8 @@ def test_a_restarted_server_rebuilds_dcu_usage_and_does_not_overbook(apiserver: 
 
 def test_hami_v2_10s_compact_dcu_annotation_is_counted_for_its_container(apiserver: LocalCluster,
                                                                          make_runtime: RuntimeFactory) -> None:
-    # HAMi v2.10 leaves out the empty entry of the container without a DCU (SPEC §10): one entry, two containers.
+    # HAMi v2.10 leaves out the empty entry of the container without a DCU (docs/wire-formats.md#pod-device-annotation):
+    # one entry, two containers.
     compact = "hygon-dcu0,DCU,12000,30:;"
     running = gpu_pod("running", containers=[container("web"), container("main", dcu_limits(1, memory_mib=12000,
                                                                                             cores=30))],

@@ -1,4 +1,4 @@
-"""``/filter`` request and answer forms (SPEC.md §1, §5).
+"""``/filter`` request and answer forms (docs/wire-formats.md#extender-requests-and-answers).
 
 Covers: the real kube-scheduler body (``tests/fixtures/extender-filter-args.json``, ``NodeNames`` form, gpumem
 ``"3k"``) placed in memory by ``/filter`` (nothing written yet) and annotated by ``/bind``; the ``Nodes`` form

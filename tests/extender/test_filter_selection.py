@@ -1,4 +1,4 @@
-"""``/filter`` choosing among nodes, and explaining itself when nothing fits (SPEC.md §4, §5, §5.2).
+"""``/filter`` choosing among nodes, and explaining itself when nothing fits (docs/scheduling-rules.md#filter-reasons).
 
 Covers: ``nvidia.com/use-gputype``/``nouse-gputype`` (substring, case-insensitive) and ``use-gpuuuid``/
 ``nouse-gpuuuid`` (exact) steering the node and GPU; an impossible selection giving every candidate a reason
@@ -6,7 +6,7 @@ in the ``"<n>/<total> <Reason>"`` format, sorted by reason, with a FilteringFail
 rejection counted in the metrics; a container asking for more GPUs than a node has; an unregistered
 candidate (``node unregistered``); a node whose register annotation is garbage (``InvalidRegisterAnnotation:
 …`` for that node, the others keep working, a parse-error metric); the older text register format; unknown
-policy annotations (the exact SPEC error and a FilteringFailed event).
+policy annotations (the exact error of docs/scheduling-rules.md#scores-and-policies and a FilteringFailed event).
 """
 
 from __future__ import annotations

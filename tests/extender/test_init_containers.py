@@ -1,4 +1,5 @@
-"""Pods with init containers through ``/filter`` and ``/bind`` (SPEC.md §3, §4 annotation encoding).
+"""Pods with init containers through ``/filter`` and ``/bind`` (docs/scheduling-rules.md#init-containers,
+docs/wire-formats.md#pod-device-annotation).
 
 Covers: one annotation entry per container, init containers first, an empty entry for a container without
 a GPU; the booking on a GPU is ``max(init peak, container sum)`` of memory and cores and ``max(1, containers

@@ -1,4 +1,4 @@
-"""A full refresh racing a filter's booking (SPEC.md §4: assumptions reconcile with what the API reports).
+"""A full refresh racing a filter's booking (assumptions reconcile with what the API reports; README.md#scale).
 
 Covers: a pod list that starts after ``/filter`` booked a placement in memory, or after ``/bind`` booked it
 again but before its pod patch reached the API server (either way the list does not show the annotation), must

@@ -1,4 +1,5 @@
-"""Rebuilding state from the API after a restart (SPEC.md §4) and the ``/metrics`` endpoint (SPEC.md §8).
+"""Rebuilding state from the API after a restart (README.md#scale) and the ``/metrics`` endpoint
+(README.md#observability).
 
 Covers: a second runtime whose cache is built from the API alone (after the first scheduled pods — bound and
 released, still allocating, multi-GPU, with an init container, one deleted again) reproduces the first one's

@@ -1,11 +1,11 @@
-"""The scheduler-policy seed's user stories, end to end through ``/filter`` and ``/bind``.
+"""The scheduler-policy user stories, end to end through ``/filter`` and ``/bind``.
 
-Covers (seeds/004): node binpack puts pod2 on pod1's node, node spread on the other node; GPU binpack puts
-both 20 %-core / 20 %-memory pods on GPU1, GPU spread puts them on GPU1 then GPU2. Each story runs through
-the HTTP routes against the in-process API server and checks what the device plugin would read: the pod
-annotations (``hami.io/vgpu-node``, ``hami.io/vgpu-devices-allocated``/``-to-allocate``, the label), the
-Binding (``spec.nodeName``), the bind phase and the node lock; and the FilteringSucceed/BindingSucceed events.
-Between pods the device plugin is simulated (bind-phase success, node lock removed).
+Covers (docs/scheduling-rules.md#scores-and-policies): node binpack puts pod2 on pod1's node, node spread on the other
+node; GPU binpack puts both 20 %-core / 20 %-memory pods on GPU1, GPU spread puts them on GPU1 then GPU2. Each story
+runs through the HTTP routes against the in-process API server and checks what the device plugin would read: the pod
+annotations (``hami.io/vgpu-node``, ``hami.io/vgpu-devices-allocated``/``-to-allocate``, the label), the Binding
+(``spec.nodeName``), the bind phase and the node lock; and the FilteringSucceed/BindingSucceed events. Between pods the
+device plugin is simulated (bind-phase success, node lock removed).
 """
 
 from __future__ import annotations
