@@ -103,10 +103,10 @@ def build_snapshot(nodes: Iterable[Mapping[str, Any]], pods: Iterable[Mapping[st
                    leave_out_pod_uid: str = "", node_rules: bool = False) -> ClusterSnapshot:
     """Join node and pod objects as the cache does; ``leave_out_pod_uid`` drops one pod's own usage.
 
-    The filter forgets a pod's earlier placement before deciding again (SPEC.md §5 step 2); ``explain``
-    leaves the pod out for the same reason. With ``node_rules`` the snapshot also keeps what kube-scheduler's
-    node rules read (each node's traits, what its bound pods request); ``inspect`` does not need them and
-    skips their cost.
+    The filter forgets a pod's earlier placement before deciding again
+    (docs/scheduling-rules.md#the-filter-step-by-step, step 2); ``explain`` leaves the pod out for the same reason. With
+    ``node_rules`` the snapshot also keeps what kube-scheduler's node rules read (each node's traits, what its bound
+    pods request); ``inspect`` does not need them and skips their cost.
     """
     now = time.time() if now is None else now
     snapshot = ClusterSnapshot()
