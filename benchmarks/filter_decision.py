@@ -9,9 +9,9 @@ and spread) are placed one after another; after each placement the pod's booking
 and its `NodeView` rebuilt, as the cluster cache does. Printed per size: median / p95 / max ms per pod, and the
 all-fail path (a pod no node can take, with a reason computed for every node). Not a test: no assertions.
 
-``--mixed``: a third of the nodes carry 8 Hygon DCUs instead of GPUs, a third both (8 GPUs and 4 DCUs), and the
-pods alternate between the GPU pods, DCU pods and pods asking for a GPU and a DCU (SPEC §10). ``--record FILE``
-writes every placement (node and devices); ``--check FILE`` compares this run's placements with such a file, so a
+``--mixed``: a third of the nodes carry 8 Hygon DCUs instead of GPUs, a third both (8 GPUs and 4 DCUs), and the pods
+alternate between the GPU pods, DCU pods and pods asking for a GPU and a DCU (README.md#device-families). ``--record
+FILE`` writes every placement (node and devices); ``--check FILE`` compares this run's placements with such a file, so a
 change to the core can show it decides exactly as before.
 """
 
