@@ -22,7 +22,7 @@ from flask import Flask
 from flask.testing import FlaskClient
 
 import hami_web.routes.webhook as webhook_route
-from hami_web.server.services import EXTENSION_KEY
+from hami_web.services import EXTENSION_KEY
 
 FIXTURE = Path(__file__).parent / "fixtures" / "admission-review-v1.json"
 UID = "18178cdb-1bf3-446d-9e4f-123a1260a8c6"

@@ -13,7 +13,7 @@ from flask import Blueprint, Response, jsonify, redirect, render_template, reque
 from werkzeug.wrappers import Response as BaseResponse
 
 from hami_web.dashboard import auth, data
-from hami_web.server.services import services
+from hami_web.services import services
 
 blueprint = Blueprint("ui", __name__, url_prefix="/ui", template_folder="templates", static_folder="static")
 

@@ -15,7 +15,7 @@ from flask import Blueprint, Response, current_app, jsonify, request
 from werkzeug.exceptions import HTTPException, RequestEntityTooLarge
 
 from hami_web.routes.bodies import BodyError, read_json_body
-from hami_web.server.services import services
+from hami_web.services import services
 
 log = logging.getLogger(__name__)
 

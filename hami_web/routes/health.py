@@ -17,7 +17,7 @@ from collections.abc import Callable
 
 from flask import Blueprint, Response, jsonify
 
-from hami_web.server.services import EXTENSION_KEY, Services, services
+from hami_web.services import EXTENSION_KEY, Services, services
 
 blueprint = Blueprint("health", __name__)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from flask import Blueprint, Response
 from prometheus_client import CONTENT_TYPE_LATEST
 
-from hami_web.server.services import services
+from hami_web.services import services
 
 blueprint = Blueprint("metrics", __name__)
 

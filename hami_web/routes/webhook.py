@@ -17,7 +17,7 @@ from werkzeug.exceptions import HTTPException, RequestEntityTooLarge
 
 from hami_web.admission import AdmissionAnswer, reject_unreadable_body, review_admission
 from hami_web.routes.bodies import BodyError, read_json_body
-from hami_web.server.services import services
+from hami_web.services import services
 
 log = logging.getLogger(__name__)
 

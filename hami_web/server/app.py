@@ -14,7 +14,7 @@ from flask.json.provider import DefaultJSONProvider
 from werkzeug.exceptions import HTTPException
 
 from hami_web.server.listeners import RoutesByListener
-from hami_web.server.services import EXTENSION_KEY, Readiness, Services
+from hami_web.services import EXTENSION_KEY, Readiness, Services
 from hami_web.settings import Settings
 
 log = logging.getLogger(__name__)

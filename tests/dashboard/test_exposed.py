@@ -24,7 +24,7 @@ from hami_web.kube import Kube
 from hami_web.localcluster import LocalCluster
 from hami_web.server.listeners import plan_listeners
 from hami_web.server.runtime import build_runtime
-from hami_web.server.services import EXTENSION_KEY
+from hami_web.services import EXTENSION_KEY
 from hami_web.settings import Settings, SettingsError, build_settings
 
 VIEWER_TOKEN = "viewer-token-1234"

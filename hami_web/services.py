@@ -1,7 +1,9 @@
 """The collaborators one app instance works with, handed to `create_app` and reached from the routes.
 
 Routes fetch them with `services()` instead of importing globals, so tests can build an app around an
-in-process API server, or around no cluster at all.
+in-process API server, or around no cluster at all. This module sits below `routes`, `dashboard` and `server`
+(the layers in README's Architecture, checked by `lint-imports`) so that the blueprints reach the collaborators
+without importing the server that assembles them.
 """
 
 from __future__ import annotations
