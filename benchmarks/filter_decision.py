@@ -10,9 +10,9 @@ and its `NodeView` rebuilt, as the cluster cache does. Printed per size: median 
 all-fail path (a pod no node can take, with a reason computed for every node). Not a test: no assertions.
 
 ``--mixed``: a third of the nodes carry 8 Hygon DCUs instead of GPUs, a third both (8 GPUs and 4 DCUs), and the pods
-alternate between the GPU pods, DCU pods and pods asking for a GPU and a DCU (README.md#device-families). ``--record
-FILE`` writes every placement (node and devices); ``--check FILE`` compares this run's placements with such a file, so a
-change to the core can show it decides exactly as before.
+alternate between the GPU pods, DCU pods and pods asking for a GPU and a DCU (README.md#device-families).
+``--record FILE`` writes every placement (node and devices); ``--check FILE`` compares this run's placements with such
+a file, so a change to the core can show it decides exactly as before.
 """
 
 from __future__ import annotations
