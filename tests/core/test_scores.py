@@ -41,7 +41,7 @@ def test_node_score(devices: list[Device], usage: dict[str, DeviceUsage], cordon
 
 
 def test_seed_node_with_more_used_gpus_scores_higher() -> None:
-    """The seed's node1 (3 of 4 used) outranks node2 (2 of 4 used) on the count term."""
+    """A node1 with 3 of 4 used outranks a node2 with 2 of 4 used on the count term."""
     devices = [gpu(i, count=1) for i in range(4)]
     node1 = view(inventory("node1", devices), {f"GPU-{i}": DeviceUsage(1, 0, 0) for i in range(3)})
     node2 = view(inventory("node2", devices), {f"GPU-{i}": DeviceUsage(1, 0, 0) for i in range(2)})
