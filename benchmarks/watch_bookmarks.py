@@ -32,7 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # the e2
 from e2e.controlplane import ControlPlane, find_assets
 from kubernetes.client import V1Container, V1ObjectMeta, V1Pod, V1PodSpec, V1ServiceAccount
 
-from hami_web.kube import GoneError, Kube, WatchEvent
+from hami_web.kube import GoneError, Kube, WatchEvent, join_pages
 
 CHURN_CHANGES = 150
 
@@ -68,7 +68,7 @@ def main() -> int:
 def _bookmarks(kube: Kube, plane: ControlPlane, seconds: int) -> int:
     started = time.monotonic()
     arrivals: dict[str, list[float]] = {"pods": [], "nodes": []}
-    version = kube.list_pods()[1]
+    version = join_pages(kube.list_pods())[1]
 
     def record(resource: str, events: Iterator[WatchEvent]) -> None:
         for event in events:
@@ -95,7 +95,7 @@ def _bookmarks(kube: Kube, plane: ControlPlane, seconds: int) -> int:
 
 def _replay(kube: Kube, plane: ControlPlane) -> int:
     plane.core.create_namespaced_pod("default", _pod("before"))
-    version = kube.list_pods()[1]
+    version = join_pages(kube.list_pods())[1]
     plane.core.delete_namespaced_pod("before", "default", grace_period_seconds=0)
     plane.core.create_namespaced_pod("default", _pod("after"))
     seen = []
@@ -108,7 +108,7 @@ def _replay(kube: Kube, plane: ControlPlane) -> int:
 
 def _gone(kube: Kube, plane: ControlPlane) -> int:
     plane.core.create_namespaced_pod("default", _pod("churn"))
-    _, version = kube.list_pods()
+    _, version = join_pages(kube.list_pods())
 
     def churn() -> None:
         for index in range(CHURN_CHANGES):

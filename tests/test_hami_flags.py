@@ -15,7 +15,7 @@ from __future__ import annotations
 import pytest
 
 from hami_web.cli import build_parser, main
-from hami_web.kube import Kube, KubeError, deadline
+from hami_web.kube import Kube, KubeError, deadline, join_pages
 from hami_web.localcluster import LocalCluster
 from hami_web.settings import UNSUPPORTED_HAMI_FLAGS, Settings, SettingsError, build_settings
 from hami_web.state.budget import RequestBudget
@@ -146,9 +146,9 @@ def test_client_spends_the_budget_before_every_request() -> None:
 
     with LocalCluster() as cluster:
         kube = Kube.for_url(cluster.url, timeout_seconds=5.0, throttle=throttle)
-        kube.list_nodes()
+        join_pages(kube.list_nodes())
         with deadline(60.0):
-            kube.list_pods()
+            join_pages(kube.list_pods())
         kube.close()
     assert calls[0] is None  # no deadline: the budget may make the call wait as long as it needs
     assert calls[1] is not None and 0 < calls[1] <= 60.0  # under a deadline: at most the time left
@@ -157,7 +157,7 @@ def test_client_spends_the_budget_before_every_request() -> None:
 def test_under_a_deadline_a_budget_wait_past_it_is_not_sent() -> None:
     with LocalCluster() as cluster:
         kube = Kube.for_url(cluster.url, throttle=RequestBudget(qps=0.01, burst=1).take)
-        kube.list_nodes()  # spends the burst; the next slot is 100 s away
+        join_pages(kube.list_nodes())  # spends the burst; the next slot is 100 s away
         with deadline(5.0), pytest.raises(KubeError) as refused:
             kube.get_node("node1")
         kube.close()

@@ -7,7 +7,8 @@ order, resume from a resourceVersion, 410 through `GoneError`, selectors on watc
 and ``continue`` from one snapshot, 410 once the history moved past it); label and field selectors on list;
 loading multi-document YAML and ``kind: List``; injected failures (``skip``) and the fault modes (reset =
 applied then unanswered, delay and drip cut at the caller's deadline, cut watches); secrets;
-MutatingWebhookConfiguration JSON patch; events; Status bodies reaching `KubeError`; concurrent CAS patches.
+MutatingWebhookConfiguration JSON patch; events; Status bodies reaching `KubeError` (404, 409, and 422 as
+`InvalidError`); concurrent CAS patches.
 """
 
 from __future__ import annotations
@@ -23,7 +24,17 @@ import kubernetes.client
 import pytest
 from kubernetes.client.exceptions import ApiException
 
-from hami_web.kube import ConflictError, GoneError, Kube, KubeError, NotFoundError, WatchEvent, deadline
+from hami_web.kube import (
+    ConflictError,
+    GoneError,
+    InvalidError,
+    Kube,
+    KubeError,
+    NotFoundError,
+    WatchEvent,
+    deadline,
+    join_pages,
+)
 from hami_web.localcluster import LocalCluster
 
 
@@ -76,8 +87,8 @@ def test_node_and_pod_crud(kube: Kube, core: kubernetes.client.CoreV1Api, apiser
     core.create_namespaced_pod("default", pod("p1"), _preload_content=False)
     assert kube.get_node("n1")["metadata"]["labels"] == {"gpu": "on"}
     assert kube.get_pod("default", "p1")["spec"]["containers"][0]["name"] == "main"
-    nodes, node_rv = kube.list_nodes()
-    pods, pod_rv = kube.list_pods()
+    nodes, node_rv = join_pages(kube.list_nodes())
+    pods, pod_rv = join_pages(kube.list_pods())
     assert [n["metadata"]["name"] for n in nodes] == ["n1"] and [p["metadata"]["name"] for p in pods] == ["p1"]
     assert node_rv == pod_rv == str(apiserver.resource_version)
 
@@ -112,6 +123,22 @@ def test_not_found_and_conflict_bodies_are_status_objects_whose_message_reaches_
     with pytest.raises(ConflictError) as exists:
         kube.create_secret("default", {"metadata": {"name": "s"}})
     assert 'secrets "s" already exists' in str(exists.value)
+
+
+def test_a_write_the_api_finds_invalid_is_an_invalid_error_and_nothing_is_written(
+        kube: Kube, apiserver: LocalCluster) -> None:
+    apiserver.load([node("n1"), pod("p1")])
+    node_rv = apiserver.get("nodes", "n1")["metadata"]["resourceVersion"]
+    with pytest.raises(InvalidError) as bad_label:
+        kube.patch_node("n1", {"metadata": {"labels": {"gpu": "not a label value!"}}})
+    assert bad_label.value.status == 422 and not bad_label.value.outcome_unknown
+    assert str(bad_label.value).startswith("patch node n1: HTTP 422: ") and "is invalid" in str(bad_label.value)
+    assert isinstance(bad_label.value, KubeError) and not isinstance(bad_label.value, ConflictError)
+    assert apiserver.get("nodes", "n1")["metadata"]["resourceVersion"] == node_rv
+    # /bind's uid precondition on a pod replaced under the same name: refused as invalid, not as a conflict.
+    with pytest.raises(InvalidError) as other_uid:
+        kube.patch_pod("default", "p1", {"metadata": {"uid": "not-the-pods-uid"}})
+    assert "field is immutable" in str(other_uid.value)
 
 
 def test_unknown_path_is_a_404_status(core: kubernetes.client.CoreV1Api, apiserver: LocalCluster) -> None:
@@ -270,7 +297,7 @@ def collect(events: Iterator[WatchEvent], into: list[WatchEvent], count: int) ->
 
 
 def test_watch_sees_added_modified_deleted_in_order(kube: Kube, core: kubernetes.client.CoreV1Api) -> None:
-    _, rv = kube.list_pods()
+    _, rv = join_pages(kube.list_pods())
     events: list[WatchEvent] = []
     thread = collect(kube.watch_pods(resource_version=rv, timeout_seconds=5), events, 3)
     time.sleep(0.1)
@@ -311,7 +338,7 @@ def test_watch_from_a_too_old_resource_version_is_gone() -> None:
 
 def test_watch_with_a_label_selector_reports_moves_out_as_deleted(kube: Kube, apiserver: LocalCluster) -> None:
     apiserver.load([node("n1", gpu="on"), node("n2")])
-    _, rv = kube.list_nodes()
+    _, rv = join_pages(kube.list_nodes())
     events: list[WatchEvent] = []
     thread = collect(kube.watch_nodes(resource_version=rv, timeout_seconds=5, label_selector="gpu=on"), events, 1)
     time.sleep(0.1)
@@ -340,7 +367,7 @@ def test_stop_ends_open_watches_promptly() -> None:
 def test_a_paginated_list_returns_every_object_once_from_one_snapshot(kube: Kube, apiserver: LocalCluster) -> None:
     apiserver.load([pod(f"p{i}") for i in range(7)])
     pages = []
-    for page in kube.list_pod_pages(limit=3):
+    for page in kube.list_pods(page_size=3):
         pages.append(page)
         if len(pages) == 1:  # a write between two pages belongs to a later list, not this one
             apiserver.load([pod("late")])
@@ -355,7 +382,7 @@ def test_a_paginated_list_returns_every_object_once_from_one_snapshot(kube: Kube
 
 def test_a_list_without_limit_is_one_page(kube: Kube, apiserver: LocalCluster) -> None:
     apiserver.load([pod(f"p{i}") for i in range(4)])
-    pages = list(kube.list_pod_pages())
+    pages = list(kube.list_pods())
     assert len(pages) == 1 and len(pages[0].items) == 4 and not pages[0].continue_token
 
 
@@ -363,7 +390,7 @@ def test_a_continue_token_older_than_the_history_is_gone() -> None:
     with LocalCluster(history_size=3) as cluster:
         cluster.load([pod(f"p{i}") for i in range(5)])
         kube = Kube.for_url(cluster.url)
-        pages = kube.list_pod_pages(limit=2)
+        pages = kube.list_pods(page_size=2)
         next(pages)
         cluster.load([node(f"n{i}") for i in range(5)])  # the history moves past the list's version
         with pytest.raises(GoneError) as error:
@@ -375,7 +402,7 @@ def test_a_continue_token_older_than_the_history_is_gone() -> None:
 def test_an_injected_failure_can_skip_the_first_page(kube: Kube, apiserver: LocalCluster) -> None:
     apiserver.load([pod(f"p{i}") for i in range(4)])
     apiserver.inject_failure("GET", "pods", status=500, skip=1)
-    pages = kube.list_pod_pages(limit=2)
+    pages = kube.list_pods(page_size=2)
     assert len(next(pages).items) == 2
     with pytest.raises(KubeError) as error:
         next(pages)
@@ -397,7 +424,7 @@ def test_an_injected_failure_can_skip_the_first_page(kube: Kube, apiserver: Loca
 def test_label_selectors_on_list(kube: Kube, apiserver: LocalCluster, selector: str, expected: list[str]) -> None:
     apiserver.load([node("n1", gpu="on", zone="a"), node("n2", gpu="on"), node("n3", gpu="off", zone="b"),
                     node("n4")])
-    nodes, _ = kube.list_nodes(label_selector=selector)
+    nodes, _ = join_pages(kube.list_nodes(label_selector=selector))
     assert [n["metadata"]["name"] for n in nodes] == expected
 
 
@@ -486,7 +513,7 @@ def test_a_delay_and_a_drip_are_cut_at_the_callers_deadline(kube: Kube, apiserve
 def test_a_cut_watch_ends_with_an_error_after_the_events_it_sent(kube: Kube, apiserver: LocalCluster) -> None:
     apiserver.load([node("n1"), node("n2")])
     apiserver.inject_failure("GET", "nodes", mode="cut", events=1)
-    assert len(kube.list_nodes()[0]) == 2  # a list is not a watch: the fault waits for the watch
+    assert len(join_pages(kube.list_nodes())[0]) == 2  # a list is not a watch: the fault waits for the watch
     received = []
     with pytest.raises(KubeError):
         for event in kube.watch_nodes(resource_version="", timeout_seconds=5):

@@ -78,7 +78,7 @@ class NodeTraitsWatch:
     def _list(self) -> str:
         traits: dict[str, NodeTraits] = {}
         version = ""
-        for page in self._kube.list_node_pages(label_selector=self._selector):
+        for page in self._kube.list_nodes(label_selector=self._selector):
             for node in page.items:
                 self._observe(node, traits)
             version = page.resource_version

@@ -50,6 +50,7 @@ from hami_web.extender.nodelock import NodeLock, NodeLockError, NodeLockHeld
 from hami_web.extender.wire import ExtenderBindingResult, WireError, binding_target, require_object
 from hami_web.kube import (
     ConflictError,
+    InvalidError,
     JsonObject,
     Kube,
     KubeError,
@@ -64,7 +65,6 @@ from hami_web.state.pods import PodUsage, pod_key, pod_usage
 
 log = logging.getLogger(__name__)
 
-HTTP_INVALID = 422
 # A gang member stops looking at a held lock this share of its deadline early (at most LOCK_WAIT_RESERVE_MAX_SECONDS),
 # so the last look at the lock, the pod patch and the Binding still have time before the deadline.
 LOCK_WAIT_RESERVE_SHARE = 0.2
@@ -172,12 +172,13 @@ class Binder:
                 except NotFoundError:
                     return self._fail(namespace, name, uid, node, f"pod {namespace}/{name} no longer exists",
                                       locked=True, annotated=False, budget=bind_deadline.seconds)
-                except KubeError as error:
-                    if error.status != HTTP_INVALID:
-                        return self._fail(namespace, name, uid, node, f"cannot write the GPU booking onto the pod: "
-                                          f"{error}", locked=True, budget=bind_deadline.seconds)
+                except InvalidError:
                     # Refused, nothing written: the uid precondition fails as "uid is immutable" (422) when the pod
                     # was replaced by one of the same name; the read below says so.
+                    written = None
+                except KubeError as error:
+                    return self._fail(namespace, name, uid, node, f"cannot write the GPU booking onto the pod: "
+                                      f"{error}", locked=True, budget=bind_deadline.seconds)
             if written is None:
                 if self._metrics is not None:
                     self._metrics.observe_bind_reread("pod")

@@ -32,7 +32,7 @@ from hami_web.core.noderules import (
 from hami_web.core.options import PodOptions
 from hami_web.core.requests import PodRequest
 from hami_web.core.usage import NodeView, build_node_view, sum_bookings
-from hami_web.kube import Kube
+from hami_web.kube import LIST_PAGE_SIZE, Kube, join_pages
 from hami_web.state.nodes import node_record, node_state
 from hami_web.state.pods import PodUsage, pod_key, pod_usage
 
@@ -157,8 +157,9 @@ def read_snapshot(kube: Kube, *, label_selector: str = "", catalog: DeviceCatalo
     The two lists run side by side: while one waits for the API server the other decodes its page.
     """
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="list-nodes") as pool:
-        listing_nodes = pool.submit(kube.list_nodes_paged, label_selector=label_selector)
-        pods = kube.list_pods_paged()
-        nodes = listing_nodes.result()
+        listing_nodes = pool.submit(join_pages, kube.list_nodes(label_selector=label_selector,
+                                                                page_size=LIST_PAGE_SIZE))
+        pods, _ = join_pages(kube.list_pods(page_size=LIST_PAGE_SIZE))
+        nodes, _ = listing_nodes.result()
     return build_snapshot(nodes, pods, catalog=catalog, leave_out_pod_uid=leave_out_pod_uid,
                           node_rules=node_rules)

@@ -16,7 +16,7 @@ import pytest
 import requests
 import yaml
 
-from hami_web.kube import Kube
+from hami_web.kube import Kube, join_pages
 from hami_web.localcluster import LocalCluster
 
 from .conftest import Run
@@ -105,8 +105,8 @@ def test_lists_are_paginated_and_pages_add_up(cluster: LocalCluster) -> None:
     kube = Kube.for_url(cluster.url)
     try:
         before = len(cluster.request_log)
-        nodes = kube.list_nodes_paged(page_size=3)
-        pods = kube.list_pods_paged(page_size=5)
+        nodes, _ = join_pages(kube.list_nodes(page_size=3))
+        pods, _ = join_pages(kube.list_pods(page_size=5))
     finally:
         kube.close()
     assert [n["metadata"]["name"] for n in nodes] == sorted(n["metadata"]["name"] for n in cluster.list("nodes"))

@@ -1,0 +1,269 @@
+"""`Kube`: the requests hami-web makes, built here and carried by `Transport`.
+
+The only place that uses the official ``kubernetes`` client's API classes. Objects travel as plain JSON dicts
+(see `hami_web.kube.transport`), and every list, paged or not, goes through one loop over ``continue`` tokens.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import quote
+
+import kubernetes.client
+
+from hami_web.kube.config import load_client_configuration
+from hami_web.kube.transport import REQUEST_TIMEOUT_SECONDS, JsonObject, Throttle, Transport
+from hami_web.kube.watches import WatchEvent, stream_events
+
+MERGE_PATCH = "application/merge-patch+json"
+JSON_PATCH = "application/json-patch+json"
+
+# Objects per page of a paginated list (what kubectl uses).
+LIST_PAGE_SIZE = 500
+
+
+@dataclass(frozen=True, slots=True)
+class ListPage:
+    """One chunk of a paginated list: its items, the list's resourceVersion, and whether more follow."""
+
+    items: list[JsonObject]
+    resource_version: str
+    continue_token: str = ""
+
+
+def join_pages(pages: Iterable[ListPage]) -> tuple[list[JsonObject], str]:
+    """Every item of a list's pages, and the list's resourceVersion (the last page's)."""
+    items: list[JsonObject] = []
+    version = ""
+    for page in pages:
+        items.extend(page.items)
+        version = page.resource_version
+    return items, version
+
+
+class Kube:
+    """Thin, typed wrapper over the official client for exactly the calls hami-web makes."""
+
+    def __init__(self, configuration: kubernetes.client.Configuration, *,
+                 timeout_seconds: float = REQUEST_TIMEOUT_SECONDS, throttle: Throttle | None = None) -> None:
+        """``timeout_seconds`` bounds each request (``--kube-timeout``); ``throttle`` is called before each
+        request and may sleep (``--kube-qps`` / ``--kube-burst``): it gets the most it may wait (the time left
+        before the request's deadline, or None) and answers None when its wait would be longer."""
+        self._api_client = kubernetes.client.ApiClient(configuration)
+        self._transport = Transport(self._api_client, timeout_seconds=timeout_seconds, throttle=throttle)
+
+    # The generated API classes are built on first use: importing CoreV1Api costs about 0.6 s of CPU (hundreds
+    # of pydantic models), more than a whole `inspect` of a small cluster, whose lists do without it.
+
+    @functools.cached_property
+    def _core(self) -> kubernetes.client.CoreV1Api:
+        return kubernetes.client.CoreV1Api(self._api_client)
+
+    @functools.cached_property
+    def _admission(self) -> kubernetes.client.AdmissionregistrationV1Api:
+        return kubernetes.client.AdmissionregistrationV1Api(self._api_client)
+
+    @functools.cached_property
+    def _authentication(self) -> kubernetes.client.AuthenticationV1Api:
+        return kubernetes.client.AuthenticationV1Api(self._api_client)
+
+    @functools.cached_property
+    def _authorization(self) -> kubernetes.client.AuthorizationV1Api:
+        return kubernetes.client.AuthorizationV1Api(self._api_client)
+
+    @classmethod
+    def for_url(cls, url: str, **options: Any) -> Kube:
+        """Client for a plain-HTTP API server at ``url`` (the in-process test/demo server)."""
+        configuration = kubernetes.client.Configuration()
+        configuration.host = url
+        return cls(configuration, **options)
+
+    @classmethod
+    def from_kubeconfig(cls, kubeconfig: str = "", *, context: str = "", **options: Any) -> Kube:
+        """Client configured as `resolve_client` resolves it."""
+        return cls(load_client_configuration(kubeconfig, context=context), **options)
+
+    def close(self) -> None:
+        """Release the client's connection pool (and the helper threads of calls under a deadline)."""
+        self._transport.close()
+
+    def _call(self, what: str, method: Any, *args: Any, **kwargs: Any) -> JsonObject:
+        return self._transport.call(what, method, *args, **kwargs)
+
+    # -- lists: one loop over ``continue`` tokens ----------------------------------------------------
+
+    def list_nodes(self, *, label_selector: str = "", page_size: int = 0) -> Iterator[ListPage]:
+        """Nodes (optionally by label selector) in pages of at most ``page_size`` (0: one page), all from one
+        consistent snapshot; `join_pages` gathers them with the list's resourceVersion.
+
+        The informers reduce page by page; the operator tools ask for `LIST_PAGE_SIZE`, as kubectl does. A
+        `GoneError` means the snapshot expired between two pages; the list must start again.
+        """
+        query = [("labelSelector", label_selector)] if label_selector else []
+        return self._pages("list nodes", "/api/v1/nodes", query, page_size=page_size)
+
+    def list_pods(self, *, page_size: int = 0) -> Iterator[ListPage]:
+        """Pods of every namespace in pages of at most ``page_size`` (0: one page); see `list_nodes`."""
+        return self._pages("list pods", "/api/v1/pods", [], page_size=page_size)
+
+    def list_pods_on_node(self, node: str, *, assigned_label: str, not_older_than: str = "") -> list[JsonObject]:
+        """Pods labelled ``assigned_label=node``: every pod given GPUs there, bound or not (our booking sets it).
+
+        What ``/bind`` checks a placement against, in one request. With ``not_older_than`` (a resourceVersion) the
+        API answers from its watch cache once that has caught up with the version — as fresh as needed, without
+        reading every pod of the cluster from etcd, which a plain (quorum) list with a selector does.
+        """
+        query = [("labelSelector", f"{assigned_label}={node}")]
+        if not_older_than:
+            query += [("resourceVersion", not_older_than), ("resourceVersionMatch", "NotOlderThan")]
+        booked, _ = join_pages(self._pages(f"list pods given GPUs on node {node}", "/api/v1/pods", query,
+                                           page_size=0))
+        return booked
+
+    def _pages(self, what: str, path: str, query: list[tuple[str, str]], *, page_size: int) -> Iterator[ListPage]:
+        """The pages of the list at ``path``, fetched through the raw request layer, one request per page.
+
+        Pages keep each response (and each JSON decode) small, which a big cluster's API server asks of clients.
+        Without a resourceVersion in ``query`` the list is a consistent read (from etcd on a real server), which
+        honours ``limit``; a list at resourceVersion "0" is served whole from the watch cache, the one big decode
+        to avoid.
+        """
+        limit = [("limit", str(page_size))] if page_size else []
+        token = ""
+        while True:
+            body = self._transport.get(what, path, [*query, *limit, *([("continue", token)] if token else [])])
+            metadata = body.get("metadata") or {}
+            token = str(metadata.get("continue") or "")
+            yield ListPage(items=body.get("items") or [], resource_version=str(metadata.get("resourceVersion", "")),
+                           continue_token=token)
+            if not token:
+                return
+
+    # -- nodes ------------------------------------------------------------------------------------
+
+    def get_node(self, name: str) -> JsonObject:
+        """One node; `NotFoundError` when it does not exist."""
+        return self._call(f"get node {name}", self._core.read_node, name)
+
+    def patch_node(self, name: str, patch: JsonObject) -> JsonObject:
+        """JSON merge patch a node; a ``metadata.resourceVersion`` in ``patch`` makes it a compare-and-swap."""
+        return self._call(f"patch node {name}", self._core.patch_node, name, patch, _content_type=MERGE_PATCH)
+
+    # -- pods -------------------------------------------------------------------------------------
+
+    def get_pod(self, namespace: str, name: str) -> JsonObject:
+        """One pod; `NotFoundError` when it does not exist."""
+        return self._call(f"get pod {namespace}/{name}", self._core.read_namespaced_pod, name, namespace)
+
+    def patch_pod(self, namespace: str, name: str, patch: JsonObject) -> JsonObject:
+        """JSON merge patch a pod (annotations and labels)."""
+        return self._call(f"patch pod {namespace}/{name}", self._core.patch_namespaced_pod, name, namespace,
+                          patch, _content_type=MERGE_PATCH)
+
+    def bind_pod(self, namespace: str, name: str, node: str, *, uid: str = "") -> None:
+        """Create the pod's Binding to ``node``. The API answers a Status, so the body is read raw."""
+        metadata: JsonObject = {"name": name, "namespace": namespace}
+        if uid:
+            metadata["uid"] = uid
+        binding = {"apiVersion": "v1", "kind": "Binding", "metadata": metadata,
+                   "target": {"apiVersion": "v1", "kind": "Node", "name": node}}
+        self._call(f"bind pod {namespace}/{name} to {node}", self._core.create_namespaced_pod_binding,
+                   name, namespace, binding)
+
+    # -- watches ----------------------------------------------------------------------------------
+
+    def watch_pods(self, *, resource_version: str, timeout_seconds: int, silence_seconds: float = 0.0,
+                   on_open: Callable[[], None] | None = None) -> Iterator[WatchEvent]:
+        """Pod events after ``resource_version``; ends after ``timeout_seconds``; `GoneError` when too old.
+
+        ``on_open`` runs once the server has accepted the watch (before any event), so a caller can tell a
+        quiet healthy watch from one that cannot connect. BOOKMARK events carry only a resourceVersion.
+        ``silence_seconds`` (0: no bound) closes a stream that sends nothing for that long: `WatchSilentError`.
+        """
+        return stream_events(self._transport, "watch pods", self._core.list_pod_for_all_namespaces,
+                             on_open=on_open, silence_seconds=silence_seconds,
+                             resource_version=resource_version, timeout_seconds=timeout_seconds)
+
+    def watch_nodes(self, *, resource_version: str, timeout_seconds: int, label_selector: str = "",
+                    silence_seconds: float = 0.0, on_open: Callable[[], None] | None = None) -> Iterator[WatchEvent]:
+        """Node events after ``resource_version``; see `watch_pods`."""
+        return stream_events(self._transport, "watch nodes", self._core.list_node, on_open=on_open,
+                             silence_seconds=silence_seconds, resource_version=resource_version,
+                             timeout_seconds=timeout_seconds, label_selector=label_selector or None)
+
+    # -- events -----------------------------------------------------------------------------------
+
+    def create_event(self, event: JsonObject) -> None:
+        """Record a core/v1 Event in the event's namespace."""
+        namespace = event.get("metadata", {}).get("namespace") or "default"
+        self._call("create event", self._core.create_namespaced_event, namespace, event)
+
+    def patch_event(self, namespace: str, name: str, patch: JsonObject) -> None:
+        """JSON merge patch an Event (a repeat of it: count, lastTimestamp, message); `NotFoundError` if gone."""
+        self._call(f"patch event {namespace}/{name}", self._core.patch_namespaced_event, name, namespace, patch,
+                   _content_type=MERGE_PATCH)
+
+    # -- the published settings ConfigMap -------------------------------------------------------------
+
+    def get_config_map(self, namespace: str, name: str) -> JsonObject:
+        """One ConfigMap; `NotFoundError` when it does not exist.
+
+        Through the raw request layer, as the lists: the operator tools read the published settings before their
+        lists, and building the generated API classes for this one GET would cost them 0.4 s of CPU.
+        """
+        path = f"/api/v1/namespaces/{quote(namespace, safe='')}/configmaps/{quote(name, safe='')}"
+        return self._transport.get(f"get configmap {namespace}/{name}", path, [])
+
+    def create_config_map(self, namespace: str, config_map: JsonObject) -> JsonObject:
+        """Create a ConfigMap; `ConflictError` when it already exists."""
+        return self._call(f"create configmap in {namespace}", self._core.create_namespaced_config_map, namespace,
+                          config_map)
+
+    def replace_config_map(self, namespace: str, name: str, config_map: JsonObject) -> JsonObject:
+        """Replace a ConfigMap (its ``metadata.resourceVersion`` makes it a compare-and-swap)."""
+        return self._call(f"replace configmap {namespace}/{name}", self._core.replace_namespaced_config_map,
+                          name, namespace, config_map)
+
+    # -- secrets and webhook configuration (certificate bootstrap) -----------------------------------
+
+    def get_secret(self, namespace: str, name: str) -> JsonObject:
+        """One Secret; `NotFoundError` when it does not exist."""
+        return self._call(f"get secret {namespace}/{name}", self._core.read_namespaced_secret, name, namespace)
+
+    def create_secret(self, namespace: str, secret: JsonObject) -> JsonObject:
+        """Create a Secret; `ConflictError` when it already exists."""
+        return self._call(f"create secret in {namespace}", self._core.create_namespaced_secret, namespace, secret)
+
+    def replace_secret(self, namespace: str, name: str, secret: JsonObject) -> JsonObject:
+        """Replace a Secret (its ``metadata.resourceVersion`` makes it a compare-and-swap)."""
+        return self._call(f"replace secret {namespace}/{name}", self._core.replace_namespaced_secret,
+                          name, namespace, secret)
+
+    def get_mutating_webhook_configuration(self, name: str) -> JsonObject:
+        """One MutatingWebhookConfiguration; `NotFoundError` when it does not exist."""
+        return self._call(f"get mutatingwebhookconfiguration {name}",
+                          self._admission.read_mutating_webhook_configuration, name)
+
+    def patch_mutating_webhook_configuration(self, name: str, patch: list[JsonObject]) -> JsonObject:
+        """JSON patch (RFC 6902) a MutatingWebhookConfiguration, e.g. to set each webhook's caBundle."""
+        return self._call(f"patch mutatingwebhookconfiguration {name}",
+                          self._admission.patch_mutating_webhook_configuration, name, patch,
+                          _content_type=JSON_PATCH)
+
+    # -- delegated authentication and authorization (the exposed dashboard) ------------------------------
+
+    def review_token(self, token: str) -> JsonObject:
+        """TokenReview ``token``; the answer's ``status`` says whether it is authenticated, and as whom."""
+        body = {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview", "spec": {"token": token}}
+        return self._call("create tokenreview", self._authentication.create_token_review, body)
+
+    def review_access(self, *, user: JsonObject, verb: str, resource: str) -> JsonObject:
+        """SubjectAccessReview: may ``user`` (a TokenReview's ``status.user``) ``verb`` ``resource`` cluster-wide."""
+        spec: JsonObject = {"user": user.get("username", ""), "groups": user.get("groups") or [],
+                            "uid": user.get("uid", ""), "extra": user.get("extra") or {},
+                            "resourceAttributes": {"verb": verb, "resource": resource, "group": ""}}
+        body = {"apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview", "spec": spec}
+        return self._call("create subjectaccessreview", self._authorization.create_subject_access_review, body)
