@@ -296,6 +296,8 @@ def run(arguments: argparse.Namespace) -> int:
     # inspect at 5,000 nodes. They hold no reference cycles (reference counting frees them), and the command
     # ends right after, so the collector is off for its duration.
     gc.disable()
+    # urllib3 logs every retry of an unreachable API as a warning; the tools say it once, in their own words.
+    logging.getLogger("urllib3").setLevel(logging.ERROR)
     try:
         return int(arguments.ops_command(arguments) or 0)
     except CommandError as error:

@@ -9,6 +9,7 @@ API like ``--server``; every command only reads (GET requests only); lists are p
 
 from __future__ import annotations
 
+import logging
 import socket
 from pathlib import Path
 
@@ -49,6 +50,12 @@ def test_an_unreachable_api_is_one_line_and_exit_1(run: Run, command: list[str])
     assert outcome.out == ""
     assert outcome.err.startswith("cannot reach the Kubernetes API (--server http://")
     assert outcome.err.count("\n") == 1
+
+
+def test_an_unreachable_api_logs_no_retry_warnings(run: Run, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.WARNING)
+    assert run("inspect", server=_refused_url()).code == 1
+    assert not [record for record in caplog.records if record.name.startswith("urllib3")]
 
 
 @pytest.mark.parametrize(("resource", "status"), [("nodes", 403), ("pods", 500)])
