@@ -82,11 +82,6 @@ class NodeInventory:
             groups[device.family] = (first, position + 1)
         object.__setattr__(self, "groups", groups)
 
-    def family_devices(self, family: str) -> tuple[Device, ...]:
-        """The devices of one family (empty when the node has none)."""
-        first, end = self.groups.get(family, (0, 0))
-        return self.devices[first:end]
-
 
 _TEXT_FIELDS_SHORT = 7
 TEXT_DEFAULT_MODE = "hami-core"

@@ -15,7 +15,7 @@ from itertools import combinations
 
 from hami_web.core import names
 from hami_web.core.devices import Device, NodeInventory
-from hami_web.core.grants import DeviceGrant, PodGrants
+from hami_web.core.grants import DeviceGrant, PodGrants, merge_grants
 from hami_web.core.options import BINPACK, DEFAULT_WEIGHTS, SPREAD, DeviceSelection, PodOptions, ScoringWeights
 from hami_web.core.requests import ContainerRequest, PodRequest
 from hami_web.core.usage import NodeView
@@ -272,8 +272,7 @@ def fit_pod(request: PodRequest, view: NodeView, options: PodOptions) -> PodFit 
         parts.append(tuple(grants))
     if len(parts) == 1:
         return PodFit(grants=parts[0])
-    return PodFit(grants=tuple(tuple(grant for part in parts for grant in part[position])
-                               for position in range(len(parts[0]) if parts else 0)))
+    return PodFit(grants=merge_grants(parts, len(parts[0]) if parts else 0))
 
 
 def _named(failure: FitFailure, family: str, families_asked: int, inventory: NodeInventory) -> FitFailure:

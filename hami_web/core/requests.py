@@ -97,8 +97,9 @@ class PodRequest:
 class RequestDefaults:
     """The enabled families, with what fills in what a container leaves out.
 
-    ``catalog`` None means HAMi's defaults with NVIDIA's names and defaults from ``resources``, ``default_mem_mib``
-    and ``default_cores`` (``--resource-*``, ``--default-mem``, ``--default-cores``); a server passes its catalog.
+    ``catalog`` is HAMi's default families unless given; its NVIDIA family takes its names and defaults from
+    ``resources``, ``default_mem_mib`` and ``default_cores`` (``--resource-*``, ``--default-mem``, ``--default-cores``).
+    A server builds this from its own catalog with `RequestDefaults.of`.
     """
 
     resources: ResourceNames = field(default_factory=ResourceNames)

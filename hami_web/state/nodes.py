@@ -62,7 +62,6 @@ class NodeRecord:
     # records that differ only in them are equal and a node is not re-judged for them (see `ClusterCache`).
     lock: str = field(default="", compare=False)
     resource_version: str = field(default="", compare=False)
-    locks: Mapping[str, str] = field(default_factory=dict, compare=False)
 
     @property
     def has_devices(self) -> bool:
@@ -158,11 +157,10 @@ def _node_record(node: Mapping[str, Any], catalog: DeviceCatalog) -> NodeRecord:
                                      allocatable=_allocatable(node, family.resources.count)))
     if errors and not families:
         return NodeRecord(name=name, error="; ".join(errors))
-    locks = {key: str(annotations.get(key) or "") for key in catalog.lock_keys() if annotations.get(key)}
     return NodeRecord(name=name, families=tuple(families),
                       pair_scores=str(annotations.get(names.NODE_PAIR_SCORES) or ""),
                       cordon=str(annotations.get(names.NODE_DEVICE_CORDON) or ""), error="; ".join(errors),
-                      lock=str(annotations.get(names.NODE_LOCK) or ""), locks=locks,
+                      lock=str(annotations.get(names.NODE_LOCK) or ""),
                       resource_version=str(metadata.get("resourceVersion") or ""))
 
 

@@ -56,7 +56,7 @@ def test_enabling_iluvatar_adds_its_four_chips_in_common_word_order() -> None:
 
 
 def test_the_catalog_lists_every_resource_and_one_lock() -> None:
-    assert DEFAULT_CATALOG.count_resources() == ("hygon.com/dcunum", "nvidia.com/gpu")
+    assert tuple(family.resources.count for family in DEFAULT_CATALOG) == ("hygon.com/dcunum", "nvidia.com/gpu")
     assert set(DEFAULT_CATALOG.managed_resources()) == {
         "hygon.com/dcunum", "hygon.com/dcumem", "hygon.com/dcucores", "nvidia.com/gpu", "nvidia.com/gpumem",
         "nvidia.com/gpumem-percentage", "nvidia.com/gpucores", "nvidia.com/priority"}

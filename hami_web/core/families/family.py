@@ -141,10 +141,6 @@ class DeviceCatalog:
         """Every resource name of every family: what kube-scheduler must leave to the extender."""
         return tuple(dict.fromkeys(name for family in self.families for name in family.resources.all()))
 
-    def count_resources(self) -> tuple[str, ...]:
-        """Each family's count resource."""
-        return tuple(family.resources.count for family in self.families)
-
     def lock_keys(self) -> tuple[str, ...]:
         """The node-lock annotation keys in use, each once."""
         return tuple(dict.fromkeys(family.lock_key for family in self.families))
