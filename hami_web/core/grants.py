@@ -17,6 +17,7 @@ from hami_web.core.devices import AnnotationError
 from hami_web.core.families import DeviceCatalog
 from hami_web.core.limits import MAX_DEVICE_MEMORY_MIB, MAX_NUMBER_CHARS, MAX_TASK_CORES, MAX_UUID_CHARS, quote
 from hami_web.core.names import VENDOR
+from hami_web.core.nodelocks import LockRule
 
 _MIN_FIELDS = 4
 
@@ -116,11 +117,21 @@ def booking_annotations(grants: Sequence[Sequence[DeviceGrant]], catalog: Device
     """The pod annotations a booking writes for each family it uses: ``…-devices-to-allocate`` and
     ``…-devices-allocated``, the same value, one entry per container (docs/wire-formats.md#pod-device-annotation). A
     grant of a family the catalog does not know is an error of the caller, not something to write under a guessed
-    key."""
+    key. A family whose device plugin reads more (Cambricon's ``CAMBRICON_DSMLU_PROFILE``) adds its
+    ``booking_extras``."""
     annotations: dict[str, str] = {}
     for cw in families_of(grants):
         family = catalog[cw]
-        text = encode_pod_devices(family_grants(grants, cw))
+        own = family_grants(grants, cw)
+        text = encode_pod_devices(own)
         annotations[family.to_allocate_key] = text
         annotations[family.allocated_key] = text
+        if family.booking_extras is not None:
+            annotations.update(family.booking_extras(own))
     return annotations
+
+
+def booking_locks(grants: Sequence[Sequence[DeviceGrant]], catalog: DeviceCatalog) -> tuple[LockRule, ...]:
+    """The node locks a bind of these grants takes: those of exactly the families the pod holds devices of, each
+    once, in the one order every binder uses (README.md#device-families, node locks)."""
+    return catalog.locks_for(families_of(grants))

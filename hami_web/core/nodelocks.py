@@ -1,16 +1,23 @@
-"""HAMi's node lock as data: its annotation format and when a held lock is stale (docs/wire-formats.md#node-lock).
+"""HAMi's node locks as data: their annotation formats and when a held lock is stale (docs/wire-formats.md#node-lock).
 
 Two capabilities judge a lock: ``/bind``, which may take over a stale lock, and ``/filter``, which ranks nodes whose
 lock a live owner holds after the free ones (README.md#decisions, node policy order). Both must call the same lock
 "stale", or the filter would steer pods away from nodes the bind would happily take (or towards nodes it would refuse),
 so the rule lives here, pure: the caller says what it knows of the owner pod.
+
+Most families share ``hami.io/mutex.lock``, whose value names its owner pod. A family may bring its own lock
+(`LockRule`): Cambricon's device plugin reads ``cambricon.com/dsmlu.lock``, whose value is a bare time, stale after two
+minutes (README.md#device-families, node locks). A bind takes the locks of exactly the families its pod uses.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from enum import Enum
+
+from hami_web.core.names import NODE_LOCK
 
 # bind-phase values after which the device plugin is done with the pod: its lock is no longer needed.
 FINISHED_BIND_PHASES = frozenset({"success", "failed"})
@@ -50,17 +57,25 @@ class SeenNode:
     resourceVersion, so it fails (409) if anything changed the node since, and only then is the node read.
     ``owner_done``: the watch also showed the lock's owner pod done with it — ``bind-phase=failed``, or ``success``
     for longer than the device plugin takes to remove the lock next — so the lock is stale, as `/bind` would judge it
-    after reading the owner.
+    after reading the owner. ``other_locks``: the values of the families' own locks (key, value), as the watch showed
+    them.
     """
 
     resource_version: str
     lock: str
     owner_done: bool = False
+    other_locks: tuple[tuple[str, str], ...] = ()
+
+    def value(self, key: str) -> str:
+        """The value of lock ``key`` as the watch showed it ("" when unset)."""
+        if key == NODE_LOCK:
+            return self.lock
+        return next((value for other, value in self.other_locks if other == key), "")
 
 
 def format_lock(now: float, namespace: str, pod: str) -> str:
     """``<RFC3339 UTC>,<namespace>,<pod>``, as newer HAMi writes it."""
-    return f"{datetime.fromtimestamp(now, tz=UTC).strftime('%Y-%m-%dT%H:%M:%SZ')},{namespace},{pod}"
+    return f"{format_time(now)},{namespace},{pod}"
 
 
 def parse_lock(value: str) -> LockValue:
@@ -101,3 +116,58 @@ def stale_reason(lock: LockValue, *, now: float, timeout_seconds: float, owner: 
     if owner is Owner.PRESENT and owner_bind_phase in FINISHED_BIND_PHASES:
         return f"owner pod bind-phase is {owner_bind_phase}"
     return ""
+
+
+@dataclass(frozen=True, slots=True)
+class LockRule:
+    """One node-lock annotation: its key, whether its value names its owner pod, and when it goes stale.
+
+    ``names_owner``: the value is ``<time>,<namespace>,<pod>`` (`format_lock`) and the owner's fate counts; else the
+    value is a bare RFC3339 time, whose owner only the binder that wrote it knows. ``stale_after_seconds``: a lock
+    older than this may be taken over (None: the server's ``--node-lock-timeout``).
+    """
+
+    key: str
+    names_owner: bool = True
+    stale_after_seconds: float | None = None
+
+    def timeout(self, default_seconds: float) -> float:
+        """Seconds after which a lock of this rule is stale, ``default_seconds`` being ``--node-lock-timeout``."""
+        return default_seconds if self.stale_after_seconds is None else self.stale_after_seconds
+
+    def value(self, now: float, namespace: str, pod: str) -> str:
+        """The value a bind writes for ``namespace/pod`` at ``now``."""
+        return format_lock(now, namespace, pod) if self.names_owner else format_time(now)
+
+    def parse(self, value: str) -> LockValue:
+        """``value`` parsed; a bare-time lock has no owner whatever its text says."""
+        lock = parse_lock(value)
+        return lock if self.names_owner else LockValue(taken_at=lock.taken_at, namespace="", pod="")
+
+    def held_message(self, node: str, value: str) -> str:
+        """What a bind refused by a fresh lock of this rule answers."""
+        if not self.names_owner:
+            minutes = self.stale_after_seconds / 60 if self.stale_after_seconds else 0
+            return f"node {node} has been locked within {minutes:g} minutes"
+        owner = self.parse(value).owner or f"an unnamed owner since {value}"
+        return f"node {node} is locked by {owner}"
+
+
+# HAMi's node lock, shared by every family that does not bring its own.
+MUTEX_LOCK = LockRule(key=NODE_LOCK)
+
+
+def format_time(now: float) -> str:
+    """``now`` as RFC3339 in UTC, to the second (``2026-08-21T06:20:39Z``)."""
+    return datetime.fromtimestamp(now, tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def order_rules(rules: Iterable[LockRule]) -> tuple[LockRule, ...]:
+    """``rules`` once per key, in key order: every binder checks and takes a pod's locks in the same order."""
+    by_key = {rule.key: rule for rule in rules}
+    return tuple(by_key[key] for key in sorted(by_key))
+
+
+def bare_lock_live(rule: LockRule, value: str, *, now: float, default_timeout_seconds: float) -> bool:
+    """Whether a lock that names no owner holds its node: readable and younger than its rule's timeout."""
+    return not age_stale_reason(rule.parse(value), now=now, timeout_seconds=rule.timeout(default_timeout_seconds))

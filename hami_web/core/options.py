@@ -72,7 +72,8 @@ class DeviceSelection:
     (docs/scheduling-rules.md#checks-for-one-device, steps 2-3).
 
     A device qualifies when its type contains the family's common word and passes ``use_types`` / ``nouse_types``
-    (upper-cased substrings), its UUID passes ``use_uuids`` / ``nouse_uuids`` (exact), and, when ``modes`` is set
+    (upper-cased substrings; a device of ``unknown_type``, whose model is unknown, passes neither), its UUID passes
+    ``use_uuids`` / ``nouse_uuids`` (exact), and, when ``modes`` is set
     (``nvidia.com/vgpu-mode``), the value contains the device's mode. ``numa_bind`` keeps a container's devices on
     one NUMA node.
     """
@@ -84,6 +85,7 @@ class DeviceSelection:
     nouse_uuids: frozenset[str] = frozenset()
     numa_bind: bool = False
     modes: str | None = None
+    unknown_type: str = ""  # the type of a device whose model is unknown: any use/nouse type refuses it
     # Verdicts per card type, filled on first use: a node list holds few distinct types but many devices.
     _type_verdicts: dict[str, bool] = field(default_factory=dict, init=False, compare=False, repr=False)
 
@@ -102,6 +104,8 @@ class DeviceSelection:
     def _judge_type(self, device_type: str) -> bool:
         upper = device_type.upper()
         if self.family.upper() not in upper:
+            return False
+        if (self.use_types or self.nouse_types) and self.unknown_type and upper == self.unknown_type.upper():
             return False
         if self.use_types and not any(wanted in upper for wanted in self.use_types):
             return False
@@ -270,6 +274,7 @@ def family_selection(annotations: Mapping[str, str], family: Family) -> DeviceSe
         nouse_uuids=frozenset(_split(text(family.nouse_uuid_key), upper=False)),
         numa_bind=text(family.numa_bind_key).strip().lower() == "true",
         modes=modes.strip() if modes is not None else None,
+        unknown_type=family.unknown_type,
     )
 
 

@@ -42,7 +42,8 @@ from typing import Any
 from hami_web.core import names
 from hami_web.core.devices import AnnotationError
 from hami_web.core.families import DEFAULT_CATALOG, DeviceCatalog
-from hami_web.core.grants import booking_annotations
+from hami_web.core.grants import booking_annotations, booking_locks
+from hami_web.core.nodelocks import LockRule
 from hami_web.core.verify import other_bookings, placement_conflicts
 from hami_web.extender.deadlines import after_deadline_seconds
 from hami_web.extender.events import EventRecorder
@@ -147,7 +148,7 @@ class Binder:
         with contextlib.ExitStack() as scope:
             bind_deadline = _BindDeadline(scope, self._deadline_seconds)
             try:
-                self._acquire(namespace, name, node, bind_deadline)
+                self._acquire(namespace, name, node, bind_deadline, self._locks(placed))
             except NodeLockError as error:
                 # Nothing was changed: kube-scheduler retries the pod later, and its booking stays until then.
                 log.info("bind pod=%s/%s node=%s: %s", namespace, name, node, error,
@@ -333,14 +334,20 @@ class Binder:
             return ""
         return str((pod.get("spec") or {}).get("nodeName") or "")
 
-    def _acquire(self, namespace: str, name: str, node: str, bind_deadline: _BindDeadline) -> None:
-        """Take the node lock; a gang member whose node is locked waits for it (`NodeLock.acquire_waiting`).
+    def _locks(self, placed: PodUsage) -> tuple[LockRule, ...]:
+        """The node locks this bind takes: those of exactly the families the pod holds devices of (HAMi's
+        ``hami.io/mutex.lock`` once, Cambricon's own for MLUs), in the one order every binder uses."""
+        return booking_locks(placed.grants, self._catalog)
+
+    def _acquire(self, namespace: str, name: str, node: str, bind_deadline: _BindDeadline,
+                 rules: tuple[LockRule, ...]) -> None:
+        """Take the node locks; a gang member whose node is locked waits for them (`NodeLock.acquire_waiting`).
 
         A member that waits gets ``--node-lock-retry-timeout`` (from the bind's start) as the bind's deadline,
         for the wait and every call after it; the wait ends a little early so those calls still have time.
         """
         try:
-            self._lock.acquire(node, namespace, name, seen=self._cache.seen_node(node))
+            self._lock.acquire(node, namespace, name, seen=self._cache.seen_node(node), rules=rules)
             return
         except NodeLockHeld as held:
             group = self._pod_group(namespace, name) if self._lock_wait_seconds > 0 else ""
@@ -357,7 +364,7 @@ class Binder:
         reserve = min(self._lock_wait_seconds * LOCK_WAIT_RESERVE_SHARE, LOCK_WAIT_RESERVE_MAX_SECONDS)
         wait_seconds = max(0.0, (deadline_left_seconds() or 0.0) - reserve)
         try:
-            looks = self._lock.acquire_waiting(node, namespace, name, wait_seconds=wait_seconds)
+            looks = self._lock.acquire_waiting(node, namespace, name, wait_seconds=wait_seconds, rules=rules)
         except NodeLockHeld:
             self._count_wait("timed_out")
             raise

@@ -1,10 +1,13 @@
-"""The node lock HAMi's device plugin expects: annotation ``hami.io/mutex.lock`` on the node.
+"""The node locks HAMi's device plugins expect: annotation ``hami.io/mutex.lock`` on the node, and a family's own
+(Cambricon's ``cambricon.com/dsmlu.lock``, a bare time) for the pods of that family.
 
 Only one pod at a time may be between "bound" and "devices set up" on a node, because the device plugin
 matches its Allocate call to the pod that holds the lock. The lock is taken with a merge patch carrying the
 node's resourceVersion, i.e. a compare-and-swap: two binders racing for one node cannot both win. The device
 plugin releases it once it has set up the container; a lock whose owner is gone, finished, or older than
-``--node-lock-timeout`` is stale and may be taken over, so a crashed plugin cannot wedge a node forever.
+``--node-lock-timeout`` is stale and may be taken over, so a crashed plugin cannot wedge a node forever. A bare-time
+lock names no owner: it is ours only while it shows the value this process wrote for the pod, and it is stale when
+unreadable or older than its rule says (README.md#device-families, node locks).
 
 Members of a gang (a PodGroup) land on the same nodes at the same moment and queue for one lock that each holds
 only briefly; failing them at once would send each back through kube-scheduler's backoff of seconds. So
@@ -16,11 +19,20 @@ from __future__ import annotations
 
 import logging
 import random
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from hami_web.core import names
-from hami_web.core.nodelocks import LockValue, Owner, SeenNode, age_stale_reason, format_lock, parse_lock, stale_reason
+from hami_web.core.nodelocks import (
+    MUTEX_LOCK,
+    LockRule,
+    Owner,
+    SeenNode,
+    age_stale_reason,
+    order_rules,
+    stale_reason,
+)
 from hami_web.kube import ConflictError, Kube, NotFoundError
 
 log = logging.getLogger(__name__)
@@ -46,27 +58,34 @@ class NodeLock:
     def __init__(self, kube: Kube, *, timeout_seconds: float, clock: Callable[[], float] = time.time,
                  sleep: Callable[[float], None] = time.sleep,
                  monotonic: Callable[[], float] = time.monotonic,
-                 on_reread: Callable[[], None] | None = None) -> None:
-        """``on_reread`` is called when a lock write preconditioned on the watch's version met a newer node."""
+                 on_reread: Callable[[], None] | None = None,
+                 rules: Sequence[LockRule] = (MUTEX_LOCK,)) -> None:
+        """``on_reread`` is called when a lock write preconditioned on the watch's version met a newer node;
+        ``rules`` are every lock a bind may take (the catalog's), which a release looks at."""
         self._kube = kube
+        self._rules = order_rules(rules)
+        # Bare-time locks this process wrote, by (node, key): (value, namespace, pod).
+        self._claims: dict[tuple[str, str], tuple[str, str, str]] = {}
+        self._claims_lock = threading.Lock()
         self._on_reread = on_reread
         self._timeout_seconds = timeout_seconds
         self._clock = clock
         self._sleep = sleep
         self._monotonic = monotonic
 
-    def acquire_waiting(self, node: str, namespace: str, pod: str, *, wait_seconds: float) -> int:
-        """`acquire`, looking again with backoff while another pod holds the lock, for up to ``wait_seconds``.
+    def acquire_waiting(self, node: str, namespace: str, pod: str, *, wait_seconds: float,
+                        rules: Sequence[LockRule] = (MUTEX_LOCK,)) -> int:
+        """`acquire`, looking again with backoff while another pod holds a lock, for up to ``wait_seconds``.
 
-        Returns how many times the lock was found held before it was taken; raises `NodeLockHeld` (naming
-        the holder and the time waited) when it is still held at the deadline, other errors at once.
+        Returns how many times a lock was found held before all were taken; raises `NodeLockHeld` (naming
+        the holder and the time waited) when one is still held at the deadline, other errors at once.
         """
         deadline = self._monotonic() + wait_seconds
         pause = WAIT_FIRST_SECONDS
         waits = 0
         while True:
             try:
-                self.acquire(node, namespace, pod)
+                self.acquire(node, namespace, pod, rules=rules)
                 return waits
             except NodeLockHeld as held:
                 remaining = deadline - self._monotonic()
@@ -76,18 +95,22 @@ class NodeLock:
                 self._sleep(min(pause, remaining))
                 pause = min(pause * 2, WAIT_MAX_SECONDS)
 
-    def acquire(self, node: str, namespace: str, pod: str, *, seen: SeenNode | None = None) -> str:
-        """Lock ``node`` for ``namespace/pod`` (re-entrant), or raise `NodeLockError`.
+    def acquire(self, node: str, namespace: str, pod: str, *, seen: SeenNode | None = None,
+                rules: Sequence[LockRule] = (MUTEX_LOCK,)) -> str:
+        """Lock ``node`` for ``namespace/pod`` with every lock of ``rules`` (re-entrant), or raise `NodeLockError`.
 
-        With ``seen`` (the node as the watch last showed it) and the lock free there, or stale by its age, the
-        lock is taken with one write preconditioned on that resourceVersion; a conflict (the node changed since)
-        falls back to reading the node. Returns the node's resourceVersion once locked: every write that happened
-        before the lock was taken (such as another binder's booking, made before it gave the lock up) is at most
-        this version.
+        The locks are judged in key order and written together in one patch: a pod of two families (a GPU and an
+        MLU) holds both or neither, and two binders never each hold one while waiting for the other. With ``seen``
+        (the node as the watch last showed it) and every lock free there, or stale by its age, they are taken with
+        one write preconditioned on that resourceVersion; a conflict (the node changed since) falls back to reading
+        the node. Returns the node's resourceVersion once locked: every write that happened before the locks were
+        taken (such as another binder's booking, made before it gave a lock up) is at most this version.
         """
-        if seen is not None and seen.resource_version and self._free_as_seen(seen):
+        ordered = order_rules(rules)
+        if seen is not None and seen.resource_version and self._free_as_seen(node, namespace, pod, seen, ordered):
+            writes = {rule.key: self._claim(rule, node, namespace, pod) for rule in ordered}
             try:
-                return self._write_lock(node, namespace, pod, seen.resource_version)
+                return self._write_locks(node, writes, seen.resource_version)
             except ConflictError:
                 # The node changed since the watch showed it: read it, as without ``seen``.
                 log.debug("node %s: changed since the watch showed version %s; reading it to lock it", node,
@@ -103,61 +126,106 @@ class NodeLock:
             except NotFoundError:
                 raise NodeLockError(f"node {node} does not exist") from None
             metadata = current.get("metadata") or {}
-            value = (metadata.get("annotations") or {}).get(names.NODE_LOCK)
-            if value:
-                lock = parse_lock(str(value))
-                if lock.owned_by(namespace, pod):
-                    return str(metadata.get("resourceVersion") or "")
-                stale_because = self._stale_reason(lock)
-                if not stale_because:
-                    owner = lock.owner or f"an unnamed owner since {value}"
-                    raise NodeLockHeld(f"node {node} is locked by {owner}")
-                log.info("node %s: taking over stale lock of %s/%s (%s)", node, lock.namespace, lock.pod,
-                         stale_because)
+            annotations = metadata.get("annotations") or {}
+            writes = {}
+            for rule in ordered:
+                value = str(annotations.get(rule.key) or "")
+                if self._ours(rule, node, namespace, pod, value):
+                    continue
+                if value:
+                    stale_because = self._stale_reason(rule, value)
+                    if not stale_because:
+                        raise NodeLockHeld(rule.held_message(node, value))
+                    log.info("node %s: taking over stale lock %s=%s (%s)", node, rule.key, value, stale_because)
+                writes[rule.key] = self._claim(rule, node, namespace, pod)
             try:
-                return self._write_lock(node, namespace, pod, str(metadata.get("resourceVersion") or ""))
+                return self._write_locks(node, writes, str(metadata.get("resourceVersion") or ""))
             except ConflictError as error:
                 last_conflict = str(error)
                 self._sleep(BACKOFF_BASE_SECONDS * (2 ** attempt) * (1 + random.random()))
         raise NodeLockError(f"node {node}: lock still contended after {MAX_TRIES} tries: {last_conflict}")
 
-    def _free_as_seen(self, seen: SeenNode) -> bool:
-        """Whether the watch's copy shows no lock, one whose owner succeeded, or one stale by its age."""
-        if not seen.lock or seen.owner_done:
-            return True
-        return bool(age_stale_reason(parse_lock(seen.lock), now=self._clock(), timeout_seconds=self._timeout_seconds))
+    def _free_as_seen(self, node: str, namespace: str, pod: str, seen: SeenNode,
+                      rules: Sequence[LockRule]) -> bool:
+        """Whether the watch's copy shows every lock unset, stale by its age, or (HAMi's) one whose owner is done."""
+        now = self._clock()
+        for rule in rules:
+            value = seen.value(rule.key)
+            if not value:
+                continue
+            if self._ours(rule, node, namespace, pod, value):
+                return False  # a bind again: the API says whether the lock is still ours
+            if rule.key == MUTEX_LOCK.key and seen.owner_done:
+                continue
+            if not age_stale_reason(rule.parse(value), now=now, timeout_seconds=rule.timeout(self._timeout_seconds)):
+                return False
+        return True
 
-    def _write_lock(self, node: str, namespace: str, pod: str, resource_version: str) -> str:
-        """Write our lock with ``resource_version`` as the precondition; the node's new resourceVersion."""
-        patch = {"metadata": {"resourceVersion": resource_version or None,
-                              "annotations": {names.NODE_LOCK: format_lock(self._clock(), namespace, pod)}}}
+    def _ours(self, rule: LockRule, node: str, namespace: str, pod: str, value: str) -> bool:
+        """Whether ``value`` of ``rule`` on ``node`` is ``namespace/pod``'s: named in it, or (a bare time) the value
+        this process wrote for that pod."""
+        if not value:
+            return False
+        if rule.names_owner:
+            return rule.parse(value).owned_by(namespace, pod)
+        with self._claims_lock:
+            return self._claims.get((node, rule.key)) == (value, namespace, pod)
+
+    def _claim(self, rule: LockRule, node: str, namespace: str, pod: str) -> str:
+        """The value to write for ``namespace/pod``; a bare-time value is remembered (before it is written, so a write
+        whose outcome is unknown can still be undone) as the only proof that it is ours."""
+        now = self._clock()
+        value = rule.value(now, namespace, pod)
+        if not rule.names_owner:
+            with self._claims_lock:
+                # A claim older than twice its lock's timeout is stale by any binder's judgement: forget it.
+                horizon = now - 2 * rule.timeout(self._timeout_seconds)
+                self._claims = {key: claim for key, claim in self._claims.items()
+                                if (rule.parse(claim[0]).taken_at or 0.0) >= horizon}
+                self._claims[(node, rule.key)] = (value, namespace, pod)
+        return value
+
+    def _write_locks(self, node: str, writes: dict[str, str], resource_version: str) -> str:
+        """Write ``writes`` with ``resource_version`` as the precondition; the node's new resourceVersion (the
+        version given when there is nothing to write: every lock is ours already)."""
+        if not writes:
+            return resource_version
+        patch = {"metadata": {"resourceVersion": resource_version or None, "annotations": writes}}
         locked = self._kube.patch_node(node, patch)
         return str((locked.get("metadata") or {}).get("resourceVersion") or "")
 
     def release(self, node: str, namespace: str, pod: str) -> bool:
-        """Remove the lock if ``namespace/pod`` holds it; True when removed. Never touches another's lock."""
+        """Remove every lock ``namespace/pod`` holds on ``node``, in one patch; True when removed. Never touches
+        another's lock (a bare-time lock is ours only if it still shows the value this process wrote for the pod)."""
         for attempt in range(MAX_TRIES):
             try:
                 current = self._kube.get_node(node)
             except NotFoundError:
                 return False
             metadata = current.get("metadata") or {}
-            value = (metadata.get("annotations") or {}).get(names.NODE_LOCK)
-            if not value or not parse_lock(str(value)).owned_by(namespace, pod):
+            annotations = metadata.get("annotations") or {}
+            ours = [rule for rule in self._rules
+                    if self._ours(rule, node, namespace, pod, str(annotations.get(rule.key) or ""))]
+            if not ours:
                 return False
             patch = {"metadata": {"resourceVersion": metadata.get("resourceVersion"),
-                                  "annotations": {names.NODE_LOCK: None}}}
+                                  "annotations": dict.fromkeys((rule.key for rule in ours), None)}}
             try:
                 self._kube.patch_node(node, patch)
-                return True
             except ConflictError:
                 self._sleep(BACKOFF_BASE_SECONDS * (2 ** attempt))
+                continue
+            with self._claims_lock:
+                for rule in ours:
+                    self._claims.pop((node, rule.key), None)
+            return True
         return False
 
-    def _stale_reason(self, lock: LockValue) -> str:
+    def _stale_reason(self, rule: LockRule, value: str) -> str:
         """`stale_reason` with the owner pod read from the API (only when its age does not decide already)."""
         now = self._clock()
-        by_age = age_stale_reason(lock, now=now, timeout_seconds=self._timeout_seconds)
+        lock = rule.parse(value)
+        by_age = age_stale_reason(lock, now=now, timeout_seconds=rule.timeout(self._timeout_seconds))
         if by_age or not lock.pod:
             return by_age
         try:

@@ -79,7 +79,7 @@ def build_runtime(settings: Settings, *, kube: Kube | None = None, clock: Callab
     decisions = DecisionLog(clock=clock)
     cache.on_pods_settled(decisions.forget_refusals)
     node_lock = NodeLock(kube, timeout_seconds=settings.node_lock_timeout_seconds, clock=clock,
-                         on_reread=lambda: metrics.observe_bind_reread("node"))
+                         on_reread=lambda: metrics.observe_bind_reread("node"), rules=settings.devices.lock_rules())
     extender = Extender(
         filterer=Filter(settings=settings, cache=cache, events=events, metrics=metrics),
         binder=Binder(cache=cache, kube=kube, events=events, node_lock=node_lock, metrics=metrics, clock=clock,

@@ -30,13 +30,14 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from hami_web.core.choose import NoPlacement, Placement, choose_node
 from hami_web.core.families import DEFAULT_CATALOG, DeviceCatalog
 from hami_web.core.grants import encode_pod_devices
-from hami_web.core.nodelocks import LockValue, Owner, SeenNode, parse_lock, stale_reason
+from hami_web.core.names import NODE_LOCK
+from hami_web.core.nodelocks import LockValue, Owner, SeenNode, bare_lock_live, parse_lock, stale_reason
 from hami_web.core.options import PodOptions
 from hami_web.core.requests import PodRequest
 from hami_web.core.usage import NodeView, build_node_view, pod_booking
@@ -140,6 +141,8 @@ class ClusterCache:
         # conditional write), the nodes whose lock is set, and the pod of each namespace/name (whose lock it is).
         self._seen_nodes: dict[str, SeenNode] = {}
         self._node_locks: dict[str, LockValue] = {}
+        # The families' own locks set on each node (key, value), e.g. Cambricon's: live ones make a node busy too.
+        self._other_locks: dict[str, tuple[tuple[str, str], ...]] = {}
         self._uid_by_name: dict[tuple[str, str], str] = {}
         # When the watch first showed each held pod at bind-phase=success (see `_lock_owner_done_locked`).
         self._succeeded_at: dict[str, float] = {}
@@ -228,8 +231,14 @@ class ClusterCache:
             if record is None or not record.has_devices:
                 self._seen_nodes.pop(name, None)
                 self._node_locks.pop(name, None)
+                self._other_locks.pop(name, None)
                 continue
-            self._seen_nodes[name] = SeenNode(resource_version=record.resource_version, lock=record.lock)
+            self._seen_nodes[name] = SeenNode(resource_version=record.resource_version, lock=record.lock,
+                                              other_locks=record.other_locks)
+            if record.other_locks:
+                self._other_locks[name] = record.other_locks
+            else:
+                self._other_locks.pop(name, None)
             if record.lock:
                 self._node_locks[name] = parse_lock(record.lock)
             else:
@@ -245,7 +254,7 @@ class ClusterCache:
             held = self._lock_owner_locked(lock)
             if held is None or not self._lock_owner_done_locked(held):
                 return seen
-            return SeenNode(resource_version=seen.resource_version, lock=seen.lock, owner_done=True)
+            return replace(seen, owner_done=True)
 
     def _judge_node(self, record: NodeRecord, now: float) -> NodeState:
         try:
@@ -468,7 +477,8 @@ class ClusterCache:
                                     f"({held.usage.devices_text}); it is not placed again")
             shadowed = held.api_usage if held is not None else None
             self._release_locked(uid)
-            busy = self._busy_nodes_locked(uid, namespace, name) if self._busy_nodes_last else frozenset()
+            busy = self._busy_nodes_locked(uid, namespace, name, self._lock_keys(request)) \
+                if self._busy_nodes_last else frozenset()
             result = choose_node(request, options, candidates, self._views, self._broken_nodes, busy=busy)
             if isinstance(result, Placement):
                 booking = pod_booking(result.grants, init_count=request.init_count)
@@ -489,8 +499,15 @@ class ClusterCache:
         with self._locked("read"):
             return self._busy_nodes_locked("", "", "")
 
-    def _busy_nodes_locked(self, uid: str, namespace: str, name: str) -> frozenset[str]:
-        """`busy_nodes`, leaving out what belongs to the pod being placed (``uid``, ``namespace/name``).
+    def _lock_keys(self, request: PodRequest) -> frozenset[str] | None:
+        """The node locks a bind of ``request`` would take (None: every lock counts, for a pod asking no family)."""
+        rules = self.catalog.locks_for(request.families)
+        return frozenset(rule.key for rule in rules) if rules else None
+
+    def _busy_nodes_locked(self, uid: str, namespace: str, name: str,
+                           lock_keys: frozenset[str] | None = None) -> frozenset[str]:
+        """`busy_nodes`, leaving out what belongs to the pod being placed (``uid``, ``namespace/name``); only the locks
+        in ``lock_keys`` (those its bind would take; None: all) make a node busy for it.
 
         A lock is live by the rules `/bind` applies (`core.nodelocks.stale_reason`), with the owner's bind-phase
         as the watch showed it; an owner without a booking in the cache for `ASSUMPTION_GRACE_SECONDS` after it
@@ -499,7 +516,13 @@ class ClusterCache:
         """
         now = self._clock()
         busy: set[str] = set()
-        for node, lock in self._node_locks.items():
+        timeout = self._node_lock_timeout_seconds
+        for node, others in self._other_locks.items():
+            if any((lock_keys is None or key in lock_keys)
+                   and bare_lock_live(self.catalog.lock_rule(key), value, now=now, default_timeout_seconds=timeout)
+                   for key, value in others):
+                busy.add(node)
+        for node, lock in self._node_locks.items() if lock_keys is None or NODE_LOCK in lock_keys else ():
             if lock.owned_by(namespace, name):
                 continue
             owner, phase = Owner.UNKNOWN, ""

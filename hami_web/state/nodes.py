@@ -35,7 +35,11 @@ _HANDSHAKE_LAYOUTS = ("%Y-%m-%d %H:%M:%S", "%Y.%m.%d %H:%M:%S")
 
 @dataclass(frozen=True, slots=True)
 class FamilyRecord:
-    """One family's annotations on a node: its register text, its handshake, and the kubelet's count of it."""
+    """One family's annotations on a node: its register text, its handshake, and the kubelet's count of it.
+
+    ``devices`` is set instead of ``register`` for a family whose inventory is not an annotation (its
+    ``Family.inventory`` read it from the node at once); such a family has no handshake.
+    """
 
     family: str
     register: str
@@ -43,6 +47,7 @@ class FamilyRecord:
     handshake: str = ""
     requested_at: float | None = None
     allocatable: int = 0
+    devices: tuple[Device, ...] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,6 +67,8 @@ class NodeRecord:
     # records that differ only in them are equal and a node is not re-judged for them (see `ClusterCache`).
     lock: str = field(default="", compare=False)
     resource_version: str = field(default="", compare=False)
+    # The families' own node locks that are set (key, value): Cambricon's, beside HAMi's ``lock``.
+    other_locks: tuple[tuple[str, str], ...] = field(default=(), compare=False)
 
     @property
     def has_devices(self) -> bool:
@@ -137,12 +144,22 @@ def _node_record(node: Mapping[str, Any], catalog: DeviceCatalog) -> NodeRecord:
         return NodeRecord(name=name)
     annotations = metadata.get("annotations")
     if annotations is None:
-        return NodeRecord(name=name)
+        annotations = {}  # a family whose inventory is the node's capacity needs no annotation
     if not isinstance(annotations, Mapping):
         return NodeRecord(name=name, error="metadata.annotations is not a map")
     families: list[FamilyRecord] = []
     errors: list[str] = []
     for family in catalog:
+        if family.inventory is not None:
+            try:
+                devices = family.inventory.devices(node)
+            except AnnotationError as error:
+                errors.append(f"{family.inventory_name}: {error}")
+                continue
+            if devices is not None:
+                families.append(FamilyRecord(family=family.cw, register="", devices=devices,
+                                             allocatable=_allocatable(node, family.resources.count)))
+            continue
         register = annotations.get(family.register_key)
         if register is None:
             continue
@@ -161,7 +178,9 @@ def _node_record(node: Mapping[str, Any], catalog: DeviceCatalog) -> NodeRecord:
                       pair_scores=str(annotations.get(names.NODE_PAIR_SCORES) or ""),
                       cordon=str(annotations.get(names.NODE_DEVICE_CORDON) or ""), error="; ".join(errors),
                       lock=str(annotations.get(names.NODE_LOCK) or ""),
-                      resource_version=str(metadata.get("resourceVersion") or ""))
+                      resource_version=str(metadata.get("resourceVersion") or ""),
+                      other_locks=tuple((key, str(annotations[key])) for key in catalog.lock_keys()
+                                        if key != names.NODE_LOCK and annotations.get(key)))
 
 
 def family_plugin_gone(record: FamilyRecord, *, now: float) -> bool:
@@ -200,6 +219,9 @@ def node_state(record: NodeRecord, *, now: float, catalog: DeviceCatalog = DEFAU
     errors = [record.error] if record.error else []
     for family_record in record.families:
         if family_record.family in gone:
+            continue
+        if family_record.devices is not None:
+            devices.extend(family_record.devices)
             continue
         family = catalog.get(family_record.family)
         key = family.register_key if family is not None else family_record.family

@@ -1,7 +1,7 @@
 """The registry of device families (README.md#device-families): the catalog, each family's record, and HAMi's device
 config.
 
-Covers: `DEFAULT_CATALOG` holding NVIDIA and DCU, `build_catalog(enable_iluvatar=True)` adding MR-V100, MR-V50, BI-V150
+Covers: `DEFAULT_CATALOG` holding NVIDIA, DCU and MLU, `build_catalog(enable_iluvatar=True)` adding MR-V100, MR-V50, BI-V150
 and BI-V100, families kept in common-word order; each family's resource names and annotation keys as the table of
 README.md#device-families writes them (register, handshake, ``…-devices-to-allocate`` / ``-allocated``, UUID pins,
 lock), its memory factor and default cores; one table that runs every family of the catalog through the same behaviours
@@ -33,7 +33,13 @@ from hami_web.core.families import (
     build_catalog,
     parse_device_config,
 )
-from hami_web.core.families.config import DeviceConfig, HygonConfig, NvidiaConfig
+from hami_web.core.families.config import (
+    CambriconConfig,
+    DeviceConfig,
+    HygonConfig,
+    NvidiaConfig,
+    config_document,
+)
 from hami_web.core.families.iluvatar import IluvatarChip, default_chip
 from hami_web.core.grants import booking_annotations
 from hami_web.core.options import pod_options
@@ -46,51 +52,59 @@ FULL_CATALOG = build_catalog(enable_iluvatar=True)
 ILUVATAR_CHIPS = ("MR-V100", "MR-V50", "BI-V150", "BI-V100")
 
 
-def test_the_default_catalog_holds_nvidia_and_dcu() -> None:
-    assert [family.cw for family in DEFAULT_CATALOG] == ["DCU", "NVIDIA"]
+def test_the_default_catalog_holds_nvidia_dcu_and_mlu() -> None:
+    assert [family.cw for family in DEFAULT_CATALOG] == ["DCU", "MLU", "NVIDIA"]
 
 
 def test_enabling_iluvatar_adds_its_four_chips_in_common_word_order() -> None:
-    assert [family.cw for family in FULL_CATALOG] == ["BI-V100", "BI-V150", "DCU", "MR-V100", "MR-V50", "NVIDIA"]
+    assert [family.cw for family in FULL_CATALOG] == ["BI-V100", "BI-V150", "DCU", "MLU", "MR-V100", "MR-V50",
+                                                      "NVIDIA"]
     assert {family.kind for family in FULL_CATALOG if family.cw in ILUVATAR_CHIPS} == {"iluvatar"}
 
 
-def test_the_catalog_lists_every_resource_and_one_lock() -> None:
-    assert tuple(family.resources.count for family in DEFAULT_CATALOG) == ("hygon.com/dcunum", "nvidia.com/gpu")
+def test_the_catalog_lists_every_resource_and_two_locks() -> None:
+    assert tuple(family.resources.count for family in DEFAULT_CATALOG) == (
+        "hygon.com/dcunum", "cambricon.com/vmlu", "nvidia.com/gpu")
     assert set(DEFAULT_CATALOG.managed_resources()) == {
-        "hygon.com/dcunum", "hygon.com/dcumem", "hygon.com/dcucores", "nvidia.com/gpu", "nvidia.com/gpumem",
+        "hygon.com/dcunum", "hygon.com/dcumem", "hygon.com/dcucores", "cambricon.com/vmlu",
+        "cambricon.com/mlu.smlu.vmemory", "cambricon.com/mlu.smlu.vcore", "nvidia.com/gpu", "nvidia.com/gpumem",
         "nvidia.com/gpumem-percentage", "nvidia.com/gpucores", "nvidia.com/priority"}
-    assert FULL_CATALOG.lock_keys() == (NODE_LOCK,) == ("hami.io/mutex.lock",)
+    assert FULL_CATALOG.lock_keys() == ("cambricon.com/dsmlu.lock", NODE_LOCK)
+    assert NODE_LOCK == "hami.io/mutex.lock"
     assert FULL_CATALOG.get("MR-V100") is FULL_CATALOG["MR-V100"]
     assert DEFAULT_CATALOG.get("MR-V100") is None
 
 
 # One row of the table of README.md#device-families per family: resources, then register, handshake, to-allocate,
-# allocated, UUID pins.
+# allocated, UUID pins, then the memory factor, default cores and the node lock.
 SPEC_ROWS = [
     pytest.param("NVIDIA", ("nvidia.com/gpu", "nvidia.com/gpumem", "nvidia.com/gpucores"),
                  ("hami.io/node-nvidia-register", "hami.io/node-handshake", "hami.io/vgpu-devices-to-allocate",
                   "hami.io/vgpu-devices-allocated", "nvidia.com/use-gpuuuid", "nvidia.com/nouse-gpuuuid"), 1, 0,
-                 id="NVIDIA"),
+                 "hami.io/mutex.lock", id="NVIDIA"),
     pytest.param("DCU", ("hygon.com/dcunum", "hygon.com/dcumem", "hygon.com/dcucores"),
                  ("hami.io/node-dcu-register", "hami.io/node-handshake-dcu", "hami.io/dcu-devices-to-allocate",
                   "hami.io/dcu-devices-allocated", "hygon.com/use-gpuuuid", "hygon.com/nouse-gpuuuid"), 1, 100,
-                 id="DCU"),
+                 "hami.io/mutex.lock", id="DCU"),
+    pytest.param("MLU", ("cambricon.com/vmlu", "cambricon.com/mlu.smlu.vmemory", "cambricon.com/mlu.smlu.vcore"),
+                 ("", "", "hami.io/cambricon-mlu-devices-to-allocate", "hami.io/cambricon-mlu-devices-allocated",
+                  "cambricon.com/use-gpuuuid", "cambricon.com/nouse-gpuuuid"), 256, 100, "cambricon.com/dsmlu.lock",
+                 id="MLU"),
     *(pytest.param(cw, (f"iluvatar.ai/{cw}-vgpu", f"iluvatar.ai/{cw}.vMem", f"iluvatar.ai/{cw}.vCore"),
                    (f"hami.io/node-{cw}-register", f"hami.io/node-handshake-{cw}", f"hami.io/{cw}-devices-to-allocate",
                     f"hami.io/{cw}-devices-allocated", f"hami.io/use-{cw}-uuid", f"hami.io/no-use-{cw}-uuid"), 256, 0,
-                   id=cw) for cw in ILUVATAR_CHIPS),
+                   "hami.io/mutex.lock", id=cw) for cw in ILUVATAR_CHIPS),
 ]
 
 
-@pytest.mark.parametrize(("cw", "resources", "keys", "memory_factor", "default_cores"), SPEC_ROWS)
+@pytest.mark.parametrize(("cw", "resources", "keys", "memory_factor", "default_cores", "lock"), SPEC_ROWS)
 def test_each_family_has_the_names_of_spec_table(cw: str, resources: tuple[str, str, str], keys: tuple[str, ...],
-                                                 memory_factor: int, default_cores: int) -> None:
+                                                 memory_factor: int, default_cores: int, lock: str) -> None:
     family = FULL_CATALOG[cw]
     assert (family.resources.count, family.resources.memory, family.resources.cores) == resources
     assert (family.register_key, family.handshake_key, family.to_allocate_key, family.allocated_key,
             family.use_uuid_key, family.nouse_uuid_key) == keys
-    assert family.lock_key == "hami.io/mutex.lock"
+    assert family.lock_key == lock
     assert (family.memory_factor, family.default_cores) == (memory_factor, default_cores)
 
 
@@ -99,6 +113,8 @@ def test_each_family_has_the_names_of_spec_table(cw: str, resources: tuple[str, 
                  "nvidia.com/numa-bind", True, True, id="NVIDIA-every-selection"),
     pytest.param("DCU", "hygon.com/use-dcutype", "hygon.com/nouse-dcutype", "", "", False, False,
                  id="DCU-types-only"),
+    pytest.param("MLU", "cambricon.com/use-mlutype", "cambricon.com/nouse-mlutype", "", "", False, False,
+                 id="MLU-types-only"),
     *(pytest.param(cw, "", "", "", "", False, False, id=f"{cw}-none") for cw in ILUVATAR_CHIPS),
 ])
 def test_each_family_has_only_its_own_selections(cw: str, use_type: str, nouse_type: str, mode_key: str,
@@ -116,7 +132,16 @@ def device_type(family: Family) -> str:
     return {"NVIDIA": "NVIDIA-Tesla T4", "DCU": "DCU-BW100"}.get(family.cw, family.cw)
 
 
+def card_id(family: Family) -> str:
+    """The id of the one card of `family_node`."""
+    return f"node-{family.cw}-cambricon-mlu-0" if family.inventory is not None else f"{family.cw}-card-0"
+
+
 def family_node(family: Family, *, type_: str | None = None) -> dict[str, Any]:
+    """A node with one card of ``family``: 16384 MiB, 100 cores (from its capacity for a family read from there)."""
+    if family.inventory is not None:
+        return {"metadata": {"name": f"node-{family.cw}", "labels": {"Model": type_ or "MLU370-X4"}},
+                "status": {"capacity": {family.resources.cores: "100", family.resources.memory: "64"}}}
     register = f"{family.cw}-card-0,4,16384,100,{type_ or device_type(family)},0,true:"
     return {"metadata": {"name": f"node-{family.cw}", "annotations": {family.register_key: register}},
             "status": {"allocatable": {family.resources.count: "4"}}}
@@ -138,6 +163,8 @@ def place(family: Family, node: dict[str, Any], pod: dict[str, Any]) -> Placemen
 
 
 EVERY_FAMILY = [pytest.param(family.cw, id=family.cw) for family in FULL_CATALOG]
+# The families whose device plugin reports each card's type (Cambricon's type is made from the node's model).
+REPORTED_TYPES = [pytest.param(family.cw, id=family.cw) for family in FULL_CATALOG if family.inventory is None]
 
 
 @pytest.mark.parametrize("cw", EVERY_FAMILY)
@@ -155,7 +182,7 @@ def test_a_pod_of_a_family_fits_on_a_node_of_that_family(cw: str) -> None:
     placement = place(family, family_node(family), count_only_pod(family))
     assert isinstance(placement, Placement), placement
     assert [(g.uuid, g.memory_mib, g.cores, g.vendor) for g in placement.grants[0]] == [
-        (f"{cw}-card-0", 16384, family.default_cores, cw)]
+        (card_id(family), 16384, family.default_cores, cw)]
 
 
 @pytest.mark.parametrize("cw", EVERY_FAMILY)
@@ -164,17 +191,18 @@ def test_the_booking_lands_under_the_family_keys_and_reads_back_as_usage(cw: str
     placement = place(family, family_node(family), count_only_pod(family))
     assert isinstance(placement, Placement)
     annotations = booking_annotations(placement.grants, FULL_CATALOG)
-    value = f"{cw}-card-0,{cw},16384,{family.default_cores}:;"
-    assert annotations == {family.to_allocate_key: value, family.allocated_key: value}
+    value = f"{card_id(family)},{cw},16384,{family.default_cores}:;"
+    extras = {"CAMBRICON_DSMLU_ASSIGNED": "false", "CAMBRICON_DSMLU_PROFILE": "0_100_64"} if cw == "MLU" else {}
+    assert annotations == {family.to_allocate_key: value, family.allocated_key: value, **extras}
 
     booked = count_only_pod(family)
     booked["metadata"]["annotations"] = {names.POD_ASSIGNED_NODE: placement.node, **annotations}
     usage = pod_usage(booked, catalog=FULL_CATALOG)
     assert usage is not None and usage.grants == placement.grants
-    assert (usage.booking[f"{cw}-card-0"].tasks, usage.booking[f"{cw}-card-0"].memory_mib) == (1, 16384)
+    assert (usage.booking[card_id(family)].tasks, usage.booking[card_id(family)].memory_mib) == (1, 16384)
 
 
-@pytest.mark.parametrize("cw", EVERY_FAMILY)
+@pytest.mark.parametrize("cw", REPORTED_TYPES)
 def test_a_device_whose_type_lacks_the_common_word_is_a_type_mismatch(cw: str) -> None:
     family = FULL_CATALOG[cw]
     placement = place(family, family_node(family, type_="Unknown-Accelerator"), count_only_pod(family))
@@ -224,7 +252,7 @@ def test_a_common_word_registered_twice_is_a_config_error(words: tuple[str, ...]
 
 def test_iluvatar_names_from_the_config_are_ignored_while_iluvatar_is_disabled() -> None:
     config = parse_device_config({"iluvatars": [{"commonWord": "MR-V100", "resourceCountName": "hygon.com/dcunum"}]})
-    assert [family.cw for family in build_catalog(config=config)] == ["DCU", "NVIDIA"]
+    assert [family.cw for family in build_catalog(config=config)] == ["DCU", "MLU", "NVIDIA"]
 
 
 # --- HAMi's device config ----------------------------------------------------------------------------------------
@@ -244,6 +272,8 @@ def test_hami_chart_device_config_reads_as_the_chart_defaults() -> None:
         default_cores=0, default_count=1, memory_factor=1)
     assert config.hygon == HygonConfig(count="hygon.com/dcunum", memory="hygon.com/dcumem",
                                        cores="hygon.com/dcucores", memory_factor=1)
+    assert config.cambricon == CambriconConfig(count="cambricon.com/vmlu", memory="cambricon.com/mlu.smlu.vmemory",
+                                               cores="cambricon.com/mlu.smlu.vcore")
     assert config.iluvatars == tuple(default_chip(cw) for cw in ILUVATAR_CHIPS)
 
 
@@ -266,6 +296,8 @@ def test_hami_chart_device_config_builds_the_default_catalog() -> None:
     pytest.param({"hygon": {"resourceCountName": " hygon.com/dcu "}},
                  DeviceConfig(hygon=HygonConfig(count="hygon.com/dcu")), id="names-trimmed"),
     pytest.param({"iluvatars": []}, DeviceConfig(iluvatars=()), id="no-chips"),
+    pytest.param({"cambricon": {"resourceCountName": "cambricon.com/mlu"}},
+                 DeviceConfig(cambricon=CambriconConfig(count="cambricon.com/mlu")), id="cambricon-count-as-hami-flag"),
     pytest.param({"iluvatars": [{"commonWord": "MR-V100"}]}, DeviceConfig(iluvatars=(default_chip("MR-V100"),)),
                  id="chip-with-only-a-common-word-gets-chart-names"),
     pytest.param({"iluvatars": [{"commonWord": "BI-V150", "chipName": "BI150",
@@ -285,15 +317,34 @@ def test_configured_hygon_names_and_factor_reach_the_dcu_family() -> None:
     assert family.memory_factor == 4
 
 
+def test_configured_cambricon_names_reach_the_mlu_family_and_its_capacity_reader() -> None:
+    config = parse_device_config({"cambricon": {"resourceCountName": "cambricon.com/mlu",
+                                                "resourceCoreName": "cambricon.com/vcore"}})
+    family = build_catalog(config=config)["MLU"]
+    assert (family.resources.count, family.resources.memory, family.resources.cores) == (
+        "cambricon.com/mlu", "cambricon.com/mlu.smlu.vmemory", "cambricon.com/vcore")
+    node = {"metadata": {"name": "n"}, "status": {"capacity": {"cambricon.com/vcore": "200",
+                                                               "cambricon.com/mlu.smlu.vcore": "800"}}}
+    assert family.inventory is not None
+    assert [device.uuid for device in family.inventory.devices(node) or ()] == [
+        "n-cambricon-mlu-0", "n-cambricon-mlu-1"]
+    assert config_document(config) == {"cambricon": {"resourceCountName": "cambricon.com/mlu",
+                                                     "resourceCoreName": "cambricon.com/vcore"}}
+
+
 def test_an_empty_iluvatars_list_enables_no_chip() -> None:
     assert isinstance(build_catalog(config=DeviceConfig(iluvatars=()), enable_iluvatar=True), DeviceCatalog)
-    assert [f.cw for f in build_catalog(config=DeviceConfig(iluvatars=()), enable_iluvatar=True)] == ["DCU", "NVIDIA"]
+    assert [f.cw for f in build_catalog(config=DeviceConfig(iluvatars=()), enable_iluvatar=True)] == [
+        "DCU", "MLU", "NVIDIA"]
 
 
 @pytest.mark.parametrize(("document", "message"), [
     pytest.param(["nvidia"], "the document must be a map of device sections, got a list", id="document-a-list"),
     pytest.param({"nvidia": 5}, "nvidia: expected a map, got an integer", id="nvidia-not-a-map"),
     pytest.param({"hygon": []}, "hygon: expected a map, got a list", id="hygon-not-a-map"),
+    pytest.param({"cambricon": "mlu"}, "cambricon: expected a map, got a string", id="cambricon-not-a-map"),
+    pytest.param({"cambricon": {"resourceCoreName": "vcore"}}, "cambricon.resourceCoreName: 'vcore' is not",
+                 id="cambricon-resource-without-domain"),
     pytest.param({"nvidia": {"resourceCountName": 5}}, "nvidia.resourceCountName: 5 is not an extended resource name",
                  id="number-resource-name"),
     pytest.param({"nvidia": {"resourceMemoryName": "gpumem"}}, "nvidia.resourceMemoryName: 'gpumem' is not",

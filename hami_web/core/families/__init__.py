@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from hami_web.core.families.cambricon import DEFAULT_RESOURCES as CAMBRICON_RESOURCES
+from hami_web.core.families.cambricon import cambricon_family
 from hami_web.core.families.config import DeviceConfig, DeviceConfigError, parse_device_config
 from hami_web.core.families.family import NODE_LOCK, AdmissionRules, DeviceCatalog, Family, ResourceNames
 from hami_web.core.families.hygon import DEFAULT_RESOURCES as HYGON_RESOURCES
@@ -35,7 +37,8 @@ __all__ = [
 
 def build_catalog(*, nvidia: Family | None = None, config: DeviceConfig | None = None,
                   enable_iluvatar: bool = False) -> DeviceCatalog:
-    """The enabled families: NVIDIA (as given, else chart defaults) and Hygon always; Iluvatar's chips when enabled.
+    """The enabled families: NVIDIA (as given, else chart defaults), Hygon and Cambricon always; Iluvatar's chips when
+    enabled.
 
     ``config`` supplies what the device config file says for the families other than NVIDIA, whose settings the
     flags and the file have already merged into ``nvidia``.
@@ -48,6 +51,10 @@ def build_catalog(*, nvidia: Family | None = None, config: DeviceConfig | None =
                                              memory=hygon.memory or HYGON_RESOURCES.memory, memory_percentage="",
                                              cores=hygon.cores or HYGON_RESOURCES.cores, priority=""),
                      memory_factor=hygon.memory_factor or 1),
+        cambricon_family(resources=ResourceNames(
+            count=config.cambricon.count or CAMBRICON_RESOURCES.count,
+            memory=config.cambricon.memory or CAMBRICON_RESOURCES.memory, memory_percentage="",
+            cores=config.cambricon.cores or CAMBRICON_RESOURCES.cores, priority="")),
     ]
     if enable_iluvatar:
         chips = DEFAULT_CHIPS if config.iluvatars is None else config.iluvatars

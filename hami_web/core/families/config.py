@@ -2,9 +2,9 @@
 
 Every HAMi install mounts this file, so an operator switching to hami-web passes it unchanged with
 ``--device-config-file``. Only what hami-web uses is read (README.md#configuration, ``--device-config-file``): resource
-names and family settings of ``nvidia``, ``hygon``, ``iluvatars``; other keys (other vendors, MIG allow-lists,
-device-plugin settings) are ignored. A key we read with the wrong type fails with the key's path, never a half-read
-configuration.
+names and family settings of ``nvidia``, ``hygon``, ``cambricon``, ``iluvatars``; other keys (other vendors, MIG
+allow-lists, device-plugin settings) are ignored. A key we read with the wrong type fails with the key's path, never a
+half-read configuration.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 from hami_web.core.families.family import DeviceConfigError, ResourceNames
 
-__all__ = ["DeviceConfig", "DeviceConfigError", "HygonConfig", "NvidiaConfig", "config_document",
+__all__ = ["CambriconConfig", "DeviceConfig", "DeviceConfigError", "HygonConfig", "NvidiaConfig", "config_document",
            "parse_device_config"]
 from hami_web.core.families.iluvatar import IluvatarChip, default_chip
 
@@ -52,11 +52,21 @@ class HygonConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class CambriconConfig:
+    """The ``cambricon`` section (names only: the memory factor is fixed at 256 MiB)."""
+
+    count: str | None = None
+    memory: str | None = None
+    cores: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class DeviceConfig:
     """What hami-web takes from HAMi's device config; ``iluvatars`` None when the file has no such list."""
 
     nvidia: NvidiaConfig = field(default_factory=NvidiaConfig)
     hygon: HygonConfig = field(default_factory=HygonConfig)
+    cambricon: CambriconConfig = field(default_factory=CambriconConfig)
     iluvatars: tuple[IluvatarChip, ...] | None = None
 
 
@@ -146,6 +156,7 @@ def parse_device_config(document: object) -> DeviceConfig:
         raise DeviceConfigError(f"the document must be a map of device sections, got {_type(document)}")
     nvidia = _section(document, "nvidia")
     hygon = _section(document, "hygon")
+    cambricon = _section(document, "cambricon")
     return DeviceConfig(
         nvidia=NvidiaConfig(
             count=_resource(nvidia, "resourceCountName", "nvidia"),
@@ -165,6 +176,11 @@ def parse_device_config(document: object) -> DeviceConfig:
             cores=_resource(hygon, "resourceCoreName", "hygon"),
             memory_factor=_memory_factor(hygon, "hygon"),
         ),
+        cambricon=CambriconConfig(
+            count=_resource(cambricon, "resourceCountName", "cambricon"),
+            memory=_resource(cambricon, "resourceMemoryName", "cambricon"),
+            cores=_resource(cambricon, "resourceCoreName", "cambricon"),
+        ),
         iluvatars=_iluvatars(document),
     )
 
@@ -182,11 +198,16 @@ def config_document(config: DeviceConfig) -> dict[str, object]:
     hygon = {key: value for key, value in (
         ("resourceCountName", config.hygon.count), ("resourceMemoryName", config.hygon.memory),
         ("resourceCoreName", config.hygon.cores), ("memoryFactor", config.hygon.memory_factor)) if value is not None}
+    cambricon = {key: value for key, value in (
+        ("resourceCountName", config.cambricon.count), ("resourceMemoryName", config.cambricon.memory),
+        ("resourceCoreName", config.cambricon.cores)) if value is not None}
     document: dict[str, object] = {}
     if nvidia:
         document["nvidia"] = nvidia
     if hygon:
         document["hygon"] = hygon
+    if cambricon:
+        document["cambricon"] = cambricon
     if config.iluvatars is not None:
         document["iluvatars"] = [{"chipName": chip.chip_name, "commonWord": chip.common_word,
                                   "resourceCountName": chip.resources.count,

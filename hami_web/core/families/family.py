@@ -9,8 +9,12 @@ one registration, and nothing else in the code asks which vendor it is looking a
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from hami_web.core.devices import Device
+from hami_web.core.nodelocks import MUTEX_LOCK, LockRule, order_rules
 
 
 class DeviceConfigError(ValueError):
@@ -18,7 +22,28 @@ class DeviceConfigError(ValueError):
 
 
 # HAMi's node lock, shared by every family that does not bring its own.
-NODE_LOCK = "hami.io/mutex.lock"
+NODE_LOCK = MUTEX_LOCK.key
+
+
+class InventorySource(Protocol):
+    """Where a family's devices are read from when it is not a register annotation (Cambricon: the node's capacity).
+
+    ``devices`` returns the node's devices of the family, None when the node has none; it raises
+    `hami_web.core.devices.AnnotationError` naming what is unreadable. ``source`` names where it reads, for messages.
+    """
+
+    @property
+    def source(self) -> str:
+        """Where the inventory is read, as messages name it (``status.capacity``)."""
+        ...
+
+    def devices(self, node: Mapping[str, Any]) -> tuple[Device, ...] | None:
+        """The family's devices on ``node`` (a Node object as the API sends it), None when it has none."""
+        ...
+
+
+# Extra pod annotations a family's device plugin reads, from the family's grants (one entry per container).
+BookingExtras = Callable[[Sequence[Sequence[Any]]], dict[str, str]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,7 +99,10 @@ class Family:
     ``cw`` is HAMi's common word: the vendor field of the pod device annotation and the key of a family in
     HAMi's registry. ``memory_factor`` turns the memory resource's unit into MiB. ``default_memory_mib`` 0 means a
     container that gives no memory asks for the whole device. The ``*_key`` fields are annotation keys; an empty
-    selection key means the family has no such selection.
+    selection key (or ``handshake_key``) means the family has no such selection (handshake). Three hooks for the
+    families that differ in kind: ``inventory`` reads the devices from elsewhere than ``register_key``; a device
+    of type ``unknown_type`` is one whose model is unknown, which any type selection refuses; ``booking_extras``
+    adds pod annotations to a booking. ``lock`` is the node lock a bind of the family's pods takes.
     """
 
     cw: str
@@ -85,7 +113,7 @@ class Family:
     handshake_key: str
     to_allocate_key: str
     allocated_key: str
-    lock_key: str = NODE_LOCK
+    lock: LockRule = MUTEX_LOCK
     memory_factor: int = 1
     default_memory_mib: int = 0
     default_cores: int = 0
@@ -98,6 +126,19 @@ class Family:
     cordon: bool = False
     topology: bool = False
     admission: AdmissionRules = field(default_factory=AdmissionRules)
+    inventory: InventorySource | None = None
+    unknown_type: str = ""
+    booking_extras: BookingExtras | None = None
+
+    @property
+    def lock_key(self) -> str:
+        """The node-lock annotation a bind of this family's pods takes."""
+        return self.lock.key
+
+    @property
+    def inventory_name(self) -> str:
+        """Where the family's inventory is read, as messages name it (the register key, or the source's name)."""
+        return self.inventory.source if self.inventory is not None else self.register_key
 
     @property
     def type_word(self) -> str:
@@ -143,4 +184,16 @@ class DeviceCatalog:
 
     def lock_keys(self) -> tuple[str, ...]:
         """The node-lock annotation keys in use, each once."""
-        return tuple(dict.fromkeys(family.lock_key for family in self.families))
+        return tuple(rule.key for rule in self.lock_rules())
+
+    def lock_rules(self) -> tuple[LockRule, ...]:
+        """The node locks in use, each once, in the order a bind takes them (`order_rules`)."""
+        return order_rules([family.lock for family in self.families])
+
+    def lock_rule(self, key: str) -> LockRule:
+        """The rule of node-lock annotation ``key`` (HAMi's own for a key no family names)."""
+        return next((rule for rule in self.lock_rules() if rule.key == key), MUTEX_LOCK)
+
+    def locks_for(self, families: Sequence[str]) -> tuple[LockRule, ...]:
+        """The node locks a bind of a pod holding devices of ``families`` (common words) takes, in order."""
+        return order_rules([self._by_cw[cw].lock for cw in families if cw in self._by_cw])
