@@ -153,8 +153,8 @@ def _node_record(node: Mapping[str, Any], catalog: DeviceCatalog) -> NodeRecord:
         if family.inventory is not None:
             try:
                 devices = family.inventory.devices(node)
-            except AnnotationError as error:
-                errors.append(f"{family.inventory_name}: {error}")
+            except AnnotationError as error:  # its message names the resource or label it read
+                errors.append(f"{family.cw}: {error}")
                 continue
             if devices is not None:
                 families.append(FamilyRecord(family=family.cw, register="", devices=devices,

@@ -193,6 +193,39 @@ def iluvatar_limits(chip: str = "MR-V100", count: int = 1, *, memory_units: int 
     return limits
 
 
+MLU_VCORE = "cambricon.com/mlu.smlu.vcore"
+MLU_VMEMORY = "cambricon.com/mlu.smlu.vmemory"
+DSMLU_LOCK = "cambricon.com/dsmlu.lock"
+
+
+def mlu_node(name: str, cards: int = 2, *, memory_units: int = 96, model: str | None = "MLU370-X4",
+             gpu_devices: Sequence[Device] = (), annotations: dict[str, str] | None = None) -> dict[str, Any]:
+    """A Cambricon node as its device plugin leaves it: no annotation, ``cards`` × 100 vcores and ``memory_units`` ×
+    256 MiB a card in its capacity, the ``Model`` label (None: none); with ``gpu_devices`` also an NVIDIA inventory."""
+    capacity = {"cpu": "8", MLU_VCORE: str(100 * cards), MLU_VMEMORY: str(memory_units * cards),
+                "cambricon.com/vmlu": str(100 * cards)}
+    node_annotations = dict(annotations or {})
+    allocatable = dict(capacity)
+    if gpu_devices:
+        node_annotations[names.NODE_REGISTER] = encode_register_json(gpu_devices)
+        node_annotations[names.NODE_HANDSHAKE] = FRESH_HANDSHAKE
+        allocatable["nvidia.com/gpu"] = str(len(gpu_devices))
+    return {"apiVersion": "v1", "kind": "Node",
+            "metadata": {"name": name, "annotations": node_annotations,
+                         "labels": {"Model": model} if model is not None else {}},
+            "status": {"capacity": capacity, "allocatable": allocatable}}
+
+
+def mlu_limits(count: int = 1, *, memory_units: int | None = None, cores: int | None = None) -> dict[str, str]:
+    """Container limits asking for Cambricon MLUs (``cambricon.com/vmlu``, vmemory in units of 256 MiB, vcore)."""
+    limits = {"cambricon.com/vmlu": str(count)}
+    if memory_units is not None:
+        limits[MLU_VMEMORY] = str(memory_units)
+    if cores is not None:
+        limits[MLU_VCORE] = str(cores)
+    return limits
+
+
 # -- clock and polling ------------------------------------------------------------------------------
 
 

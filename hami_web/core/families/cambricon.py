@@ -48,11 +48,6 @@ class CapacityInventory:
     cores_resource: str
     memory_resource: str
 
-    @property
-    def source(self) -> str:
-        """Messages name the capacity resource that decides."""
-        return f"status.capacity[{self.cores_resource}]"
-
     def devices(self, node: Mapping[str, Any]) -> tuple[Device, ...] | None:
         """The node's MLU cards, None when it has no vcores; `AnnotationError` for an unreadable capacity."""
         status = node.get("status")

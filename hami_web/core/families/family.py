@@ -29,13 +29,8 @@ class InventorySource(Protocol):
     """Where a family's devices are read from when it is not a register annotation (Cambricon: the node's capacity).
 
     ``devices`` returns the node's devices of the family, None when the node has none; it raises
-    `hami_web.core.devices.AnnotationError` naming what is unreadable. ``source`` names where it reads, for messages.
+    `hami_web.core.devices.AnnotationError` naming what is unreadable (the resource or label it read).
     """
-
-    @property
-    def source(self) -> str:
-        """Where the inventory is read, as messages name it (``status.capacity``)."""
-        ...
 
     def devices(self, node: Mapping[str, Any]) -> tuple[Device, ...] | None:
         """The family's devices on ``node`` (a Node object as the API sends it), None when it has none."""
@@ -134,11 +129,6 @@ class Family:
     def lock_key(self) -> str:
         """The node-lock annotation a bind of this family's pods takes."""
         return self.lock.key
-
-    @property
-    def inventory_name(self) -> str:
-        """Where the family's inventory is read, as messages name it (the register key, or the source's name)."""
-        return self.inventory.source if self.inventory is not None else self.register_key
 
     @property
     def type_word(self) -> str:
