@@ -9,7 +9,8 @@ is disabled); that reviewing the patched pod again yields no patch, and that the
 as whole Iluvatar cards (count 2 → cores 100 on each) and exclusive DCUs; the refusals that apply to every family
 (privileged containers under ``deny`` and ``skip``, ``spec.nodeName`` set); invalid DCU and Iluvatar quantities in
 limits or requests denied with a message naming the container and the resource; a container asking NVIDIA and
-DCU at once getting NVIDIA's rewrites only.
+DCU at once getting NVIDIA's rewrites only; Cambricon MLU as DCU (a count in limits routes, nothing mutated) and read
+as an exclusive whole card unless it says otherwise (vmemory in units of 256 MiB).
 """
 
 from __future__ import annotations
@@ -95,6 +96,41 @@ def test_a_dcu_init_container_routes_the_pod() -> None:
     decision = review_pod(pod(container("main"), init=(container("prep", limits={"hygon.com/dcunum": "1"}),)),
                           SETTINGS)
     assert decision.allowed and decision.message == f"{SCHEDULED} prep"
+
+
+# --- Cambricon MLU ---------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize(("resources", "routed"), [
+    # pkg/device/cambricon/device.go MutateAdmission: a count in limits, nothing mutated.
+    pytest.param({"limits": {"cambricon.com/vmlu": "1"}}, True, id="count-in-limits"),
+    pytest.param({"limits": {"cambricon.com/vmlu": "2", "cambricon.com/mlu.smlu.vmemory": "48",
+                             "cambricon.com/mlu.smlu.vcore": "50"}}, True, id="count-memory-cores-in-limits"),
+    pytest.param({"requests": {"cambricon.com/vmlu": "1"}}, False, id="count-only-in-requests"),
+    pytest.param({"limits": {"cambricon.com/mlu.smlu.vmemory": "48"}}, False, id="memory-without-count"),
+    pytest.param({"limits": {"cambricon.com/mlu.smlu.vcore": "50"}}, False, id="cores-without-count"),
+    pytest.param({"limits": {"cambricon.com/vmlu": "0"}}, False, id="count-zero"),
+])
+def test_an_mlu_count_in_limits_routes_the_pod_without_mutating_it(resources: dict[str, Any], routed: bool) -> None:
+    original = pod(container(**resources))
+    decision = review_pod(original, SETTINGS)
+    assert decision.allowed
+    if routed:
+        assert decision.message == f"{SCHEDULED} c"
+        assert decision.patch == [{"op": "add", "path": "/spec/schedulerName", "value": "hami-scheduler"}]
+    else:
+        assert (decision.message, decision.patch) == ("pod asks for no GPU", [])
+
+
+def test_the_extender_reads_an_mlu_container_as_an_exclusive_whole_card_by_default() -> None:
+    stored = pod(container(limits={"cambricon.com/vmlu": "2"}))
+    request = pod_request(stored, RequestDefaults.of(SETTINGS.devices))
+    assert request.containers == (ContainerRequest(name="c", init=False, count=2, memory_mib=0, memory_percent=100,
+                                                   cores=100, family="MLU"),)
+    sized = pod(container(limits={"cambricon.com/vmlu": "1", "cambricon.com/mlu.smlu.vmemory": "48",
+                                  "cambricon.com/mlu.smlu.vcore": "50"}))
+    assert pod_request(sized, RequestDefaults.of(SETTINGS.devices)).containers == (
+        ContainerRequest(name="c", init=False, count=1, memory_mib=12288, memory_percent=100, cores=50,
+                         family="MLU"),)
 
 
 # --- Iluvatar -------------------------------------------------------------------------------------------------------

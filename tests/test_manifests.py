@@ -12,8 +12,8 @@ the Service exposes only the webhook port; kube-scheduler calls the loopback ext
 port is declared and annotated for scraping. Identities: hami-web and kube-scheduler each have their own
 ServiceAccount (the pod's token reaches only the hami-web container; kube-scheduler uses its own token
 through a kubeconfig), and the server's role has only the verbs it uses. HAMi v2.10 conventions: the webhook's
-``matchConditions`` (a resource of a device family's domain — nvidia.com/*, hygon.com/*, iluvatar.ai/* — in any
-container or init container, limits or requests),
+``matchConditions`` (a resource of a device family's domain — nvidia.com/*, hygon.com/*, cambricon.com/*,
+iluvatar.ai/* — in any container or init container, limits or requests),
 ``system-cluster-critical`` for the scheduler pod, and the optional ``components/monitoring`` (ServiceMonitor on
 the metrics listener, a Grafana dashboard that queries only series we serve, an overlay that builds with
 ``kubectl kustomize``).
@@ -263,7 +263,8 @@ def test_extender_manages_every_device_resource_name_of_every_family() -> None:
     assert {*names.managed(), names.priority} <= managed.keys()  # NVIDIA as the flags name it by default
     assert set(Settings().devices.managed_resources()) <= managed.keys()  # the default server's families
     assert {"hygon.com/dcunum", "hygon.com/dcumem", "hygon.com/dcucores", "iluvatar.ai/MR-V100-vgpu",
-            "iluvatar.ai/MR-V100.vMem", "iluvatar.ai/BI-V100.vCore"} <= managed.keys()
+            "iluvatar.ai/MR-V100.vMem", "iluvatar.ai/BI-V100.vCore", "cambricon.com/vmlu",
+            "cambricon.com/mlu.smlu.vmemory", "cambricon.com/mlu.smlu.vcore"} <= managed.keys()
 
 
 def test_scheduler_reads_its_config_and_the_ca_it_verifies_the_extender_with() -> None:
@@ -461,7 +462,7 @@ def test_webhook_only_receives_pods_asking_for_device_resources() -> None:
     assert "startsWith" not in re.sub(r"\.exists\(p, r\.startsWith\(p\)\)", "", expression)
     # ... holding exactly the domains of every family's resources (Iluvatar's too: --enable-iluvatar needs them).
     domains = {name.split("/", 1)[0] + "/" for name in ALL_FAMILIES.managed_resources()}
-    assert sorted(prefixes) == sorted(domains) == ["hygon.com/", "iluvatar.ai/", "nvidia.com/"]
+    assert sorted(prefixes) == sorted(domains) == ["cambricon.com/", "hygon.com/", "iluvatar.ai/", "nvidia.com/"]
 
 
 def test_scheduler_pod_is_system_cluster_critical() -> None:

@@ -2,8 +2,8 @@
 
 Covers: kube-apiserver accepts the MutatingWebhookConfiguration as written (its CEL compiles and type-checks
 against the Pod schema); pod CREATEs reach the webhook exactly when a container or init container has a resource
-of a device family's domain (``nvidia.com/*``, ``hygon.com/*``, ``iluvatar.ai/*``) in its limits or requests — seen
-by pointing the webhook at a closed port with ``failurePolicy: Fail``: a call is a refusal ("failed calling
+of a device family's domain (``nvidia.com/*``, ``hygon.com/*``, ``cambricon.com/*``, ``iluvatar.ai/*``) in its limits
+or requests — seen by pointing the webhook at a closed port with ``failurePolicy: Fail``: a call is a refusal ("failed calling
 webhook"), no call is a created pod.
 
 Needs ``kube-apiserver`` (``$KUBEBUILDER_ASSETS`` or ``/work/shared/kube/bin``) and ``etcd`` (``$KUBEBUILDER_ASSETS``
@@ -196,6 +196,11 @@ GPU = {"nvidia.com/gpu": "1"}
                  id="hygon-dcu-in-limits"),
     pytest.param(_pod("dcumem-requests", containers=[_container(requests_={"hygon.com/dcumem": "4000"})]), True,
                  id="hygon-dcumem-in-requests"),
+    pytest.param(_pod("mlu-limits", containers=[_container(limits={"cambricon.com/vmlu": "1"})]), True,
+                 id="cambricon-mlu-in-limits"),
+    pytest.param(_pod("mlu-init", containers=[_container()],
+                      init=[_container("fetch", requests_={"cambricon.com/mlu.smlu.vmemory": "48"})]), True,
+                 id="cambricon-vmemory-in-init-requests"),
     pytest.param(_pod("iluvatar-limits", containers=[_container(limits={"iluvatar.ai/MR-V100-vgpu": "1"})]), True,
                  id="iluvatar-in-limits"),
     pytest.param(_pod("iluvatar-init", containers=[_container()],
