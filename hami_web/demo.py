@@ -4,9 +4,10 @@ It starts the in-process Kubernetes API server seeded with GPU nodes as HAMi's d
 starts the real server (``hami-web serve``, gunicorn over TLS with a throwaway certificate, talking to that
 API server through a kubeconfig), then plays kube-apiserver and kube-scheduler for a list of pods: each pod
 goes through ``/webhook``, is created, goes through ``/filter`` and ``/bind`` over HTTPS, and the demo prints
-what happened and the device usage the server reports on ``/metrics``. The demo cluster has a Hygon DCU node
-beside the NVIDIA ones: every family the server enables by default is played alike (its devices read from
-the family's own annotations, through the same reader as the cache), so a DCU pod shows the DCUs it got.
+what happened and the device usage the server reports on ``/metrics``. The demo cluster has a Hygon DCU node and a
+Cambricon MLU node beside the NVIDIA ones: every family the server enables by default is played alike (its devices
+read from the family's own annotations, through the same reader as the cache), so a DCU or MLU pod shows the cards it
+got.
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ from hami_web.server.local import LocalServer, run_local_server
 from hami_web.state.pods import pod_usage
 
 EXPECT_ANNOTATION = "demo.hami.io/expect"
-# The demo's server runs with the default families (NVIDIA and Hygon DCU; no --enable-iluvatar).
+# The demo's server runs with the default families (NVIDIA, Hygon DCU and Cambricon MLU; no --enable-iluvatar).
 CATALOG = DEFAULT_CATALOG
 
 

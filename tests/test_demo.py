@@ -2,8 +2,9 @@
 
 Covers: the demo exits 0, every example pod gets a verdict, GPU pods are scheduled through ``/webhook`` on
 the webhook listener and ``/filter`` + ``/bind`` on the extender listener, and the usage table is read from
-``/metrics`` on the plain-HTTP metrics listener; the Hygon DCU pod lands on the DCU node with a DCU, shown with
-its family both in the outcomes and in the usage table.
+``/metrics`` on the plain-HTTP metrics listener; the Hygon DCU pod lands on the DCU node with a DCU, and the
+Cambricon MLU pod on the MLU node (read from its capacity) with an MLU, each shown with its family both in the outcomes
+and in the usage table.
 """
 
 from __future__ import annotations
@@ -26,3 +27,8 @@ def test_the_demo_schedules_the_example_pods_through_the_three_listeners(capsys:
     # The DCU pod: scheduled on dcu-1, 16384 MiB and 50 % of one DCU; the usage table shows that DCU as a DCU.
     assert re.search(r"^dcu-inference +scheduled +dcu-1 +DCU +DCU-[01]\(16384MiB,50%\)", output, re.MULTILINE)
     assert re.search(r"^dcu-1 +DCU-[01] +DCU +DCU-BW100 +1 +16384/65520 +50/100", output, re.MULTILINE)
+    # The MLU pod: scheduled on mlu-1 (no annotation, capacity only), 48 × 256 MiB and 50 % of one MLU370-X4.
+    assert re.search(r"^mlu-inference +scheduled +mlu-1 +MLU +mlu-1-cambricon-mlu-[0-3]\(12288MiB,50%\)", output,
+                     re.MULTILINE)
+    assert re.search(r"^mlu-1 +mlu-1-cambricon-mlu-[0-3] +MLU +MLU370-X4 +1 +12288/24576 +50/100", output,
+                     re.MULTILINE)

@@ -19,8 +19,8 @@ from hami_web.server.listeners import LISTENER_ENVIRON_KEY
 
 from .conftest import PENDING_POD, DemoCluster
 
-DEMO_GPUS = 20  # 4 + 4 A40, 8 A100, 2 T4, 2 Hygon DCUs (examples/cluster.yaml)
-DEMO_NODES = 5
+DEMO_GPUS = 24  # 4 + 4 A40, 8 A100, 2 T4, 2 Hygon DCUs, 4 Cambricon MLUs (examples/cluster.yaml)
+DEMO_NODES = 6
 
 
 @pytest.fixture
@@ -72,8 +72,8 @@ def test_overview_filters_by_gpu_type(client: FlaskClient) -> None:
 def test_overview_draws_a_free_memory_histogram_per_gpu_type(client: FlaskClient) -> None:
     histograms = _get(client, "/ui/api/overview")["histograms"]
     assert [(h["family"], h["type"]) for h in histograms] == [
-        ("DCU", "DCU-BW100"), ("NVIDIA", "NVIDIA-NVIDIA A100-SXM4-80GB"), ("NVIDIA", "NVIDIA-NVIDIA A40"),
-        ("NVIDIA", "NVIDIA-Tesla T4")]
+        ("DCU", "DCU-BW100"), ("MLU", "MLU370-X4"), ("NVIDIA", "NVIDIA-NVIDIA A100-SXM4-80GB"),
+        ("NVIDIA", "NVIDIA-NVIDIA A40"), ("NVIDIA", "NVIDIA-Tesla T4")]
     for histogram in histograms:
         assert sum(bar["count"] for bar in histogram["bars"]) == histogram["gpus"]
     # Unhealthy and cordoned GPUs cannot take pods: they are not free memory.
@@ -126,7 +126,8 @@ def test_whatif_answers_as_the_capacity_command(client: FlaskClient, demo: DemoC
 def test_whatif_without_a_shape_only_offers_the_form(client: FlaskClient) -> None:
     answer = _get(client, "/ui/api/whatif")
     assert answer["answer"] is None and answer["gpu_types"]
-    assert answer["families"] == [{"cw": "DCU", "label": "Hygon DCU"}, {"cw": "NVIDIA", "label": "NVIDIA GPU"}]
+    assert answer["families"] == [{"cw": "DCU", "label": "Hygon DCU"}, {"cw": "MLU", "label": "Cambricon MLU"},
+                                  {"cw": "NVIDIA", "label": "NVIDIA GPU"}]
 
 
 def test_every_cell_carries_its_family_and_the_dcu_node_shows_its_dcus(client: FlaskClient, demo: DemoCluster
@@ -139,11 +140,28 @@ def test_every_cell_carries_its_family_and_the_dcu_node_shows_its_dcus(client: F
     assert demo.outcomes["ml/dcu-inference"] == "dcu-1"
     held = [pod for cell in dcu["gpus"] for pod in cell["pods"]]
     assert held == [{"pod": "ml/dcu-inference", "container": "server", "memory_mib": 16384, "cores": 50}]
-    assert {cell["family"] for name, node in nodes.items() if name != "dcu-1" for cell in node["gpus"]} == {"NVIDIA"}
+    assert {cell["family"] for name, node in nodes.items() if name not in ("dcu-1", "mlu-1")
+            for cell in node["gpus"]} == {"NVIDIA"}
     families = overview["totals"]["families"]
     assert (families["DCU"]["nodes"], families["DCU"]["gpus"], families["DCU"]["pods"]) == (1, 2, 1)
-    assert families["DCU"]["gpus"] + families["NVIDIA"]["gpus"] == DEMO_GPUS
-    assert overview["families"] == ["DCU", "NVIDIA"]
+    assert families["DCU"]["gpus"] + families["MLU"]["gpus"] + families["NVIDIA"]["gpus"] == DEMO_GPUS
+    assert overview["families"] == ["DCU", "MLU", "NVIDIA"]
+
+
+def test_the_mlu_node_shows_the_cards_read_from_its_capacity(client: FlaskClient, demo: DemoCluster) -> None:
+    overview = _get(client, "/ui/api/overview?sort=name")
+    mlu = {node["name"]: node for node in overview["nodes"]}["mlu-1"]
+    assert (mlu["status"], mlu["families"]) == ("Ready", {"MLU": {"status": "Ready", "gpus": 4}})
+    assert [(cell["family"], cell["type"]) for cell in mlu["gpus"]] == [("MLU", "MLU370-X4")] * 4
+    assert demo.outcomes["ml/mlu-inference"] == "mlu-1"
+    held = [pod for cell in mlu["gpus"] for pod in cell["pods"]]
+    assert held == [{"pod": "ml/mlu-inference", "container": "server", "memory_mib": 12288, "cores": 50}]
+    families = overview["totals"]["families"]
+    assert (families["MLU"]["nodes"], families["MLU"]["gpus"], families["MLU"]["pods"]) == (1, 4, 1)
+    # The what-if takes the family's memory resource as written in a pod: 48 units of 256 MiB are 12288 MiB. Four cards
+    # of 24576 MiB, one half used: two more on each free card, one more on the used one.
+    answer = _get(client, "/ui/api/whatif?family=MLU&gpus=1&memory_mib=48&cores=50")["answer"]
+    assert (answer["fits"], answer["device"]) == (7, "Cambricon MLU")
 
 
 def test_overview_filters_by_family(client: FlaskClient) -> None:
