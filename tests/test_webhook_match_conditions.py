@@ -3,8 +3,8 @@
 Covers: kube-apiserver accepts the MutatingWebhookConfiguration as written (its CEL compiles and type-checks
 against the Pod schema); pod CREATEs reach the webhook exactly when a container or init container has a resource
 of a device family's domain (``nvidia.com/*``, ``hygon.com/*``, ``cambricon.com/*``, ``iluvatar.ai/*``) in its limits
-or requests — seen by pointing the webhook at a closed port with ``failurePolicy: Fail``: a call is a refusal ("failed calling
-webhook"), no call is a created pod.
+or requests — seen by pointing the webhook at a closed port with ``failurePolicy: Fail``: a call is a refusal
+("failed calling webhook"), no call is a created pod.
 
 Needs ``kube-apiserver`` (``$KUBEBUILDER_ASSETS`` or ``/work/shared/kube/bin``) and ``etcd`` (``$KUBEBUILDER_ASSETS``
 or ``/usr/bin/etcd``); skipped with the reason when they are missing.

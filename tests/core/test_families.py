@@ -1,9 +1,9 @@
 """The registry of device families (README.md#device-families): the catalog, each family's record, and HAMi's device
 config.
 
-Covers: `DEFAULT_CATALOG` holding NVIDIA, DCU and MLU, `build_catalog(enable_iluvatar=True)` adding MR-V100, MR-V50, BI-V150
-and BI-V100, families kept in common-word order; each family's resource names and annotation keys as the table of
-README.md#device-families writes them (register, handshake, ``…-devices-to-allocate`` / ``-allocated``, UUID pins,
+Covers: `DEFAULT_CATALOG` holding NVIDIA, DCU and MLU, `build_catalog(enable_iluvatar=True)` adding MR-V100, MR-V50,
+BI-V150 and BI-V100, families kept in common-word order; each family's resource names and annotation keys as the table
+of README.md#device-families writes them (register, handshake, ``…-devices-to-allocate`` / ``-allocated``, UUID pins,
 lock), its memory factor and default cores; one table that runs every family of the catalog through the same behaviours
 (a pod asking only the family's count resource gets one request of that family; it fits on a node of that family through
 the node-state reader; the booking lands under the family's keys with its common word as vendor and reads back as the
