@@ -9,7 +9,11 @@ family's node in the same pool, with the family's own ``…-devices-allocated`` 
 (``hami.io/node-handshake-dcu``) goes round between hami-web and the device plugin stand-in. NVIDIA register
 annotations in JSON as HAMi v2.10's device plugin writes them (Go ``omitempty``): a GPU whose ``health`` is left
 out is unhealthy, never chosen even when it is listed first and is the emptier card, and a node whose only GPU
-is such a card keeps the pod Pending with ``CardNotHealth`` in kube-scheduler's ``FailedScheduling`` event.
+is such a card keeps the pod Pending with ``CardNotHealth`` in kube-scheduler's ``FailedScheduling`` event. A
+Cambricon MLU pod (``cambricon.com/*`` in matchConditions and managedResources) is bound past an NVIDIA node onto a
+node that has no annotation, only the MLU shares in its capacity and a ``Model`` label, with the Cambricon annotations
+(devices, ``CAMBRICON_DSMLU_PROFILE``/``ASSIGNED``) and the node lock ``cambricon.com/dsmlu.lock``, not
+``hami.io/mutex.lock``.
 
 The tier runs hami-web with ``--enable-iluvatar`` (``tests/e2e/conftest.py``).
 """
@@ -38,6 +42,9 @@ MR_V100_TO_ALLOCATE = "hami.io/MR-V100-devices-to-allocate"
 # hami-web asks again for a family's handshake at every resync (--refresh-interval, 15 s): two rounds and a margin.
 HANDSHAKE_ROUND_SECONDS = 40.0
 OLD_REPORT = "Reported 2000-01-01 00:00:00"
+MLU_ALLOCATED = "hami.io/cambricon-mlu-devices-allocated"
+MLU_TO_ALLOCATE = "hami.io/cambricon-mlu-devices-to-allocate"
+DSMLU_LOCK = "cambricon.com/dsmlu.lock"
 
 
 def _reported_now() -> str:
@@ -189,3 +196,36 @@ def test_a_node_whose_only_gpu_has_health_omitted_keeps_the_pod_pending(control_
     assert pod.spec.node_name is None and pod.status.phase == "Pending"
     assert names.POD_DEVICES_ALLOCATED not in (pod.metadata.annotations or {})
     control_plane.delete_pod(namespace, "hopeful")  # stop kube-scheduler's retries for the rest of the session
+
+
+def test_a_cambricon_mlu_pod_is_bound_onto_a_node_known_only_by_its_capacity(control_plane: ControlPlane,
+                                                                               namespace: str) -> None:
+    label = {"e2e.hami.io/pool": namespace}
+    nvidia, mlu = f"{namespace}-nvidia", f"{namespace}-mlu"
+    control_plane.create_gpu_node(nvidia, devices(nvidia, 1, memory_mib=46068, type=A40), labels=label)
+    # As Cambricon's device plugin leaves a node: no annotation at all, the shares in capacity, the model as a label.
+    control_plane.create_node(mlu, labels={**label, "Model": "MLU370-X4"}, annotations={}, devices={
+        "cambricon.com/vmlu": "200", "cambricon.com/mlu.smlu.vmemory": "192", "cambricon.com/mlu.smlu.vcore": "200"})
+    limits = {"cambricon.com/vmlu": "1", "cambricon.com/mlu.smlu.vmemory": "48", "cambricon.com/mlu.smlu.vcore": "50"}
+    control_plane.core.create_namespaced_pod(namespace, pod_manifest("mlu", [gpu_container("neuware", limits)],
+                                                                     node_selector=label))
+
+    created = control_plane.pod(namespace, "mlu")
+    # The webhook was called (matchConditions know cambricon.com/*) and routed the pod; it mutates nothing else.
+    assert created.spec.scheduler_name == "hami-scheduler"
+    assert created.spec.containers[0].resources.limits == limits
+
+    pod = control_plane.wait_bound(namespace, "mlu")
+    assert pod.spec.node_name == mlu
+    annotations = pod.metadata.annotations
+    # Two cards of 96 x 256 MiB; vmemory 48 is 12288 MiB; the profile is <index>_<cores>_<MiB / 256>.
+    expected = f"{mlu}-cambricon-mlu-0,MLU,12288,50:;"
+    assert annotations[MLU_ALLOCATED] == expected == annotations[MLU_TO_ALLOCATE]
+    assert (annotations["CAMBRICON_DSMLU_PROFILE"], annotations["CAMBRICON_DSMLU_ASSIGNED"]) == ("0_50_48", "false")
+    assert names.POD_DEVICES_ALLOCATED not in annotations
+    node_annotations = control_plane.core.read_node(mlu).metadata.annotations or {}
+    # Cambricon's own node lock, a bare RFC3339 time (it lapses after two minutes); never HAMi's mutex.lock.
+    taken = datetime.fromisoformat(node_annotations[DSMLU_LOCK].replace("Z", "+00:00"))
+    assert abs((datetime.now(UTC) - taken).total_seconds()) < 60
+    assert names.NODE_LOCK not in node_annotations
+    _assert_scheduled_events(control_plane, namespace, "mlu", mlu)
