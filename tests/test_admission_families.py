@@ -68,19 +68,27 @@ def only_container(stored: dict[str, Any]) -> dict[str, Any]:
     return containers[0]
 
 
-# --- Hygon DCU ------------------------------------------------------------------------------------------------------
+# --- Hygon DCU and Cambricon MLU: a count in limits, nothing mutated -------------------------------------------------
 
-@pytest.mark.parametrize(("resources", "routed"), [
-    # pkg/device/hygon/device_test.go Test_MutateAdmission "set to resource limits".
-    pytest.param({"limits": {"hygon.com/dcunum": "1"}}, True, id="hami-count-in-limits"),
-    pytest.param({"limits": {"hygon.com/dcunum": "2", "hygon.com/dcumem": "4k", "hygon.com/dcucores": "30"}}, True,
-                 id="count-memory-cores-in-limits"),
-    pytest.param({"requests": {"hygon.com/dcunum": "1"}}, False, id="count-only-in-requests"),
-    pytest.param({"limits": {"hygon.com/dcumem": "1024"}}, False, id="memory-without-count"),
-    pytest.param({"limits": {"hygon.com/dcucores": "50"}}, False, id="cores-without-count"),
-    pytest.param({"limits": {"hygon.com/dcunum": "0"}}, False, id="count-zero"),
+# (count, memory, cores) resource names of each family whose webhook only routes.
+ROUTE_ONLY = {"DCU": ("hygon.com/dcunum", "hygon.com/dcumem", "hygon.com/dcucores"),
+              "MLU": ("cambricon.com/vmlu", "cambricon.com/mlu.smlu.vmemory", "cambricon.com/mlu.smlu.vcore")}
+
+
+@pytest.mark.parametrize("cw", sorted(ROUTE_ONLY))
+@pytest.mark.parametrize(("shape", "routed"), [
+    # pkg/device/hygon/device_test.go Test_MutateAdmission "set to resource limits"; cambricon's MutateAdmission.
+    pytest.param({"limits": {"count": "1"}}, True, id="hami-count-in-limits"),
+    pytest.param({"limits": {"count": "2", "memory": "48", "cores": "30"}}, True, id="count-memory-cores-in-limits"),
+    pytest.param({"requests": {"count": "1"}}, False, id="count-only-in-requests"),
+    pytest.param({"limits": {"memory": "1024"}}, False, id="memory-without-count"),
+    pytest.param({"limits": {"cores": "50"}}, False, id="cores-without-count"),
+    pytest.param({"limits": {"count": "0"}}, False, id="count-zero"),
 ])
-def test_a_dcu_count_in_limits_routes_the_pod_without_mutating_it(resources: dict[str, Any], routed: bool) -> None:
+def test_a_dcu_or_mlu_count_in_limits_routes_the_pod_without_mutating_it(cw: str, shape: dict[str, dict[str, str]],
+                                                                         routed: bool) -> None:
+    names = dict(zip(("count", "memory", "cores"), ROUTE_ONLY[cw], strict=True))
+    resources = {part: {names[key]: value for key, value in asked.items()} for part, asked in shape.items()}
     original = pod(container(**resources))
     decision = review_pod(original, SETTINGS)
     assert decision.allowed
@@ -96,29 +104,6 @@ def test_a_dcu_init_container_routes_the_pod() -> None:
     decision = review_pod(pod(container("main"), init=(container("prep", limits={"hygon.com/dcunum": "1"}),)),
                           SETTINGS)
     assert decision.allowed and decision.message == f"{SCHEDULED} prep"
-
-
-# --- Cambricon MLU ---------------------------------------------------------------------------------------------------
-
-@pytest.mark.parametrize(("resources", "routed"), [
-    # pkg/device/cambricon/device.go MutateAdmission: a count in limits, nothing mutated.
-    pytest.param({"limits": {"cambricon.com/vmlu": "1"}}, True, id="count-in-limits"),
-    pytest.param({"limits": {"cambricon.com/vmlu": "2", "cambricon.com/mlu.smlu.vmemory": "48",
-                             "cambricon.com/mlu.smlu.vcore": "50"}}, True, id="count-memory-cores-in-limits"),
-    pytest.param({"requests": {"cambricon.com/vmlu": "1"}}, False, id="count-only-in-requests"),
-    pytest.param({"limits": {"cambricon.com/mlu.smlu.vmemory": "48"}}, False, id="memory-without-count"),
-    pytest.param({"limits": {"cambricon.com/mlu.smlu.vcore": "50"}}, False, id="cores-without-count"),
-    pytest.param({"limits": {"cambricon.com/vmlu": "0"}}, False, id="count-zero"),
-])
-def test_an_mlu_count_in_limits_routes_the_pod_without_mutating_it(resources: dict[str, Any], routed: bool) -> None:
-    original = pod(container(**resources))
-    decision = review_pod(original, SETTINGS)
-    assert decision.allowed
-    if routed:
-        assert decision.message == f"{SCHEDULED} c"
-        assert decision.patch == [{"op": "add", "path": "/spec/schedulerName", "value": "hami-scheduler"}]
-    else:
-        assert (decision.message, decision.patch) == ("pod asks for no GPU", [])
 
 
 def test_the_extender_reads_an_mlu_container_as_an_exclusive_whole_card_by_default() -> None:

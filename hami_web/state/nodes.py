@@ -4,7 +4,8 @@ docs/wire-formats.md#handshake).
 The handshake is HAMi's liveness protocol with the device plugin: we write ``Requesting_<time>``, the plugin
 answers ``Reported_<time>`` when it re-registers. A node that stays ``Requesting`` for over a minute while
 the kubelet reports no GPUs has lost its device plugin, so its stale register annotation must not attract
-pods.
+pods. A family whose inventory is not an annotation (Cambricon's, read from the node's capacity by its
+``Family.inventory`` hook) has no handshake: its devices are read when the node is, and change with the node.
 """
 
 from __future__ import annotations
