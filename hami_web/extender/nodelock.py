@@ -21,7 +21,7 @@ import logging
 import random
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 from hami_web.core import names
 from hami_web.core.nodelocks import (
@@ -52,6 +52,59 @@ class NodeLockHeld(NodeLockError):
     """Another pod holds a fresh lock on the node (the only failure worth waiting out)."""
 
 
+class _BareClaims:
+    """The bare-time lock values this process wrote, or may have written: the only proof that such a lock is ours.
+
+    A value is a time to the second, so two binds of this process on one node may write the same text. A claim is
+    *pending* from just before its write until the write's answer, and *confirmed* once the write succeeded: only a
+    confirmed claim makes a bind re-entrant; a release also clears a pending one (a write whose outcome is unknown
+    may have landed), unless another pod's confirmed claim shows the same value.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._confirmed: dict[tuple[str, str], tuple[str, str, str, float]] = {}  # (node, key): value, ns, pod, at
+        self._pending: dict[tuple[str, str, str, str], tuple[str, float]] = {}  # (node, key, ns, pod): value, at
+
+    def expect(self, node: str, key: str, value: str, namespace: str, pod: str, *, now: float,
+               forget_before: float) -> None:
+        """``namespace/pod`` is about to write ``value``; claims older than ``forget_before`` are dropped (stale by any
+        binder's judgement long since)."""
+        with self._lock:
+            self._confirmed = {k: c for k, c in self._confirmed.items() if c[3] >= forget_before}
+            self._pending = {k: c for k, c in self._pending.items() if c[1] >= forget_before}
+            self._pending[(node, key, namespace, pod)] = (value, now)
+
+    def settle(self, node: str, keys: Iterable[str], namespace: str, pod: str, *, written: bool) -> None:
+        """The write of ``keys`` was answered: written (the claims are confirmed) or refused (they are dropped)."""
+        with self._lock:
+            for key in keys:
+                claim = self._pending.pop((node, key, namespace, pod), None)
+                if claim is not None and written:
+                    self._confirmed[(node, key)] = (claim[0], namespace, pod, claim[1])
+
+    def holds(self, node: str, key: str, value: str, namespace: str, pod: str) -> bool:
+        """Whether ``value`` is the one ``namespace/pod``'s successful write put on ``node``."""
+        with self._lock:
+            return self._confirmed.get((node, key), ("",))[:3] == (value, namespace, pod)
+
+    def may_hold(self, node: str, key: str, value: str, namespace: str, pod: str) -> bool:
+        """`holds`, or a pending write of ``namespace/pod`` put ``value`` there as far as anyone can tell."""
+        with self._lock:
+            confirmed = self._confirmed.get((node, key))
+            if confirmed is not None and confirmed[0] == value:
+                return confirmed[1:3] == (namespace, pod)
+            pending = self._pending.get((node, key, namespace, pod))
+            return pending is not None and pending[0] == value
+
+    def forget(self, node: str, key: str, namespace: str, pod: str) -> None:
+        """``namespace/pod``'s claims on lock ``key`` of ``node`` are over (the lock was removed)."""
+        with self._lock:
+            self._pending.pop((node, key, namespace, pod), None)
+            if self._confirmed.get((node, key), ("", "", ""))[1:3] == (namespace, pod):
+                del self._confirmed[(node, key)]
+
+
 class NodeLock:
     """Takes and releases node locks through the API with compare-and-swap and stale-lock takeover."""
 
@@ -64,9 +117,7 @@ class NodeLock:
         ``rules`` are every lock a bind may take (the catalog's), which a release looks at."""
         self._kube = kube
         self._rules = order_rules(rules)
-        # Bare-time locks this process wrote, by (node, key): (value, namespace, pod).
-        self._claims: dict[tuple[str, str], tuple[str, str, str]] = {}
-        self._claims_lock = threading.Lock()
+        self._claims = _BareClaims()
         self._on_reread = on_reread
         self._timeout_seconds = timeout_seconds
         self._clock = clock
@@ -110,7 +161,7 @@ class NodeLock:
         if seen is not None and seen.resource_version and self._free_as_seen(node, namespace, pod, seen, ordered):
             writes = {rule.key: self._claim(rule, node, namespace, pod) for rule in ordered}
             try:
-                return self._write_locks(node, writes, seen.resource_version)
+                return self._write_locks(node, writes, seen.resource_version, namespace, pod)
             except ConflictError:
                 # The node changed since the watch showed it: read it, as without ``seen``.
                 log.debug("node %s: changed since the watch showed version %s; reading it to lock it", node,
@@ -139,7 +190,7 @@ class NodeLock:
                     log.info("node %s: taking over stale lock %s=%s (%s)", node, rule.key, value, stale_because)
                 writes[rule.key] = self._claim(rule, node, namespace, pod)
             try:
-                return self._write_locks(node, writes, str(metadata.get("resourceVersion") or ""))
+                return self._write_locks(node, writes, str(metadata.get("resourceVersion") or ""), namespace, pod)
             except ConflictError as error:
                 last_conflict = str(error)
                 self._sleep(BACKOFF_BASE_SECONDS * (2 ** attempt) * (1 + random.random()))
@@ -161,37 +212,41 @@ class NodeLock:
                 return False
         return True
 
-    def _ours(self, rule: LockRule, node: str, namespace: str, pod: str, value: str) -> bool:
+    def _ours(self, rule: LockRule, node: str, namespace: str, pod: str, value: str, *,
+              maybe: bool = False) -> bool:
         """Whether ``value`` of ``rule`` on ``node`` is ``namespace/pod``'s: named in it, or (a bare time) the value
-        this process wrote for that pod."""
+        this process's write for that pod put there (``maybe``: or may have put there, its outcome unknown)."""
         if not value:
             return False
         if rule.names_owner:
             return rule.parse(value).owned_by(namespace, pod)
-        with self._claims_lock:
-            return self._claims.get((node, rule.key)) == (value, namespace, pod)
+        if maybe:
+            return self._claims.may_hold(node, rule.key, value, namespace, pod)
+        return self._claims.holds(node, rule.key, value, namespace, pod)
 
     def _claim(self, rule: LockRule, node: str, namespace: str, pod: str) -> str:
         """The value to write for ``namespace/pod``; a bare-time value is remembered (before it is written, so a write
-        whose outcome is unknown can still be undone) as the only proof that it is ours."""
+        whose outcome is unknown can still be undone) as the only proof that it is ours (`_BareClaims`)."""
         now = self._clock()
         value = rule.value(now, namespace, pod)
         if not rule.names_owner:
-            with self._claims_lock:
-                # A claim older than twice its lock's timeout is stale by any binder's judgement: forget it.
-                horizon = now - 2 * rule.timeout(self._timeout_seconds)
-                self._claims = {key: claim for key, claim in self._claims.items()
-                                if (rule.parse(claim[0]).taken_at or 0.0) >= horizon}
-                self._claims[(node, rule.key)] = (value, namespace, pod)
+            self._claims.expect(node, rule.key, value, namespace, pod, now=now,
+                                forget_before=now - 2 * rule.timeout(self._timeout_seconds))
         return value
 
-    def _write_locks(self, node: str, writes: dict[str, str], resource_version: str) -> str:
+    def _write_locks(self, node: str, writes: dict[str, str], resource_version: str, namespace: str,
+                     pod: str) -> str:
         """Write ``writes`` with ``resource_version`` as the precondition; the node's new resourceVersion (the
         version given when there is nothing to write: every lock is ours already)."""
         if not writes:
             return resource_version
         patch = {"metadata": {"resourceVersion": resource_version or None, "annotations": writes}}
-        locked = self._kube.patch_node(node, patch)
+        try:
+            locked = self._kube.patch_node(node, patch)
+        except (ConflictError, NotFoundError):
+            self._claims.settle(node, writes, namespace, pod, written=False)
+            raise
+        self._claims.settle(node, writes, namespace, pod, written=True)
         return str((locked.get("metadata") or {}).get("resourceVersion") or "")
 
     def release(self, node: str, namespace: str, pod: str) -> bool:
@@ -205,7 +260,7 @@ class NodeLock:
             metadata = current.get("metadata") or {}
             annotations = metadata.get("annotations") or {}
             ours = [rule for rule in self._rules
-                    if self._ours(rule, node, namespace, pod, str(annotations.get(rule.key) or ""))]
+                    if self._ours(rule, node, namespace, pod, str(annotations.get(rule.key) or ""), maybe=True)]
             if not ours:
                 return False
             patch = {"metadata": {"resourceVersion": metadata.get("resourceVersion"),
@@ -215,9 +270,8 @@ class NodeLock:
             except ConflictError:
                 self._sleep(BACKOFF_BASE_SECONDS * (2 ** attempt))
                 continue
-            with self._claims_lock:
-                for rule in ours:
-                    self._claims.pop((node, rule.key), None)
+            for rule in ours:
+                self._claims.forget(node, rule.key, namespace, pod)
             return True
         return False
 

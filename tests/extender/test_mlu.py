@@ -7,9 +7,11 @@ lock ``cambricon.com/dsmlu.lock`` (a bare RFC3339 time) and never ``hami.io/mute
 exclusive-cores defaults; UUID pinning; type selection by the node's ``Model`` and refused where the model is unknown;
 a capacity change through the node's status reaching the inventory; the lock: a fresh one refuses the bind (``node <n>
 has been locked within 2 minutes``, nothing written), an old or unparsable one is taken over, a failed bind clears only
-our own value (a value replaced meanwhile, another pod's or another process's is left alone), re-entrant for the same
-pod; a GPU+MLU pod takes both locks or neither; an MLU pod and a GPU pod binding on one node at once, each under its
-own lock, both bound; a live MLU lock makes its node busy for MLU pods (placed elsewhere) but not for GPU pods.
+our own value (a value replaced meanwhile, another pod's or another process's is left alone, one whose write's answer
+was lost is cleared), re-entrant for the same pod, and two pods of one process writing the same second's value never
+both hold it; a GPU+MLU pod takes both locks or neither; an MLU pod and a GPU pod binding on one node at once, each
+under its own lock, both bound; a live MLU lock makes its node busy for MLU pods (placed elsewhere) but not for GPU
+pods.
 """
 
 from __future__ import annotations
@@ -26,8 +28,8 @@ from hami_web.core import names
 from hami_web.core.families import DEFAULT_CATALOG
 from hami_web.core.families.cambricon import DSMLU_LOCK as DSMLU_RULE
 from hami_web.core.nodelocks import format_time
-from hami_web.extender.nodelock import NodeLock
-from hami_web.kube import Kube
+from hami_web.extender.nodelock import NodeLock, NodeLockHeld
+from hami_web.kube import Kube, KubeError
 from hami_web.localcluster import LocalCluster
 from hami_web.server.runtime import Runtime
 
@@ -350,3 +352,33 @@ def test_container_layout_of_a_two_container_mlu_pod(mlus: Runtime, mlu_schedule
     value = ";mlu-1-cambricon-mlu-0,MLU,4096,25:mlu-1-cambricon-mlu-1,MLU,4096,25:;"
     assert _booking(apiserver, "p1") == {MLU_KEYS[0]: value, MLU_KEYS[1]: value,
                                          "CAMBRICON_DSMLU_PROFILE": "0_25_16", "CAMBRICON_DSMLU_ASSIGNED": "false"}
+
+
+def test_two_pods_of_one_process_in_the_same_second_never_both_hold_the_lock(mlus: Runtime, apiserver: LocalCluster,
+                                                                             kube: Kube) -> None:
+    now = time.time()
+    locks = NodeLock(kube, timeout_seconds=300, clock=lambda: now, rules=DEFAULT_CATALOG.lock_rules())
+    seen_free = mlus.cache.seen_node("mlu-1")
+    assert seen_free is not None and seen_free.value(DSMLU_LOCK) == ""
+
+    locks.acquire("mlu-1", "default", "a", seen=seen_free, rules=(DSMLU_RULE,))
+    value = _lock(apiserver, "mlu-1")
+    # b writes the very same text (same second) from the watch's stale copy: its write meets a newer node, and the
+    # value it then reads is a's, not b's.
+    with pytest.raises(NodeLockHeld, match="node mlu-1 has been locked within 2 minutes"):
+        locks.acquire("mlu-1", "default", "b", seen=seen_free, rules=(DSMLU_RULE,))
+    assert locks.release("mlu-1", "default", "b") is False
+    assert _lock(apiserver, "mlu-1") == value
+    assert locks.release("mlu-1", "default", "a") is True
+    assert _lock(apiserver, "mlu-1") == ""
+
+
+def test_a_lock_write_whose_answer_was_lost_is_still_released(mlus: Runtime, apiserver: LocalCluster,
+                                                              kube: Kube) -> None:
+    locks = NodeLock(kube, timeout_seconds=300, rules=DEFAULT_CATALOG.lock_rules())
+    apiserver.inject_failure("PATCH", "nodes", name="mlu-1", mode="reset")  # applied, then the connection drops
+    with pytest.raises(KubeError):
+        locks.acquire("mlu-1", "default", "a", rules=(DSMLU_RULE,))
+    assert _lock(apiserver, "mlu-1") != ""
+    assert locks.release("mlu-1", "default", "a") is True
+    assert _lock(apiserver, "mlu-1") == ""
