@@ -11,7 +11,7 @@ our own value (a value replaced meanwhile, another pod's or another process's is
 was lost is cleared), re-entrant for the same pod, and two pods of one process writing the same second's value never
 both hold it; a GPU+MLU pod takes both locks or neither; an MLU pod and a GPU pod binding on one node at once, each
 under its own lock, both bound; a live MLU lock makes its node busy for MLU pods (placed elsewhere) but not for GPU
-pods.
+pods, and HAMi's lock for GPU pods but not for MLU pods.
 """
 
 from __future__ import annotations
@@ -382,3 +382,21 @@ def test_a_lock_write_whose_answer_was_lost_is_still_released(mlus: Runtime, api
     assert _lock(apiserver, "mlu-1") != ""
     assert locks.release("mlu-1", "default", "a") is True
     assert _lock(apiserver, "mlu-1") == ""
+
+
+def test_hamis_lock_makes_a_node_busy_for_gpu_pods_not_for_mlu_pods(apiserver: LocalCluster,
+                                                                     make_runtime: RuntimeFactory) -> None:
+    apiserver.load([mlu_node("mixed-1", gpu_devices=gpus("mixed-1", 2)),
+                    mlu_node("mixed-2", gpu_devices=gpus("mixed-2", 2)),
+                    *(gpu_pod(pod, gpu_limits(1, memory_mib=1000, cores=10)) for pod in ("g1", "g2")),
+                    gpu_pod("m1", mlu_limits(1, memory_units=8, cores=10))])
+    runtime = make_runtime()
+    scheduler = Scheduler(runtime.app.test_client(), apiserver)
+    assert scheduler.schedule("g1", ["mixed-1"]) == "mixed-1"  # g1 holds mutex.lock: its device plugin is slow
+    wait_for(lambda: runtime.cache.busy_nodes() == {"mixed-1"}, what="mixed-1 busy")
+
+    # binpack prefers mixed-1 (g1 uses a GPU there): an MLU pod, whose bind takes no mutex.lock, still goes there ...
+    assert scheduler.filter("m1", ["mixed-1", "mixed-2"])["NodeNames"] == ["mixed-1"]
+    assert scheduler.bind("m1", "mixed-1") == {"Error": ""}
+    # ... while a GPU pod is sent to the free node.
+    assert scheduler.filter("g2", ["mixed-1", "mixed-2"])["NodeNames"] == ["mixed-2"]
