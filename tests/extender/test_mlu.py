@@ -11,7 +11,7 @@ our own value (a value replaced meanwhile, another pod's or another process's is
 was lost is cleared), re-entrant for the same pod, and two pods of one process writing the same second's value never
 both hold it; a GPU+MLU pod takes both locks or neither; an MLU pod and a GPU pod binding on one node at once, each
 under its own lock, both bound; a live MLU lock makes its node busy for MLU pods (placed elsewhere) but not for GPU
-pods, and HAMi's lock for GPU pods but not for MLU pods.
+pods, and HAMi's lock for GPU pods but not for MLU pods; a gang member waits for the MLU lock until it lapses.
 """
 
 from __future__ import annotations
@@ -400,3 +400,24 @@ def test_hamis_lock_makes_a_node_busy_for_gpu_pods_not_for_mlu_pods(apiserver: L
     assert scheduler.bind("m1", "mixed-1") == {"Error": ""}
     # ... while a GPU pod is sent to the free node.
     assert scheduler.filter("g2", ["mixed-1", "mixed-2"])["NodeNames"] == ["mixed-2"]
+
+
+def test_a_gang_member_waits_for_the_mlu_lock_until_it_lapses(mlus: Runtime, apiserver: LocalCluster,
+                                                              kube: Kube) -> None:
+    now = [time.time()]
+
+    def sleep(seconds: float) -> None:
+        now[0] += seconds
+
+    locks = NodeLock(kube, timeout_seconds=300, clock=lambda: now[0], sleep=sleep, monotonic=lambda: now[0],
+                     rules=DEFAULT_CATALOG.lock_rules())
+    held = format_time(now[0])
+    _set_node_annotations(kube, "mlu-1", {DSMLU_LOCK: held})
+
+    with pytest.raises(NodeLockHeld, match=r"has been locked within 2 minutes \(waited 60s\)"):
+        locks.acquire_waiting("mlu-1", "default", "m1", wait_seconds=60, rules=(DSMLU_RULE,))
+    assert _lock(apiserver, "mlu-1") == held
+
+    looks = locks.acquire_waiting("mlu-1", "default", "m1", wait_seconds=120, rules=(DSMLU_RULE,))
+    assert looks > 0
+    assert _lock(apiserver, "mlu-1") == format_time(now[0]) != held  # taken once older than two minutes
