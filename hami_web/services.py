@@ -3,16 +3,18 @@
 Routes fetch them with `services()` instead of importing globals, so tests can build an app around an
 in-process API server, or around no cluster at all. This module sits below `routes`, `dashboard` and `server`
 (the layers in README's Architecture, checked by `lint-imports`) so that the blueprints reach the collaborators
-without importing the server that assembles them.
+without importing the server that assembles them; each collaborator is typed by a protocol of what the routes call,
+so a route never imports the cache or the Kubernetes client behind it.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Protocol, cast
 
 from flask import current_app
 
+from hami_web.extender.outcomes import BindOutcome, BindRequest, FilterOutcome, FilterRequest, UnreadableArgs
 from hami_web.settings import Settings
 
 EXTENSION_KEY = "hami_web"
@@ -26,17 +28,50 @@ class Readiness(Protocol):
         ...
 
 
+class ExtenderCalls(Protocol):
+    """What ``/filter``, ``/bind`` and the health routes call (`hami_web.extender.service.Extender`)."""
+
+    def filter(self, request: FilterRequest | UnreadableArgs) -> FilterOutcome:
+        """Decide one filter."""
+        ...
+
+    def bind(self, request: BindRequest | UnreadableArgs) -> BindOutcome:
+        """Decide one bind."""
+        ...
+
+    def activity(self) -> str:
+        """When the extender was last called (which replica is active)."""
+        ...
+
+
+class RouteMetrics(Protocol):
+    """What the routes report to and serve from the metrics (`hami_web.metrics.Metrics`)."""
+
+    def observe_request(self, route: str, seconds: float) -> None:
+        """Record one call's latency."""
+        ...
+
+    def observe_webhook(self, seconds: float, allowed: bool) -> None:
+        """Count an admission review and its latency."""
+        ...
+
+    def exposition(self) -> bytes:
+        """The registry in Prometheus text format."""
+        ...
+
+
 @dataclass(slots=True)
 class Services:
     """Everything the routes need; fields are None when that part is not running (e.g. webhook-only tests)."""
 
     settings: Settings
     readiness: Readiness | None = None
-    extender: Any = None
-    metrics: Any = None
-    dashboard: Any = None
+    extender: ExtenderCalls | None = None
+    metrics: RouteMetrics | None = None
+    # The dashboard's sources (`hami_web.dashboard.data.DashboardSources`: the dashboard is a layer above this one).
+    dashboard: object = None
 
 
 def services() -> Services:
     """The `Services` of the app handling the current request."""
-    return current_app.extensions[EXTENSION_KEY]
+    return cast(Services, current_app.extensions[EXTENSION_KEY])

@@ -29,6 +29,8 @@ from hami_web.core.families import (
 from hami_web.core.families.config import config_document
 from hami_web.core.families.nvidia import nvidia_family
 from hami_web.core.options import parse_gpu_policy
+from hami_web.core.policy import SchedulingPolicy
+from hami_web.core.requests import RequestDefaults
 
 __all__ = ["ResourceNames", "Settings", "SettingsError", "build_settings"]
 
@@ -90,6 +92,8 @@ class Settings:
     # The enabled device families, built from the fields above (README.md#device-families): what every part of the
     # server reads.
     devices: DeviceCatalog = field(init=False, compare=False, repr=False)
+    # The scheduling policy the filter and the tools decide with, built from the fields above.
+    policy: SchedulingPolicy = field(init=False, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         nvidia = nvidia_family(resources=self.resources, default_memory_mib=self.default_mem_mib,
@@ -101,6 +105,9 @@ class Settings:
         except DeviceConfigError as error:
             raise SettingsError(f"invalid device configuration: {error}") from None
         object.__setattr__(self, "devices", catalog)
+        object.__setattr__(self, "policy", SchedulingPolicy(
+            node_policy=self.node_scheduler_policy, gpu_policy=self.gpu_scheduler_policy,
+            defaults=RequestDefaults.of(catalog), scheduler_name=self.scheduler_name))
 
     @property
     def bind_host_port(self) -> tuple[str, int]:

@@ -7,7 +7,7 @@ exactly what a person sees. Only GET exists: no page changes anything.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 from flask import Blueprint, Response, jsonify, redirect, render_template, request
 from werkzeug.wrappers import Response as BaseResponse
@@ -37,7 +37,7 @@ SECURITY_HEADERS = {
 
 
 def _sources() -> data.DashboardSources:
-    return services().dashboard
+    return cast(data.DashboardSources, services().dashboard)
 
 
 @blueprint.before_request

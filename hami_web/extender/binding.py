@@ -45,10 +45,10 @@ from hami_web.core.families import DEFAULT_CATALOG, DeviceCatalog
 from hami_web.core.grants import booking_annotations, booking_locks
 from hami_web.core.nodelocks import LockRule
 from hami_web.core.verify import other_bookings, placement_conflicts
+from hami_web.extender.collaborators import BindMetrics, EventSink
 from hami_web.extender.deadlines import after_deadline_seconds
-from hami_web.extender.events import EventRecorder
 from hami_web.extender.nodelock import NodeLock, NodeLockError, NodeLockHeld
-from hami_web.extender.wire import ExtenderBindingResult, WireError, binding_target, require_object
+from hami_web.extender.outcomes import BindFailure, BindOutcome, BindRefused, BindRequest, Bound, UnreadableArgs
 from hami_web.kube import (
     ConflictError,
     InvalidError,
@@ -73,7 +73,8 @@ LOCK_WAIT_RESERVE_MAX_SECONDS = 2.0
 
 
 class _BindDeadline:
-    """The deadline one bind's API calls run under; a gang member that waits for a lock replaces it."""
+    """The deadline one bind's API calls run under; a gang member that waits for a lock replaces it, and the work
+    after a failed Binding runs under the cleanup budget."""
 
     def __init__(self, scope: contextlib.ExitStack, seconds: float) -> None:
         self._scope = scope
@@ -86,12 +87,42 @@ class _BindDeadline:
         self.seconds = seconds
         self._scope.enter_context(deadline(seconds - (time.monotonic() - self._started)))
 
+    def enter_cleanup(self) -> float:
+        """From now on the calls run in the budget after the deadline (the deadline itself may be spent); that
+        budget in seconds."""
+        cleanup = after_deadline_seconds(self.seconds)
+        self._scope.enter_context(deadline(cleanup))
+        return cleanup
+
+
+class _Abort(Exception):
+    """A step of the bind cannot go on: the bind answers ``message``.
+
+    For a ``kind`` that cleans up (`BindFailure.cleaned_up`), ``locked`` says our node lock may stand (it is
+    released), ``annotated`` that our booking may stand on the pod (it is voided); ``in_cleanup_budget`` that the
+    step already runs in the budget after the deadline (`_BindDeadline.enter_cleanup`).
+    """
+
+    def __init__(self, message: str, *, kind: BindFailure = BindFailure.FAILED, locked: bool = True,
+                 annotated: bool = True, in_cleanup_budget: bool = False) -> None:
+        super().__init__(message)
+        self.message = message
+        self.kind = kind
+        self.locked = locked
+        self.annotated = annotated
+        self.in_cleanup_budget = in_cleanup_budget
+
+
+class _AlreadyBound(Exception):
+    """The pod is bound to the node with our booking: an earlier bind of it landed, its answer was lost."""
+
 
 class Binder:
-    """Answers kube-scheduler's bind calls."""
+    """Answers kube-scheduler's bind calls: a `BindRequest` in, a `BindOutcome` out, reported once (log, event,
+    metrics)."""
 
-    def __init__(self, *, cache: ClusterCache, kube: Kube, events: EventRecorder, node_lock: NodeLock,
-                 metrics: Any = None, clock: Callable[[], float] = time.time,
+    def __init__(self, *, cache: ClusterCache, kube: Kube, events: EventSink, node_lock: NodeLock,
+                 metrics: BindMetrics | None = None, clock: Callable[[], float] = time.time,
                  deadline_seconds: float = 15.0, lock_wait_seconds: float = 0.0, max_lock_waiters: int = 1,
                  catalog: DeviceCatalog = DEFAULT_CATALOG) -> None:
         """``deadline_seconds`` is ``--extender-deadline``; ``lock_wait_seconds`` (``--node-lock-retry-timeout``)
@@ -107,119 +138,140 @@ class Binder:
         self._metrics = metrics
         self._clock = clock
 
-    def bind(self, body: object) -> ExtenderBindingResult:
-        """Bind one pod to the node kube-scheduler picked; failures come back in ``Error``."""
-        try:
-            namespace, name, uid, node = binding_target(require_object(body, "ExtenderBindingArgs"))
-        except WireError as error:
-            log.warning("bind: bad request: %s", error)
-            return {"Error": f"bad ExtenderBindingArgs: {error}"}
-        placed = self._cache.placed(uid)
-        if placed is None or (placed.namespace, placed.name) != (namespace, name):
+    def bind(self, request: BindRequest | UnreadableArgs) -> BindOutcome:
+        """Bind one pod to the node kube-scheduler picked; every failure is an outcome (`BindRefused`)."""
+        outcome = self._decide(request)
+        self._report(outcome)
+        return outcome
+
+    def _decide(self, request: BindRequest | UnreadableArgs) -> BindOutcome:
+        if isinstance(request, UnreadableArgs):
+            return BindRefused(BindFailure.BAD_REQUEST, request.error, pod_key=request.pod_key)
+        ref, node = request.ref, request.node
+        placed = self._cache.placed(ref.uid)
+        if placed is None or (placed.namespace, placed.name) != (ref.namespace, ref.name):
             # Not ours to bind: nothing is touched (no lock, no pod patch, the booking of the real uid stays).
-            log.warning("bind pod=%s/%s uid=%s node=%s refused: not placed by this process", namespace, name,
-                        uid, node)
-            self._count("refused")
-            return {"Error": f"pod {namespace}/{name} (uid {uid}) was not placed by this hami-web (or its "
-                             f"placement was dropped); kube-scheduler must filter it first"}
+            return BindRefused(BindFailure.NOT_OURS, f"pod {ref.key} (uid {ref.uid}) was not placed by this "
+                               f"hami-web (or its placement was dropped); kube-scheduler must filter it first",
+                               request=request, pod_key=ref.key)
         if placed.node != node:
-            message = f"pod {namespace}/{name} was given GPUs on node {placed.node}, not {node}; filter it again"
-            return self._fail(namespace, name, uid, node, message, locked=False, annotated=False)
+            return self._abort(request, _Abort(f"pod {ref.key} was given GPUs on node {placed.node}, not {node}; "
+                                               f"filter it again", locked=False, annotated=False),
+                               budget=self._deadline_seconds)
         with counting_calls() as calls:
-            answer = self._bind_placed(placed, node)
+            outcome = self._bind_placed(request, placed)
         if self._metrics is not None:
             self._metrics.observe_bind_calls(calls.calls)
-        if answer is not None:
-            return answer
-        self._cache.mark_bound(uid)
-        log.info("bind pod=%s/%s node=%s devices=%s bound", namespace, name, node, placed.devices_text,
-                 extra={"pod": f"{namespace}/{name}", "node": node})
-        self._events.record(namespace=namespace, name=name, uid=uid, reason="BindingSucceed",
-                            message=f"bound to node {node}")
-        self._count("bound")
-        return {"Error": ""}
+        if isinstance(outcome, Bound):
+            self._cache.mark_bound(ref.uid)
+        return outcome
 
-    def _bind_placed(self, placed: PodUsage, node: str) -> ExtenderBindingResult | None:
-        """Lock, write the booking, verify it, bind; None when bound, else the answer (failures cleaned up).
-
-        Everything runs under the bind's deadline, which `_acquire` replaces when a gang member waits.
-        """
-        namespace, name, uid = placed.namespace, placed.name, placed.uid
+    def _bind_placed(self, request: BindRequest, placed: PodUsage) -> BindOutcome:
+        """The saga, step by step under the bind's deadline: lock the node, write the booking, verify it against the
+        other bookings the API shows on the node, create the Binding. A step that cannot go on raises `_Abort`; what
+        it may have left (our lock, our booking, the placement) is cleaned up before the answer."""
+        node = request.node
         with contextlib.ExitStack() as scope:
             bind_deadline = _BindDeadline(scope, self._deadline_seconds)
             try:
-                self._acquire(namespace, name, node, bind_deadline, self._locks(placed))
-            except NodeLockError as error:
-                # Nothing was changed: kube-scheduler retries the pod later, and its booking stays until then.
-                log.info("bind pod=%s/%s node=%s: %s", namespace, name, node, error,
-                         extra={"pod": f"{namespace}/{name}", "node": node})
-                self._count("locked")
-                return {"Error": str(error)}
-            except KubeError as error:
-                # The lock patch may have landed without an answer: release covers it (it only removes ours).
-                return self._fail(namespace, name, uid, node, f"cannot lock node {node}: {error}", locked=True,
-                                  annotated=False, budget=bind_deadline.seconds)
-            self._cache.reassume(placed)  # written from here on; the watch confirms it
-            written: JsonObject | None = None
-            if placed.resource_version:
-                # The pod as kube-scheduler sent it to /filter is the precondition: unchanged since, it is still ours
-                # and unbound, so no read is needed; changed (409), it is read and judged below.
-                try:
-                    written = self._write_booking(placed, node, placed.resource_version)
-                except ConflictError:
-                    written = None
-                    log.debug("bind pod=%s/%s: changed since kube-scheduler sent version %s; reading it", namespace,
-                              name, placed.resource_version)
-                except NotFoundError:
-                    return self._fail(namespace, name, uid, node, f"pod {namespace}/{name} no longer exists",
-                                      locked=True, annotated=False, budget=bind_deadline.seconds)
-                except InvalidError:
-                    # Refused, nothing written: the uid precondition fails as "uid is immutable" (422) when the pod
-                    # was replaced by one of the same name; the read below says so.
-                    written = None
-                except KubeError as error:
-                    return self._fail(namespace, name, uid, node, f"cannot write the GPU booking onto the pod: "
-                                      f"{error}", locked=True, budget=bind_deadline.seconds)
-            if written is None:
-                if self._metrics is not None:
-                    self._metrics.observe_bind_reread("pod")
-                try:
-                    pod, refusal = self._pod_still_unbound(placed)
-                except KubeError as error:
-                    return self._fail(namespace, name, uid, node, f"cannot read pod {namespace}/{name}: {error}",
-                                      locked=True, annotated=False, budget=bind_deadline.seconds)
-                if refusal and pod is not None and self._bound_here(pod, placed, node):
-                    return None  # a retry after a Binding whose answer was lost: done; our lock stays as after a bind
-                if refusal:
-                    self._count("conflict")
-                    return self._fail(namespace, name, uid, node, refusal, locked=True, annotated=False,
-                                      budget=bind_deadline.seconds)
-                try:
-                    written = self._write_booking(placed, node, str(
-                        ((pod or {}).get("metadata") or {}).get("resourceVersion") or ""))
-                except ConflictError as error:  # changed meanwhile: nothing of ours was written
-                    return self._fail(namespace, name, uid, node, f"pod {namespace}/{name} changed while its GPUs "
-                                      f"were being booked ({error}); filter it again", locked=True, annotated=False,
-                                      budget=bind_deadline.seconds)
-                except KubeError as error:
-                    return self._fail(namespace, name, uid, node, f"cannot write the GPU booking onto the pod: "
-                                      f"{error}", locked=True, budget=bind_deadline.seconds)
+                self._lock_node(placed, node, bind_deadline)
+                self._cache.reassume(placed)  # written from here on; the watch confirms it
+                written = self._book(placed, node)
+                self._verify_booking(placed, node, written)
+                self._create_binding(placed, node, bind_deadline)
+            except _AlreadyBound:
+                pass  # a retry after a Binding whose answer was lost: done; our lock stays as after a bind
+            except _Abort as abort:
+                return self._abort(request, abort, budget=bind_deadline.seconds)
+        return Bound(request, devices=placed.devices_text)
+
+    # -- the steps -----------------------------------------------------------------------------------
+
+    def _lock_node(self, placed: PodUsage, node: str, bind_deadline: _BindDeadline) -> None:
+        """Step 1: take the node locks of the families the pod holds devices of (`_locks`; `_acquire`).
+
+        A lock held by another pod answers at once (kube-scheduler retries; nothing changed, the booking stays). A
+        failed lock write may still have landed: the cleanup releases it (release only removes ours).
+        """
+        try:
+            self._acquire(placed.namespace, placed.name, node, bind_deadline, self._locks(placed))
+        except NodeLockError as error:
+            raise _Abort(str(error), kind=BindFailure.LOCKED) from None
+        except KubeError as error:
+            raise _Abort(f"cannot lock node {node}: {error}", annotated=False) from None
+
+    def _book(self, placed: PodUsage, node: str) -> JsonObject:
+        """Step 2: write the booking onto the pod; the pod as written.
+
+        The pod as kube-scheduler sent it to /filter is the precondition: unchanged since, it is still ours and
+        unbound, so no read is needed. Changed (409), replaced (the uid precondition fails as "uid is immutable",
+        422) or sent without a version, it is read and judged (`_pod_still_unbound`) and written at the version read.
+        """
+        where = f"pod {placed.namespace}/{placed.name}"
+        if placed.resource_version:
             try:
-                conflicts = self.verify(placed, node, not_older_than=str(
-                    (written.get("metadata") or {}).get("resourceVersion") or ""))
+                return self._write_booking(placed, node, placed.resource_version)
+            except ConflictError:
+                log.debug("bind %s: changed since kube-scheduler sent version %s; reading it", where,
+                          placed.resource_version)
+            except NotFoundError:
+                raise _Abort(f"{where} no longer exists", annotated=False) from None
+            except InvalidError:
+                pass  # refused, nothing written: the read below says why
             except KubeError as error:
-                return self._fail(namespace, name, uid, node, f"cannot read node {node}'s pods to verify the "
-                                  f"placement: {error}", locked=True, budget=bind_deadline.seconds)
-            if conflicts:
-                self._count("conflict")
-                return self._fail(namespace, name, uid, node, f"GPUs given to pod {namespace}/{name} on node {node} "
-                                  f"are no longer free ({conflicts}); another scheduler booked them first; filter it "
-                                  f"again", locked=True, budget=bind_deadline.seconds)
-            try:
-                self._kube.bind_pod(namespace, name, node, uid=uid)
-            except KubeError as error:
-                return self._after_failed_binding(namespace, name, uid, node, error, bind_deadline.seconds)
-        return None
+                raise _Abort(f"cannot write the GPU booking onto the pod: {error}") from None
+        if self._metrics is not None:
+            self._metrics.observe_bind_reread("pod")
+        try:
+            pod, refusal = self._pod_still_unbound(placed)
+        except KubeError as error:
+            raise _Abort(f"cannot read {where}: {error}", annotated=False) from None
+        if refusal and pod is not None and self._bound_here(pod, placed, node):
+            raise _AlreadyBound
+        if refusal:
+            raise _Abort(refusal, kind=BindFailure.CONFLICT, annotated=False)
+        try:
+            return self._write_booking(placed, node, str(((pod or {}).get("metadata") or {}).get("resourceVersion")
+                                                         or ""))
+        except ConflictError as error:  # changed meanwhile: nothing of ours was written
+            raise _Abort(f"{where} changed while its GPUs were being booked ({error}); filter it again",
+                         annotated=False) from None
+        except KubeError as error:
+            raise _Abort(f"cannot write the GPU booking onto the pod: {error}") from None
+
+    def _verify_booking(self, placed: PodUsage, node: str, written: JsonObject) -> None:
+        """Step 3: the placement must still fit beside every other booking the API shows on the node (`verify`)."""
+        try:
+            conflicts = self.verify(placed, node, not_older_than=str(
+                (written.get("metadata") or {}).get("resourceVersion") or ""))
+        except KubeError as error:
+            raise _Abort(f"cannot read node {node}'s pods to verify the placement: {error}") from None
+        if conflicts:
+            raise _Abort(f"GPUs given to pod {placed.namespace}/{placed.name} on node {node} are no longer free "
+                         f"({conflicts}); another scheduler booked them first; filter it again",
+                         kind=BindFailure.CONFLICT)
+
+    def _create_binding(self, placed: PodUsage, node: str, bind_deadline: _BindDeadline) -> None:
+        """Step 4: create the Binding. When its outcome is unknown (no answer, or "already assigned" on a retry), the
+        pod is read back in the cleanup budget: bound here is success; unreadable keeps the booking and our lock
+        (the pod may be running on those GPUs) and tells kube-scheduler to retry."""
+        namespace, name, uid = placed.namespace, placed.name, placed.uid
+        try:
+            self._kube.bind_pod(namespace, name, node, uid=uid)
+            return
+        except KubeError as failed:
+            error = failed
+        if not (error.outcome_unknown or isinstance(error, ConflictError)):
+            raise _Abort(str(error))
+        cleanup = bind_deadline.enter_cleanup()  # the request's deadline may be spent
+        with deadline(cleanup / 2, within_current=True):
+            bound = self._bound_to(namespace, name, uid)
+        if bound == node:
+            raise _AlreadyBound
+        if bound is None and error.outcome_unknown:
+            raise _Abort(f"pod {namespace}/{name}: no answer to its Binding to {node} ({error}); its GPUs and the "
+                         f"node lock stay until the API shows whether it was bound", kind=BindFailure.UNKNOWN)
+        raise _Abort(str(error), in_cleanup_budget=True)
 
     def _write_booking(self, placed: PodUsage, node: str, resource_version: str) -> JsonObject:
         """Write the booking onto the pod in one patch; `ConflictError` when the pod is not at ``resource_version``.
@@ -235,25 +287,6 @@ class Binder:
                 **booking_annotations(placed.grants, self._catalog),
                 names.POD_BIND_PHASE: "allocating", names.POD_BIND_TIME: now},
             "labels": {names.LABEL_ASSIGNED_NODE: node}}})
-
-    def _after_failed_binding(self, namespace: str, name: str, uid: str, node: str, error: KubeError,
-                              budget: float) -> ExtenderBindingResult | None:
-        if not (error.outcome_unknown or isinstance(error, ConflictError)):
-            return self._fail(namespace, name, uid, node, str(error), locked=True, budget=budget)
-        # No answer, or "already assigned" (a retry after a Binding whose answer was lost): ask the API.
-        cleanup = after_deadline_seconds(budget)
-        with deadline(cleanup):  # the request's deadline may be spent: the cleanup budget
-            with deadline(cleanup / 2, within_current=True):
-                bound = self._bound_to(namespace, name, uid)
-            if bound == node:
-                return None
-            if bound is None and error.outcome_unknown:
-                log.warning("bind pod=%s/%s node=%s: outcome unknown, booking and lock kept: %s", namespace,
-                            name, node, error, extra={"pod": f"{namespace}/{name}", "node": node})
-                self._count("unknown")
-                return {"Error": f"pod {namespace}/{name}: no answer to its Binding to {node} ({error}); its "
-                                 f"GPUs and the node lock stay until the API shows whether it was bound"}
-            return self._fail(namespace, name, uid, node, str(error), locked=True, budget=budget, budget_open=True)
 
     def verify(self, placed: PodUsage, node: str, *, not_older_than: str) -> str:
         """What of ``placed`` no longer fits on ``node`` beside the other pods' bookings ("" when all fits).
@@ -395,23 +428,18 @@ class Binder:
             return str(scheduling_group.get("name") or scheduling_group.get("podGroupName") or "spec.schedulingGroup")
         return ""
 
-    def _fail(self, namespace: str, name: str, uid: str, node: str, reason: str, *, locked: bool,
-              annotated: bool = True, budget: float | None = None, budget_open: bool = False) -> ExtenderBindingResult:
-        """Clean up and answer ``reason``.
+    def _abort(self, request: BindRequest, abort: _Abort, *, budget: float) -> BindRefused:
+        """The answer to a step that could not go on, after cleaning up what the failure may have left.
 
-        ``annotated`` when our booking may stand on the pod (it is then voided); ``budget`` is the deadline the
-        bind ran under (the cleanup gets `after_deadline_seconds` of it); ``budget_open`` when the caller already
-        runs in the cleanup budget.
+        ``budget`` is the deadline the bind ran under: the cleanup gets `after_deadline_seconds` of it (unless the
+        step already runs in that budget).
         """
-        cleanup = after_deadline_seconds(self._deadline_seconds if budget is None else budget)
-        with contextlib.nullcontext() if budget_open else deadline(cleanup):
-            self._clean_up(namespace, name, uid, node, locked=locked, annotated=annotated, step_seconds=cleanup / 2)
-        log.warning("bind pod=%s/%s node=%s failed: %s", namespace, name, node, reason,
-                    extra={"pod": f"{namespace}/{name}", "node": node})
-        self._events.record(namespace=namespace, name=name, uid=uid, reason="BindingFailed", message=reason,
-                            warning=True)
-        self._count("failed")
-        return {"Error": reason}
+        if abort.kind.cleaned_up:
+            cleanup = after_deadline_seconds(budget)
+            with contextlib.nullcontext() if abort.in_cleanup_budget else deadline(cleanup):
+                self._clean_up(request.ref.namespace, request.ref.name, request.ref.uid, request.node,
+                               locked=abort.locked, annotated=abort.annotated, step_seconds=cleanup / 2)
+        return BindRefused(abort.kind, abort.message, request=request, pod_key=request.ref.key)
 
     def _clean_up(self, namespace: str, name: str, uid: str, node: str, *, locked: bool, annotated: bool,
                   step_seconds: float) -> None:
@@ -440,9 +468,40 @@ class Binder:
         # out (a list or the watch shows the truth later); only the placement goes, so the pod is filtered again.
         self._cache.forget(uid, keep_booking=not voided)
 
-    def _count(self, outcome: str) -> None:
+    def _report(self, outcome: BindOutcome) -> None:
+        """The one log line of the answer, the pod's event and the metrics, read from the outcome."""
+        if isinstance(outcome, Bound):
+            ref, node = outcome.request.ref, outcome.request.node
+            log.info("bind pod=%s node=%s devices=%s bound", ref.key, node, outcome.devices,
+                     extra={"pod": ref.key, "node": node})
+            self._events.record(namespace=ref.namespace, name=ref.name, uid=ref.uid, reason="BindingSucceed",
+                                message=f"bound to node {node}")
+            self._count("bound")
+            return
+        if outcome.request is None:
+            log.warning("bind: %s", outcome.message)
+            return
+        ref, node, kind = outcome.request.ref, outcome.request.node, outcome.kind
+        where = {"pod": ref.key, "node": node}
+        if kind is BindFailure.NOT_OURS:
+            log.warning("bind pod=%s uid=%s node=%s refused: not placed by this process", ref.key, ref.uid, node)
+        elif kind is BindFailure.LOCKED:
+            log.info("bind pod=%s node=%s: %s", ref.key, node, outcome.message, extra=where)
+        elif kind is BindFailure.UNKNOWN:
+            log.warning("bind pod=%s node=%s: outcome unknown, booking and lock kept: %s", ref.key, node,
+                        outcome.message, extra=where)
+        else:
+            if kind is BindFailure.CONFLICT:
+                self._count(kind.value)
+            log.warning("bind pod=%s node=%s failed: %s", ref.key, node, outcome.message, extra=where)
+            self._events.record(namespace=ref.namespace, name=ref.name, uid=ref.uid, reason="BindingFailed",
+                                message=outcome.message, warning=True)
+            kind = BindFailure.FAILED
+        self._count(kind.value)
+
+    def _count(self, result: str) -> None:
         if self._metrics is not None:
-            self._metrics.observe_bind(outcome)
+            self._metrics.observe_bind(result)
 
     def _count_wait(self, outcome: str) -> None:
         if self._metrics is not None:

@@ -16,19 +16,28 @@ from collections.abc import Mapping
 from typing import Any
 
 from hami_web.core.choose import Placement
-from hami_web.core.grants import describe_grants
-from hami_web.core.options import OptionsError, pod_options
+from hami_web.core.options import OptionsError
+from hami_web.core.policy import SchedulingPolicy
 from hami_web.core.reasons import causes_key, group_reasons
-from hami_web.core.requests import RequestDefaults, RequestError, pod_request
-from hami_web.extender.events import EventRecorder
-from hami_web.extender.wire import ExtenderFilterResult, WireError, filter_candidates, filter_pod, require_object
+from hami_web.core.requests import RequestError
+from hami_web.extender.collaborators import EventSink, FilterMetrics
+from hami_web.extender.outcomes import (
+    FilterOutcome,
+    FilterRefusal,
+    FilterRefused,
+    FilterRequest,
+    Passthrough,
+    Placed,
+    UnreadableArgs,
+    Unschedulable,
+)
 from hami_web.kube import deadline, deadline_left_seconds
-from hami_web.settings import Settings
 from hami_web.state.cache import AlreadyBooked, ClusterCache
 
 log = logging.getLogger(__name__)
 
 SYNC_WAIT_SECONDS = 10.0
+NOT_SYNCED_MESSAGE = "cluster cache has not completed its first sync yet; retry later"
 
 
 def unschedulable_message(namespace: str, name: str, reasons: Mapping[str, str]) -> str:
@@ -44,67 +53,65 @@ def unschedulable_message(namespace: str, name: str, reasons: Mapping[str, str])
 
 
 class Filter:
-    """Answers kube-scheduler's filter calls."""
+    """Answers kube-scheduler's filter calls: decides into a `FilterOutcome`, then reports it (log, event, metric)."""
 
-    def __init__(self, *, settings: Settings, cache: ClusterCache, events: EventRecorder,
-                 metrics: Any = None, sync_wait_seconds: float = SYNC_WAIT_SECONDS) -> None:
-        self._deadline_seconds = settings.extender_deadline_seconds
-        self._settings = settings
+    def __init__(self, *, policy: SchedulingPolicy, cache: ClusterCache, events: EventSink,
+                 metrics: FilterMetrics | None = None, deadline_seconds: float = 15.0,
+                 sync_wait_seconds: float = SYNC_WAIT_SECONDS) -> None:
+        """``policy`` is the server's scheduling policy; ``deadline_seconds`` is ``--extender-deadline``."""
+        self._deadline_seconds = deadline_seconds
+        self._policy = policy
         self._cache = cache
         self._events = events
         self._metrics = metrics
         self._sync_wait_seconds = sync_wait_seconds
-        self._defaults = RequestDefaults.of(settings.devices)
 
-    def filter(self, body: object) -> ExtenderFilterResult:
-        """One scheduling cycle's filter for one pod; errors are answered in ``Error``, never raised."""
+    def filter(self, request: FilterRequest | UnreadableArgs) -> FilterOutcome:
+        """One scheduling cycle's filter for one pod; every problem is an outcome (`FilterRefused`), never raised."""
         with deadline(self._deadline_seconds):
-            return self._filter(body)
+            outcome = self._decide(request)
+        self._report(outcome)
+        return outcome
 
-    def _filter(self, body: object) -> ExtenderFilterResult:
+    def _decide(self, request: FilterRequest | UnreadableArgs) -> FilterOutcome:
+        if isinstance(request, UnreadableArgs):
+            return FilterRefused(FilterRefusal.BAD_REQUEST, request.error, pod_key=request.pod_key)
+        ref = request.ref
         try:
-            args = require_object(body, "ExtenderArgs")
-            pod = filter_pod(args)
-            candidates, node_objects = filter_candidates(args)
-        except WireError as error:
-            log.warning("filter: bad request: %s", error)
-            self._count("error", {})
-            return {"NodeNames": None, "FailedNodes": {}, "Error": f"bad ExtenderArgs: {error}"}
-        metadata = pod["metadata"]
-        namespace, name, uid = str(metadata.get("namespace") or "default"), str(metadata["name"]), str(metadata["uid"])
-        try:
-            request = pod_request(pod, self._defaults)
+            pod_request = self._policy.request_of(request.pod)
         except RequestError as error:
-            return self._refuse(namespace, name, uid, f"pod {namespace}/{name}: {error}")
-        if not request.asks_for_gpu:
-            self._count("passthrough", {})
-            return self._answer(candidates, node_objects, failed={})
-        taken, replaces = self._already_taken(pod, f"pod {namespace}/{name}")
+            return self._refused(request, f"pod {ref.key}: {error}")
+        if not pod_request.asks_for_gpu:
+            return Passthrough(request)
+        taken, replaces = self._already_taken(request.pod, f"pod {ref.key}")
         if taken:
             # Step 2 of docs/scheduling-rules.md#the-filter-step-by-step holds for a refused pod too: an earlier
             # placement of ours must not keep its devices while another binder's booking (or the Binding) is the truth;
             # what the API shows stays.
-            self._cache.forget(uid)
-            return self._refuse(namespace, name, uid, taken)
+            self._cache.forget(ref.uid)
+            return self._refused(request, taken)
         try:
-            options = pod_options(metadata.get("annotations") or {},
-                                  node_policy=self._settings.node_scheduler_policy,
-                                  gpu_policy=self._settings.gpu_scheduler_policy, catalog=self._settings.devices)
+            options = self._policy.options_of(request.annotations)
         except OptionsError as error:
-            return self._refuse(namespace, name, uid, str(error))
+            return self._refused(request, str(error))
         if not self._cache.wait_synced(min(self._sync_wait_seconds, max(0.0, deadline_left_seconds() or 0.0))):
-            self._count("error", {})
-            return {"NodeNames": None, "FailedNodes": {},
-                    "Error": "cluster cache has not completed its first sync yet; retry later"}
+            return FilterRefused(FilterRefusal.NOT_SYNCED, NOT_SYNCED_MESSAGE, request=request, pod_key=ref.key)
         try:
-            result = self._cache.place(uid=uid, namespace=namespace, name=name, request=request, options=options,
-                                       candidates=candidates, container_names=request.container_names,
-                                       resource_version=str(metadata.get("resourceVersion") or ""), replaces=replaces)
+            result = self._cache.place(uid=ref.uid, namespace=ref.namespace, name=ref.name, request=pod_request,
+                                       options=options, candidates=request.candidates,
+                                       container_names=pod_request.container_names,
+                                       resource_version=request.resource_version, replaces=replaces)
         except AlreadyBooked as error:
-            return self._refuse(namespace, name, uid, str(error))
-        if not isinstance(result, Placement):
-            return self._unschedulable(namespace, name, uid, dict(result.reasons), node_objects)
-        return self._commit(namespace, name, uid, result, node_objects)
+            return self._refused(request, str(error))
+        if isinstance(result, Placement):
+            # Nothing is written here: the booking is an assumption in the cache until /bind verifies it against
+            # the API under the node lock and writes it onto the pod (see `extender.binding`).
+            return Placed(request, result)
+        return Unschedulable(request, dict(result.reasons))
+
+    @staticmethod
+    def _refused(request: FilterRequest, message: str) -> FilterRefused:
+        return FilterRefused(FilterRefusal.POD, message, request=request, pod_key=request.ref.key)
 
     def _already_taken(self, pod: Mapping[str, Any], where: str) -> tuple[str, str]:
         """Why the pod as sent must not be placed ("" when it may): it is bound, or carries another binder's booking;
@@ -127,47 +134,36 @@ class Filter:
         return (f"{where} already holds GPUs on node {standing.node} ({standing.devices_text}); it is not placed "
                 f"again"), ""
 
-    def _commit(self, namespace: str, name: str, uid: str, placement: Placement,
-                node_objects: Mapping[str, Any] | None) -> ExtenderFilterResult:
-        # Nothing is written here: the booking is an assumption in the cache until /bind verifies it against
-        # the API under the node lock and writes it onto the pod (see `extender.binding`).
-        devices = describe_grants(placement.grants)
-        log.info("filter pod=%s/%s node=%s devices=%s score=%.3f%s", namespace, name, placement.node, devices,
-                 placement.node_score, " (busy binding: no free node fits)" if placement.node_busy else "",
-                 extra={"pod": f"{namespace}/{name}", "node": placement.node})
-        self._events.record(namespace=namespace, name=name, uid=uid, reason="FilteringSucceed",
-                            message=f"placed on node {placement.node} with devices {devices}")
-        self._count("placed", {})
-        return self._answer([placement.node], node_objects, failed={})
+    def _report(self, outcome: FilterOutcome) -> None:
+        """The one log line of the decision, the pod's event and the metrics, read from the outcome."""
+        if isinstance(outcome, Placed):
+            ref, placement = outcome.request.ref, outcome.placement
+            log.info("filter pod=%s node=%s devices=%s score=%.3f%s", ref.key, placement.node, outcome.devices,
+                     placement.node_score, " (busy binding: no free node fits)" if placement.node_busy else "",
+                     extra={"pod": ref.key, "node": placement.node})
+            self._events.record(namespace=ref.namespace, name=ref.name, uid=ref.uid, reason="FilteringSucceed",
+                                message=f"placed on node {placement.node} with devices {outcome.devices}")
+            self._count("placed", {})
+        elif isinstance(outcome, Unschedulable):
+            ref, reasons = outcome.request.ref, outcome.reasons
+            summary = "; ".join(f"{node}: {reason}" for node, reason in sorted(reasons.items()))
+            log.info("filter pod=%s node=- no node fits: %s", ref.key, summary, extra={"pod": ref.key})
+            self._events.record(namespace=ref.namespace, name=ref.name, uid=ref.uid, reason="FilteringFailed",
+                                message=unschedulable_message(ref.namespace, ref.name, reasons), warning=True,
+                                series=causes_key(reasons))
+            self._count("unschedulable", reasons)
+        elif isinstance(outcome, Passthrough):
+            self._count("passthrough", {})
+        else:
+            if outcome.kind is FilterRefusal.BAD_REQUEST:
+                log.warning("filter: %s", outcome.message)
+            elif outcome.kind is FilterRefusal.POD and outcome.request is not None:
+                ref = outcome.request.ref
+                log.warning("filter pod=%s node=- refused: %s", ref.key, outcome.message, extra={"pod": ref.key})
+                self._events.record(namespace=ref.namespace, name=ref.name, uid=ref.uid, reason="FilteringFailed",
+                                    message=outcome.message, warning=True)
+            self._count("error", {})
 
-    def _unschedulable(self, namespace: str, name: str, uid: str, reasons: dict[str, str],
-                       node_objects: Mapping[str, Any] | None) -> ExtenderFilterResult:
-        summary = "; ".join(f"{node}: {reason}" for node, reason in sorted(reasons.items()))
-        log.info("filter pod=%s/%s node=- no node fits: %s", namespace, name, summary,
-                 extra={"pod": f"{namespace}/{name}"})
-        self._events.record(namespace=namespace, name=name, uid=uid, reason="FilteringFailed",
-                            message=unschedulable_message(namespace, name, reasons), warning=True,
-                            series=causes_key(reasons))
-        self._count("unschedulable", reasons)
-        return self._answer([], node_objects, failed=reasons)
-
-    def _refuse(self, namespace: str, name: str, uid: str, message: str) -> ExtenderFilterResult:
-        log.warning("filter pod=%s/%s node=- refused: %s", namespace, name, message,
-                    extra={"pod": f"{namespace}/{name}"})
-        self._events.record(namespace=namespace, name=name, uid=uid, reason="FilteringFailed", message=message,
-                            warning=True)
-        self._count("error", {})
-        return {"NodeNames": None, "FailedNodes": {}, "Error": message}
-
-    @staticmethod
-    def _answer(chosen: list[str], node_objects: Mapping[str, Any] | None,
-                failed: dict[str, str]) -> ExtenderFilterResult:
-        if node_objects is None:
-            return {"NodeNames": chosen, "FailedNodes": failed, "Error": ""}
-        items = [node_objects[node] for node in chosen]
-        return {"Nodes": {"apiVersion": "v1", "kind": "NodeList", "metadata": {}, "items": items},
-                "NodeNames": None, "FailedNodes": failed, "Error": ""}
-
-    def _count(self, outcome: str, reasons: Mapping[str, str]) -> None:
+    def _count(self, result: str, reasons: Mapping[str, str]) -> None:
         if self._metrics is not None:
-            self._metrics.observe_filter(outcome, reasons)
+            self._metrics.observe_filter(result, reasons)

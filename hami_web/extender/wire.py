@@ -1,4 +1,5 @@
-"""kube-scheduler extender wire format (``k8s.io/kube-scheduler/extender/v1``).
+"""kube-scheduler extender wire format (``k8s.io/kube-scheduler/extender/v1``): decoding the bodies into typed
+requests, encoding the extender's outcomes into answers.
 
 The Go structs carry no JSON tags, so field names are Go names (``Pod``, ``NodeNames``); Go's decoder matches
 them case-insensitively, and so do we.
@@ -7,10 +8,23 @@ them case-insensitively, and so do we.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any, TypedDict
+from typing import Any, TypedDict, assert_never
 
 from hami_web.core.limits import json_type_name, quote
 from hami_web.core.objectnames import label_problem, subdomain_problem
+from hami_web.extender.outcomes import (
+    BindOutcome,
+    BindRefused,
+    BindRequest,
+    FilterOutcome,
+    FilterRefused,
+    FilterRequest,
+    Passthrough,
+    Placed,
+    PodRef,
+    UnreadableArgs,
+    Unschedulable,
+)
 
 
 class WireError(ValueError):
@@ -121,3 +135,69 @@ def _check_name(what: str, value: str, problem_of: Callable[[str], str]) -> None
     problem = problem_of(value)
     if problem:
         raise WireError(f"{what} {quote(value)} is not a valid Kubernetes name: {problem}")
+
+
+# -- decode: a body into a typed request -----------------------------------------------------------
+
+
+def decode_filter_args(body: object) -> FilterRequest | UnreadableArgs:
+    """An ExtenderArgs body as a `FilterRequest`, or `UnreadableArgs` saying what is wrong with it."""
+    try:
+        args = require_object(body, "ExtenderArgs")
+        pod = filter_pod(args)
+        candidates, node_objects = filter_candidates(args)
+    except WireError as error:
+        return UnreadableArgs(error=f"bad ExtenderArgs: {error}", pod_key=_named_pod(body))
+    metadata = pod["metadata"]
+    ref = PodRef(namespace=str(metadata.get("namespace") or "default"), name=str(metadata["name"]),
+                 uid=str(metadata["uid"]))
+    return FilterRequest(pod=pod, ref=ref, candidates=tuple(candidates), node_objects=node_objects)
+
+
+def decode_binding_args(body: object) -> BindRequest | UnreadableArgs:
+    """An ExtenderBindingArgs body as a `BindRequest`, or `UnreadableArgs` saying what is wrong with it."""
+    try:
+        namespace, name, uid, node = binding_target(require_object(body, "ExtenderBindingArgs"))
+    except WireError as error:
+        args: Mapping[str, Any] = body if isinstance(body, Mapping) else {}
+        return UnreadableArgs(error=f"bad ExtenderBindingArgs: {error}",
+                              pod_key=f"{field(args, 'PodNamespace') or 'default'}/{field(args, 'PodName') or '?'}")
+    return BindRequest(ref=PodRef(namespace=namespace, name=name, uid=uid), node=node)
+
+
+def _named_pod(body: object) -> str:
+    """``namespace/name`` of the pod an unreadable ExtenderArgs names, as far as it does."""
+    pod = field(body, "Pod") if isinstance(body, Mapping) else None
+    metadata = pod.get("metadata") if isinstance(pod, Mapping) else None
+    if not isinstance(metadata, Mapping):
+        metadata = {}
+    return f"{metadata.get('namespace') or 'default'}/{metadata.get('name') or '?'}"
+
+
+# -- encode: an outcome into the answer ------------------------------------------------------------
+
+
+def encode_filter_result(outcome: FilterOutcome) -> ExtenderFilterResult:
+    """The ExtenderFilterResult of a filter's outcome, in the form (``NodeNames`` or ``Nodes``) it was asked in."""
+    if isinstance(outcome, FilterRefused):
+        return {"NodeNames": None, "FailedNodes": {}, "Error": outcome.message}
+    if isinstance(outcome, Placed):
+        return _answer(outcome.request, [outcome.placement.node], failed={})
+    if isinstance(outcome, Unschedulable):
+        return _answer(outcome.request, [], failed=dict(outcome.reasons))
+    if isinstance(outcome, Passthrough):
+        return _answer(outcome.request, list(outcome.request.candidates), failed={})
+    assert_never(outcome)
+
+
+def encode_binding_result(outcome: BindOutcome) -> ExtenderBindingResult:
+    """The ExtenderBindingResult of a bind's outcome: an empty ``Error`` when bound."""
+    return {"Error": outcome.message if isinstance(outcome, BindRefused) else ""}
+
+
+def _answer(request: FilterRequest, chosen: list[str], failed: dict[str, str]) -> ExtenderFilterResult:
+    if request.node_objects is None:
+        return {"NodeNames": chosen, "FailedNodes": failed, "Error": ""}
+    items = [request.node_objects[node] for node in chosen]
+    return {"Nodes": {"apiVersion": "v1", "kind": "NodeList", "metadata": {}, "items": items},
+            "NodeNames": None, "FailedNodes": failed, "Error": ""}

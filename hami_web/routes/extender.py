@@ -1,40 +1,49 @@
-"""``/filter`` and ``/bind``: kube-scheduler's extender calls.
+"""``/filter`` and ``/bind``: kube-scheduler's extender calls, each decode → decide → encode.
 
-kube-scheduler expects HTTP 200 with a non-empty ``Error`` for any failure, so every problem — an unreadable
-body, a body over 4 MiB, an unexpected exception — is answered that way, with a log line, never a 500.
+The body is decoded into a typed request (`wire.decode_filter_args`, `wire.decode_binding_args`), the extender
+decides into an outcome (`extender.outcomes`), and the outcome is encoded as the answer. kube-scheduler expects HTTP
+200 with a non-empty ``Error`` for any failure, so every problem — an unreadable body, a body over 4 MiB, an
+unexpected exception — is answered that way, with a log line, never a 500.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from flask import Blueprint, Response, current_app, jsonify, request
 from werkzeug.exceptions import HTTPException, RequestEntityTooLarge
 
+from hami_web.extender.wire import (
+    decode_binding_args,
+    decode_filter_args,
+    encode_binding_result,
+    encode_filter_result,
+)
 from hami_web.routes.bodies import BodyError, read_json_body
-from hami_web.services import services
+from hami_web.services import ExtenderCalls, services
 
 log = logging.getLogger(__name__)
 
 blueprint = Blueprint("extender", __name__)
 
 
-def _serve(route: str, handler: Callable[[Any, object], dict[str, Any]]) -> Response:
+def _serve(route: str, answer_body: Callable[[ExtenderCalls, object], Mapping[str, Any]]) -> Response:
     started = time.perf_counter()
     extender = services().extender
     try:
+        answer: Mapping[str, Any]
         if extender is None:
-            answer: dict[str, Any] = {"Error": "scheduler extender is not configured in this process"}
+            answer = {"Error": "scheduler extender is not configured in this process"}
         else:
             try:
                 body = read_json_body()
             except BodyError as error:
                 answer = {"Error": f"/{route}: {error}"}
             else:
-                answer = handler(extender, body)
+                answer = answer_body(extender, body)
     finally:
         metrics = services().metrics
         if metrics is not None:
@@ -45,13 +54,13 @@ def _serve(route: str, handler: Callable[[Any, object], dict[str, Any]]) -> Resp
 @blueprint.post("/filter")
 def filter_nodes() -> Response:
     """ExtenderArgs in, ExtenderFilterResult out."""
-    return _serve("filter", lambda extender, body: extender.filter(body))
+    return _serve("filter", lambda extender, body: encode_filter_result(extender.filter(decode_filter_args(body))))
 
 
 @blueprint.post("/bind")
 def bind_pod() -> Response:
     """ExtenderBindingArgs in, ExtenderBindingResult out."""
-    return _serve("bind", lambda extender, body: extender.bind(body))
+    return _serve("bind", lambda extender, body: encode_binding_result(extender.bind(decode_binding_args(body))))
 
 
 @blueprint.errorhandler(HTTPException)

@@ -13,4 +13,6 @@ blueprint = Blueprint("metrics", __name__)
 @blueprint.get("/metrics")
 def metrics() -> Response:
     """Current metrics; cluster gauges are computed from the cache now."""
-    return Response(services().metrics.exposition(), mimetype=None, content_type=CONTENT_TYPE_LATEST)
+    registry = services().metrics
+    assert registry is not None, "the blueprint is registered only with metrics"
+    return Response(registry.exposition(), mimetype=None, content_type=CONTENT_TYPE_LATEST)

@@ -14,7 +14,7 @@ from flask.json.provider import DefaultJSONProvider
 from werkzeug.exceptions import HTTPException
 
 from hami_web.server.listeners import RoutesByListener
-from hami_web.services import EXTENSION_KEY, Readiness, Services
+from hami_web.services import EXTENSION_KEY, ExtenderCalls, Readiness, RouteMetrics, Services
 from hami_web.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -22,8 +22,8 @@ log = logging.getLogger(__name__)
 MAX_BODY_BYTES = 4 * 1024 * 1024
 
 
-def create_app(settings: Settings, *, readiness: Readiness | None = None, extender: object = None,
-               metrics: object = None, dashboard: object = None) -> Flask:
+def create_app(settings: Settings, *, readiness: Readiness | None = None, extender: ExtenderCalls | None = None,
+               metrics: RouteMetrics | None = None, dashboard: object = None) -> Flask:
     """Build the app with its blueprints; collaborators left as None disable the routes that need them."""
     from hami_web.routes import extender as extender_routes
     from hami_web.routes import health, webhook

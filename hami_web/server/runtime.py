@@ -81,7 +81,8 @@ def build_runtime(settings: Settings, *, kube: Kube | None = None, clock: Callab
     node_lock = NodeLock(kube, timeout_seconds=settings.node_lock_timeout_seconds, clock=clock,
                          on_reread=lambda: metrics.observe_bind_reread("node"), rules=settings.devices.lock_rules())
     extender = Extender(
-        filterer=Filter(settings=settings, cache=cache, events=events, metrics=metrics),
+        filterer=Filter(policy=settings.policy, cache=cache, events=events, metrics=metrics,
+                        deadline_seconds=settings.extender_deadline_seconds),
         binder=Binder(cache=cache, kube=kube, events=events, node_lock=node_lock, metrics=metrics, clock=clock,
                       deadline_seconds=settings.extender_deadline_seconds,
                       lock_wait_seconds=settings.node_lock_retry_timeout_seconds,

@@ -104,8 +104,9 @@ def test_readiness_counts_the_three_refresh_periods_from_the_moment_an_open_watc
 
 def _short_wait(runtime: Runtime, seconds: float) -> None:
     """Give the runtime's filter a shorter first-sync wait than the production 10 s."""
-    runtime.extender.filterer = Filter(settings=runtime.settings, cache=runtime.cache, events=runtime.events,
-                                       metrics=runtime.metrics, sync_wait_seconds=seconds)
+    runtime.extender.filterer = Filter(policy=runtime.settings.policy, cache=runtime.cache, events=runtime.events,
+                                       metrics=runtime.metrics, sync_wait_seconds=seconds,
+                                       deadline_seconds=runtime.settings.extender_deadline_seconds)
 
 
 def test_a_filter_before_the_first_sync_waits_for_it(apiserver: LocalCluster, make_runtime: RuntimeFactory) -> None:

@@ -1,0 +1,42 @@
+"""The server-wide scheduling policy as one value: which pods are ours, the default policies, the request defaults.
+
+The filter, ``kubectl hami explain``/``capacity`` and the dashboard all read a pod the same way — its ask with the
+server's request defaults, its placement options with the server's policies as fallback — so they get this one
+value (built from the server's settings, or from what it published) instead of the settings they do not use.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from hami_web.core.families import DeviceCatalog
+from hami_web.core.options import PodOptions, pod_options
+from hami_web.core.requests import PodRequest, RequestDefaults, pod_request
+
+
+@dataclass(frozen=True, slots=True)
+class SchedulingPolicy:
+    """The service-wide defaults a pod's annotations override (``--node-scheduler-policy``,
+    ``--gpu-scheduler-policy``, the request defaults with the enabled families, ``--scheduler-name``)."""
+
+    node_policy: str = "binpack"
+    gpu_policy: str = "spread"
+    defaults: RequestDefaults = field(default_factory=RequestDefaults)
+    scheduler_name: str = "hami-scheduler"
+
+    @property
+    def catalog(self) -> DeviceCatalog:
+        """The enabled device families."""
+        return self.defaults.catalog
+
+    def request_of(self, pod: Mapping[str, Any]) -> PodRequest:
+        """What the pod asks of every enabled family, with the defaults filled in; `RequestError` when unreadable."""
+        return pod_request(pod, self.defaults)
+
+    def options_of(self, annotations: Mapping[str, str] | None) -> PodOptions:
+        """The pod's placement options, these policies where it sets none; `OptionsError` for a value not
+        understood."""
+        return pod_options(annotations, node_policy=self.node_policy, gpu_policy=self.gpu_policy,
+                           catalog=self.catalog)
