@@ -17,6 +17,10 @@ with a ``BindingFailed`` event; kube-scheduler then filters the pod again (by th
 other booking into the cache). Only then is the Binding created: HAMi's device plugin acts on bound pods only, so a
 voided booking never reaches a GPU.
 
+The saga is four named steps of `Binder` — `_lock_node`, `_book`, `_verify_booking`, `_create_binding` — each of which
+either returns or raises `_Abort` naming the failure's `BindFailure` kind and what it may have left; `_abort` cleans
+that up, and the answer is a `BindOutcome` (`extender.outcomes`) that the log line, event and metrics read.
+
 A member of a gang (label ``scheduling.x-k8s.io/pod-group`` or ``spec.schedulingGroup``) that finds the node
 locked waits for the lock; any other pod is answered at once, and so is a member when ``max_lock_waiters`` binds
 already wait (each holds one of the server's few request threads).
@@ -37,14 +41,12 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable
-from typing import Any
 
 from hami_web.core import names
-from hami_web.core.devices import AnnotationError
 from hami_web.core.families import DEFAULT_CATALOG, DeviceCatalog
 from hami_web.core.grants import booking_annotations, booking_locks
 from hami_web.core.nodelocks import LockRule
-from hami_web.core.verify import other_bookings, placement_conflicts
+from hami_web.extender.bindreads import BindReads
 from hami_web.extender.collaborators import BindMetrics, EventSink
 from hami_web.extender.deadlines import after_deadline_seconds
 from hami_web.extender.nodelock import NodeLock, NodeLockError, NodeLockHeld
@@ -62,7 +64,7 @@ from hami_web.kube import (
 )
 from hami_web.state.budget import WaitSlots
 from hami_web.state.cache import ClusterCache
-from hami_web.state.pods import PodUsage, pod_key, pod_usage
+from hami_web.state.pods import PodUsage
 
 log = logging.getLogger(__name__)
 
@@ -137,6 +139,7 @@ class Binder:
         self._lock = node_lock
         self._metrics = metrics
         self._clock = clock
+        self._reads = BindReads(kube=kube, cache=cache, catalog=catalog)
 
     def bind(self, request: BindRequest | UnreadableArgs) -> BindOutcome:
         """Bind one pod to the node kube-scheduler picked; every failure is an outcome (`BindRefused`)."""
@@ -223,10 +226,10 @@ class Binder:
         if self._metrics is not None:
             self._metrics.observe_bind_reread("pod")
         try:
-            pod, refusal = self._pod_still_unbound(placed)
+            pod, refusal = self._reads.pod_still_unbound(placed)
         except KubeError as error:
             raise _Abort(f"cannot read {where}: {error}", annotated=False) from None
-        if refusal and pod is not None and self._bound_here(pod, placed, node):
+        if refusal and pod is not None and self._reads.bound_here(pod, placed, node):
             raise _AlreadyBound
         if refusal:
             raise _Abort(refusal, kind=BindFailure.CONFLICT, annotated=False)
@@ -265,7 +268,7 @@ class Binder:
             raise _Abort(str(error))
         cleanup = bind_deadline.enter_cleanup()  # the request's deadline may be spent
         with deadline(cleanup / 2, within_current=True):
-            bound = self._bound_to(namespace, name, uid)
+            bound = self._reads.bound_to(namespace, name, uid)
         if bound == node:
             raise _AlreadyBound
         if bound is None and error.outcome_unknown:
@@ -289,83 +292,9 @@ class Binder:
             "labels": {names.LABEL_ASSIGNED_NODE: node}}})
 
     def verify(self, placed: PodUsage, node: str, *, not_older_than: str) -> str:
-        """What of ``placed`` no longer fits on ``node`` beside the other pods' bookings ("" when all fits).
-
-        Called under the node lock, right after our own booking was written at resourceVersion ``not_older_than``:
-        the API answers from its watch cache once that has seen our write, so the pods read include every booking
-        written before — another binder's booking is written before it gives the node lock up, so before ours.
-        Raises `KubeError` when the API cannot be read.
-        """
-        return self._conflicts(placed, node, not_older_than)
-
-    def _pod_still_unbound(self, placed: PodUsage) -> tuple[dict[str, Any] | None, str]:
-        """The pod as the API has it now, and a refusal ("" when none) if it is gone, replaced or already bound.
-
-        Another extender (a second replica during a Lease hand-over) may have bound the same pod elsewhere, or booked it
-        and be about to: its booking must not be overwritten, so a bound pod, or one carrying another live booking, is
-        refused before anything is written.
-        """
-        try:
-            pod = self._kube.get_pod(placed.namespace, placed.name)
-        except NotFoundError:
-            return None, f"pod {placed.namespace}/{placed.name} no longer exists"
-        metadata = pod.get("metadata") or {}
-        if metadata.get("uid") != placed.uid:
-            return None, f"pod {placed.namespace}/{placed.name} was replaced (uid {metadata.get('uid')})"
-        bound_to = (pod.get("spec") or {}).get("nodeName")
-        if bound_to:
-            return pod, f"pod {placed.namespace}/{placed.name} is already bound to node {bound_to}"
-        standing, may_overwrite = self._cache.standing_booking(pod)
-        ours = (standing.node, standing.devices_text) == (placed.node, placed.devices_text) if standing else True
-        if standing is not None and not may_overwrite and not ours:
-            return pod, (f"pod {placed.namespace}/{placed.name} already holds GPUs on node {standing.node} "
-                         f"({standing.devices_text}), booked by another scheduler; filter it again")
-        return pod, ""
-
-    def _bound_here(self, pod: dict[str, Any], placed: PodUsage, node: str) -> bool:
-        """Whether ``pod`` is bound to ``node`` with ``placed``'s booking written: an earlier bind of it landed."""
-        annotations = (pod.get("metadata") or {}).get("annotations") or {}
-        written = booking_annotations(placed.grants, self._catalog)
-        return ((pod.get("spec") or {}).get("nodeName") == node and annotations.get(names.POD_ASSIGNED_NODE) == node
-                and all(annotations.get(key) == value for key, value in written.items()))
-
-    def _conflicts(self, placed: PodUsage, node: str, not_older_than: str) -> str:
-        """What no longer fits of ``placed`` on ``node`` per the API's pods there ("" when all fits).
-
-        The pods read are not given to the cache: the watch brings the same objects in order, and a snapshot
-        applied after a newer event would put back a booking that was already voided.
-        """
-        view = self._cache.node_view(node)
-        if view is None:
-            return f"node {node} is not a GPU node this hami-web knows"
-        bookings = []
-        for pod in self._kube.list_pods_on_node(node, assigned_label=names.LABEL_ASSIGNED_NODE,
-                                                not_older_than=not_older_than):
-            uid, pod_namespace, pod_name = pod_key(pod)
-            if uid == placed.uid:
-                continue
-            try:
-                usage = pod_usage(pod, catalog=self._catalog)
-            except AnnotationError as error:  # as in the cache: a garbage booking is unknown usage, not a veto
-                log.warning("bind: pod %s/%s on node %s: unreadable booking ignored: %s", pod_namespace, pod_name,
-                            node, error)
-                continue
-            if usage is not None and usage.node == node:
-                bookings.append((usage.booking, usage.grants))
-        conflicts = placement_conflicts(view.inventory, other_bookings(bookings), placed.booking, placed.grants)
-        return "; ".join(conflict.describe() for conflict in conflicts)
-
-    def _bound_to(self, namespace: str, name: str, uid: str) -> str | None:
-        """The node the pod is bound to ("" when unbound or gone), or None when the API cannot tell us now."""
-        try:
-            pod = self._kube.get_pod(namespace, name)
-        except NotFoundError:
-            return ""
-        except KubeError:
-            return None
-        if (pod.get("metadata") or {}).get("uid") != uid:
-            return ""
-        return str((pod.get("spec") or {}).get("nodeName") or "")
+        """What of ``placed`` no longer fits on ``node`` beside the other pods' bookings ("" when all fits); see
+        `BindReads.conflicts`."""
+        return self._reads.conflicts(placed, node, not_older_than=not_older_than)
 
     def _locks(self, placed: PodUsage) -> tuple[LockRule, ...]:
         """The node locks this bind takes: those of exactly the families the pod holds devices of (HAMi's

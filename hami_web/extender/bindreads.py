@@ -1,0 +1,103 @@
+"""What ``/bind`` reads from the API to judge a booking: the pod now, where it is bound, the node's other bookings.
+
+Each read answers one question the bind's steps ask (`extender.binding`); none writes, and none feeds the cache: the
+watch brings the same objects in order.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from hami_web.core import names
+from hami_web.core.devices import AnnotationError
+from hami_web.core.families import DeviceCatalog
+from hami_web.core.grants import booking_annotations
+from hami_web.core.verify import other_bookings, placement_conflicts
+from hami_web.kube import Kube, KubeError, NotFoundError
+from hami_web.state.cache import ClusterCache
+from hami_web.state.pods import PodUsage, pod_key, pod_usage
+
+log = logging.getLogger(__name__)
+
+
+class BindReads:
+    """The bind's reads of the API, judged against what this process placed."""
+
+    def __init__(self, *, kube: Kube, cache: ClusterCache, catalog: DeviceCatalog) -> None:
+        self._kube = kube
+        self._cache = cache
+        self._catalog = catalog
+
+    def pod_still_unbound(self, placed: PodUsage) -> tuple[dict[str, Any] | None, str]:
+        """The pod as the API has it now, and a refusal ("" when none) if it is gone, replaced or already bound.
+
+        Another extender (a second replica during a Lease hand-over) may have bound the same pod elsewhere, or booked it
+        and be about to: its booking must not be overwritten, so a bound pod, or one carrying another live booking, is
+        refused before anything is written.
+        """
+        try:
+            pod = self._kube.get_pod(placed.namespace, placed.name)
+        except NotFoundError:
+            return None, f"pod {placed.namespace}/{placed.name} no longer exists"
+        metadata = pod.get("metadata") or {}
+        if metadata.get("uid") != placed.uid:
+            return None, f"pod {placed.namespace}/{placed.name} was replaced (uid {metadata.get('uid')})"
+        bound_to = (pod.get("spec") or {}).get("nodeName")
+        if bound_to:
+            return pod, f"pod {placed.namespace}/{placed.name} is already bound to node {bound_to}"
+        standing, may_overwrite = self._cache.standing_booking(pod)
+        ours = (standing.node, standing.devices_text) == (placed.node, placed.devices_text) if standing else True
+        if standing is not None and not may_overwrite and not ours:
+            return pod, (f"pod {placed.namespace}/{placed.name} already holds GPUs on node {standing.node} "
+                         f"({standing.devices_text}), booked by another scheduler; filter it again")
+        return pod, ""
+
+    def bound_here(self, pod: dict[str, Any], placed: PodUsage, node: str) -> bool:
+        """Whether ``pod`` is bound to ``node`` with ``placed``'s booking written: an earlier bind of it landed."""
+        annotations = (pod.get("metadata") or {}).get("annotations") or {}
+        written = booking_annotations(placed.grants, self._catalog)
+        return ((pod.get("spec") or {}).get("nodeName") == node and annotations.get(names.POD_ASSIGNED_NODE) == node
+                and all(annotations.get(key) == value for key, value in written.items()))
+
+    def conflicts(self, placed: PodUsage, node: str, *, not_older_than: str) -> str:
+        """What of ``placed`` no longer fits on ``node`` beside the other pods' bookings the API shows there ("" when
+        all fits); `KubeError` when the API cannot be read.
+
+        Called under the node lock, right after our own booking was written at resourceVersion ``not_older_than``:
+        the API answers from its watch cache once that has seen our write, so the pods read include every booking
+        written before — another binder's booking is written before it gives the node lock up, so before ours. The pods
+        read are not given to the cache: the watch brings the same objects in order, and a snapshot
+        applied after a newer event would put back a booking that was already voided.
+        """
+        view = self._cache.node_view(node)
+        if view is None:
+            return f"node {node} is not a GPU node this hami-web knows"
+        bookings = []
+        for pod in self._kube.list_pods_on_node(node, assigned_label=names.LABEL_ASSIGNED_NODE,
+                                                not_older_than=not_older_than):
+            uid, pod_namespace, pod_name = pod_key(pod)
+            if uid == placed.uid:
+                continue
+            try:
+                usage = pod_usage(pod, catalog=self._catalog)
+            except AnnotationError as error:  # as in the cache: a garbage booking is unknown usage, not a veto
+                log.warning("bind: pod %s/%s on node %s: unreadable booking ignored: %s", pod_namespace, pod_name,
+                            node, error)
+                continue
+            if usage is not None and usage.node == node:
+                bookings.append((usage.booking, usage.grants))
+        conflicts = placement_conflicts(view.inventory, other_bookings(bookings), placed.booking, placed.grants)
+        return "; ".join(conflict.describe() for conflict in conflicts)
+
+    def bound_to(self, namespace: str, name: str, uid: str) -> str | None:
+        """The node the pod is bound to ("" when unbound or gone), or None when the API cannot tell us now."""
+        try:
+            pod = self._kube.get_pod(namespace, name)
+        except NotFoundError:
+            return ""
+        except KubeError:
+            return None
+        if (pod.get("metadata") or {}).get("uid") != uid:
+            return ""
+        return str((pod.get("spec") or {}).get("nodeName") or "")
