@@ -28,7 +28,7 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _add_later_commands(commands: argparse._SubParsersAction) -> None:
+def _add_later_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Subcommands whose modules are optional at import time (demo, certs)."""
     try:
         from hami_web import demo

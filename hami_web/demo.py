@@ -65,7 +65,7 @@ def _example(name: str) -> Path:
     return Path(str(resources.files("hami_web") / "examples" / name))
 
 
-def add_command(commands: argparse._SubParsersAction) -> None:
+def add_command(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Register ``hami-web demo``."""
     parser = commands.add_parser("demo", help="run the service against an in-process cluster and show decisions",
                                  description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)

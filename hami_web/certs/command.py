@@ -90,7 +90,7 @@ def make_local_certificates(directory: Path | str, *, dns_names: tuple[str, ...]
     return LocalCertificates(path / CA_CERT_FILE, path / SERVING_CERT_FILE, path / SERVING_KEY_FILE)
 
 
-def add_command(commands: argparse._SubParsersAction) -> None:
+def add_command(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Register ``hami-web certs`` on the CLI's sub-parsers."""
     parser = commands.add_parser(
         "certs", help="create or renew the CA and serving certificate (files and/or Secret + caBundle)",

@@ -18,6 +18,7 @@ from kubernetes.config.config_exception import ConfigException
 from kubernetes.config.kube_config import KUBE_CONFIG_DEFAULT_LOCATION
 
 from hami_web.kube.errors import KubeError
+from hami_web.kube.untyped import load_incluster_config, load_kube_config
 
 IN_CLUSTER_NAMESPACE_FILE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
 
@@ -102,8 +103,8 @@ def resolve_client(kubeconfig: str = "", *, context: str = "",
         raise KubeError(f"kubeconfig {files}: context {chosen!r} not found "
                         f"(contexts: {', '.join(sorted(contexts)) or 'none'})")
     try:
-        kubernetes.config.load_kube_config(config_file=os.pathsep.join(paths), context=chosen,
-                                           client_configuration=configuration, persist_config=False)
+        load_kube_config(config_file=os.pathsep.join(paths), context=chosen, client_configuration=configuration,
+                         persist_config=False)
     except (ConfigException, OSError, yaml.YAMLError, ValueError) as error:
         raise KubeError(f"cannot use context {chosen!r} of kubeconfig {contexts[chosen]['file']}: {error}"
                         .replace("\n", " ")) from None
@@ -113,7 +114,7 @@ def resolve_client(kubeconfig: str = "", *, context: str = "",
 
 def _in_cluster(configuration: kubernetes.client.Configuration) -> bool:
     try:
-        kubernetes.config.load_incluster_config(client_configuration=configuration)
+        load_incluster_config(client_configuration=configuration)
     except ConfigException:
         return False
     return True

@@ -22,6 +22,7 @@ from kubernetes.client.exceptions import ApiException
 
 from hami_web.kube.deadlines import count_call, current_deadline
 from hami_web.kube.errors import KubeError, error_from, is_transport_error
+from hami_web.kube.untyped import close_api_client, drain_response
 
 JsonObject = dict[str, Any]
 
@@ -55,7 +56,7 @@ class Transport:
         """Release the connection pool and the helper threads of calls under a deadline."""
         if self._call_threads is not None:
             self._call_threads.shutdown(wait=False, cancel_futures=True)
-        self.api_client.close()
+        close_api_client(self.api_client)
 
     def get(self, what: str, path: str, query: list[tuple[str, str]]) -> JsonObject:
         """GET ``path`` with ``query``, without the generated API classes (importing CoreV1Api costs about 0.6 s
@@ -138,7 +139,7 @@ class Transport:
                                                   auth_settings=["BearerToken"])
         response = self.api_client.call_api(*request, _request_timeout=_request_timeout)
         if not 200 <= response.status <= 299:
-            response.read()
+            drain_response(response)
             raise ApiException.from_response(http_resp=response, body=None, data=None)
         return response.response
 

@@ -13,6 +13,7 @@ from kubernetes.client.exceptions import ApiException
 
 from hami_web.kube.errors import WatchSilentError, error_from, is_transport_error, timed_out_reading
 from hami_web.kube.transport import JsonObject, Transport
+from hami_web.kube.untyped import init_watch, stop_watch, watch_stream
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,6 +31,9 @@ class _RawWatch(kubernetes.watch.Watch):
     reads, so a ``410 Expired`` surfaced as ``KeyError('raw_object')`` instead of an `ApiException`. Parsing
     here (the deserialising path, minus the model conversion) keeps both the cheap dicts and the 410.
     """
+
+    def __init__(self) -> None:
+        init_watch(self)
 
     def unmarshal_event(self, data: str, return_type: Any) -> JsonObject | None:
         if not data or data.isspace():
@@ -62,7 +66,7 @@ def stream_events(transport: Transport, what: str, method: Any, *, on_open: Call
         return response
 
     try:
-        for event in watch.stream(open_stream, allow_watch_bookmarks=True, **kwargs):
+        for event in watch_stream(watch, open_stream, allow_watch_bookmarks=True, **kwargs):
             yield WatchEvent(type=str(event.get("type", "")), object=event.get("object") or {})
     except ApiException as error:
         raise error_from(error, what) from error
@@ -73,4 +77,4 @@ def stream_events(transport: Transport, what: str, method: Any, *, on_open: Call
             raise error_from(error, what) from error
         raise
     finally:
-        watch.stop()
+        stop_watch(watch)

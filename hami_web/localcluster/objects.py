@@ -30,7 +30,8 @@ _SYSTEM_METADATA = ("uid", "creationTimestamp", "resourceVersion", "generation",
 
 def clone_json(obj: JsonObject) -> JsonObject:
     """Deep copy of a JSON object (faster than `copy.deepcopy` for plain JSON)."""
-    return json.loads(json.dumps(obj))
+    copied: JsonObject = json.loads(json.dumps(obj))
+    return copied
 
 
 def now_rfc3339() -> str:

@@ -69,7 +69,8 @@ def apply_patch(current: JsonObject, content_type: str | None, body: bytes) -> J
                           "error decoding patch: a strategic merge patch must be a JSON object")
     if kind == STRATEGIC_MERGE_PATCH:
         document = _strip_directives(document)
-    return merge_patch(current, document)
+    merged: JsonObject = merge_patch(current, document)
+    return merged
 
 
 def _apply_json_patch(current: JsonObject, document: Any) -> JsonObject:

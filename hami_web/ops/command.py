@@ -105,7 +105,7 @@ def _settings(kube: Kube, arguments: argparse.Namespace) -> ToolSettings:
     return tool_settings(kube, location.strip(), overrides)
 
 
-def add_commands(commands: argparse._SubParsersAction) -> None:
+def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Register ``inspect``, ``explain`` and ``capacity``."""
     inspect = commands.add_parser("inspect", help="devices per node and family: booked memory and cores, pods "
                                                   "sharing each card",

@@ -43,4 +43,5 @@ def worker_exit(_arbiter: object, _worker: object) -> None:
 
 def application(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
     """WSGI entry point: the worker's app (built in `post_worker_init`)."""
-    return _runtime.app(environ, start_response)
+    answer: Iterable[bytes] = _runtime.app(environ, start_response)
+    return answer

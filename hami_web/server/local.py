@@ -72,7 +72,8 @@ def write_kubeconfig(directory: Path, server: str) -> Path:
 def _ready(url: str, context: ssl.SSLContext) -> bool:
     try:
         with urllib.request.urlopen(url, context=context, timeout=5) as response:
-            return response.status == 200
+            status: int = response.status
+            return status == 200
     except (urllib.error.URLError, OSError):
         return False
 
