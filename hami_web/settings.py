@@ -29,7 +29,7 @@ from hami_web.core.families import (
 from hami_web.core.families.config import config_document
 from hami_web.core.families.nvidia import nvidia_family
 from hami_web.core.options import parse_gpu_policy
-from hami_web.core.policy import SchedulingPolicy
+from hami_web.core.policy import AdmissionPolicy, SchedulingPolicy
 from hami_web.core.requests import RequestDefaults
 
 __all__ = ["ResourceNames", "Settings", "SettingsError", "build_settings"]
@@ -92,8 +92,10 @@ class Settings:
     # The enabled device families, built from the fields above (README.md#device-families): what every part of the
     # server reads.
     devices: DeviceCatalog = field(init=False, compare=False, repr=False)
-    # The scheduling policy the filter and the tools decide with, built from the fields above.
+    # The scheduling policy the filter and the tools decide with, and the admission webhook's, built from the fields
+    # above: each part of the server gets the one it uses.
     policy: SchedulingPolicy = field(init=False, compare=False, repr=False)
+    admission: AdmissionPolicy = field(init=False, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         nvidia = nvidia_family(resources=self.resources, default_memory_mib=self.default_mem_mib,
@@ -108,6 +110,8 @@ class Settings:
         object.__setattr__(self, "policy", SchedulingPolicy(
             node_policy=self.node_scheduler_policy, gpu_policy=self.gpu_scheduler_policy,
             defaults=RequestDefaults.of(catalog), scheduler_name=self.scheduler_name))
+        object.__setattr__(self, "admission", AdmissionPolicy(
+            scheduler_name=self.scheduler_name, privileged_policy=self.privileged_policy, devices=catalog))
 
     @property
     def bind_host_port(self) -> tuple[str, int]:

@@ -136,7 +136,7 @@ DECISION_CASES = [
 @pytest.mark.parametrize(("pod_object", "config", "allowed", "code", "message"), DECISION_CASES)
 def test_review_pod_decision_and_message(pod_object: dict[str, Any], config: Settings, allowed: bool, code: int,
                                          message: str) -> None:
-    decision = review_pod(pod_object, config)
+    decision = review_pod(pod_object, config.admission)
     assert (decision.allowed, decision.code, decision.message) == (allowed, code, message)
     if not allowed or message == "pod already has different scheduler assigned":
         assert decision.patch == []
@@ -185,7 +185,7 @@ NOT_A_POD_CASES = [
 
 @pytest.mark.parametrize(("pod_object", "message"), NOT_A_POD_CASES)
 def test_object_that_is_not_pod_shaped_is_denied_naming_the_field(pod_object: object, message: str) -> None:
-    decision = review_pod(pod_object, Settings())
+    decision = review_pod(pod_object, Settings().admission)
     assert (decision.allowed, decision.code, decision.message, decision.patch) == (False, 400, message, [])
 
 
@@ -226,12 +226,12 @@ CONTAINER_MUTATION_CASES = [
 def test_gpu_container_limits_after_patch(limits: dict[str, Any] | None, requests: dict[str, Any] | None,
                                           config: Settings, expected_limits: dict[str, str]) -> None:
     original = pod(container(limits=limits, requests=requests))
-    decision = review_pod(original, config)
+    decision = review_pod(original, config.admission)
     assert decision.allowed, decision.message
     result = patched(original, decision)
     assert result["spec"]["containers"][0]["resources"]["limits"] == expected_limits
     assert result["spec"]["schedulerName"] == config.scheduler_name
-    assert review_pod(result, config).patch == []
+    assert review_pod(result, config.admission).patch == []
 
 
 NO_GPU_CASES = [
@@ -248,25 +248,25 @@ NO_GPU_CASES = [
 @pytest.mark.parametrize("gpu_less_container", NO_GPU_CASES)
 def test_container_asking_no_gpu_is_left_alone(gpu_less_container: dict[str, Any]) -> None:
     config = with_settings(resources=HAMI_NAMES)
-    decision = review_pod(pod(gpu_less_container), config)
+    decision = review_pod(pod(gpu_less_container), config.admission)
     assert (decision.allowed, decision.message, decision.patch) == (True, "pod asks for no GPU", [])
 
 
 def test_fixture_like_pod_gets_only_the_scheduler_name() -> None:
     original = pod(container(limits={GPU: "1", MEM: "3k"}, requests={GPU: "1", MEM: "3k"}))
-    decision = review_pod(original, Settings())
+    decision = review_pod(original, Settings().admission)
     assert decision.patch == [{"op": "replace", "path": "/spec/schedulerName", "value": "hami-scheduler"}]
 
 
 def test_pod_without_scheduler_name_gets_ours_added() -> None:
     original = pod(container(limits={GPU: "1", MEM: "1k"}), scheduler=None)
-    decision = review_pod(original, with_settings(scheduler_name="gpu-sched"))
+    decision = review_pod(original, with_settings(scheduler_name="gpu-sched").admission)
     assert decision.patch == [{"op": "add", "path": "/spec/schedulerName", "value": "gpu-sched"}]
 
 
 def test_pod_already_ours_and_complete_has_no_patch() -> None:
     original = pod(container(limits={GPU: "1", MEM: "1k"}), scheduler="hami-scheduler")
-    decision = review_pod(original, Settings())
+    decision = review_pod(original, Settings().admission)
     assert (decision.allowed, decision.patch) == (True, [])
 
 
@@ -274,7 +274,7 @@ def test_patch_applied_to_original_gives_the_whole_expected_pod() -> None:
     original = pod(container("train", limits={MEM: "3k", PRIORITY: "1"}, env=[{"name": "A", "value": "1"}]),
                    container("log"), init=(container("warmup", limits={GPU: "1"}),))
     before = copy.deepcopy(original)
-    decision = review_pod(original, with_settings(overwrite_env=True))
+    decision = review_pod(original, with_settings(overwrite_env=True).admission)
     assert original == before, "review_pod must not modify its input"
     expected = copy.deepcopy(original)
     expected["spec"]["schedulerName"] = "hami-scheduler"
@@ -288,7 +288,7 @@ def test_patch_applied_to_original_gives_the_whole_expected_pod() -> None:
 
 def test_init_container_alone_makes_a_gpu_pod() -> None:
     original = pod(container("main"), init=(container("prep", limits={CORES: "50"}),))
-    result = patched(original, review_pod(original, Settings()))
+    result = patched(original, review_pod(original, Settings().admission))
     assert result["spec"]["initContainers"][0]["resources"]["limits"] == {CORES: "50", GPU: "1"}
     assert result["spec"]["schedulerName"] == "hami-scheduler"
 
@@ -330,16 +330,16 @@ def test_container_env_after_patch(limits: dict[str, Any], requests: dict[str, A
                                    env: list[dict[str, Any]] | None, config: Settings,
                                    expected_env: list[dict[str, Any]] | None) -> None:
     original = pod(container(limits=limits, requests=requests, env=env))
-    decision = review_pod(original, config)
+    decision = review_pod(original, config.admission)
     assert decision.allowed, decision.message
     result = patched(original, decision)
     assert result["spec"]["containers"][0].get("env") == expected_env
-    assert review_pod(result, config).patch == []
+    assert review_pod(result, config.admission).patch == []
 
 
 def test_pod_without_gpu_gets_only_env_patched() -> None:
     original = pod(container("a"), container("b", env=[]))
-    decision = review_pod(original, with_settings(overwrite_env=True))
+    decision = review_pod(original, with_settings(overwrite_env=True).admission)
     assert decision.allowed
     assert decision.patch == [
         {"op": "add", "path": "/spec/containers/0/env", "value": [{"name": "NVIDIA_VISIBLE_DEVICES",
@@ -351,7 +351,7 @@ def test_pod_without_gpu_gets_only_env_patched() -> None:
 
 def test_overwrite_env_never_touches_a_privileged_container() -> None:
     original = pod(container("exporter", privileged=True), container("app"))
-    result = patched(original, review_pod(original, with_settings(overwrite_env=True)))
+    result = patched(original, review_pod(original, with_settings(overwrite_env=True).admission))
     assert "env" not in result["spec"]["containers"][0]
     assert result["spec"]["containers"][1]["env"] == [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "none"}]
 
@@ -361,7 +361,7 @@ def test_overwrite_env_never_touches_a_privileged_container() -> None:
 def test_skip_policy_schedules_the_rest_and_leaves_privileged_container_alone() -> None:
     privileged = container("tools", limits={MEM: "1k"}, privileged=True)
     original = pod(container("train", limits={GPU: "1"}), privileged)
-    decision = review_pod(original, with_settings(privileged_policy="skip", overwrite_env=True))
+    decision = review_pod(original, with_settings(privileged_policy="skip", overwrite_env=True).admission)
     assert decision.allowed
     result = patched(original, decision)
     assert result["spec"]["containers"][1] == privileged
@@ -371,18 +371,18 @@ def test_skip_policy_schedules_the_rest_and_leaves_privileged_container_alone() 
 
 def test_skip_policy_lone_privileged_gpu_container_pod_is_unchanged() -> None:
     original = pod(container(limits={MEM: "1k"}, privileged=True))
-    decision = review_pod(original, with_settings(privileged_policy="skip", overwrite_env=True))
+    decision = review_pod(original, with_settings(privileged_policy="skip", overwrite_env=True).admission)
     assert (decision.allowed, decision.patch) == (True, [])
 
 
 def test_deny_policy_validates_a_privileged_container_before_refusing_it() -> None:
-    decision = review_pod(pod(container(limits={GPU: "x"}, privileged=True)), Settings())
+    decision = review_pod(pod(container(limits={GPU: "x"}, privileged=True)), Settings().admission)
     assert (decision.allowed, decision.code) == (False, 400)
     assert decision.message == "container c: nvidia.com/gpu: 'x' is not a quantity"
 
 
 def test_privileged_false_is_not_privileged() -> None:
-    decision = review_pod(pod(container(limits={GPU: "1"}, privileged=False)), Settings())
+    decision = review_pod(pod(container(limits={GPU: "1"}, privileged=False)), Settings().admission)
     assert decision.allowed
 
 
@@ -448,14 +448,14 @@ def generated_case(draw: st.DrawFn) -> tuple[dict[str, Any], Settings]:
 @given(generated_case())
 def test_review_is_idempotent_and_denials_carry_no_patch(case: tuple[dict[str, Any], Settings]) -> None:
     original, config = case
-    decision = review_pod(original, config)
+    decision = review_pod(original, config.admission)
     event("denied" if not decision.allowed else "allowed with patch" if decision.patch else "allowed unchanged")
     if not decision.allowed:
         assert decision.patch == []
         assert decision.code in (400, 403)
         return
     result = patched(original, decision)
-    again = review_pod(result, config)
+    again = review_pod(result, config.admission)
     assert again.allowed, again.message
     assert again.patch == []
     for before, after in zip(original["spec"]["containers"], result["spec"]["containers"], strict=True):

@@ -90,7 +90,7 @@ def test_a_dcu_or_mlu_count_in_limits_routes_the_pod_without_mutating_it(cw: str
     names = dict(zip(("count", "memory", "cores"), ROUTE_ONLY[cw], strict=True))
     resources = {part: {names[key]: value for key, value in asked.items()} for part, asked in shape.items()}
     original = pod(container(**resources))
-    decision = review_pod(original, SETTINGS)
+    decision = review_pod(original, SETTINGS.admission)
     assert decision.allowed
     if routed:
         assert decision.message == f"{SCHEDULED} c"
@@ -102,7 +102,7 @@ def test_a_dcu_or_mlu_count_in_limits_routes_the_pod_without_mutating_it(cw: str
 
 def test_a_dcu_init_container_routes_the_pod() -> None:
     decision = review_pod(pod(container("main"), init=(container("prep", limits={"hygon.com/dcunum": "1"}),)),
-                          SETTINGS)
+                          SETTINGS.admission)
     assert decision.allowed and decision.message == f"{SCHEDULED} prep"
 
 
@@ -151,7 +151,7 @@ def test_an_iluvatar_count_sets_whole_cards_and_the_container_name(
         limits: dict[str, str], env: list[dict[str, str]] | None, expected_limits: dict[str, str],
         expected_env: list[dict[str, str]]) -> None:
     original = pod(container(limits=limits, env=env))
-    decision = review_pod(original, SETTINGS)
+    decision = review_pod(original, SETTINGS.admission)
     assert decision.allowed and decision.message == f"{SCHEDULED} c"
     stored = only_container(patched(original, decision))
     assert stored["resources"]["limits"] == expected_limits
@@ -165,7 +165,7 @@ def test_an_iluvatar_count_sets_whole_cards_and_the_container_name(
     pytest.param(Settings(), {"limits": {"iluvatar.ai/MR-V100-vgpu": "2"}}, id="iluvatar-disabled"),
 ])
 def test_an_iluvatar_pod_not_routed_is_left_alone(settings: Settings, resources: dict[str, Any]) -> None:
-    decision = review_pod(pod(container(**resources)), settings)
+    decision = review_pod(pod(container(**resources)), settings.admission)
     assert (decision.allowed, decision.message, decision.patch) == (True, "pod asks for no GPU", [])
 
 
@@ -179,10 +179,10 @@ def test_an_iluvatar_pod_not_routed_is_left_alone(settings: Settings, resources:
     pytest.param(pod(container(limits={"hygon.com/dcunum": "1"})), id="dcu"),
 ])
 def test_reviewing_the_patched_pod_again_changes_nothing(original: dict[str, Any]) -> None:
-    first = review_pod(original, SETTINGS)
+    first = review_pod(original, SETTINGS.admission)
     assert first.allowed and first.patch
     stored = patched(original, first)
-    second = review_pod(stored, SETTINGS)
+    second = review_pod(stored, SETTINGS.admission)
     assert (second.allowed, second.patch) == (True, [])
     for item in stored["spec"]["containers"] + stored["spec"].get("initContainers", []):
         assert [variable["name"] for variable in item.get("env", [])].count(SOL) <= 1
@@ -191,7 +191,7 @@ def test_reviewing_the_patched_pod_again_changes_nothing(original: dict[str, Any
 def test_every_iluvatar_container_gets_its_own_name() -> None:
     original = pod(container("a", limits={"iluvatar.ai/MR-V100-vgpu": "1"}), container("plain"),
                    init=(container("i", limits={"iluvatar.ai/MR-V50-vgpu": "2"}),))
-    stored = patched(original, review_pod(original, SETTINGS))
+    stored = patched(original, review_pod(original, SETTINGS.admission))
     assert stored["spec"]["initContainers"][0]["env"] == [{"name": SOL, "value": "i"}]
     assert stored["spec"]["initContainers"][0]["resources"]["limits"]["iluvatar.ai/MR-V50.vCore"] == "200"
     assert stored["spec"]["containers"][0]["env"] == [{"name": SOL, "value": "a"}]
@@ -214,7 +214,7 @@ def test_the_extender_reads_the_webhook_output_as_the_family_request(limits: dic
     # README.md#device-families: 100 × count cores clamp to 100 per device, i.e. whole cards; DCU's default cores are
     # 100.
     original = pod(container(limits=limits))
-    stored = patched(original, review_pod(original, SETTINGS))
+    stored = patched(original, review_pod(original, SETTINGS.admission))
     assert pod_request(stored, RequestDefaults.of(SETTINGS.devices)).containers == (expected,)
 
 
@@ -228,7 +228,7 @@ FAMILY_LIMITS = [
 
 @pytest.mark.parametrize("limits", FAMILY_LIMITS)
 def test_a_privileged_container_of_any_family_is_refused(limits: dict[str, str]) -> None:
-    decision = review_pod(pod(container(limits=limits, privileged=True)), SETTINGS)
+    decision = review_pod(pod(container(limits=limits, privileged=True)), SETTINGS.admission)
     assert (decision.allowed, decision.code, decision.message, decision.patch) == (
         False, 403, "container c is privileged", [])
 
@@ -236,20 +236,21 @@ def test_a_privileged_container_of_any_family_is_refused(limits: dict[str, str])
 @pytest.mark.parametrize("limits", FAMILY_LIMITS)
 def test_a_privileged_container_is_left_alone_under_skip(limits: dict[str, str]) -> None:
     settings = dataclasses.replace(SETTINGS, privileged_policy="skip")
-    decision = review_pod(pod(container(limits=limits, privileged=True)), settings)
+    decision = review_pod(pod(container(limits=limits, privileged=True)), settings.admission)
     assert (decision.allowed, decision.patch) == (True, [])
     assert decision.message == "pod asks for no GPU (privileged containers left alone: c)"
 
 
 @pytest.mark.parametrize("limits", FAMILY_LIMITS)
 def test_a_privileged_neighbour_of_a_device_container_refuses_the_pod(limits: dict[str, str]) -> None:
-    decision = review_pod(pod(container("dev", limits=limits), container("sidecar", privileged=True)), SETTINGS)
+    decision = review_pod(pod(container("dev", limits=limits), container("sidecar", privileged=True)),
+                          SETTINGS.admission)
     assert (decision.allowed, decision.code, decision.message) == (False, 403, "container sidecar is privileged")
 
 
 @pytest.mark.parametrize("limits", FAMILY_LIMITS)
 def test_a_pod_of_any_family_with_a_node_name_is_refused(limits: dict[str, str]) -> None:
-    decision = review_pod(pod(container(limits=limits), node="node-1"), SETTINGS)
+    decision = review_pod(pod(container(limits=limits), node="node-1"), SETTINGS.admission)
     assert (decision.allowed, decision.code, decision.message, decision.patch) == (
         False, 403, "pod has node assigned", [])
 
@@ -282,7 +283,7 @@ def test_a_pod_of_any_family_with_a_node_name_is_refused(limits: dict[str, str])
                  "container c: iluvatar.ai/MR-V100-vgpu: 'two' is not a quantity", id="iluvatar-garbage-count"),
 ])
 def test_an_invalid_quantity_is_denied_naming_container_and_resource(resources: dict[str, Any], message: str) -> None:
-    decision = review_pod(pod(container(**resources)), SETTINGS)
+    decision = review_pod(pod(container(**resources)), SETTINGS.admission)
     assert (decision.allowed, decision.code, decision.patch) == (False, 400, [])
     assert message in decision.message
 
@@ -291,7 +292,7 @@ def test_an_invalid_quantity_is_denied_naming_container_and_resource(resources: 
 
 def test_a_container_asking_nvidia_and_dcu_gets_only_nvidia_rewrites() -> None:
     original = pod(container(limits={"nvidia.com/gpu": "1", "hygon.com/dcunum": "1"}))
-    decision = review_pod(original, SETTINGS)
+    decision = review_pod(original, SETTINGS.admission)
     assert decision.allowed and decision.message == f"{SCHEDULED} c"
     stored = only_container(patched(original, decision))
     # NVIDIA's whole-card default adds gpucores 100; nothing is added for the DCU.

@@ -36,17 +36,17 @@ def _pod(weights: str, *, gpu: bool = True) -> dict[str, Any]:
                  id="not-a-number"),
 ])
 def test_gpu_pod_with_malformed_weights_is_denied(weights: str, message: str) -> None:
-    decision = review_pod(_pod(weights), Settings())
+    decision = review_pod(_pod(weights), Settings().admission)
     assert (decision.allowed, decision.code, decision.message, decision.patch) == (False, 400, message, [])
 
 
 def test_gpu_pod_with_good_weights_is_scheduled_by_us() -> None:
-    decision = review_pod(_pod("slot=1,core=1,memory=3"), Settings())
+    decision = review_pod(_pod("slot=1,core=1,memory=3"), Settings().admission)
     assert decision.allowed
     assert {"op": "replace", "path": "/spec/schedulerName", "value": "hami-scheduler"} in decision.patch \
         or {"op": "add", "path": "/spec/schedulerName", "value": "hami-scheduler"} in decision.patch
 
 
 def test_pod_without_gpu_is_not_judged_on_the_weights() -> None:
-    decision = review_pod(_pod("nonsense", gpu=False), Settings())
+    decision = review_pod(_pod("nonsense", gpu=False), Settings().admission)
     assert decision.allowed

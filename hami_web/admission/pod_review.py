@@ -25,9 +25,9 @@ from hami_web.core import names
 from hami_web.core.families import Family, ResourceNames
 from hami_web.core.limits import quote
 from hami_web.core.options import OptionsError, parse_scoring_weights
+from hami_web.core.policy import AdmissionPolicy
 from hami_web.core.quantities import QuantityError, parse_whole_quantity
 from hami_web.core.requests import FULL_CARD_PERCENT, MAX_CORES, quantity_maximum
-from hami_web.settings import Settings
 
 DEFAULT_SCHEDULER = "default-scheduler"
 
@@ -55,7 +55,7 @@ class AdmissionDecision:
     code: int = 200
 
 
-def review_pod(pod: object, settings: Settings) -> AdmissionDecision:
+def review_pod(pod: object, policy: AdmissionPolicy) -> AdmissionDecision:
     """Apply steps 2–9 of docs/scheduling-rules.md#admission-in-order to a pod object from a CREATE request.
 
     Never raises for bad input: a value that is not pod-shaped, or a resource value that is not a
@@ -69,7 +69,7 @@ def review_pod(pod: object, settings: Settings) -> AdmissionDecision:
     spec = pod["spec"]
     if not spec.get("containers"):
         return _deny(MALFORMED, MESSAGE_NO_CONTAINERS)
-    if (spec.get("schedulerName") or DEFAULT_SCHEDULER) not in (DEFAULT_SCHEDULER, settings.scheduler_name):
+    if (spec.get("schedulerName") or DEFAULT_SCHEDULER) not in (DEFAULT_SCHEDULER, policy.scheduler_name):
         return AdmissionDecision(allowed=True, message=MESSAGE_OTHER_SCHEDULER)
 
     mutated = copy.deepcopy(pod)
@@ -79,13 +79,13 @@ def review_pod(pod: object, settings: Settings) -> AdmissionDecision:
         target = container
         if _is_privileged(container):
             privileged_containers.append(slot.name)
-            if settings.privileged_policy == "skip":
+            if policy.privileged_policy == "skip":
                 continue
             # Still read (and validate) what it asks for, so a GPU pod is refused below, but mutate
             # a throw-away copy: a privileged container is never changed.
             target = copy.deepcopy(container)
         try:
-            asks_gpu = _mutate_container(target, slot.name, settings)
+            asks_gpu = _mutate_container(target, slot.name, policy)
         except QuantityError as error:
             return _deny(MALFORMED, str(error))
         if asks_gpu:
@@ -93,10 +93,10 @@ def review_pod(pod: object, settings: Settings) -> AdmissionDecision:
 
     if not gpu_containers:
         message = "pod asks for no GPU"
-        if privileged_containers and settings.privileged_policy == "skip":
+        if privileged_containers and policy.privileged_policy == "skip":
             message += f" (privileged containers left alone: {', '.join(privileged_containers)})"
         return _allow(pod, mutated, message)
-    if privileged_containers and settings.privileged_policy == "deny":
+    if privileged_containers and policy.privileged_policy == "deny":
         return _deny(FORBIDDEN, f"container {privileged_containers[0]} is privileged")
     if spec.get("nodeName"):
         return _deny(FORBIDDEN, MESSAGE_NODE_ASSIGNED)
@@ -108,12 +108,12 @@ def review_pod(pod: object, settings: Settings) -> AdmissionDecision:
             parse_scoring_weights(weights)
         except OptionsError as error:
             return _deny(MALFORMED, str(error))
-    mutated["spec"]["schedulerName"] = settings.scheduler_name
-    return _allow(pod, mutated, f"scheduled by {settings.scheduler_name}: GPU containers "
+    mutated["spec"]["schedulerName"] = policy.scheduler_name
+    return _allow(pod, mutated, f"scheduled by {policy.scheduler_name}: GPU containers "
                                 f"{', '.join(gpu_containers)}")
 
 
-def _mutate_container(container: dict[str, Any], name: str, settings: Settings) -> bool:
+def _mutate_container(container: dict[str, Any], name: str, policy: AdmissionPolicy) -> bool:
     """Validate one container's device resources of every family and apply each family's rewrites
     (README.md#the-admission-webhook-post-webhook for NVIDIA, README.md#device-families for Hygon and Iluvatar).
 
@@ -122,7 +122,7 @@ def _mutate_container(container: dict[str, Any], name: str, settings: Settings) 
     """
     uses_any = False
     unused: list[Family] = []
-    for family in settings.devices:
+    for family in policy.devices:
         if _mutate_for_family(container, name, family):
             uses_any = True
         else:

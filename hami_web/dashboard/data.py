@@ -16,6 +16,7 @@ from typing import Any
 from hami_web.core.families import NVIDIA
 from hami_web.core.noderules import is_rule_reason
 from hami_web.core.options import NODE_POLICIES, OptionsError, parse_gpu_policy
+from hami_web.core.policy import SchedulingPolicy
 from hami_web.core.reasons import group_reasons
 from hami_web.core.usage import NodeView
 from hami_web.dashboard import charts
@@ -23,10 +24,9 @@ from hami_web.dashboard.auth import AnswerCache
 from hami_web.dashboard.nodetraits import NodeTraitsWatch
 from hami_web.kube import Kube
 from hami_web.ops.capacity import PodShape, ShapeError, plan_capacity
-from hami_web.ops.explain import Policies, explain_pod
+from hami_web.ops.explain import explain_pod
 from hami_web.ops.inspect import FamilyReport, GpuReport, inspect_cluster
 from hami_web.ops.render import explain_data
-from hami_web.ops.serversettings import policies_of
 from hami_web.ops.snapshot import ClusterSnapshot, NodeFacts
 from hami_web.settings import Settings
 from hami_web.state.cache import ClusterCache
@@ -57,9 +57,9 @@ class DashboardSources:
     answers: AnswerCache = dataclasses.field(default_factory=AnswerCache)  # the token checks' recent answers
     node_traits: NodeTraitsWatch | None = None  # cordon, taints, labels of each node (kube-scheduler's rules)
 
-    def policies(self) -> Policies:
+    def policies(self) -> SchedulingPolicy:
         """The server's own defaults, as the filter applies them."""
-        return policies_of(self.settings)
+        return self.settings.policy
 
     def snapshot(self) -> ClusterSnapshot:
         """The cache's views, broken nodes and usages, read together, in the operator tools' form, with each

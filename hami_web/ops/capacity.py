@@ -1,9 +1,9 @@
 """``capacity``: how many more pods of one shape fit now, where they would go, and what runs out first.
 
-The shape becomes a real pod spec and annotations, read by the filter's own `pod_request` and `pod_options`
-(so defaults, clamps and type matching are the filter's), and pods are fitted one after another with
-`fit_pod` (the GPU policy, NUMA binding, every check), each booked into its node's view (`with_booking`)
-before the next, as the cache books placements.
+The shape becomes a real pod spec and annotations, read with the filter's own `SchedulingPolicy` (its
+`request_of` and `options_of`, so defaults, clamps and type matching are the filter's), and pods are fitted one
+after another with `fit_pod` (the GPU policy, NUMA binding, every check), each booked into its node's view
+(`with_booking`) before the next, as the cache books placements.
 
 A placement changes only its own node, so how many pods a node takes one after another does not depend on
 which other nodes were filled first: the node policy decides the order, not the count. So each node is
@@ -42,11 +42,11 @@ from hami_web.core.noderules import (
     read_pod_needs,
     room_for,
 )
-from hami_web.core.options import OptionsError, pod_options
+from hami_web.core.options import OptionsError
+from hami_web.core.policy import SchedulingPolicy
 from hami_web.core.reasons import NODE_UNREGISTERED_CAUSE, ReasonGroup, group_reasons
-from hami_web.core.requests import RequestError, pod_request
+from hami_web.core.requests import RequestError
 from hami_web.core.usage import pod_booking, with_booking
-from hami_web.ops.explain import Policies
 from hami_web.ops.snapshot import ClusterSnapshot
 
 DEFAULT_LIMIT = 10_000
@@ -96,9 +96,9 @@ class PodShape:
                 raise ShapeError(f"{family.label} ({family.cw}) has no {what}")
         return family
 
-    def as_pod(self, policies: Policies) -> dict[str, Any]:
+    def as_pod(self, policies: SchedulingPolicy) -> dict[str, Any]:
         """The pod object the webhook would have let through for this shape."""
-        family = self.device_family(policies.defaults.catalog)
+        family = self.device_family(policies.catalog)
         resources = family.resources
         limits = {resources.count: str(self.gpus)}
         if self.memory_mib:
@@ -195,18 +195,16 @@ class CapacityReport:
         return next((group.nodes for group in self.exhausted if group.cause == self.runs_out_first), 0)
 
 
-def plan_capacity(snapshot: ClusterSnapshot, shape: PodShape, policies: Policies, *,
+def plan_capacity(snapshot: ClusterSnapshot, shape: PodShape, policies: SchedulingPolicy, *,
                   limit: int = DEFAULT_LIMIT) -> CapacityReport:
     """Place pods of ``shape`` one after another on ``snapshot`` until none fits or ``limit`` is reached."""
     if shape.gpus < 1:
         raise ShapeError("--gpus must be at least 1")
-    family = shape.device_family(policies.defaults.catalog)
+    family = shape.device_family(policies.catalog)
     pod = shape.as_pod(policies)
     try:
-        request = pod_request(pod, policies.defaults)
-        options = pod_options(pod["metadata"]["annotations"], node_policy=policies.node_policy,
-                              gpu_policy=policies.gpu_policy,
-                              catalog=policies.defaults.catalog)
+        request = policies.request_of(pod)
+        options = policies.options_of(pod["metadata"]["annotations"])
         needs = read_pod_needs(pod)
     except (RequestError, OptionsError, RuleInputError) as error:
         raise ShapeError(str(error)) from None

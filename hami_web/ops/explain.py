@@ -1,12 +1,12 @@
 """``explain``: the decision our filter would make for a pod right now, and why.
 
-It runs the filter's own steps on a fresh snapshot — `pod_request`, `pod_options`, `choose_node` with the pod's own
-usage left out (docs/scheduling-rules.md#the-filter-step-by-step, step 2) — then, when nothing fits, groups the per-node
-reasons by cause and finds the nearest miss. Nothing is booked or written. The snapshot comes from the API, which shows
-a booking once `/bind` has written it: a pod filtered but not yet bound is booked only in the serving hami-web's memory,
-so its GPUs look free here until it is bound.
+It runs the filter's own steps on a fresh snapshot — `SchedulingPolicy.request_of` and `options_of`, `choose_node`
+with the pod's own usage left out (docs/scheduling-rules.md#the-filter-step-by-step, step 2) — then, when nothing
+fits, groups the per-node reasons by cause and finds the nearest miss. Nothing is booked or written. The snapshot
+comes from the API, which shows a booking once `/bind` has written it: a pod filtered but not yet bound is booked
+only in the serving hami-web's memory, so its GPUs look free here until it is bound.
 
-Every family of the server's catalog (`Policies.defaults.catalog`) is explained alike: each container's ask is
+Every family of the server's catalog (`SchedulingPolicy.catalog`) is explained alike: each container's ask is
 listed per family, the pod's selections are read from each asked family's own annotation keys, and a device
 shown carries its family's common word.
 """
@@ -30,9 +30,10 @@ from hami_web.core.noderules import (
     merge_groups,
     read_pod_needs,
 )
-from hami_web.core.options import OptionsError, PodOptions, pod_options
+from hami_web.core.options import OptionsError, PodOptions
+from hami_web.core.policy import SchedulingPolicy
 from hami_web.core.reasons import ReasonGroup, group_reasons
-from hami_web.core.requests import PodRequest, RequestDefaults, RequestError, pod_request
+from hami_web.core.requests import PodRequest, RequestError
 from hami_web.ops.snapshot import ClusterSnapshot
 from hami_web.state.pods import pod_usage
 
@@ -44,16 +45,6 @@ SCHEDULED = "scheduled"
 INVALID = "invalid"
 
 NO_GPU_MESSAGE = "this pod does not ask for a device of an enabled family ({families}); hami-web does not schedule it"
-
-
-@dataclass(frozen=True, slots=True)
-class Policies:
-    """The service-wide defaults the pod's annotations override (the server's flags)."""
-
-    node_policy: str = "binpack"
-    gpu_policy: str = "spread"
-    defaults: RequestDefaults = field(default_factory=RequestDefaults)
-    scheduler_name: str = "hami-scheduler"
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,18 +156,18 @@ def _bound(pod: Mapping[str, Any], explanation: Explanation, snapshot: ClusterSn
     return explanation
 
 
-def explain_pod(pod: Mapping[str, Any], snapshot: ClusterSnapshot, policies: Policies) -> Explanation:
+def explain_pod(pod: Mapping[str, Any], snapshot: ClusterSnapshot, policies: SchedulingPolicy) -> Explanation:
     """What the filter would answer for ``pod`` on ``snapshot`` (which must leave the pod's own usage out)."""
     metadata = pod.get("metadata") or {}
     annotations = metadata.get("annotations") or {}
     key = f"{metadata.get('namespace') or 'default'}/{metadata.get('name')}"
     explanation = Explanation(pod=key, verdict=INVALID, message="")
     try:
-        request = pod_request(pod, policies.defaults)
+        request = policies.request_of(pod)
     except RequestError as error:
         explanation.message = f"the filter refuses this pod: {error}"
         return explanation
-    catalog = policies.defaults.catalog
+    catalog = policies.catalog
     explanation.containers = _asks(request, catalog)
     container_names = request.container_names
     if not request.asks_for_gpu:
@@ -186,8 +177,7 @@ def explain_pod(pod: Mapping[str, Any], snapshot: ClusterSnapshot, policies: Pol
     if (pod.get("spec") or {}).get("nodeName"):
         return _bound(pod, explanation, snapshot, catalog)
     try:
-        options = pod_options(annotations, node_policy=policies.node_policy, gpu_policy=policies.gpu_policy,
-                              catalog=catalog)
+        options = policies.options_of(annotations)
     except OptionsError as error:
         explanation.message = f"the filter refuses this pod: {error}"
         return explanation

@@ -11,9 +11,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from hami_web.core.requests import RequestDefaults
+from hami_web.core.policy import SchedulingPolicy
 from hami_web.kube import Kube, KubeError, NotFoundError
-from hami_web.ops.explain import Policies
 from hami_web.settings import Settings, SettingsError, settings_from_published
 
 
@@ -21,16 +20,9 @@ from hami_web.settings import Settings, SettingsError, settings_from_published
 class ToolSettings:
     """The policies the tools apply, the node selector the server lists with, and where they came from."""
 
-    policies: Policies
+    policies: SchedulingPolicy
     node_label_selector: str
     source: str
-
-
-def policies_of(settings: Settings) -> Policies:
-    """The server-wide defaults a `Settings` gives the filter (pod annotations still override them)."""
-    return Policies(node_policy=settings.node_scheduler_policy, gpu_policy=settings.gpu_scheduler_policy,
-                    defaults=RequestDefaults.of(settings.devices),
-                    scheduler_name=settings.scheduler_name)
 
 
 def read_published(kube: Kube, location: str) -> tuple[Settings | None, str]:
@@ -67,5 +59,5 @@ def tool_settings(kube: Kube, location: str, overrides: Mapping[str, tuple[str, 
     source = f"ConfigMap {location} (published by the server)" if published else f"defaults ({why_not})"
     if flags:
         source += f", overridden by {', '.join(flags)}"
-    return ToolSettings(policies=policies_of(settings), node_label_selector=settings.node_label_selector,
+    return ToolSettings(policies=settings.policy, node_label_selector=settings.node_label_selector,
                         source=source)

@@ -16,9 +16,10 @@ from typing import Any
 
 import pytest
 
+from hami_web.core.policy import SchedulingPolicy
 from hami_web.kube import Kube
 from hami_web.ops.command import kubectl_main
-from hami_web.ops.explain import FITS, UNSCHEDULABLE, Explanation, Policies, explain_pod
+from hami_web.ops.explain import FITS, UNSCHEDULABLE, Explanation, explain_pod
 from hami_web.ops.snapshot import read_snapshot
 
 from .controlplane import ControlPlane, gpu_container, pod_manifest, wait_until
@@ -44,7 +45,7 @@ def explain(control_plane: ControlPlane, pod: dict[str, Any]) -> Explanation:
         snapshot = read_snapshot(kube, leave_out_pod_uid=uid, node_rules=True)
     finally:
         kube.close()
-    return explain_pod(pod, snapshot, Policies())
+    return explain_pod(pod, snapshot, SchedulingPolicy())
 
 
 def explained_reasons(explanation: Explanation) -> tuple[int, dict[str, int]]:

@@ -19,10 +19,10 @@ import yaml
 from hami_web.core.choose import Placement, choose_node
 from hami_web.core.noderules import read_pod_needs
 from hami_web.core.options import pod_options
+from hami_web.core.policy import SchedulingPolicy
 from hami_web.core.requests import pod_request
 from hami_web.core.usage import pod_booking, with_booking
 from hami_web.ops.capacity import PodShape, plan_capacity
-from hami_web.ops.explain import Policies
 from hami_web.ops.snapshot import build_snapshot
 
 from .conftest import CLUSTER, Run, assert_golden
@@ -89,7 +89,7 @@ def test_the_pods_own_policies_change_the_order_not_the_count(run: Run) -> None:
 def test_filling_node_by_node_counts_what_the_filter_would_place_pod_by_pod(shape: PodShape) -> None:
     objects = [doc for doc in yaml.safe_load_all(CLUSTER.read_text()) if doc]
     snapshot = build_snapshot([o for o in objects if o["kind"] == "Node"], [o for o in objects if o["kind"] == "Pod"])
-    policies = Policies()
+    policies = SchedulingPolicy()
     report = plan_capacity(snapshot, shape, policies)
 
     # The slow way: the filter's choose_node over every candidate for every pod, booking each placement.

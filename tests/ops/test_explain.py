@@ -18,9 +18,10 @@ from dataclasses import replace
 from hami_web.core import names
 from hami_web.core.grants import decode_pod_devices
 from hami_web.core.noderules import read_pod_needs
+from hami_web.core.policy import SchedulingPolicy
 from hami_web.kube import Kube
 from hami_web.localcluster import LocalCluster
-from hami_web.ops.explain import Policies, explain_pod
+from hami_web.ops.explain import explain_pod
 from hami_web.ops.snapshot import read_snapshot
 from hami_web.server.runtime import build_runtime
 from hami_web.settings import Settings
@@ -100,7 +101,7 @@ def test_explain_agrees_with_the_running_filter() -> None:
                 pod = api.get("pods", name, namespace)
                 assert pod is not None
                 snapshot = read_snapshot(kube, leave_out_pod_uid=pod["metadata"]["uid"], node_rules=True)
-                explanation = explain_pod(pod, snapshot, Policies())
+                explanation = explain_pod(pod, snapshot, SchedulingPolicy())
                 candidates = list(snapshot.screen(read_pod_needs(pod)).offered)
                 answer = client.post("/filter", json={"Pod": pod, "NodeNames": candidates}).get_json()
                 assert answer["Error"] == ""

@@ -15,8 +15,9 @@ from typing import Any
 import pytest
 import yaml
 
+from hami_web.core.policy import SchedulingPolicy
 from hami_web.ops.capacity import PodShape, ShapeError, parse_toleration, plan_capacity
-from hami_web.ops.explain import UNSCHEDULABLE, Policies, explain_pod
+from hami_web.ops.explain import UNSCHEDULABLE, explain_pod
 from hami_web.ops.snapshot import build_snapshot
 
 from .conftest import CLUSTER
@@ -43,7 +44,7 @@ def test_explain_groups_the_taint_with_the_gpu_reasons_and_names_the_held_back_n
     pod = {"metadata": {"name": "p", "namespace": "ml", "uid": "p"},
            "spec": {"schedulerName": "hami-scheduler", "containers": [
                {"name": "c", "resources": {"limits": {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "1000"}}}]}}
-    explanation = explain_pod(pod, snapshot(tainted=GPU_NODES), Policies())
+    explanation = explain_pod(pod, snapshot(tainted=GPU_NODES), SchedulingPolicy())
     assert explanation.verdict == UNSCHEDULABLE
     causes = {group.cause: group.nodes for group in explanation.groups}
     assert causes[UNTOLERATED] == len(GPU_NODES) - 1  # gpu-a40-c is cordoned: that rule comes first
@@ -52,24 +53,24 @@ def test_explain_groups_the_taint_with_the_gpu_reasons_and_names_the_held_back_n
 
     tolerating = copy.deepcopy(pod)
     tolerating["spec"]["tolerations"] = [{"key": "nvidia.com/gpu", "operator": "Exists"}]
-    assert explain_pod(tolerating, snapshot(tainted=GPU_NODES), Policies()).verdict == "fits"
+    assert explain_pod(tolerating, snapshot(tainted=GPU_NODES), SchedulingPolicy()).verdict == "fits"
 
 
 def test_capacity_leaves_out_tainted_nodes_unless_the_shape_tolerates_them() -> None:
     tainted = snapshot(tainted=GPU_NODES)
     shape = PodShape(memory_mib=1000)
-    refused = plan_capacity(tainted, shape, Policies(), limit=50)
+    refused = plan_capacity(tainted, shape, SchedulingPolicy(), limit=50)
     assert refused.fits == 0 and refused.runs_out_first == ""
     assert {group.cause for group in refused.left_out} == {UNTOLERATED, "node(s) were unschedulable"}
     tolerated = plan_capacity(tainted, PodShape(memory_mib=1000, tolerations=("nvidia.com/gpu:NoSchedule",)),
-                              Policies(), limit=50)
-    untainted = plan_capacity(snapshot(), shape, Policies(), limit=50)
+                              SchedulingPolicy(), limit=50)
+    untainted = plan_capacity(snapshot(), shape, SchedulingPolicy(), limit=50)
     assert tolerated.fits == untainted.fits == 50
 
 
 def test_capacity_node_selector_counts_only_the_selected_node() -> None:
     report = plan_capacity(snapshot(), PodShape(memory_mib=1000, node_selector=("kubernetes.io/hostname=gpu-t4-0",)),
-                           Policies())
+                           SchedulingPolicy())
     assert set(report.by_node) <= {"gpu-t4-0"}
     assert any(group.cause == "node(s) didn't match Pod's node affinity/selector" for group in report.left_out)
 
@@ -79,7 +80,7 @@ def test_a_cpu_request_stops_each_node_at_its_allocatable_minus_bound_pods() -> 
     hog = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "hog", "namespace": "x", "uid": "hog"},
            "spec": {"nodeName": "gpu-a40-0", "containers": [{"name": "c", "resources": {"requests": {"cpu": "60"}}}]},
            "status": {"phase": "Running"}}
-    report = plan_capacity(snapshot(extra_pods=(hog,)), PodShape(memory_mib=100, cpu="4"), Policies())
+    report = plan_capacity(snapshot(extra_pods=(hog,)), PodShape(memory_mib=100, cpu="4"), SchedulingPolicy())
     assert report.by_node["gpu-a40-0"] == 1
     assert all(count <= 16 for count in report.by_node.values())
     assert report.runs_out_first == "Insufficient cpu"
