@@ -15,7 +15,6 @@ import argparse
 import statistics
 import sys
 import time
-from dataclasses import replace
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -63,8 +62,7 @@ def time_stalls(deadline_seconds: float, repeat: int) -> None:
                 with LocalCluster(bookmark_interval_seconds=0.1) as apiserver:
                     name = f"pod{attempt}"
                     apiserver.load([_node(), gpu_pod(name)])
-                    settings = replace(Settings(refresh_interval_seconds=300.0),
-                                       extender_deadline_seconds=deadline_seconds)
+                    settings = Settings.of(refresh_interval_seconds=300.0, extender_deadline_seconds=deadline_seconds)
                     runtime = build_runtime(settings, kube=Kube.for_url(apiserver.url))
                     runtime.sync.sync_now()
                     runtime.cache.mark_synced()
@@ -94,7 +92,7 @@ def time_stalls(deadline_seconds: float, repeat: int) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--deadline", type=float, default=Settings().extender_deadline_seconds)
+    parser.add_argument("--deadline", type=float, default=Settings().binding.extender_deadline_seconds)
     parser.add_argument("--repeat", type=int, default=1)
     arguments = parser.parse_args()
     time_quantities()

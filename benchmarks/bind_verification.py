@@ -19,7 +19,6 @@ import sys
 import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import replace
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
@@ -84,7 +83,7 @@ def main() -> int:
         plane = ControlPlane(Path(workdir), assets).start()
         try:
             namespace = populate(plane, arguments.pods_per_node, arguments.other_pods)
-            runtime = build_runtime(replace(Settings(), kubeconfig=str(plane.hami_web_kubeconfig)),
+            runtime = build_runtime(Settings.of(kubeconfig=str(plane.hami_web_kubeconfig)),
                                     kube=Kube.from_kubeconfig(str(plane.hami_web_kubeconfig)))
             runtime.start()
             assert runtime.cache.wait_synced(60)

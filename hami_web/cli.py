@@ -48,7 +48,7 @@ def _serve(arguments: argparse.Namespace) -> int:
     settings = build_settings(arguments)
     from hami_web.server.serving import serve
 
-    configure_logging(settings.log_level, settings.log_format)
+    configure_logging(settings.serving.log_level, settings.serving.log_format)
     return serve(settings)
 
 

@@ -12,7 +12,6 @@ denied pod has no patch and that the patched pod reviewed again yields no patch.
 from __future__ import annotations
 
 import copy
-import dataclasses
 from typing import Any
 
 import jsonpatch
@@ -71,7 +70,7 @@ def patched(original: dict[str, Any], decision: AdmissionDecision) -> dict[str, 
 
 
 def with_settings(**changes: Any) -> Settings:
-    return dataclasses.replace(Settings(), **changes)
+    return Settings.of(**changes)
 
 
 # --- denials and passes, one per rule and message -------------------------------------------------------------

@@ -53,13 +53,13 @@ def test_flag_beats_environment() -> None:
 def test_defaults_without_flags_or_environment() -> None:
     settings = settings_from([])
     assert (settings.node_scheduler_policy, settings.gpu_scheduler_policy) == ("binpack", "spread")
-    assert (settings.refresh_interval_seconds, settings.node_lock_timeout_seconds) == (15.0, 300.0)
+    assert (settings.watch.refresh_interval_seconds, settings.binding.node_lock_timeout_seconds) == (15.0, 300.0)
 
 
 @pytest.mark.parametrize(("value", "seconds"), [(None, 0.0), ("off", 0.0), ("0", 0.0), ("30m", 1800.0)])
 def test_the_relist_interval_is_off_by_default_or_a_duration(value: str | None, seconds: float) -> None:
     settings = settings_from([] if value is None else ["--relist-interval", value])
-    assert settings.relist_interval_seconds == seconds
+    assert settings.watch.relist_interval_seconds == seconds
 
 
 @pytest.mark.parametrize(("flag", "value"), [

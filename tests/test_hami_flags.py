@@ -27,26 +27,31 @@ def _settings(*argv: str) -> Settings:
 
 def test_hami_flag_defaults() -> None:
     settings = _settings()
-    assert (settings.node_lock_retry_timeout_seconds, settings.kube_qps, settings.kube_burst,
-            settings.kube_timeout_seconds, settings.log_format) == (25.0, 0.0, 0, 10.0, "text")
-    assert settings.extender_deadline_seconds == 15.0
+    assert (settings.binding.node_lock_retry_timeout_seconds, settings.api.kube_qps, settings.api.kube_burst,
+            settings.api.kube_timeout_seconds, settings.serving.log_format) == (25.0, 0.0, 0, 10.0, "text")
+    assert settings.binding.extender_deadline_seconds == 15.0
 
 
 @pytest.mark.parametrize(("argv", "field", "value"), [
-    pytest.param(["--node-lock-retry-timeout", "10s"], "node_lock_retry_timeout_seconds", 10.0, id="retry-duration"),
-    pytest.param(["--node-lock-retry-timeout", "0"], "node_lock_retry_timeout_seconds", 0.0, id="retry-off"),
-    pytest.param(["--node-lock-retry-timeout", "27s"], "node_lock_retry_timeout_seconds", 27.0, id="retry-longest"),
-    pytest.param(["--extender-deadline", "27"], "extender_deadline_seconds", 27.0, id="deadline-longest"),
-    pytest.param(["--kube-qps", "20.5"], "kube_qps", 20.5, id="qps"),
-    pytest.param(["--kube-burst", "40"], "kube_burst", 40, id="burst"),
-    pytest.param(["--kube-timeout", "30"], "kube_timeout_seconds", 30.0, id="timeout-seconds-as-hami"),
-    pytest.param(["--kube-timeout", "1m"], "kube_timeout_seconds", 60.0, id="timeout-duration"),
-    pytest.param(["--log-format", "json"], "log_format", "json", id="json-logs"),
+    pytest.param(["--node-lock-retry-timeout", "10s"], "binding.node_lock_retry_timeout_seconds", 10.0,
+                 id="retry-duration"),
+    pytest.param(["--node-lock-retry-timeout", "0"], "binding.node_lock_retry_timeout_seconds", 0.0, id="retry-off"),
+    pytest.param(["--node-lock-retry-timeout", "27s"], "binding.node_lock_retry_timeout_seconds", 27.0,
+                 id="retry-longest"),
+    pytest.param(["--extender-deadline", "27"], "binding.extender_deadline_seconds", 27.0, id="deadline-longest"),
+    pytest.param(["--kube-qps", "20.5"], "api.kube_qps", 20.5, id="qps"),
+    pytest.param(["--kube-burst", "40"], "api.kube_burst", 40, id="burst"),
+    pytest.param(["--kube-timeout", "30"], "api.kube_timeout_seconds", 30.0, id="timeout-seconds-as-hami"),
+    pytest.param(["--kube-timeout", "1m"], "api.kube_timeout_seconds", 60.0, id="timeout-duration"),
+    pytest.param(["--log-format", "json"], "serving.log_format", "json", id="json-logs"),
     pytest.param(["--gpu-scheduler-policy", "mutex, binpack ,numa"], "gpu_scheduler_policy", "mutex,binpack,numa",
                  id="policy-chain-default"),
 ])
 def test_hami_flags_parse(argv: list[str], field: str, value: object) -> None:
-    assert getattr(_settings(*argv), field) == value
+    found: object = _settings(*argv)
+    for name in field.split("."):  # a field of a group: "binding.extender_deadline_seconds"
+        found = getattr(found, name)
+    assert found == value
 
 
 @pytest.mark.parametrize(("argv", "message"), [

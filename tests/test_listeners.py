@@ -22,7 +22,7 @@ ALL_ROUTES = [("POST", "/webhook"), ("POST", "/filter"), ("POST", "/bind"), ("GE
 
 def test_defaults_are_the_safe_layout() -> None:
     settings = build_settings(None, environ={})
-    assert [(listener.audience, listener.address, listener.tls) for listener in plan_listeners(settings)] == [
+    assert [(listener.audience, listener.address, listener.tls) for listener in plan_listeners(settings.serving)] == [
         ("webhook", "0.0.0.0:8443", True), ("extender", "127.0.0.1:8444", True), ("metrics", "0.0.0.0:9395", False),
         ("ui", "127.0.0.1:9396", False)]
 
@@ -30,7 +30,8 @@ def test_defaults_are_the_safe_layout() -> None:
 def test_the_listener_flags_have_environment_twins() -> None:
     settings = build_settings(None, environ={"HAMI_EXTENDER_BIND": "127.0.0.1:9000",
                                              "HAMI_METRICS_BIND_ADDRESS": "127.0.0.1:9001"})
-    assert (settings.extender_host_port, settings.metrics_host_port) == (("127.0.0.1", 9000), ("127.0.0.1", 9001))
+    assert (settings.serving.extender_host_port, settings.serving.metrics_host_port) == (("127.0.0.1", 9000),
+                                                                                         ("127.0.0.1", 9001))
 
 
 def test_two_listeners_on_one_port_are_refused() -> None:
@@ -46,8 +47,8 @@ def test_a_bad_listener_address_names_its_flag(variable: str) -> None:
 
 
 def test_insecure_http_makes_every_listener_plain() -> None:
-    settings = Settings(insecure_http=True)
-    assert [listener.tls for listener in plan_listeners(settings)] == [False, False, False, False]
+    settings = Settings.of(insecure_http=True)
+    assert [listener.tls for listener in plan_listeners(settings.serving)] == [False, False, False, False]
 
 
 @pytest.mark.parametrize("audience", sorted(ROUTES_BY_AUDIENCE))

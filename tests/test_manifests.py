@@ -158,7 +158,7 @@ def test_service_exposes_only_the_webhook_listener() -> None:
     container_ports = {p["name"]: p["containerPort"] for p in SERVER["ports"]}
     target = port["targetPort"]
     webhook_port = split_host_port(_flag(SERVER["args"], "--bind"))[1]
-    assert container_ports.get(target, target) == webhook_port == Settings().bind_host_port[1] == 8443
+    assert container_ports.get(target, target) == webhook_port == Settings().serving.bind_host_port[1] == 8443
     assert port["port"] == 443
     assert "/filter" not in ROUTES_BY_AUDIENCE["webhook"] and "/metrics" not in ROUTES_BY_AUDIENCE["webhook"]
     labels = DEPLOYMENT["spec"]["template"]["metadata"]["labels"]
@@ -168,13 +168,13 @@ def test_service_exposes_only_the_webhook_listener() -> None:
 
 def test_the_extender_listener_is_loopback_and_not_a_container_port() -> None:
     host, port = split_host_port(_flag(SERVER["args"], "--extender-bind"))
-    assert (host, port) == ("127.0.0.1", 8444) == Settings().extender_host_port
+    assert (host, port) == ("127.0.0.1", 8444) == Settings().serving.extender_host_port
     assert port not in {p["containerPort"] for p in SERVER["ports"]}
 
 
 def test_the_metrics_port_is_declared_and_annotated_for_scraping() -> None:
     _, port = split_host_port(_flag(SERVER["args"], "--metrics-bind-address"))
-    assert port == Settings().metrics_host_port[1] == 9395
+    assert port == Settings().serving.metrics_host_port[1] == 9395
     assert {"name": "metrics", "containerPort": port, "protocol": "TCP"} in SERVER["ports"]
     annotations = DEPLOYMENT["spec"]["template"]["metadata"]["annotations"]
     assert annotations["prometheus.io/scrape"] == "true"

@@ -24,7 +24,6 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import NamedTuple
@@ -58,10 +57,10 @@ from hami_web.server.tlsreload import ReloadingTLSContext
 from hami_web.server.worker import FrontWorker
 
 cert_file, key_file, bind, extender_bind, metrics_bind, insecure = sys.argv[1:7]
-settings = replace(Settings(), bind=bind, extender_bind=extender_bind, metrics_bind_address=metrics_bind,
+settings = Settings.of(bind=bind, extender_bind=extender_bind, metrics_bind_address=metrics_bind,
                    threads=2, insecure_http=insecure == "1", cert_file=cert_file, key_file=key_file, ui_bind="")
-tls = None if settings.insecure_http else ReloadingTLSContext(cert_file, key_file, check_interval_seconds=0.2)
-sys.exit(run_gunicorn(create_app(settings), settings, tls=tls))
+tls = None if settings.serving.insecure_http else ReloadingTLSContext(cert_file, key_file, check_interval_seconds=0.2)
+sys.exit(run_gunicorn(create_app(settings), settings.serving, tls=tls))
 """
 
 
@@ -199,26 +198,26 @@ def test_missing_certificate_file_names_the_flag(tmp_path: Path, capsys: pytest.
 
 def test_unreadable_key_file_names_the_flag(tmp_path: Path) -> None:
     _, cert_path, _ = make_local_certificates(tmp_path)
-    settings = replace(Settings(), cert_file=str(cert_path), key_file=str(tmp_path / "absent.key"))
+    settings = Settings.of(cert_file=str(cert_path), key_file=str(tmp_path / "absent.key"))
     with pytest.raises(SettingsError, match="--key-file"):
-        load_tls(settings)
+        load_tls(settings.serving)
 
 
 def test_certificate_that_does_not_load_names_both_flags(tmp_path: Path) -> None:
     _, cert_path, _ = make_local_certificates(tmp_path)
     (tmp_path / "other.key").write_bytes((tmp_path / "ca.key").read_bytes())
-    settings = replace(Settings(), cert_file=str(cert_path), key_file=str(tmp_path / "other.key"))
+    settings = Settings.of(cert_file=str(cert_path), key_file=str(tmp_path / "other.key"))
     with pytest.raises(SettingsError, match="--cert-file/--key-file"):
-        load_tls(settings)
+        load_tls(settings.serving)
 
 
 def test_no_certificate_and_no_insecure_flag_is_refused() -> None:
     with pytest.raises(SettingsError, match="--insecure-http"):
-        load_tls(Settings())
+        load_tls(Settings().serving)
 
 
 def test_insecure_http_needs_no_certificate() -> None:
-    assert load_tls(replace(Settings(), insecure_http=True)) is None
+    assert load_tls(Settings.of(insecure_http=True).serving) is None
 
 
 # -- options ----------------------------------------------------------------------------------------------
@@ -226,11 +225,11 @@ def test_insecure_http_needs_no_certificate() -> None:
 
 def test_one_front_worker_with_threads_keepalive_and_three_listeners(tmp_path: Path) -> None:
     _, cert_path, key_path = make_local_certificates(tmp_path)
-    settings = replace(Settings(), cert_file=str(cert_path), key_file=str(key_path), threads=12,
+    settings = Settings.of(cert_file=str(cert_path), key_file=str(key_path), threads=12,
                        bind="[::1]:9443")
-    tls = load_tls(settings)
+    tls = load_tls(settings.serving)
 
-    options = gunicorn_options(settings, tls=tls)
+    options = gunicorn_options(settings.serving, tls=tls)
 
     assert (options["workers"], options["threads"]) == (1, 12)
     assert issubclass(options["worker_class"], FrontWorker)

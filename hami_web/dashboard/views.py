@@ -44,7 +44,7 @@ def _sources() -> data.DashboardSources:
 def _check_token() -> tuple[Response, int] | None:
     """When the dashboard is exposed beyond loopback, only a bearer token allowed to see pods and nodes passes."""
     sources = _sources()
-    if not sources.settings.ui_expose:
+    if not sources.settings.serving.ui_expose:
         return None
     refusal = auth.check_bearer(sources.kube, request.headers.get("Authorization", ""), sources.answers)
     if refusal is None:

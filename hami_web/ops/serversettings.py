@@ -8,7 +8,7 @@ read it, let any flag the operator gave override one value, and say where each a
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 from hami_web.core.policy import SchedulingPolicy
@@ -55,9 +55,9 @@ def tool_settings(kube: Kube, location: str, overrides: Mapping[str, tuple[str, 
     base = published or Settings()
     given: dict[str, Any] = {field: value for field, (_, value) in overrides.items() if value is not None}
     flags = sorted(flag for field, (flag, _) in overrides.items() if field in given)
-    settings = replace(base, **given) if given else base
+    settings = base.with_values(**given) if given else base
     source = f"ConfigMap {location} (published by the server)" if published else f"defaults ({why_not})"
     if flags:
         source += f", overridden by {', '.join(flags)}"
-    return ToolSettings(policies=settings.policy, node_label_selector=settings.node_label_selector,
+    return ToolSettings(policies=settings.policy, node_label_selector=settings.watch.node_label_selector,
                         source=source)

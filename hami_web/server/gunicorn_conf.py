@@ -19,10 +19,10 @@ from hami_web.server.serving import gunicorn_options, load_tls
 from hami_web.settings import build_settings
 
 _settings = build_settings(None)
-configure_logging(_settings.log_level, _settings.log_format)
+configure_logging(_settings.serving.log_level, _settings.serving.log_format)
 _runtime: Any = None
 
-globals().update(gunicorn_options(_settings, tls=load_tls(_settings)))
+globals().update(gunicorn_options(_settings.serving, tls=load_tls(_settings.serving)))
 wsgi_app = "hami_web.server.gunicorn_conf:application"
 
 

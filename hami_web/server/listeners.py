@@ -18,7 +18,7 @@ from typing import Any
 
 from werkzeug.wrappers import Response
 
-from hami_web.settings import Settings
+from hami_web.settings import ServingSettings
 
 # The WSGI environ key the HTTP front sets to the audience of the listener a request arrived on.
 LISTENER_ENVIRON_KEY = "hami_web.listener"
@@ -59,20 +59,20 @@ class Listener:
         return "https" if self.tls else "http"
 
 
-def plan_listeners(settings: Settings) -> tuple[Listener, ...]:
+def plan_listeners(serving: ServingSettings) -> tuple[Listener, ...]:
     """The listeners from the settings; TLS on the webhook and extender unless ``--insecure-http``.
 
     The dashboard's is plain HTTP on loopback; exposed (``--ui-expose``) it speaks TLS like the others.
     """
-    tls = not settings.insecure_http
+    tls = not serving.insecure_http
     listeners = (
-        Listener(WEBHOOK, "--bind", *settings.bind_host_port, tls=tls),
-        Listener(EXTENDER, "--extender-bind", *settings.extender_host_port, tls=tls),
-        Listener(METRICS, "--metrics-bind-address", *settings.metrics_host_port, tls=False),
+        Listener(WEBHOOK, "--bind", *serving.bind_host_port, tls=tls),
+        Listener(EXTENDER, "--extender-bind", *serving.extender_host_port, tls=tls),
+        Listener(METRICS, "--metrics-bind-address", *serving.metrics_host_port, tls=False),
     )
-    if settings.ui_host_port is None:
+    if serving.ui_host_port is None:
         return listeners
-    return (*listeners, Listener(UI, "--ui-bind", *settings.ui_host_port, tls=tls and settings.ui_expose))
+    return (*listeners, Listener(UI, "--ui-bind", *serving.ui_host_port, tls=tls and serving.ui_expose))
 
 
 def serves(audience: str, path: str) -> bool:

@@ -64,36 +64,37 @@ class Runtime:
 def build_runtime(settings: Settings, *, kube: Kube | None = None, clock: Callable[[], float] = time.time) -> Runtime:
     """Build the process from settings; ``kube`` defaults to the client ``--kubeconfig`` resolves."""
     if kube is None:
-        budget = RequestBudget(qps=settings.kube_qps, burst=settings.kube_burst) if settings.kube_qps > 0 else None
-        kube = Kube.from_kubeconfig(settings.kubeconfig, timeout_seconds=settings.kube_timeout_seconds,
+        api = settings.api
+        budget = RequestBudget(qps=api.kube_qps, burst=api.kube_burst) if api.kube_qps > 0 else None
+        kube = Kube.from_kubeconfig(api.kubeconfig, timeout_seconds=api.kube_timeout_seconds,
                                     throttle=budget.take if budget else None)
     cache = ClusterCache(catalog=settings.devices, clock=clock,
                          busy_nodes_last=settings.busy_nodes_last,
-                         node_lock_timeout_seconds=settings.node_lock_timeout_seconds)
-    sync = ClusterSync(cache, kube, refresh_interval_seconds=settings.refresh_interval_seconds,
-                       relist_interval_seconds=settings.relist_interval_seconds,
-                       node_label_selector=settings.node_label_selector, clock=clock,
-                       watch_silence_bound_seconds=settings.watch_silence_bound_seconds)
+                         node_lock_timeout_seconds=settings.binding.node_lock_timeout_seconds)
+    sync = ClusterSync(cache, kube, refresh_interval_seconds=settings.watch.refresh_interval_seconds,
+                       relist_interval_seconds=settings.watch.relist_interval_seconds,
+                       node_label_selector=settings.watch.node_label_selector, clock=clock,
+                       watch_silence_bound_seconds=settings.watch.watch_silence_bound_seconds)
     metrics = Metrics(cache, sync)
     events = EventRecorder(kube)
     decisions = DecisionLog(clock=clock)
     cache.on_pods_settled(decisions.forget_refusals)
-    node_lock = NodeLock(kube, timeout_seconds=settings.node_lock_timeout_seconds, clock=clock,
+    node_lock = NodeLock(kube, timeout_seconds=settings.binding.node_lock_timeout_seconds, clock=clock,
                          on_reread=lambda: metrics.observe_bind_reread("node"), rules=settings.devices.lock_rules())
     extender = Extender(
         filterer=Filter(policy=settings.policy, cache=cache, events=events, metrics=metrics,
-                        deadline_seconds=settings.extender_deadline_seconds),
+                        deadline_seconds=settings.binding.extender_deadline_seconds),
         binder=Binder(cache=cache, kube=kube, events=events, node_lock=node_lock, metrics=metrics, clock=clock,
-                      deadline_seconds=settings.extender_deadline_seconds,
-                      lock_wait_seconds=settings.node_lock_retry_timeout_seconds,
-                      max_lock_waiters=max(1, settings.threads // 2),
+                      deadline_seconds=settings.binding.extender_deadline_seconds,
+                      lock_wait_seconds=settings.binding.node_lock_retry_timeout_seconds,
+                      max_lock_waiters=max(1, settings.serving.threads // 2),
                       catalog=settings.devices),
         events=events, cache=cache, decisions=decisions,
     )
     stopping = threading.Event()
     dashboard = DashboardSources(settings=settings, cache=cache, decisions=decisions, kube=kube,
-                                 node_traits=NodeTraitsWatch(kube, label_selector=settings.node_label_selector,
-                                                             stopping=stopping)) if settings.ui_bind else None
+                                 node_traits=NodeTraitsWatch(kube, label_selector=settings.watch.node_label_selector,
+                                                             stopping=stopping)) if settings.serving.ui_bind else None
     app = create_app(settings, readiness=sync, extender=extender, metrics=metrics, dashboard=dashboard)
     return Runtime(settings=settings, kube=kube, cache=cache, sync=sync, events=events, extender=extender,
                    metrics=metrics, app=app, decisions=decisions, stopping=stopping)

@@ -33,7 +33,7 @@ from hami_web.server.listeners import plan_listeners
 from hami_web.server.logs import GunicornLogger
 from hami_web.server.tlsreload import CertificateLoadError, ReloadingTLSContext
 from hami_web.server.worker import front_worker_class
-from hami_web.settings import Settings, SettingsError
+from hami_web.settings import ServingSettings, Settings, SettingsError
 
 log = logging.getLogger(__name__)
 
@@ -52,49 +52,49 @@ def serve(settings: Settings) -> int:
 
     Raises `SettingsError` (naming the flag) when TLS is misconfigured, before anything listens.
     """
-    tls = load_tls(settings)
+    tls = load_tls(settings.serving)
     from hami_web.server.runtime import build_runtime
 
     runtime = build_runtime(settings)
-    return run_gunicorn(runtime.app, settings, tls=tls, on_started=runtime.start, on_stopped=runtime.stop)
+    return run_gunicorn(runtime.app, settings.serving, tls=tls, on_started=runtime.start, on_stopped=runtime.stop)
 
 
-def load_tls(settings: Settings) -> ReloadingTLSContext | None:
+def load_tls(serving: ServingSettings) -> ReloadingTLSContext | None:
     """The reloading TLS context from ``--cert-file/--key-file``, or None under ``--insecure-http``.
 
     Every failure names the flag an operator has to fix.
     """
-    if settings.insecure_http:
+    if serving.insecure_http:
         log.warning("--insecure-http: serving plain HTTP; kube-apiserver only calls webhooks over HTTPS, "
                     "so use this for local tests only")
         return None
-    if not settings.cert_file or not settings.key_file:
+    if not serving.cert_file or not serving.key_file:
         raise SettingsError("invalid value for --cert-file/--key-file: both are required to serve HTTPS "
                             "(or pass --insecure-http for plain HTTP in local tests)")
-    for flag, path in (("--cert-file", settings.cert_file), ("--key-file", settings.key_file)):
+    for flag, path in (("--cert-file", serving.cert_file), ("--key-file", serving.key_file)):
         try:
             with open(path, "rb"):
                 pass
         except OSError as error:
             raise SettingsError(f"invalid value for {flag}: cannot read {path}: {error.strerror}") from None
     try:
-        return ReloadingTLSContext(settings.cert_file, settings.key_file)
+        return ReloadingTLSContext(serving.cert_file, serving.key_file)
     except CertificateLoadError as error:
         raise SettingsError(f"invalid value for --cert-file/--key-file: {error}") from None
 
 
-def gunicorn_options(settings: Settings, *, tls: ReloadingTLSContext | None) -> dict[str, Any]:
+def gunicorn_options(serving: ServingSettings, *, tls: ReloadingTLSContext | None) -> dict[str, Any]:
     """The gunicorn settings hami-web runs with (also used by ``hami_web.server.gunicorn_conf``).
 
     TLS is not gunicorn's: it would apply to every listener, and the metrics listener is plain HTTP. The
     worker wraps each TLS listener itself with ``tls``.
     """
-    listeners = plan_listeners(settings)
+    listeners = plan_listeners(serving)
     options: dict[str, Any] = {
         "bind": [listener.address for listener in listeners],
         "workers": 1,  # never more: see the module docstring
         "worker_class": front_worker_class(listeners, tls),
-        "threads": settings.threads,
+        "threads": serving.threads,
         "worker_connections": MAX_CONNECTIONS,
         "keepalive": KEEPALIVE_SECONDS,
         "timeout": WORKER_TIMEOUT_SECONDS,
@@ -104,7 +104,7 @@ def gunicorn_options(settings: Settings, *, tls: ReloadingTLSContext | None) -> 
         "accesslog": None,  # the app logs one line per decision; an access log would double it
         "errorlog": "-",
         "logger_class": GunicornLogger,  # gunicorn's lines through our handler, in --log-format
-        "loglevel": settings.log_level.lower(),
+        "loglevel": serving.log_level.lower(),
         "control_socket_disable": True,  # gunicorn >= 24 would create a socket file; the rootfs is read-only
     }
     if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK):
@@ -130,19 +130,19 @@ class _EmbeddedGunicorn(BaseApplication):
         return self._app
 
 
-def run_gunicorn(app: Flask, settings: Settings, *, tls: ReloadingTLSContext | None = None,
+def run_gunicorn(app: Flask, serving: ServingSettings, *, tls: ReloadingTLSContext | None = None,
                  on_started: Callable[[], None] | None = None,
                  on_stopped: Callable[[], None] | None = None) -> int:
     """Serve ``app`` with gunicorn until a signal stops it; returns the exit status.
 
-    ``tls`` None means plain HTTP and is only accepted with ``settings.insecure_http``. ``on_started`` and
+    ``tls`` None means plain HTTP and is only accepted with ``serving.insecure_http``. ``on_started`` and
     ``on_stopped`` run inside the worker process (where the app's background threads must live).
     """
-    if tls is None and not settings.insecure_http:
+    if tls is None and not serving.insecure_http:
         raise SettingsError("invalid value for --cert-file/--key-file: no TLS context and no --insecure-http")
-    options = gunicorn_options(settings, tls=tls)
+    options = gunicorn_options(serving, tls=tls)
     listening = ", ".join(f"{listener.audience} on {listener.scheme}://{listener.address}"
-                          for listener in plan_listeners(settings))
+                          for listener in plan_listeners(serving))
     options["when_ready"] = lambda _arbiter: log.info("hami-web listening: %s", listening)
     if on_started is not None:
         options["post_worker_init"] = lambda _worker: on_started()

@@ -7,7 +7,7 @@ the pending pod (``ml/too-big``) and the bookings the pages show are the server'
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from importlib import resources
 from typing import Any
 
@@ -64,7 +64,7 @@ def demo() -> Iterator[DemoCluster]:
     """The demo cluster with every demo pod played, shared by a module's tests (the pages only read)."""
     with LocalCluster(bookmark_interval_seconds=0.1) as apiserver:
         apiserver.load_file(str(resources.files("hami_web").joinpath("examples/cluster.yaml")))
-        runtime = build_runtime(replace(Settings(), refresh_interval_seconds=300.0), kube=Kube.for_url(apiserver.url))
+        runtime = build_runtime(Settings.of(refresh_interval_seconds=300.0), kube=Kube.for_url(apiserver.url))
         runtime.start()
         try:
             assert runtime.cache.wait_synced(SYNC_TIMEOUT_SECONDS), "runtime did not complete its first sync"

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import base64
 from collections.abc import Iterator
-from dataclasses import replace
 
 import kubernetes.client
 import pytest
@@ -67,7 +66,7 @@ def answers(clock: list[float]) -> AnswerCache:
 
 @pytest.fixture
 def exposed(apiserver: LocalCluster, answers: AnswerCache) -> Iterator[FlaskClient]:
-    settings = replace(Settings(), ui_bind="0.0.0.0:9396", ui_expose=True, refresh_interval_seconds=300.0)
+    settings = Settings.of(ui_bind="0.0.0.0:9396", ui_expose=True, refresh_interval_seconds=300.0)
     runtime = build_runtime(settings, kube=Kube.for_url(apiserver.url))
     runtime.app.extensions[EXTENSION_KEY].dashboard.answers = answers
     runtime.start()
@@ -78,7 +77,8 @@ def exposed(apiserver: LocalCluster, answers: AnswerCache) -> Iterator[FlaskClie
 
 
 def test_the_dashboard_listens_on_loopback_in_plain_http_by_default() -> None:
-    ui = [listener for listener in plan_listeners(build_settings(None, environ={})) if listener.audience == "ui"]
+    serving = build_settings(None, environ={}).serving
+    ui = [listener for listener in plan_listeners(serving) if listener.audience == "ui"]
     assert [(listener.address, listener.tls) for listener in ui] == [("127.0.0.1:9396", False)]
 
 
@@ -87,12 +87,12 @@ def test_a_non_loopback_dashboard_needs_ui_expose(address: str) -> None:
     with pytest.raises(SettingsError, match=r"--ui-bind.*--ui-expose"):
         build_settings(None, environ={"HAMI_UI_BIND": address})
     exposed = build_settings(None, environ={"HAMI_UI_BIND": address, "HAMI_UI_EXPOSE": "true"})
-    assert [listener.tls for listener in plan_listeners(exposed) if listener.audience == "ui"] == [True]
+    assert [listener.tls for listener in plan_listeners(exposed.serving) if listener.audience == "ui"] == [True]
 
 
 def test_ui_bind_off_serves_no_dashboard() -> None:
     settings = build_settings(None, environ={"HAMI_UI_BIND": "off"})
-    assert "ui" not in {listener.audience for listener in plan_listeners(settings)}
+    assert "ui" not in {listener.audience for listener in plan_listeners(settings.serving)}
     assert build_runtime(settings, kube=Kube.for_url("http://127.0.0.1:9")).app.test_client().get(
         "/ui/").status_code == 404
 

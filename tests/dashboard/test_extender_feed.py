@@ -8,7 +8,6 @@ error with its message; a malformed filter body is logged as an error and does n
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import replace
 
 import pytest
 
@@ -35,7 +34,7 @@ Cluster = tuple[LocalCluster, Runtime, Scheduler]
 def cluster() -> Iterator[Cluster]:
     with LocalCluster(bookmark_interval_seconds=0.1) as apiserver:
         apiserver.load([gpu_node("node-a", gpus("node-a", 2, memory_mib=8000))])
-        runtime = build_runtime(replace(Settings(), refresh_interval_seconds=300.0), kube=Kube.for_url(apiserver.url))
+        runtime = build_runtime(Settings.of(refresh_interval_seconds=300.0), kube=Kube.for_url(apiserver.url))
         runtime.start()
         try:
             assert runtime.cache.wait_synced(SYNC_TIMEOUT_SECONDS)

@@ -11,7 +11,6 @@ pod watch tells the decision log), not after the 15 minutes a silent pod is reme
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import replace
 from importlib import resources
 from typing import Any
 
@@ -36,7 +35,7 @@ def cluster() -> Iterator[tuple[LocalCluster, Runtime]]:
     """The demo cluster played through a running runtime; each test may change it."""
     with LocalCluster(bookmark_interval_seconds=0.1) as apiserver:
         apiserver.load_file(str(resources.files("hami_web").joinpath("examples/cluster.yaml")))
-        runtime = build_runtime(replace(Settings(), refresh_interval_seconds=300.0), kube=Kube.for_url(apiserver.url))
+        runtime = build_runtime(Settings.of(refresh_interval_seconds=300.0), kube=Kube.for_url(apiserver.url))
         runtime.start()
         try:
             assert runtime.cache.wait_synced(SYNC_TIMEOUT_SECONDS)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -38,7 +37,7 @@ def make_runtime(apiserver: LocalCluster) -> Iterator[RuntimeFactory]:
     started: list[Runtime] = []
 
     def make(*, clock: Callable[[], float] | None = None, start: bool = True, **overrides: Any) -> Runtime:
-        settings = replace(Settings(refresh_interval_seconds=300.0), **overrides)
+        settings = Settings.of(**{"refresh_interval_seconds": 300.0, **overrides})
         kwargs: dict[str, Any] = {} if clock is None else {"clock": clock}
         runtime = build_runtime(settings, kube=Kube.for_url(apiserver.url), **kwargs)
         started.append(runtime)

@@ -312,7 +312,7 @@ def hooked(apiserver: LocalCluster) -> Iterator[tuple[Runtime, Scheduler, _Hooke
     apiserver.load([gpu_node("node1", gpus("node1", 1, count=1)), gpu_pod("pod1"), gpu_pod("pod2")])
     kube = _HookedKube.for_url(apiserver.url)
     kube.hooks = {}
-    runtime = build_runtime(Settings(refresh_interval_seconds=300.0, extender_deadline_seconds=DEADLINE_SECONDS),
+    runtime = build_runtime(Settings.of(refresh_interval_seconds=300.0, extender_deadline_seconds=DEADLINE_SECONDS),
                             kube=kube)
     runtime.start()
     try:

@@ -188,7 +188,7 @@ def test_a_booking_older_than_the_lock_timeout_on_an_unbound_pod_is_placed_over(
     """A binder that booked the pod and vanished (crashed before its Binding, never voided): once its node lock has
     expired its bind is over, and the pod must not stay unschedulable for ever."""
     _booked_by_another(runtime, "pod1", "node1", "node1-gpu3,NVIDIA,1000,10:;", bound=False)
-    long_ago = str(int(time.time() - runtime.settings.node_lock_timeout_seconds - 60))
+    long_ago = str(int(time.time() - runtime.settings.binding.node_lock_timeout_seconds - 60))
     runtime.kube.patch_pod("default", "pod1", {"metadata": {"annotations": {names.POD_BIND_TIME: long_ago}}})
     wait_for(lambda: usage_by_gpu(runtime).get("node1-gpu3") is not None, what="the watch to show the old booking")
 

@@ -82,7 +82,7 @@ def test_readiness_counts_the_three_refresh_periods_from_the_moment_an_open_watc
     # No bookmark comes (an hour apart): the watches' last event is the list, 60 s before the API goes away.
     clock = FakeClock()
     with LocalCluster(bookmark_interval_seconds=3600) as cluster:
-        runtime = build_runtime(Settings(refresh_interval_seconds=10.0), kube=Kube.for_url(cluster.url), clock=clock)
+        runtime = build_runtime(Settings.of(refresh_interval_seconds=10.0), kube=Kube.for_url(cluster.url), clock=clock)
         runtime.start()
         try:
             assert runtime.cache.wait_synced(30)
@@ -106,7 +106,7 @@ def _short_wait(runtime: Runtime, seconds: float) -> None:
     """Give the runtime's filter a shorter first-sync wait than the production 10 s."""
     runtime.extender.filterer = Filter(policy=runtime.settings.policy, cache=runtime.cache, events=runtime.events,
                                        metrics=runtime.metrics, sync_wait_seconds=seconds,
-                                       deadline_seconds=runtime.settings.extender_deadline_seconds)
+                                       deadline_seconds=runtime.settings.binding.extender_deadline_seconds)
 
 
 def test_a_filter_before_the_first_sync_waits_for_it(apiserver: LocalCluster, make_runtime: RuntimeFactory) -> None:

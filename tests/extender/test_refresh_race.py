@@ -10,7 +10,6 @@ filter and bind (the deletion missed by the watch) frees its GPUs at the next li
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import replace
 from typing import Any
 
 from hami_web.kube import Kube
@@ -36,7 +35,7 @@ class _KubeListingBeforePatch(Kube):
 
 def _runtime(kube: Kube, clock: FakeClock) -> Runtime:
     """A runtime without background loops: the lists in these tests are exactly the ones they run."""
-    runtime = build_runtime(replace(Settings(), refresh_interval_seconds=300.0), kube=kube, clock=clock)
+    runtime = build_runtime(Settings.of(refresh_interval_seconds=300.0), kube=kube, clock=clock)
     runtime.sync.sync_now()
     return runtime
 

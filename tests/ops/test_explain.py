@@ -13,7 +13,6 @@ not routed to hami-scheduler is flagged.
 from __future__ import annotations
 
 import json
-from dataclasses import replace
 
 from hami_web.core import names
 from hami_web.core.grants import decode_pod_devices
@@ -90,7 +89,7 @@ def test_explain_agrees_with_the_running_filter() -> None:
         api.load_file(CLUSTER)
         api.load([pod for pod in AGREEMENT_PODS if isinstance(pod, dict)])
         kube = Kube.for_url(api.url)
-        runtime = build_runtime(replace(Settings(), refresh_interval_seconds=300.0), kube=kube)
+        runtime = build_runtime(Settings.of(refresh_interval_seconds=300.0), kube=kube)
         runtime.start()
         verdicts = []
         try:

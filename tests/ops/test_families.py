@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -96,7 +95,7 @@ def test_inspect_counts_the_families_the_server_published(run: Run) -> None:
     with LocalCluster() as api:
         api.load_file(FAMILIES_CLUSTER)
         kube = Kube.for_url(api.url)
-        publish_settings(kube, replace(Settings(), enable_iluvatar=True))
+        publish_settings(kube, Settings.of(enable_iluvatar=True))
         kube.close()
         data = json.loads(run("inspect", "-o", "json", server=api.url).out)
     assert set(data["cluster"]["families"]) == {"DCU", "MR-V100", "NVIDIA"}

@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import threading
 import time
-from dataclasses import replace
 
 import pytest
 
@@ -32,7 +31,7 @@ from hami_web.settings import (
 
 from .conftest import CLUSTER
 
-SERVER = Settings(node_scheduler_policy="spread", gpu_scheduler_policy="binpack,numa", default_mem_mib=12000,
+SERVER = Settings.of(node_scheduler_policy="spread", gpu_scheduler_policy="binpack,numa", default_mem_mib=12000,
                   default_cores=10, default_gpu=2, node_label_selector="gpu=yes", scheduler_name="gpu-sched",
                   resources=ResourceNames(count="example.com/gpu"))
 
@@ -93,7 +92,7 @@ def _explain(url: str, *flags: str, capsys: pytest.CaptureFixture[str]) -> dict[
 
 
 def test_explain_with_no_flags_decides_as_the_running_server(capsys: pytest.CaptureFixture[str]) -> None:
-    server = replace(Settings(), node_scheduler_policy="spread", gpu_scheduler_policy="binpack",
+    server = Settings.of(node_scheduler_policy="spread", gpu_scheduler_policy="binpack",
                      default_mem_mib=40000, refresh_interval_seconds=300.0)
     plain = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "plain", "namespace": "lab", "uid": "u-plain"},
              "spec": {"schedulerName": "hami-scheduler",

@@ -1,18 +1,20 @@
 """Service configuration: one frozen object built once from flags and ``HAMI_…`` environment variables.
 
-Every knob of README.md#configuration lives here so that the rest of the code receives its configuration explicitly
-(no module-level globals) and a bad value fails at start-up with a message naming the flag, instead of
-surfacing later as a confusing scheduling decision.
+Every knob of README.md#configuration is declared once, as a row of the option table (`_OPTIONS`: flag, the field
+it sets, its parser from `values`, its help) and the field it names, so that the rest of the code receives its
+configuration explicitly (no module-level globals) and a bad value fails at start-up with a message naming the flag,
+instead of surfacing later as a confusing scheduling decision. The fields are grouped by concern (`groups`: serving,
+watch, binding, api; the scheduling and device settings at the top build the `SchedulingPolicy`, `AdmissionPolicy`
+and device catalog), and each part of the process is handed the group or policy it uses. ``kubectl hami`` parses its
+overrides of these settings with the same rows (`argument_type`, `option_help`).
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
-import ipaddress
 import os
-import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -28,19 +30,50 @@ from hami_web.core.families import (
 )
 from hami_web.core.families.config import config_document
 from hami_web.core.families.nvidia import nvidia_family
-from hami_web.core.options import parse_gpu_policy
 from hami_web.core.policy import AdmissionPolicy, SchedulingPolicy
 from hami_web.core.requests import RequestDefaults
+from hami_web.settings.groups import ApiSettings, BindSettings, ServingSettings, WatchSettings
+from hami_web.settings.hamiflags import UNSUPPORTED_HAMI_FLAGS, UnsupportedHamiFlag
+from hami_web.settings.values import (
+    bind_address,
+    bind_deadline,
+    choice,
+    configmap_or_off,
+    cores,
+    duration_or_off,
+    gpu_policy,
+    is_loopback,
+    non_negative_float,
+    non_negative_int,
+    optional_bind_address,
+    parse_bool,
+    parse_duration_seconds,
+    plain_text,
+    positive_duration,
+    positive_int,
+    resource_name,
+    split_host_port,
+)
 
-__all__ = ["ResourceNames", "Settings", "SettingsError", "build_settings"]
+__all__ = [
+    "UNSUPPORTED_HAMI_FLAGS",
+    "ApiSettings",
+    "BindSettings",
+    "ResourceNames",
+    "ServingSettings",
+    "Settings",
+    "SettingsError",
+    "WatchSettings",
+    "build_settings",
+    "parse_duration_seconds",
+    "split_host_port",
+]
 
 NODE_POLICIES = ("binpack", "spread")
 # Where the server publishes its scheduling settings for the operator tools (NAMESPACE/NAME).
 DEFAULT_SETTINGS_CONFIGMAP = "hami-system/hami-web-settings"
 PRIVILEGED_POLICIES = ("deny", "skip")
 LOG_FORMATS = ("text", "json")
-# The longest deadline of one /filter or /bind (see `_bind_deadline`).
-MAX_BIND_DEADLINE_SECONDS = 27.0
 ENV_PREFIX = "HAMI_"
 
 
@@ -50,50 +83,34 @@ class SettingsError(ValueError):
 
 @dataclass(frozen=True, slots=True)
 class Settings:
-    """Validated configuration of one hami-web process."""
+    """Validated configuration of one hami-web process: the scheduling and device settings, and a group per concern.
 
+    `Settings.of` builds one from fields named flat (``Settings.of(threads=4)``), as tests and tools do.
+    """
+
+    # Scheduling: which pods are ours, the default policies, privileged containers, busy nodes.
     scheduler_name: str = "hami-scheduler"
     node_scheduler_policy: str = "binpack"
     gpu_scheduler_policy: str = "spread"
+    privileged_policy: str = "deny"
+    busy_nodes_last: bool = True
+    # Devices: the request defaults and the families (README.md#device-families).
     default_mem_mib: int = 0
     default_cores: int = 0
     default_gpu: int = 1
-    node_label_selector: str = ""
-    node_lock_timeout_seconds: float = 300.0
     overwrite_env: bool = False
     resources: ResourceNames = field(default_factory=ResourceNames)
-    cert_file: str = ""
-    key_file: str = ""
-    bind: str = "0.0.0.0:8443"
-    extender_bind: str = "127.0.0.1:8444"
-    metrics_bind_address: str = ":9395"
-    ui_bind: str = "127.0.0.1:9396"
-    ui_expose: bool = False
-    refresh_interval_seconds: float = 15.0
-    relist_interval_seconds: float = 0.0
-    watch_silence_bound_seconds: float = 90.0
-    privileged_policy: str = "deny"
-    kubeconfig: str = ""
-    insecure_http: bool = False
-    threads: int = 8
-    log_level: str = "INFO"
-    # HAMi v2.10's names and meanings (see README, Compatibility with HAMi v2.10).
-    node_lock_retry_timeout_seconds: float = 25.0
-    kube_qps: float = 0.0
-    kube_burst: int = 0
-    kube_timeout_seconds: float = 10.0
-    log_format: str = "text"
-    extender_deadline_seconds: float = 15.0
-    busy_nodes_last: bool = True
-    settings_configmap: str = DEFAULT_SETTINGS_CONFIGMAP
     device_config_file: str = ""
     enable_iluvatar: bool = False
     device_config: DeviceConfig = field(default_factory=DeviceConfig)
-    # The enabled device families, built from the fields above (README.md#device-families): what every part of the
-    # server reads.
+    settings_configmap: str = DEFAULT_SETTINGS_CONFIGMAP
+    serving: ServingSettings = field(default_factory=ServingSettings)
+    watch: WatchSettings = field(default_factory=WatchSettings)
+    binding: BindSettings = field(default_factory=BindSettings)
+    api: ApiSettings = field(default_factory=ApiSettings)
+    # Built from the fields above: the enabled device families (what every part of the server reads), the scheduling
+    # policy the filter and the tools decide with, and the admission webhook's: each part gets the one it uses.
     devices: DeviceCatalog = field(init=False, compare=False, repr=False)
-    # The scheduling policy the filter and the tools decide with, and the admission webhook's, built from the fields
-    # above: each part of the server gets the one it uses.
     policy: SchedulingPolicy = field(init=False, compare=False, repr=False)
     admission: AdmissionPolicy = field(init=False, compare=False, repr=False)
 
@@ -113,182 +130,31 @@ class Settings:
         object.__setattr__(self, "admission", AdmissionPolicy(
             scheduler_name=self.scheduler_name, privileged_policy=self.privileged_policy, devices=catalog))
 
-    @property
-    def bind_host_port(self) -> tuple[str, int]:
-        """``--bind`` split into host and port (validated at construction)."""
-        return split_host_port(self.bind)
+    @classmethod
+    def of(cls, **values: Any) -> Settings:
+        """`Settings` with ``values`` named flat (a group's field by its own name: ``threads``, ``kube_qps``)."""
+        return cls().with_values(**values)
 
-    @property
-    def extender_host_port(self) -> tuple[str, int]:
-        """``--extender-bind`` split into host and port."""
-        return split_host_port(self.extender_bind)
-
-    @property
-    def metrics_host_port(self) -> tuple[str, int]:
-        """``--metrics-bind-address`` split into host and port (``:9395`` means every interface)."""
-        return split_host_port(self.metrics_bind_address)
-
-    @property
-    def ui_host_port(self) -> tuple[str, int] | None:
-        """``--ui-bind`` split into host and port; None when the dashboard is off."""
-        return split_host_port(self.ui_bind) if self.ui_bind else None
-
-
-def split_host_port(address: str) -> tuple[str, int]:
-    """``HOST:PORT`` (``[v6]:PORT``, or ``:PORT`` for every interface) as ``(host, port)``."""
-    host, _, port = address.rpartition(":")
-    return host.strip("[]") or "0.0.0.0", int(port)
+    def with_values(self, **values: Any) -> Settings:
+        """A copy with ``values`` named flat replaced (`Settings.of`); `TypeError` naming a field no group has."""
+        top: dict[str, Any] = {}
+        groups: dict[str, dict[str, Any]] = {}
+        for name, value in values.items():
+            if name in _TOP_FIELDS:
+                top[name] = value
+            elif name in _GROUP_OF_FIELD:
+                groups.setdefault(_GROUP_OF_FIELD[name], {})[name] = value
+            else:
+                raise TypeError(f"Settings has no field {name!r}")
+        for group, changes in groups.items():
+            top[group] = dataclasses.replace(getattr(self, group), **changes)
+        return dataclasses.replace(self, **top)
 
 
-def is_loopback(host: str) -> bool:
-    """Whether ``host`` (an IP address or ``localhost``) only listens on this machine."""
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
-_DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h)")
-_DURATION_UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
-
-
-def parse_duration_seconds(text: str) -> float:
-    """Parse ``15``, ``15s``, ``5m``, ``1h30m`` or ``500ms`` (Go-style, as HAMi's flags) into seconds."""
-    value = text.strip()
-    if not value:
-        raise ValueError("empty duration")
-    try:
-        return float(value)
-    except ValueError:
-        pass
-    position, total = 0, 0.0
-    for match in _DURATION_PART.finditer(value):
-        if match.start() != position:
-            break
-        total += float(match.group(1)) * _DURATION_UNIT_SECONDS[match.group(2)]
-        position = match.end()
-    if position != len(value):
-        raise ValueError(f"{text!r} is not a duration (examples: 30, 30s, 5m, 1h)")
-    return total
-
-
-def _parse_bool(text: str) -> bool:
-    lowered = text.strip().lower()
-    if lowered in ("1", "true", "yes", "on"):
-        return True
-    if lowered in ("0", "false", "no", "off", ""):
-        return False
-    raise ValueError(f"{text!r} is not a boolean (true/false)")
-
-
-def _non_negative_int(text: str) -> int:
-    value = int(text.strip())
-    if value < 0:
-        raise ValueError("must not be negative")
-    return value
-
-
-def _positive_int(text: str) -> int:
-    value = int(text.strip())
-    if value < 1:
-        raise ValueError("must be at least 1")
-    return value
-
-
-def _non_negative_duration(text: str) -> float:
-    seconds = parse_duration_seconds(text)
-    if seconds < 0:
-        raise ValueError("must not be negative")
-    return seconds
-
-
-def _non_negative_float(text: str) -> float:
-    value = float(text.strip())
-    if not value >= 0 or value == float("inf"):
-        raise ValueError(f"{text!r} must be a number >= 0")
-    return value
-
-
-def _bind_deadline(*, allow_zero: bool) -> Callable[[str], float]:
-    # kube-scheduler abandons a /filter or /bind after its extender httpTimeout (30s as deployed); the deadline
-    # plus the cleanup after a failed bind (at most 3s) must end before it, or the answer arrives too late.
-    def parse(text: str) -> float:
-        seconds = _non_negative_duration(text) if allow_zero else _positive_duration(text)
-        if seconds > MAX_BIND_DEADLINE_SECONDS:
-            raise ValueError(f"must be at most {MAX_BIND_DEADLINE_SECONDS:g}s, so that with the cleanup after a "
-                             "failed bind the answer comes inside kube-scheduler's 30s httpTimeout")
-        return seconds
-
-    return parse
-
-
-def _positive_duration(text: str) -> float:
-    seconds = parse_duration_seconds(text)
-    if seconds <= 0:
-        raise ValueError("must be greater than zero")
-    return seconds
-
-
-def _duration_or_off(text: str) -> float:
-    if text.strip().lower() in ("off", "0", "false", "none"):
-        return 0.0
-    return _positive_duration(text)
-
-
-def _choice(options: Sequence[str]) -> Callable[[str], str]:
-    def parse(text: str) -> str:
-        value = text.strip()
-        if value not in options:
-            raise ValueError(f"{text!r} is not one of {', '.join(options)}")
-        return value
-
-    return parse
-
-
-def _configmap_or_off(text: str) -> str:
-    text = text.strip()
-    if text.lower() in ("off", ""):
-        return ""
-    namespace, slash, name = text.partition("/")
-    if not slash or not namespace or not name or "/" in name:
-        raise ValueError(f"{text!r} is not NAMESPACE/NAME or off")
-    return text
-
-
-def _gpu_policy(text: str) -> str:
-    # The same parser as the pod annotation, so a chain such as binpack,numa is a valid default too.
-    return parse_gpu_policy(text, source="policy")
-
-
-def _cores(text: str) -> int:
-    value = _non_negative_int(text)
-    if value > 100:
-        raise ValueError("must be between 0 and 100")
-    return value
-
-
-def _bind_address(text: str) -> str:
-    host, sep, port = text.strip().rpartition(":")
-    if not sep or not port.isdigit() or not 0 < int(port) < 65536:
-        raise ValueError(f"{text!r} is not HOST:PORT")
-    return f"{host}:{port}"
-
-
-def _optional_bind_address(text: str) -> str:
-    return "" if text.strip().lower() in ("", "off") else _bind_address(text)
-
-
-def _resource_name(text: str) -> str:
-    value = text.strip()
-    if not re.fullmatch(r"[A-Za-z0-9.\-]+/[A-Za-z0-9.\-_]+", value):
-        raise ValueError(f"{text!r} is not an extended resource name like nvidia.com/gpu")
-    return value
-
-
-def _text(text: str) -> str:
-    return text.strip()
+_GROUPS = {"serving": ServingSettings, "watch": WatchSettings, "binding": BindSettings, "api": ApiSettings}
+_TOP_FIELDS = frozenset(field.name for field in dataclasses.fields(Settings)
+                        if field.init and field.name not in _GROUPS)
+_GROUP_OF_FIELD = {field.name: group for group, kind in _GROUPS.items() for field in dataclasses.fields(kind)}
 
 
 @dataclass(frozen=True, slots=True)
@@ -301,85 +167,86 @@ class _Option:
 
 
 _OPTIONS: tuple[_Option, ...] = (
-    _Option("--scheduler-name", "scheduler_name", _text, "scheduler name set on GPU pods (hami-scheduler)"),
-    _Option("--node-scheduler-policy", "node_scheduler_policy", _choice(NODE_POLICIES),
+    _Option("--scheduler-name", "scheduler_name", plain_text, "scheduler name set on GPU pods (hami-scheduler)"),
+    _Option("--node-scheduler-policy", "node_scheduler_policy", choice(NODE_POLICIES),
             "default node policy: binpack or spread (binpack)"),
-    _Option("--gpu-scheduler-policy", "gpu_scheduler_policy", _gpu_policy,
+    _Option("--gpu-scheduler-policy", "gpu_scheduler_policy", gpu_policy,
             "default GPU policy: binpack, spread, topology-aware, mutex, numa, or a chain such as binpack,numa "
             "(spread)"),
-    _Option("--default-mem", "default_mem_mib", _non_negative_int,
+    _Option("--default-mem", "default_mem_mib", non_negative_int,
             "MiB booked when a container asks for neither gpumem nor gpumem-percentage; 0 = whole card (0)"),
-    _Option("--default-cores", "default_cores", _cores, "percent of a GPU booked when gpucores is absent (0)"),
-    _Option("--default-gpu", "default_gpu", _positive_int,
+    _Option("--default-cores", "default_cores", cores, "percent of a GPU booked when gpucores is absent (0)"),
+    _Option("--default-gpu", "default_gpu", positive_int,
             "GPU count added when a container asks for gpumem/gpucores without a count (1)"),
-    _Option("--node-label-selector", "node_label_selector", _text,
+    _Option("--node-label-selector", "watch.node_label_selector", plain_text,
             "only nodes matching this label selector are GPU candidates (all nodes)"),
-    _Option("--node-lock-timeout", "node_lock_timeout_seconds", _positive_duration,
+    _Option("--node-lock-timeout", "binding.node_lock_timeout_seconds", positive_duration,
             "age after which a node lock is stale, e.g. 5m (5m)"),
-    _Option("--overwrite-env", "overwrite_env", _parse_bool,
+    _Option("--overwrite-env", "overwrite_env", parse_bool,
             "give containers without a GPU NVIDIA_VISIBLE_DEVICES=none", is_switch=True),
-    _Option("--resource-name", "resources.count", _resource_name, "GPU count resource (nvidia.com/gpu)"),
-    _Option("--resource-mem", "resources.memory", _resource_name, "GPU memory resource, MiB (nvidia.com/gpumem)"),
-    _Option("--resource-mem-percentage", "resources.memory_percentage", _resource_name,
+    _Option("--resource-name", "resources.count", resource_name, "GPU count resource (nvidia.com/gpu)"),
+    _Option("--resource-mem", "resources.memory", resource_name, "GPU memory resource, MiB (nvidia.com/gpumem)"),
+    _Option("--resource-mem-percentage", "resources.memory_percentage", resource_name,
             "GPU memory percentage resource (nvidia.com/gpumem-percentage)"),
-    _Option("--resource-cores", "resources.cores", _resource_name, "GPU cores resource (nvidia.com/gpucores)"),
-    _Option("--resource-priority", "resources.priority", _resource_name,
+    _Option("--resource-cores", "resources.cores", resource_name, "GPU cores resource (nvidia.com/gpucores)"),
+    _Option("--resource-priority", "resources.priority", resource_name,
             "task priority resource (nvidia.com/priority)"),
-    _Option("--cert-file", "cert_file", _text, "TLS certificate (PEM), re-read when it changes"),
-    _Option("--key-file", "key_file", _text, "TLS private key (PEM)"),
-    _Option("--bind", "bind", _bind_address,
+    _Option("--cert-file", "serving.cert_file", plain_text, "TLS certificate (PEM), re-read when it changes"),
+    _Option("--key-file", "serving.key_file", plain_text, "TLS private key (PEM)"),
+    _Option("--bind", "serving.bind", bind_address,
             "TLS listener for /webhook, /healthz, /readyz: the Service's port, HOST:PORT (0.0.0.0:8443)"),
-    _Option("--extender-bind", "extender_bind", _bind_address,
+    _Option("--extender-bind", "serving.extender_bind", bind_address,
             "TLS listener for /filter, /bind (+ /healthz, /readyz): kube-scheduler in the same pod; keep it on "
             "loopback (127.0.0.1:8444)"),
-    _Option("--metrics-bind-address", "metrics_bind_address", _bind_address,
+    _Option("--metrics-bind-address", "serving.metrics_bind_address", bind_address,
             "plain-HTTP listener for /metrics, HOST:PORT or :PORT (:9395)"),
-    _Option("--ui-bind", "ui_bind", _optional_bind_address,
+    _Option("--ui-bind", "serving.ui_bind", optional_bind_address,
             "listener of the read-only dashboard /ui/, HOST:PORT or off; plain HTTP on loopback, reach it with "
             "kubectl port-forward (127.0.0.1:9396)"),
-    _Option("--ui-expose", "ui_expose", _parse_bool,
+    _Option("--ui-expose", "serving.ui_expose", parse_bool,
             "allow --ui-bind on a non-loopback address: then every request needs a Kubernetes bearer token "
             "allowed to list pods and nodes (TokenReview + SubjectAccessReview), and TLS unless "
             "--insecure-http", is_switch=True),
-    _Option("--refresh-interval", "refresh_interval_seconds", _positive_duration,
+    _Option("--refresh-interval", "watch.refresh_interval_seconds", positive_duration,
             "period of the cache's resync from local state: handshakes, device plugins gone (15s)"),
-    _Option("--relist-interval", "relist_interval_seconds", _duration_or_off,
+    _Option("--relist-interval", "watch.relist_interval_seconds", duration_or_off,
             "full list of nodes and pods this often besides the watches, e.g. 30m, or off (off)"),
-    _Option("--watch-silence-bound", "watch_silence_bound_seconds", _positive_duration,
+    _Option("--watch-silence-bound", "watch.watch_silence_bound_seconds", positive_duration,
             "a watch that delivers nothing (no event, no bookmark; kube-apiserver sends a bookmark about every "
             "minute) for this long is re-opened, and /readyz fails meanwhile (90s)"),
-    _Option("--privileged-policy", "privileged_policy", _choice(PRIVILEGED_POLICIES),
+    _Option("--privileged-policy", "privileged_policy", choice(PRIVILEGED_POLICIES),
             "deny GPU pods with privileged containers, or skip them as HAMi v2.4 did (deny)"),
-    _Option("--kubeconfig", "kubeconfig", _text,
+    _Option("--kubeconfig", "api.kubeconfig", plain_text,
             "kubeconfig path (default: $KUBECONFIG, else in-cluster config, else ~/.kube/config)"),
-    _Option("--insecure-http", "insecure_http", _parse_bool,
+    _Option("--insecure-http", "serving.insecure_http", parse_bool,
             "serve plain HTTP instead of TLS (local use only)", is_switch=True),
-    _Option("--threads", "threads", _positive_int,
+    _Option("--threads", "serving.threads", positive_int,
             "threads that run the app, per listener (binds waiting on the API never hold the threads of /webhook or "
             "/metrics); connections are read by the event loop (8)"),
-    _Option("--log-level", "log_level", _choice(("DEBUG", "INFO", "WARNING", "ERROR")), "log level (INFO)"),
-    _Option("--node-lock-retry-timeout", "node_lock_retry_timeout_seconds", _bind_deadline(allow_zero=True),
+    _Option("--log-level", "serving.log_level", choice(("DEBUG", "INFO", "WARNING", "ERROR")), "log level (INFO)"),
+    _Option("--node-lock-retry-timeout", "binding.node_lock_retry_timeout_seconds", bind_deadline(allow_zero=True),
             "how long the bind of a PodGroup member that finds its node locked may take, the wait for the lock "
             "and the bind's API calls together, e.g. 25s; 0 = fail at once; at most 27s (25s)"),
-    _Option("--kube-qps", "kube_qps", _non_negative_float,
+    _Option("--kube-qps", "api.kube_qps", non_negative_float,
             "requests per second to kube-apiserver, sustained; 0 = no client-side limit (0)"),
-    _Option("--kube-burst", "kube_burst", _non_negative_int,
+    _Option("--kube-burst", "api.kube_burst", non_negative_int,
             "requests to kube-apiserver allowed at once above --kube-qps (0 = the QPS rounded up)"),
-    _Option("--kube-timeout", "kube_timeout_seconds", _positive_duration,
+    _Option("--kube-timeout", "api.kube_timeout_seconds", positive_duration,
             "timeout of one request to kube-apiserver, e.g. 10 or 10s (10s)"),
-    _Option("--log-format", "log_format", _choice(LOG_FORMATS), "text, or json for one JSON object per line (text)"),
-    _Option("--extender-deadline", "extender_deadline_seconds", _bind_deadline(allow_zero=False),
+    _Option("--log-format", "serving.log_format", choice(LOG_FORMATS),
+            "text, or json for one JSON object per line (text)"),
+    _Option("--extender-deadline", "binding.extender_deadline_seconds", bind_deadline(allow_zero=False),
             "time one /filter or /bind may spend on API calls; reading back an unanswered write or cleaning up "
             "a failed bind gets a third more, at most 3s; at most 27s (15s)"),
-    _Option("--busy-nodes-last", "busy_nodes_last", _parse_bool,
+    _Option("--busy-nodes-last", "busy_nodes_last", parse_bool,
             "a filter tries nodes whose HAMi node lock a live bind holds, or that have a placement not yet bound, "
             "after the free ones (never excluding them); false = strict HAMi node order (true)", is_switch=True),
-    _Option("--device-config-file", "device_config_file", _text,
+    _Option("--device-config-file", "device_config_file", plain_text,
             "HAMi's device config (device-config.yaml of the hami-scheduler-device ConfigMap): resource names and "
             "settings of the nvidia, hygon and iluvatars sections; flags given explicitly win over it"),
-    _Option("--enable-iluvatar", "enable_iluvatar", _parse_bool,
+    _Option("--enable-iluvatar", "enable_iluvatar", parse_bool,
             "schedule Iluvatar GPUs (the chips of the device config's iluvatars list) (false)", is_switch=True),
-    _Option("--settings-configmap", "settings_configmap", _configmap_or_off,
+    _Option("--settings-configmap", "settings_configmap", configmap_or_off,
             "ConfigMap NAMESPACE/NAME where the scheduling settings are published at start-up for kubectl hami, "
             f"or off ({DEFAULT_SETTINGS_CONFIGMAP})"),
 )
@@ -416,48 +283,15 @@ PUBLISHED_FLAGS = ("--scheduler-name", "--node-scheduler-policy", "--gpu-schedul
 # The data key under which the device config the server read is published (HAMi's YAML, only what was set).
 PUBLISHED_DEVICE_CONFIG = "device-config.yaml"
 
-# HAMi scheduler flags an operator may carry over, for features hami-web does not have: refused with a reason,
-# so a copied command line fails loudly instead of with argparse's bare "unrecognized arguments".
-UNSUPPORTED_HAMI_FLAGS: dict[str, str] = {
-    "--http_bind": "use --bind (TLS) instead",
-    "--cert_file": "use --cert-file instead",
-    "--key_file": "use --key-file instead",
-    "--profiling": "hami-web has no pprof endpoint",
-    "--profiling-bind-address": "hami-web has no pprof endpoint",
-    "--force-overwrite-default-scheduler": "hami-web always replaces default-scheduler on GPU pods",
-    "--device-plugin-namespace": "hami-web has no /refit endpoint",
-    "--device-plugin-service-account": "hami-web has no /refit endpoint",
-    "--leader-elect": "kube-scheduler in the same pod does the leader election",
-    "--leader-elect-resource-name": "kube-scheduler in the same pod does the leader election",
-    "--leader-elect-resource-namespace": "kube-scheduler in the same pod does the leader election",
-    "--legacy-metrics": "only HAMi's current metric names are served",
-    "--debug": "use --log-level DEBUG",
-    "--v": "use --log-level (klog verbosity has no equivalent)",
-    "--vmodule": "use --log-level (klog verbosity has no equivalent)",
-    "--logtostderr": "hami-web always logs to stderr",
-    "--alsologtostderr": "hami-web always logs to stderr",
-    "--log_dir": "hami-web always logs to stderr",
-    "--log_file": "hami-web always logs to stderr",
-}
-
 
 def _env_name(flag: str) -> str:
     return ENV_PREFIX + flag.lstrip("-").upper().replace("-", "_")
 
 
-class _UnsupportedHamiFlag(argparse.Action):
-    """Fails parsing with the reason hami-web does not take this HAMi flag."""
-
-    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
-                 option_string: str | None = None) -> None:
-        reason = UNSUPPORTED_HAMI_FLAGS.get(option_string or "", "")
-        parser.error(f"{option_string} is a HAMi scheduler flag that hami-web does not support: {reason}")
-
-
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Register every settings flag on ``parser`` (values stay strings; `build_settings` validates)."""
     for flag in UNSUPPORTED_HAMI_FLAGS:
-        parser.add_argument(flag, nargs="?", action=_UnsupportedHamiFlag, help=argparse.SUPPRESS)
+        parser.add_argument(flag, nargs="?", action=UnsupportedHamiFlag, help=argparse.SUPPRESS)
     group = parser.add_argument_group("settings (each also read from HAMI_<FLAG> in the environment)")
     for option in _OPTIONS:
         dest = option.target.replace(".", "__")
@@ -477,7 +311,7 @@ def build_settings(namespace: argparse.Namespace | None = None,
     """
     env = os.environ if environ is None else environ
     top: dict[str, Any] = {}
-    resources: dict[str, Any] = {}
+    nested: dict[str, dict[str, Any]] = {}  # a group's (or the resource names') fields by the group's name
     for option in _OPTIONS:
         raw = getattr(namespace, option.target.replace(".", "__"), None) if namespace else None
         source = option.flag
@@ -490,15 +324,18 @@ def build_settings(namespace: argparse.Namespace | None = None,
             value = option.parse(raw)
         except ValueError as error:
             raise SettingsError(f"invalid value for {source}: {error}") from None
-        if option.target.startswith("resources."):
-            resources[option.target.split(".", 1)[1]] = value
+        group, dot, name = option.target.rpartition(".")
+        if dot:
+            nested.setdefault(group, {})[name] = value
         else:
-            top[option.target] = value
+            top[name] = value
+    resources = nested.pop("resources", {})
     if top.get("device_config_file"):
         config = read_device_config(top["device_config_file"])
         top["device_config"] = config
         _fill_from_device_config(config, top, resources)
-    settings = Settings(resources=ResourceNames(**resources), **top)
+    groups = {group: _GROUPS[group](**values) for group, values in nested.items()}
+    settings = Settings(resources=ResourceNames(**resources), **groups, **top)
     _check_consistency(settings)
     return settings
 
@@ -543,20 +380,20 @@ def _check_consistency(settings: Settings) -> None:
     names = (*settings.resources.managed(), settings.resources.priority)
     if len(set(names)) != len(names):
         raise SettingsError("invalid value for --resource-*: the resource names must all differ")
-    if bool(settings.cert_file) != bool(settings.key_file):
+    serving = settings.serving
+    if bool(serving.cert_file) != bool(serving.key_file):
         raise SettingsError("invalid value for --cert-file/--key-file: give both or neither")
-    ports = [address[1] for address in (settings.bind_host_port, settings.extender_host_port,
-                                        settings.metrics_host_port, settings.ui_host_port) if address]
+    ports = [address[1] for address in (serving.bind_host_port, serving.extender_host_port,
+                                        serving.metrics_host_port, serving.ui_host_port) if address]
     if len(set(ports)) != len(ports):
         raise SettingsError("invalid value for --bind/--extender-bind/--metrics-bind-address/--ui-bind: each "
                             f"listener needs its own port (got {', '.join(map(str, ports))})")
-    if settings.ui_host_port and not settings.ui_expose and not is_loopback(settings.ui_host_port[0]):
-        raise SettingsError(f"invalid value for --ui-bind: {settings.ui_bind} is not a loopback address; the "
+    if serving.ui_host_port and not serving.ui_expose and not is_loopback(serving.ui_host_port[0]):
+        raise SettingsError(f"invalid value for --ui-bind: {serving.ui_bind} is not a loopback address; the "
                             "dashboard shows pod and node names, so exposing it needs --ui-expose (which then "
                             "requires a Kubernetes bearer token on every request)")
     if not settings.scheduler_name:
         raise SettingsError("invalid value for --scheduler-name: must not be empty")
-
 
 
 def published_settings(settings: Settings) -> dict[str, str]:
@@ -566,8 +403,10 @@ def published_settings(settings: Settings) -> dict[str, str]:
     data = {}
     for option in _OPTIONS:
         if option.flag in PUBLISHED_FLAGS:
-            holder: Any = settings.resources if option.target.startswith("resources.") else settings
-            data[option.flag.removeprefix("--")] = str(getattr(holder, option.target.rsplit(".", 1)[-1]))
+            value: Any = settings
+            for name in option.target.split("."):
+                value = getattr(value, name)
+            data[option.flag.removeprefix("--")] = str(value)
     document = config_document(settings.device_config)
     if document:
         data[PUBLISHED_DEVICE_CONFIG] = yaml.safe_dump(document, sort_keys=True)

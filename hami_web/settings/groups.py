@@ -1,0 +1,78 @@
+"""The settings of one concern each, as small frozen values: each part of the process is handed the group it uses.
+
+`Settings` holds one of each (``settings.serving``, ``.watch``, ``.binding``, ``.api``) beside the scheduling and
+device settings that build its `SchedulingPolicy`, `AdmissionPolicy` and device catalog. A flag's row in the option
+table names the field it sets (``serving.bind``), so a setting is declared once, in its group.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from hami_web.settings.values import split_host_port
+
+
+@dataclass(frozen=True, slots=True)
+class ServingSettings:
+    """How the process serves: its listeners, TLS, app threads and logs (README.md#configuration)."""
+
+    bind: str = "0.0.0.0:8443"
+    extender_bind: str = "127.0.0.1:8444"
+    metrics_bind_address: str = ":9395"
+    ui_bind: str = "127.0.0.1:9396"
+    ui_expose: bool = False
+    cert_file: str = ""
+    key_file: str = ""
+    insecure_http: bool = False
+    threads: int = 8
+    log_level: str = "INFO"
+    log_format: str = "text"
+
+    @property
+    def bind_host_port(self) -> tuple[str, int]:
+        """``--bind`` split into host and port (validated at construction)."""
+        return split_host_port(self.bind)
+
+    @property
+    def extender_host_port(self) -> tuple[str, int]:
+        """``--extender-bind`` split into host and port."""
+        return split_host_port(self.extender_bind)
+
+    @property
+    def metrics_host_port(self) -> tuple[str, int]:
+        """``--metrics-bind-address`` split into host and port (``:9395`` means every interface)."""
+        return split_host_port(self.metrics_bind_address)
+
+    @property
+    def ui_host_port(self) -> tuple[str, int] | None:
+        """``--ui-bind`` split into host and port; None when the dashboard is off."""
+        return split_host_port(self.ui_bind) if self.ui_bind else None
+
+
+@dataclass(frozen=True, slots=True)
+class WatchSettings:
+    """How the cache follows the cluster: which nodes, how often it resyncs and relists, when a watch is silent."""
+
+    node_label_selector: str = ""
+    refresh_interval_seconds: float = 15.0
+    relist_interval_seconds: float = 0.0
+    watch_silence_bound_seconds: float = 90.0
+
+
+@dataclass(frozen=True, slots=True)
+class BindSettings:
+    """How ``/filter`` and ``/bind`` spend their time and treat node locks (HAMi v2.10's names and meanings)."""
+
+    extender_deadline_seconds: float = 15.0
+    node_lock_timeout_seconds: float = 300.0
+    node_lock_retry_timeout_seconds: float = 25.0
+
+
+@dataclass(frozen=True, slots=True)
+class ApiSettings:
+    """How the process reaches kube-apiserver: the kubeconfig, the client-side rate limit, one request's timeout."""
+
+    kubeconfig: str = ""
+    kube_qps: float = 0.0
+    kube_burst: int = 0
+    kube_timeout_seconds: float = 10.0
