@@ -419,14 +419,13 @@ class Binder:
         elif kind is BindFailure.UNKNOWN:
             log.warning("bind pod=%s node=%s: outcome unknown, booking and lock kept: %s", ref.key, node,
                         outcome.message, extra=where)
-        else:
-            if kind is BindFailure.CONFLICT:
-                self._count(kind.value)
+        else:  # cleaned up (`BindFailure.cleaned_up`): the pod's owner is told
             log.warning("bind pod=%s node=%s failed: %s", ref.key, node, outcome.message, extra=where)
             self._events.record(namespace=ref.namespace, name=ref.name, uid=ref.uid, reason="BindingFailed",
                                 message=outcome.message, warning=True)
-            kind = BindFailure.FAILED
         self._count(kind.value)
+        if kind is BindFailure.CONFLICT:
+            self._count(BindFailure.FAILED.value)  # a conflict is counted as a failure too
 
     def _count(self, result: str) -> None:
         if self._metrics is not None:

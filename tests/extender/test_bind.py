@@ -264,6 +264,11 @@ def test_a_booking_another_scheduler_wrote_first_fails_the_bind_and_voids_ours(a
     assert _phase(apiserver, "pod1") == "failed"  # the booking bind wrote before verifying is void
     assert _lock(apiserver) == ""
     assert runtime.cache.placed(scheduler.pod("pod1")["metadata"]["uid"]) is None
+    # Counted as a conflict, and as a failure (the BindingFailed the pod's owner is told of).
+    metrics = runtime.app.test_client().get("/metrics").get_data(as_text=True)
+    assert 'hami_web_bind_results_total{result="conflict"} 1.0' in metrics
+    assert 'hami_web_bind_results_total{result="failed"} 1.0' in metrics
+    assert 'result="bound"' not in metrics
     # The intruder's booking is what counts now: pod1 no longer fits. (If the watch echoed our booking before the
     # bind gave up, that echo stands until the watch shows the void: the cache never drops what the API showed.)
     wait_for(lambda: usage_by_gpu(runtime) == {"node1-gpu0": (1, 8000, 0)}, what="only the intruder's booking")
