@@ -149,14 +149,14 @@ class Binder:
 
     def _decide(self, request: BindRequest | UnreadableArgs) -> BindOutcome:
         if isinstance(request, UnreadableArgs):
-            return BindRefused(BindFailure.BAD_REQUEST, request.error, pod_key=request.pod_key)
+            return BindRefused(BindFailure.BAD_REQUEST, request.error, request)
         ref, node = request.ref, request.node
         placed = self._cache.placed(ref.uid)
         if placed is None or (placed.namespace, placed.name) != (ref.namespace, ref.name):
             # Not ours to bind: nothing is touched (no lock, no pod patch, the booking of the real uid stays).
             return BindRefused(BindFailure.NOT_OURS, f"pod {ref.key} (uid {ref.uid}) was not placed by this "
                                f"hami-web (or its placement was dropped); kube-scheduler must filter it first",
-                               request=request, pod_key=ref.key)
+                               request)
         if placed.node != node:
             return self._abort(request, _Abort(f"pod {ref.key} was given GPUs on node {placed.node}, not {node}; "
                                                f"filter it again", locked=False, annotated=False),
@@ -368,7 +368,7 @@ class Binder:
             with contextlib.nullcontext() if abort.in_cleanup_budget else deadline(cleanup):
                 self._clean_up(request.ref.namespace, request.ref.name, request.ref.uid, request.node,
                                locked=abort.locked, annotated=abort.annotated, step_seconds=cleanup / 2)
-        return BindRefused(abort.kind, abort.message, request=request, pod_key=request.ref.key)
+        return BindRefused(abort.kind, abort.message, request)
 
     def _clean_up(self, namespace: str, name: str, uid: str, node: str, *, locked: bool, annotated: bool,
                   step_seconds: float) -> None:
@@ -407,7 +407,7 @@ class Binder:
                                 message=f"bound to node {node}")
             self._count("bound")
             return
-        if outcome.request is None:
+        if not isinstance(outcome.request, BindRequest):
             log.warning("bind: %s", outcome.message)
             return
         ref, node, kind = outcome.request.ref, outcome.request.node, outcome.kind

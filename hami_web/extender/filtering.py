@@ -75,7 +75,7 @@ class Filter:
 
     def _decide(self, request: FilterRequest | UnreadableArgs) -> FilterOutcome:
         if isinstance(request, UnreadableArgs):
-            return FilterRefused(FilterRefusal.BAD_REQUEST, request.error, pod_key=request.pod_key)
+            return FilterRefused(FilterRefusal.BAD_REQUEST, request.error, request)
         ref = request.ref
         try:
             pod_request = self._policy.request_of(request.pod)
@@ -95,7 +95,7 @@ class Filter:
         except OptionsError as error:
             return self._refused(request, str(error))
         if not self._cache.wait_synced(min(self._sync_wait_seconds, max(0.0, deadline_left_seconds() or 0.0))):
-            return FilterRefused(FilterRefusal.NOT_SYNCED, NOT_SYNCED_MESSAGE, request=request, pod_key=ref.key)
+            return FilterRefused(FilterRefusal.NOT_SYNCED, NOT_SYNCED_MESSAGE, request)
         try:
             result = self._cache.place(uid=ref.uid, namespace=ref.namespace, name=ref.name, request=pod_request,
                                        options=options, candidates=request.candidates,
@@ -111,7 +111,7 @@ class Filter:
 
     @staticmethod
     def _refused(request: FilterRequest, message: str) -> FilterRefused:
-        return FilterRefused(FilterRefusal.POD, message, request=request, pod_key=request.ref.key)
+        return FilterRefused(FilterRefusal.POD, message, request)
 
     def _already_taken(self, pod: Mapping[str, Any], where: str) -> tuple[str, str]:
         """Why the pod as sent must not be placed ("" when it may): it is bound, or carries another binder's booking;
@@ -157,7 +157,7 @@ class Filter:
         else:
             if outcome.kind is FilterRefusal.BAD_REQUEST:
                 log.warning("filter: %s", outcome.message)
-            elif outcome.kind is FilterRefusal.POD and outcome.request is not None:
+            elif outcome.kind is FilterRefusal.POD and isinstance(outcome.request, FilterRequest):
                 ref = outcome.request.ref
                 log.warning("filter pod=%s node=- refused: %s", ref.key, outcome.message, extra={"pod": ref.key})
                 self._events.record(namespace=ref.namespace, name=ref.name, uid=ref.uid, reason="FilteringFailed",

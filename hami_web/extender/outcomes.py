@@ -116,12 +116,17 @@ class FilterRefusal(Enum):
 
 @dataclass(frozen=True, slots=True)
 class FilterRefused:
-    """The filter answers ``message`` as its ``Error``; ``request`` is None when the body could not be read."""
+    """The filter answers ``message`` as its ``Error``; ``request`` is `UnreadableArgs` when the body could not be
+    read."""
 
     kind: FilterRefusal
     message: str
-    request: FilterRequest | None = None
-    pod_key: str = "default/?"
+    request: FilterRequest | UnreadableArgs
+
+    @property
+    def pod_key(self) -> str:
+        """``namespace/name`` of the pod, as far as the request names it."""
+        return self.request.ref.key if isinstance(self.request, FilterRequest) else self.request.pod_key
 
 
 FilterOutcome = Placed | Unschedulable | Passthrough | FilterRefused
@@ -157,12 +162,17 @@ class BindFailure(Enum):
 
 @dataclass(frozen=True, slots=True)
 class BindRefused:
-    """The bind answers ``message`` as its ``Error``; ``request`` is None when the body could not be read."""
+    """The bind answers ``message`` as its ``Error``; ``request`` is `UnreadableArgs` when the body could not be
+    read."""
 
     kind: BindFailure
     message: str
-    request: BindRequest | None = None
-    pod_key: str = "default/?"
+    request: BindRequest | UnreadableArgs
+
+    @property
+    def pod_key(self) -> str:
+        """``namespace/name`` of the pod, as far as the request names it."""
+        return self.request.ref.key if isinstance(self.request, BindRequest) else self.request.pod_key
 
 
 BindOutcome = Bound | BindRefused

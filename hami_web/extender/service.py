@@ -62,7 +62,7 @@ class Extender:
         started = time.perf_counter()
         outcome = self.binder.bind(request)
         if self.decisions is not None:
-            self._note_bind(request, outcome, time.perf_counter() - started)
+            self._note_bind(outcome, time.perf_counter() - started)
         return outcome
 
     def activity(self) -> str:
@@ -95,9 +95,9 @@ class Extender:
         self.decisions.record(Decision(at=self.decisions.now(), kind=FILTER, pod=key, node=node, gpus=gpus,
                                        result=result, latency_seconds=latency_seconds, message=message))
 
-    def _note_bind(self, request: BindRequest | UnreadableArgs, outcome: BindOutcome,
-                   latency_seconds: float) -> None:
+    def _note_bind(self, outcome: BindOutcome, latency_seconds: float) -> None:
         assert self.decisions is not None
+        request = outcome.request
         uid, node = (request.ref.uid, request.node) if isinstance(request, BindRequest) else ("", "")
         if isinstance(outcome, BindRefused):
             key, result, message = outcome.pod_key, "error", outcome.message

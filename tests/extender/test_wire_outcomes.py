@@ -107,13 +107,15 @@ def test_each_filter_outcome_is_answered_in_the_form_it_was_asked(make: Any, by_
 
 
 @pytest.mark.parametrize("outcome", [
-    FilterRefused(FilterRefusal.BAD_REQUEST, "bad ExtenderArgs: x"),
-    FilterRefused(FilterRefusal.NOT_SYNCED, "not synced", request=_request(True), pod_key="team/p1"),
-    FilterRefused(FilterRefusal.POD, "pod team/p1: refused", request=_request(False), pod_key="team/p1"),
+    FilterRefused(FilterRefusal.BAD_REQUEST, "bad ExtenderArgs: x", UnreadableArgs("bad ExtenderArgs: x")),
+    FilterRefused(FilterRefusal.NOT_SYNCED, "not synced", _request(True)),
+    FilterRefused(FilterRefusal.POD, "pod team/p1: refused", _request(False)),
 ])
 def test_a_refused_filter_is_an_error_with_no_nodes(outcome: FilterOutcome) -> None:
     assert isinstance(outcome, FilterRefused)
     assert encode_filter_result(outcome) == {"NodeNames": None, "FailedNodes": {}, "Error": outcome.message}
+    # The decision log names the pod as far as the request does.
+    assert outcome.pod_key == ("default/?" if outcome.kind is FilterRefusal.BAD_REQUEST else "team/p1")
 
 
 def test_a_placed_outcome_describes_its_devices() -> None:
@@ -148,7 +150,7 @@ def test_each_bind_outcome_is_answered() -> None:
     request = BindRequest(ref=PodRef("team", "p1", "u1"), node="a")
     assert encode_binding_result(Bound(request, devices="g0")) == {"Error": ""}
     for kind in BindFailure:
-        refused = BindRefused(kind, f"{kind.value}: why", request=request, pod_key="team/p1")
+        refused = BindRefused(kind, f"{kind.value}: why", request)
         assert encode_binding_result(refused) == {"Error": f"{kind.value}: why"}
 
 
