@@ -15,6 +15,7 @@ device plugins and GPU exporters run privileged and rely on ``NVIDIA_VISIBLE_DEV
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, cast
 
@@ -22,7 +23,7 @@ import jsonpatch
 
 from hami_web.admission.pod_shape import PodShapeError, check_pod_shape, iter_containers
 from hami_web.core import names
-from hami_web.core.families import Family, ResourceNames
+from hami_web.core.families import AdmissionAsk, AdmissionRewrite, Family, ResourceNames
 from hami_web.core.limits import quote
 from hami_web.core.options import OptionsError, parse_scoring_weights
 from hami_web.core.policy import AdmissionPolicy
@@ -75,6 +76,8 @@ def review_pod(pod: object, policy: AdmissionPolicy) -> AdmissionDecision:
     mutated = copy.deepcopy(pod)
     gpu_containers: list[str] = []
     privileged_containers: list[str] = []
+    families_used: dict[str, Family] = {}
+    annotations = (pod.get("metadata") or {}).get("annotations") or {}
     for slot, container in iter_containers(mutated):
         target = container
         if _is_privileged(container):
@@ -85,11 +88,14 @@ def review_pod(pod: object, policy: AdmissionPolicy) -> AdmissionDecision:
             # a throw-away copy: a privileged container is never changed.
             target = copy.deepcopy(container)
         try:
-            asks_gpu = _mutate_container(target, slot.name, policy)
+            used = _mutate_container(target, slot.name, policy, annotations)
         except QuantityError as error:
             return _deny(MALFORMED, str(error))
-        if asks_gpu:
+        except FamilyRefusal as refusal:
+            return _deny(MALFORMED, str(refusal))
+        if used:
             gpu_containers.append(slot.name)
+            families_used.update((family.cw, family) for family in used)
 
     if not gpu_containers:
         message = "pod asks for no GPU"
@@ -109,32 +115,44 @@ def review_pod(pod: object, policy: AdmissionPolicy) -> AdmissionDecision:
         except OptionsError as error:
             return _deny(MALFORMED, str(error))
     mutated["spec"]["schedulerName"] = policy.scheduler_name
+    runtime_classes = [family.admission.runtime_class_name for family in families_used.values()
+                       if family.admission.runtime_class_name]
+    if runtime_classes and not mutated["spec"].get("runtimeClassName"):
+        mutated["spec"]["runtimeClassName"] = runtime_classes[0]
     return _allow(pod, mutated, f"scheduled by {policy.scheduler_name}: GPU containers "
                                 f"{', '.join(gpu_containers)}")
 
 
-def _mutate_container(container: dict[str, Any], name: str, policy: AdmissionPolicy) -> bool:
-    """Validate one container's device resources of every family and apply each family's rewrites
-    (README.md#the-admission-webhook-post-webhook for NVIDIA, README.md#device-families for Hygon and Iluvatar).
+class FamilyRefusal(ValueError):
+    """A family's admission rules refuse the container (Ascend's template and pairing rules), in HAMi's words."""
 
-    Returns whether the container asks for a device of some family after defaulting. Raises `QuantityError`
-    naming the container and resource for a value that is not a whole number or is out of range.
+
+def _mutate_container(container: dict[str, Any], name: str, policy: AdmissionPolicy,
+                      annotations: dict[str, str]) -> list[Family]:
+    """Validate one container's device resources of every family and apply each family's rewrites
+    (README.md#the-admission-webhook-post-webhook for NVIDIA, README.md#device-families for the others).
+
+    Returns the families the container asks devices of after defaulting. Raises `QuantityError` naming the
+    container and resource for a value that is not a whole number or is out of range, `FamilyRefusal` when a family's
+    rules refuse it.
     """
-    uses_any = False
+    used: list[Family] = []
     unused: list[Family] = []
     for family in policy.devices:
-        if _mutate_for_family(container, name, family):
-            uses_any = True
+        if _mutate_for_family(container, name, family, annotations):
+            used.append(family)
         else:
             unused.append(family)
+    # A container that uses one Ascend chip must keep ASCEND_VISIBLE_DEVICES for it (HAMi blanks it per other chip).
+    used_envs = {family.admission.visible_devices_env for family in used}
     for family in unused:
         rules = family.admission
-        if rules.overwrite_env and rules.visible_devices_env:
+        if rules.overwrite_env and rules.visible_devices_env and rules.visible_devices_env not in used_envs:
             _set_env(container, rules.visible_devices_env, rules.visible_devices_off)
-    return uses_any
+    return used
 
 
-def _mutate_for_family(container: dict[str, Any], name: str, family: Family) -> bool:
+def _mutate_for_family(container: dict[str, Any], name: str, family: Family, annotations: dict[str, str]) -> bool:
     """One family's rules for one container; whether the container uses the family."""
     names = family.resources
     rules = family.admission
@@ -151,6 +169,8 @@ def _mutate_for_family(container: dict[str, Any], name: str, family: Family) -> 
         _set_env(container, rules.priority_env, str(asked[names.priority]))
     if not uses:
         return False
+    if rules.resize is not None and count is not None:
+        _resize(container, name, family, rules.resize, count, asked, annotations)
     if rules.whole_card_cores and names.cores and asked.get(names.cores) is None and _asks_whole_card(asked, names):
         # A task that wants all of a card's memory gets all of its compute too (newer HAMi does the
         # same): the booking then shows the card as fully taken, and the extender's exclusive-card
@@ -164,6 +184,31 @@ def _mutate_for_family(container: dict[str, Any], name: str, family: Family) -> 
             for variable in container.get("env") or []):
         container.setdefault("env", []).append({"name": rules.container_name_env, "value": name})
     return True
+
+
+def _resize(container: dict[str, Any], name: str, family: Family,
+            resize: Callable[[Family, AdmissionAsk], AdmissionRewrite], count: int, asked: dict[str, int],
+            annotations: dict[str, str]) -> None:
+    """Apply the family's resize hook: the count it rounds to in limits (and requests when there), its memory in
+    both; `FamilyRefusal` with the hook's words, naming the container."""
+    names = family.resources
+    limits = _limits(container)
+    memory = asked.get(names.memory) if names.memory and names.memory in limits else None  # limits only, as HAMi
+    soft_split = bool(family.soft_split_key) and annotations.get(family.soft_split_key) == family.soft_split_mode
+    outcome = resize(family, AdmissionAsk(count=count, memory=memory, cores=asked.get(names.cores) if names.cores
+                                          else None, soft_split=soft_split))
+    if outcome.refusal:
+        raise FamilyRefusal(f"container {name}: {outcome.refusal}")
+    requests = container["resources"].get("requests")
+    if outcome.count != count:
+        limits[names.count] = str(outcome.count)
+        if isinstance(requests, dict) and names.count in requests:
+            requests[names.count] = str(outcome.count)
+    if outcome.memory is not None and names.memory:
+        limits[names.memory] = str(outcome.memory)
+        if not isinstance(requests, dict):
+            requests = container["resources"]["requests"] = {}
+        requests[names.memory] = str(outcome.memory)
 
 
 def _read_quantities(container: dict[str, Any], name: str, family: Family) -> dict[str, int]:

@@ -19,6 +19,7 @@ from operator import attrgetter
 from hami_web.core.fit import INVALID_REGISTER as INVALID_REGISTER  # re-exported: the reasons' vocabulary
 from hami_web.core.fit import PodFit, fit_pod, may_fit
 from hami_web.core.grants import PodGrants
+from hami_web.core.groups import GROUP_SCORE_WEIGHT
 from hami_web.core.options import SPREAD, PodOptions
 from hami_web.core.requests import PodRequest
 from hami_web.core.usage import NodeView
@@ -125,6 +126,9 @@ def choose_node(request: PodRequest, options: PodOptions, candidates: Sequence[s
             reasons[name] = NODE_UNREGISTERED
     ranked = _busy_last(rank_nodes(known, options.node_policy), busy)
     ask = _Ask(request=request, options=options, digest=hash((request, options)))
+    reach = request.group_score_reach * GROUP_SCORE_WEIGHT
+    if reach:
+        return _choose_with_group_score(ask, ranked, reasons, candidates, busy, reach)
     skipped: list[NodeView] = []
     for view in ranked:
         if not may_fit(request, view, options):
@@ -144,3 +148,41 @@ def choose_node(request: PodRequest, options: PodOptions, candidates: Sequence[s
                              node_busy=view.name in busy)
         reasons[view.name] = result
     return NoPlacement(reasons={name: reasons[name] for name in dict.fromkeys(candidates)})
+
+
+def _choose_with_group_score(ask: _Ask, ranked: Iterator[NodeView], reasons: dict[str, str],
+                             candidates: Sequence[str], busy: Collection[str], reach: int) -> Placement | NoPlacement:
+    """`choose_node` for a pod whose placement earns the network-group term (README.md#ascend-npus): a node's score
+    is its score plus the term under binpack, minus it under spread (keeping a job in one group wins either way).
+
+    Nodes are tried in rank order and the best total wins (ties: the earlier node); the search stops once no later
+    node could beat it, because a node's term is at most ``reach``. Busy nodes are only tried when no free node fits.
+    """
+    spread = ask.options.node_policy == SPREAD
+    best: tuple[float, NodeView, PodFit] | None = None
+    skipped: list[NodeView] = []
+    for view in ranked:
+        if best is not None:
+            bound = view.score - reach if spread else view.score + reach
+            if (bound >= best[0] if spread else bound <= best[0]) or (view.name in busy and best[1].name not in busy):
+                break
+        if not may_fit(ask.request, view, ask.options):
+            skipped.append(view)
+            continue
+        result = _fit_or_reason(ask, view)
+        if not isinstance(result, PodFit):
+            reasons[view.name] = result
+            continue
+        total = view.score - result.group_score if spread else view.score + result.group_score
+        if best is None or (total < best[0] if spread else total > best[0]):
+            best = (total, view, result)
+    if best is None:
+        for view in skipped:
+            result = _fit_or_reason(ask, view)
+            if isinstance(result, PodFit):
+                return Placement(node=view.name, grants=result.grants, node_score=view.score,
+                                 node_busy=view.name in busy)
+            reasons[view.name] = result
+        return NoPlacement(reasons={name: reasons[name] for name in dict.fromkeys(candidates)})
+    total, view, fit = best
+    return Placement(node=view.name, grants=fit.grants, node_score=total, node_busy=view.name in busy)

@@ -34,6 +34,9 @@ class AnnotationError(ValueError):
     """An annotation does not parse; the message names the position and what was expected."""
 
 
+NO_NETWORK = -1
+
+
 @dataclass(frozen=True, slots=True)
 class Device:
     """One physical GPU as registered by the device plugin.
@@ -53,6 +56,7 @@ class Device:
     mode: str = ""
     family: str = "NVIDIA"  # the common word of the family whose register annotation listed it
     mig_profiles: bool = False  # the device plugin offers dynamic MIG instances (``migProfiles``) on it
+    network: int = NO_NETWORK  # ``custominfo.NetworkID``: the Ascend HCCS group the NPU is in (-1: none reported)
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,6 +75,10 @@ class NodeInventory:
     broken: Mapping[str, str] = field(default_factory=dict)
     # The families whose devices the pair scores and the topology-aware policy apply to (None: all of them).
     topology: frozenset[str] | None = None
+    # The families whose soft split (Ascend hami-core) this node allows, and how each family's multi-device
+    # containers are picked here (README.md#ascend-npus: "network" = HCCS groups, "pairs" = module pairs).
+    soft_split: frozenset[str] = frozenset()
+    grouping: Mapping[str, str] = field(default_factory=dict)
     groups: Mapping[str, tuple[int, int]] = field(init=False, compare=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -317,6 +325,7 @@ def _decode_register_json(text: str, family: str) -> tuple[Device, ...]:
         custom = entry.get("custominfo", {})
         if not isinstance(custom, dict):
             raise AnnotationError(f"{where}: field 'custominfo' is {_json_kind(custom)}, not an object")
+        network = _network_id(custom)
         devices.append(Device(
             uuid=strings["id"].strip(),
             index=_json_int(entry.get("index", 0), "index", where, unsigned=True),
@@ -329,8 +338,24 @@ def _decode_register_json(text: str, family: str) -> tuple[Device, ...]:
             mode=strings["mode"],
             family=family,
             mig_profiles=bool(profiles),
+            network=network,
         ))
     return tuple(devices)
+
+
+def _network_id(custom: Mapping[str, object]) -> int:
+    """``custominfo.NetworkID`` as HAMi reads it (a JSON number, decoded by Go into ``map[string]any`` as a float64
+    and truncated to an int); anything else, or no such key, is no group. The key is read case-insensitively like
+    every key of the annotation (HAMi's map lookup is exact: only ``NetworkID`` is ever written)."""
+    value = custom.get("networkid")
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return NO_NETWORK
+    if value != value or not 0 <= value <= MAX_NETWORK_ID:
+        return NO_NETWORK
+    return int(value)
+
+
+MAX_NETWORK_ID = 1 << 20
 
 
 def encode_register_json(devices: Iterable[Device]) -> str:
@@ -340,6 +365,8 @@ def encode_register_json(devices: Iterable[Device]) -> str:
         entry: dict[str, object] = {"id": d.uuid, "index": d.index, "count": d.count, "devmem": d.memory_mib,
                                     "devcore": d.cores, "type": d.type, "numa": d.numa, "mode": d.mode,
                                     "health": d.healthy}
+        if d.network != NO_NETWORK:
+            entry["custominfo"] = {"NetworkID": d.network}
         encoded.append({key: value for key, value in entry.items() if value})
     return json.dumps(encoded, separators=(",", ":"))
 

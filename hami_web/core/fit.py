@@ -15,12 +15,16 @@ from itertools import combinations
 
 from hami_web.core import names
 from hami_web.core.devices import Device, NodeInventory
+from hami_web.core.families import NETWORK_GROUPS
 from hami_web.core.grants import DeviceGrant, PodGrants, merge_grants
+from hami_web.core.groups import GROUP_SCORE_WEIGHT, group_share, pick_in_groups
 from hami_web.core.options import BINPACK, DEFAULT_WEIGHTS, SPREAD, DeviceSelection, PodOptions, ScoringWeights
 from hami_web.core.requests import ContainerRequest, PodRequest
 from hami_web.core.usage import NodeView
 
 EXCLUSIVE_CORES = 100
+# What one device offers a soft-split (Ascend hami-core) container, whatever its registered cores.
+SOFT_SPLIT_CORES = 100
 MIG_MODE = "mig"
 INVALID_REGISTER = "InvalidRegisterAnnotation"
 
@@ -50,9 +54,11 @@ class FitFailure:
 
 @dataclass(frozen=True, slots=True)
 class PodFit:
-    """The GPUs each container (init containers first) gets on one node."""
+    """The GPUs each container (init containers first) gets on one node, and the node-score term this placement
+    earns by keeping containers inside one network group (``group_score``, README.md#ascend-npus)."""
 
     grants: PodGrants
+    group_score: float = 0.0
 
 
 def _failure(reasons: dict[str, int], total: int) -> FitFailure:
@@ -202,6 +208,11 @@ def fit_container(request: ContainerRequest, inventory: NodeInventory, work: Wor
     if request.count > total:
         return FitFailure(reasons=((names.NODE_INSUFFICIENT_DEVICE, request.count),), total=total)
     selection = options.selection(request.family)
+    if selection.soft_split:
+        # Soft split (Ascend hami-core): only on nodes that allow it, and every device offers 100 cores.
+        if request.family not in inventory.soft_split:
+            return FitFailure(reasons=((names.MODE_NOT_FIT, total),), total=total)
+        devices = tuple(replace(device, cores=SOFT_SPLIT_CORES) for device in devices)
     reasons: dict[str, int] = {}
     passing: list[int] = []
     if request.memory_mib > 0:
@@ -227,8 +238,15 @@ def fit_container(request: ContainerRequest, inventory: NodeInventory, work: Wor
         if passing:
             reasons[names.ALLOCATED_CARDS_INSUFFICIENT_REQUEST] = len(passing)
         return _failure(reasons, total)
+    grouping = inventory.grouping.get(request.family) if inventory.grouping else None
     topology = options.gpu.topology_aware and (inventory.topology is None or request.family in inventory.topology)
-    if topology and options.gpu.spec_topology:
+    if grouping:
+        chosen = pick_in_groups(grouping, _policy_order(pool, devices, family_work, request, options), devices,
+                                request.count)
+        if len(chosen) < request.count:
+            reasons[names.ALLOCATED_CARDS_INSUFFICIENT_REQUEST] = len(passing)
+            return _failure(reasons, total)
+    elif topology and options.gpu.spec_topology:
         chosen = _topology_pick(pool, devices, inventory, request.count)
     elif topology:
         # In a chain topology-aware only filters: it picks the GPUs, the sort keys order them.
@@ -241,7 +259,7 @@ def fit_container(request: ContainerRequest, inventory: NodeInventory, work: Wor
         tasks, memory_mib, cores = work[first + position]
         work[first + position] = (tasks + 1, memory_mib + booked[position], cores + request.cores)
         grants.append(DeviceGrant(uuid=devices[position].uuid, memory_mib=booked[position], cores=request.cores,
-                                  vendor=request.family))
+                                  vendor=request.family, soft_split=selection.soft_split))
     return tuple(grants)
 
 
@@ -255,6 +273,7 @@ def fit_pod(request: PodRequest, view: NodeView, options: PodOptions) -> PodFit 
     inventory = view.inventory
     broken = inventory.broken
     parts: list[tuple[tuple[DeviceGrant, ...], ...]] = []
+    group_score = 0.0
     for family, containers in blocks:
         if broken and family in broken and any(container.count for container in containers):
             return _named(FitFailure(reasons=(), total=0, message=f"{INVALID_REGISTER}: {broken[family]}"),
@@ -269,10 +288,20 @@ def fit_pod(request: PodRequest, view: NodeView, options: PodOptions) -> PodFit 
             if isinstance(result, FitFailure):
                 return _named(result, family, len(blocks), inventory)
             grants.append(result)
+        if inventory.grouping.get(family) == NETWORK_GROUPS:
+            group_score += _group_score(grants, inventory)
         parts.append(tuple(grants))
     if len(parts) == 1:
-        return PodFit(grants=parts[0])
-    return PodFit(grants=merge_grants(parts, len(parts[0]) if parts else 0))
+        return PodFit(grants=parts[0], group_score=group_score)
+    return PodFit(grants=merge_grants(parts, len(parts[0]) if parts else 0), group_score=group_score)
+
+
+def _group_score(grants: Sequence[Sequence[DeviceGrant]], inventory: NodeInventory) -> float:
+    """``10 × Σ containers (devices in the container's largest network group / its devices)`` (HAMi's ``ScoreNode``
+    for Ascend 910 chips)."""
+    network = {device.uuid: device.network for device in inventory.devices}
+    return GROUP_SCORE_WEIGHT * sum(group_share([network[grant.uuid] for grant in container])
+                                    for container in grants if container)
 
 
 def _named(failure: FitFailure, family: str, families_asked: int, inventory: NodeInventory) -> FitFailure:
@@ -296,8 +325,10 @@ def may_fit(request: PodRequest, view: NodeView, options: PodOptions) -> bool:
         if not any(options.selection(container.family).type_allowed(device_type)
                    for device_type in family.device_types):
             return False
-        if container.count > family.usable_devices or container.cores > family.max_free_cores:
+        if container.count > family.usable_devices:
             return False
+        if container.cores > family.max_free_cores and not options.selection(container.family).soft_split:
+            return False  # a soft-split device offers 100 cores whatever it registered
         if options.gpu.mutex and container.count > family.idle_devices:
             return False
         if container.memory_mib > family.max_free_memory_mib:

@@ -11,7 +11,7 @@ a pod whose annotation is garbage has unknown usage and is reported, not silentl
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from hami_web.core.devices import AnnotationError
 from hami_web.core.families import DeviceCatalog
@@ -30,6 +30,9 @@ class DeviceGrant:
     memory_mib: int
     cores: int
     vendor: str = VENDOR
+    # Booked in the family's soft split (Ascend hami-core): only the bind's runtime annotation says so; HAMi's device
+    # annotation has no field for it, so a grant read back from a pod does not know it and compares equal.
+    soft_split: bool = field(default=False, compare=False)
 
 
 ContainerGrants = tuple[DeviceGrant, ...]
@@ -111,6 +114,19 @@ def merge_grants(parts: Sequence[PodGrants], containers: int) -> PodGrants:
         for position, container in enumerate(part):
             merged[position].extend(container)
     return tuple(tuple(container) for container in merged)
+
+
+PREDICATE_TIME = "predicate-time"
+
+
+def bind_annotations(grants: Sequence[Sequence[DeviceGrant]], catalog: DeviceCatalog, *,
+                     now_seconds: int) -> dict[str, str]:
+    """Everything a bind writes for the families of ``grants``: `booking_annotations`, and ``predicate-time`` (the
+    bind's Unix seconds, no prefix) when a family's device plugin reads it (Ascend's, README.md#ascend-npus)."""
+    annotations = booking_annotations(grants, catalog)
+    if any(catalog[cw].predicate_time for cw in families_of(grants)):
+        annotations[PREDICATE_TIME] = str(now_seconds)
+    return annotations
 
 
 def booking_annotations(grants: Sequence[Sequence[DeviceGrant]], catalog: DeviceCatalog) -> dict[str, str]:

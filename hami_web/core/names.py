@@ -57,3 +57,5 @@ ALLOCATED_CARDS_INSUFFICIENT_REQUEST = "AllocatedCardsInsufficientRequest"
 # geometry MIG GPU never is (README.md#device-families).
 CARD_MIG_MODE_UNSUPPORTED = "CardMigModeUnsupported"
 CARD_MIG_LEGACY_GEOMETRY = "CardMigLegacyGeometry"
+# The pod asks for a soft split (Ascend hami-core) the node does not allow.
+MODE_NOT_FIT = "ModeNotFit"

@@ -86,6 +86,7 @@ class DeviceSelection:
     numa_bind: bool = False
     modes: str | None = None
     unknown_type: str = ""  # the type of a device whose model is unknown: any use/nouse type refuses it
+    soft_split: bool = False  # the pod asks for the family's soft split (Ascend ``huawei.com/vnpu-mode: hami-core``)
     # Verdicts per card type, filled on first use: a node list holds few distinct types but many devices.
     _type_verdicts: dict[str, bool] = field(default_factory=dict, init=False, compare=False, repr=False)
 
@@ -125,7 +126,7 @@ class DeviceSelection:
     def constrained(self) -> bool:
         """Whether the pod said anything about this family's devices."""
         return bool(self.use_types or self.nouse_types or self.use_uuids or self.nouse_uuids or self.numa_bind
-                    or self.modes is not None)
+                    or self.modes is not None or self.soft_split)
 
 
 @dataclass(frozen=True, slots=True)
@@ -275,6 +276,8 @@ def family_selection(annotations: Mapping[str, str], family: Family) -> DeviceSe
         numa_bind=text(family.numa_bind_key).strip().lower() == "true",
         modes=modes.strip() if modes is not None else None,
         unknown_type=family.unknown_type,
+        # HAMi compares the value exactly (``vnpuMode == "hami-core"``).
+        soft_split=bool(family.soft_split_key) and _text(annotations, family.soft_split_key) == family.soft_split_mode,
     )
 
 

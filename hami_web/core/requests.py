@@ -12,7 +12,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from hami_web.core.families import DEFAULT_CATALOG, NVIDIA, DeviceCatalog, Family, ResourceNames, with_nvidia
+from hami_web.core.families import (
+    DEFAULT_CATALOG,
+    NETWORK_GROUPS,
+    NVIDIA,
+    DeviceCatalog,
+    Family,
+    ResourceNames,
+    with_nvidia,
+)
 from hami_web.core.families.nvidia import nvidia_family
 from hami_web.core.limits import MAX_DEVICE_MEMORY_MIB, MAX_GPUS_PER_CONTAINER, MAX_QUANTITY
 from hami_web.core.quantities import QuantityError, parse_whole_quantity
@@ -36,6 +44,7 @@ class ContainerRequest:
     memory_percent: int = FULL_CARD_PERCENT
     cores: int = 0
     family: str = NVIDIA
+    grouped: bool = False  # the family keeps multi-device containers in network groups (a node-score term)
 
     def booked_memory_mib(self, total_memory_mib: int) -> int:
         """Memory this container books on a device of ``total_memory_mib``."""
@@ -74,6 +83,11 @@ class PodRequest:
     def blocks(self) -> tuple[tuple[str, tuple[ContainerRequest, ...]], ...]:
         """``(family, one ask per container)`` for each family the request covers, in order."""
         return self._blocks
+
+    @property
+    def group_score_reach(self) -> int:
+        """How many containers may earn the node-score term of network groups (README.md#ascend-npus)."""
+        return sum(1 for c in self.containers if c.count and c.grouped)
 
     @property
     def families(self) -> tuple[str, ...]:
@@ -212,7 +226,7 @@ def family_request(container: Mapping[str, Any], *, init: bool, family: Family) 
     cores = family.default_cores if cores is None else cores
     return ContainerRequest(name=name, init=init, count=count, memory_mib=memory_mib,
                             memory_percent=memory_percent or FULL_CARD_PERCENT, cores=min(cores, MAX_CORES),
-                            family=family.cw)
+                            family=family.cw, grouped=family.grouping == NETWORK_GROUPS)
 
 
 def pod_request(pod: Mapping[str, Any], defaults: RequestDefaults) -> PodRequest:

@@ -74,7 +74,8 @@ POLICY_FLAGS = {"selector": ("node_label_selector", "--selector"),
                 "default_mem": ("default_mem_mib", "--default-mem"),
                 "default_cores": ("default_cores", "--default-cores"),
                 "scheduler_name": ("scheduler_name", "--scheduler-name"),
-                "enable_iluvatar": ("enable_iluvatar", "--enable-iluvatar")}
+                "enable_iluvatar": ("enable_iluvatar", "--enable-iluvatar"),
+                "enable_ascend": ("enable_ascend", "--enable-ascend")}
 
 
 def _settings_group(parser: argparse.ArgumentParser) -> argparse._ArgumentGroup:
@@ -83,8 +84,9 @@ def _settings_group(parser: argparse.ArgumentParser) -> argparse._ArgumentGroup:
         "the server's settings: read from the ConfigMap the server publishes; a flag given here overrides one")
     group.add_argument("--settings-configmap", default=DEFAULT_SETTINGS_CONFIGMAP, metavar="NAMESPACE/NAME",
                        help=f"where the server publishes them, or off (default {DEFAULT_SETTINGS_CONFIGMAP})")
-    group.add_argument("--enable-iluvatar", nargs="?", const=True, type=argument_type("--enable-iluvatar"),
-                       default=None, metavar="BOOL", help=option_help("--enable-iluvatar"))
+    for flag in ("--enable-iluvatar", "--enable-ascend"):
+        group.add_argument(flag, nargs="?", const=True, type=argument_type(flag), default=None, metavar="BOOL",
+                           help=option_help(flag))
     return group
 
 
@@ -144,8 +146,9 @@ def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
                                                "policies until none fits; says where they go and what runs "
                                                "out first.")
     capacity.add_argument("--family", default=NVIDIA, metavar="CW",
-                          help="the device family the pod asks for, by its common word (default NVIDIA; DCU, and "
-                               "the Iluvatar chips with --enable-iluvatar): the flags below are its resources")
+                          help="the device family the pod asks for, by its common word (default NVIDIA; DCU, the "
+                               "Iluvatar chips with --enable-iluvatar, the Ascend chips with --enable-ascend): the "
+                               "flags below are its resources")
     capacity.add_argument("--gpus", type=_whole, default=1, metavar="N", help="devices per pod (default 1)")
     memory = capacity.add_mutually_exclusive_group()
     memory.add_argument("--gpumem", type=_whole, default=0, metavar="MIB",

@@ -102,6 +102,7 @@ class Settings:
     resources: ResourceNames = field(default_factory=ResourceNames)
     device_config_file: str = ""
     enable_iluvatar: bool = False
+    enable_ascend: bool = False
     device_config: DeviceConfig = field(default_factory=DeviceConfig)
     settings_configmap: str = DEFAULT_SETTINGS_CONFIGMAP
     serving: ServingSettings = field(default_factory=ServingSettings)
@@ -120,7 +121,8 @@ class Settings:
                                overwrite_env=self.overwrite_env,
                                memory_factor=self.device_config.nvidia.memory_factor or 1)
         try:
-            catalog = build_catalog(nvidia=nvidia, config=self.device_config, enable_iluvatar=self.enable_iluvatar)
+            catalog = build_catalog(nvidia=nvidia, config=self.device_config, enable_iluvatar=self.enable_iluvatar,
+                                    enable_ascend=self.enable_ascend)
         except DeviceConfigError as error:
             raise SettingsError(f"invalid device configuration: {error}") from None
         object.__setattr__(self, "devices", catalog)
@@ -243,9 +245,13 @@ _OPTIONS: tuple[_Option, ...] = (
             "after the free ones (never excluding them); false = strict HAMi node order (true)", is_switch=True),
     _Option("--device-config-file", "device_config_file", plain_text,
             "HAMi's device config (device-config.yaml of the hami-scheduler-device ConfigMap): resource names and "
-            "settings of the nvidia, hygon and iluvatars sections; flags given explicitly win over it"),
+            "settings of the nvidia, hygon, cambricon, iluvatars and vnpus sections; flags given explicitly win over "
+            "it"),
     _Option("--enable-iluvatar", "enable_iluvatar", parse_bool,
             "schedule Iluvatar GPUs (the chips of the device config's iluvatars list) (false)", is_switch=True),
+    _Option("--enable-ascend", "enable_ascend", parse_bool,
+            "schedule Huawei Ascend NPUs (the chips of the device config's vnpus.configs, else HAMi's chart's seven) "
+            "(false)", is_switch=True),
     _Option("--settings-configmap", "settings_configmap", configmap_or_off,
             "ConfigMap NAMESPACE/NAME where the scheduling settings are published at start-up for kubectl hami, "
             f"or off ({DEFAULT_SETTINGS_CONFIGMAP})"),
@@ -278,7 +284,8 @@ def option_help(flag: str) -> str:
 # operator tools decide as this server does without being told its flags.
 PUBLISHED_FLAGS = ("--scheduler-name", "--node-scheduler-policy", "--gpu-scheduler-policy", "--default-mem",
                    "--default-cores", "--default-gpu", "--node-label-selector", "--resource-name", "--resource-mem",
-                   "--resource-mem-percentage", "--resource-cores", "--resource-priority", "--enable-iluvatar")
+                   "--resource-mem-percentage", "--resource-cores", "--resource-priority", "--enable-iluvatar",
+                   "--enable-ascend")
 
 # The data key under which the device config the server read is published (HAMi's YAML, only what was set).
 PUBLISHED_DEVICE_CONFIG = "device-config.yaml"

@@ -18,6 +18,7 @@ from typing import Any
 
 from hami_web.core import names
 from hami_web.core.devices import (
+    NO_NETWORK,
     AnnotationError,
     Device,
     NodeInventory,
@@ -25,7 +26,7 @@ from hami_web.core.devices import (
     decode_pair_scores,
     decode_register,
 )
-from hami_web.core.families import DEFAULT_CATALOG, DeviceCatalog
+from hami_web.core.families import DEFAULT_CATALOG, NETWORK_GROUPS, DeviceCatalog
 from hami_web.core.quantities import QuantityError, parse_whole_quantity
 
 log = logging.getLogger(__name__)
@@ -49,6 +50,7 @@ class FamilyRecord:
     requested_at: float | None = None
     allocatable: int = 0
     devices: tuple[Device, ...] | None = None
+    soft_split: bool = False  # the node allows the family's soft split (Ascend ``hami-vnpu-core``)
 
 
 @dataclass(frozen=True, slots=True)
@@ -172,7 +174,8 @@ def _node_record(node: Mapping[str, Any], catalog: DeviceCatalog) -> NodeRecord:
                         if handshake.startswith("Requesting_") else None)
         families.append(FamilyRecord(family=family.cw, register=register, handshake_key=family.handshake_key,
                                      handshake=handshake, requested_at=requested_at,
-                                     allocatable=_allocatable(node, family.resources.count)))
+                                     allocatable=_allocatable(node, family.resources.count),
+                                     soft_split=family.soft_split_allowed(annotations)))
     if errors and not families:
         return NodeRecord(name=name, error="; ".join(errors))
     return NodeRecord(name=name, families=tuple(families),
@@ -202,6 +205,21 @@ def handshake_due(record: NodeRecord) -> tuple[str, ...]:
     """The handshake keys we should write (a family's handshake missing or ``Reported…``)."""
     return tuple(family.handshake_key for family in record.families
                  if family.handshake_key and (not family.handshake or family.handshake.startswith("Reported")))
+
+
+def _groupings(devices: list[Device], catalog: DeviceCatalog) -> dict[str, str]:
+    """How each family's multi-device containers are picked on this node: the family's ``grouping``, where HCCS
+    groups (``network``) apply only when every device of the family reports its group (as HAMi's ``hasNetworkID``)."""
+    present = {device.family for device in devices}
+    groupings: dict[str, str] = {}
+    for family in catalog:
+        if not family.grouping or family.cw not in present:
+            continue
+        if family.grouping == NETWORK_GROUPS and any(
+                device.network == NO_NETWORK for device in devices if device.family == family.cw):
+            continue
+        groupings[family.cw] = family.grouping
+    return groupings
 
 
 def node_state(record: NodeRecord, *, now: float, catalog: DeviceCatalog = DEFAULT_CATALOG) -> NodeState:
@@ -251,6 +269,8 @@ def node_state(record: NodeRecord, *, now: float, catalog: DeviceCatalog = DEFAU
     if cordoned:  # hami.io/device-cordon is NVIDIA's: it never takes another family's device away
         cordoned -= {device.uuid for device in devices if device.family not in cordon_families}
     inventory = NodeInventory(name=name, devices=tuple(devices), pair_scores=pair_scores, cordoned=cordoned,
-                              broken=broken, topology=frozenset(family.cw for family in catalog if family.topology))
+                              broken=broken, topology=frozenset(family.cw for family in catalog if family.topology),
+                              soft_split=frozenset(family.family for family in record.families if family.soft_split),
+                              grouping=_groupings(devices, catalog))
     return NodeState(name=name, inventory=inventory, error="; ".join(errors), handshake_due=due, plugin_gone=gone,
                      record=record)

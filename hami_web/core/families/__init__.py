@@ -10,10 +10,22 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from hami_web.core.families.ascend import DEFAULT_CHIPS as ASCEND_CHIPS
+from hami_web.core.families.ascend import ascend_family
 from hami_web.core.families.cambricon import DEFAULT_RESOURCES as CAMBRICON_RESOURCES
 from hami_web.core.families.cambricon import cambricon_family
 from hami_web.core.families.config import DeviceConfig, DeviceConfigError, parse_device_config
-from hami_web.core.families.family import NODE_LOCK, AdmissionRules, DeviceCatalog, Family, ResourceNames
+from hami_web.core.families.family import (
+    MODULE_PAIRS,
+    NETWORK_GROUPS,
+    NODE_LOCK,
+    AdmissionAsk,
+    AdmissionRewrite,
+    AdmissionRules,
+    DeviceCatalog,
+    Family,
+    ResourceNames,
+)
 from hami_web.core.families.hygon import DEFAULT_RESOURCES as HYGON_RESOURCES
 from hami_web.core.families.hygon import hygon_family
 from hami_web.core.families.iluvatar import DEFAULT_CHIPS, iluvatar_family
@@ -22,8 +34,12 @@ from hami_web.core.families.nvidia import nvidia_family
 
 __all__ = [
     "DEFAULT_CATALOG",
+    "MODULE_PAIRS",
+    "NETWORK_GROUPS",
     "NODE_LOCK",
     "NVIDIA",
+    "AdmissionAsk",
+    "AdmissionRewrite",
     "AdmissionRules",
     "DeviceCatalog",
     "DeviceConfig",
@@ -36,9 +52,9 @@ __all__ = [
 
 
 def build_catalog(*, nvidia: Family | None = None, config: DeviceConfig | None = None,
-                  enable_iluvatar: bool = False) -> DeviceCatalog:
-    """The enabled families: NVIDIA (as given, else chart defaults), Hygon and Cambricon always; Iluvatar's chips when
-    enabled.
+                  enable_iluvatar: bool = False, enable_ascend: bool = False) -> DeviceCatalog:
+    """The enabled families: NVIDIA (as given, else chart defaults), Hygon and Cambricon always; Iluvatar's and
+    Ascend's chips when enabled (the device config's lists, else the chart's chips).
 
     ``config`` supplies what the device config file says for the families other than NVIDIA, whose settings the
     flags and the file have already merged into ``nvidia``.
@@ -59,6 +75,10 @@ def build_catalog(*, nvidia: Family | None = None, config: DeviceConfig | None =
     if enable_iluvatar:
         chips = DEFAULT_CHIPS if config.iluvatars is None else config.iluvatars
         families.extend(iluvatar_family(chip) for chip in chips)
+    if enable_ascend:
+        vnpus = config.vnpus
+        families.extend(ascend_family(chip, soft_split_default=bool(vnpus.hami_vnpu_core))
+                        for chip in (ASCEND_CHIPS if vnpus.chips is None else vnpus.chips))
     catalog = DeviceCatalog(families=tuple(families))
     _check_names(catalog)
     return catalog

@@ -1,10 +1,10 @@
 """HAMi's device config (the ``device-config.yaml`` of the ``hami-scheduler-device`` ConfigMap), read as HAMi reads it.
 
 Every HAMi install mounts this file, so an operator switching to hami-web passes it unchanged with
-``--device-config-file``. Only what hami-web uses is read (README.md#configuration, ``--device-config-file``): resource
-names and family settings of ``nvidia``, ``hygon``, ``cambricon``, ``iluvatars``; other keys (other vendors, MIG
-allow-lists, device-plugin settings) are ignored. A key we read with the wrong type fails with the key's path, never a
-half-read configuration.
+``--device-config-file``. Only what hami-web uses is read (README.md#configuration, ``--device-config-file``):
+resource names and family settings of ``nvidia``, ``hygon``, ``cambricon``, ``iluvatars``, ``vnpus``; other keys
+(other vendors, MIG allow-lists, device-plugin settings) are ignored. A key we read with the wrong type fails with the
+key's path, never a half-read configuration.
 """
 
 from __future__ import annotations
@@ -13,11 +13,13 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from hami_web.core.families.family import DeviceConfigError, ResourceNames
-
-__all__ = ["CambriconConfig", "DeviceConfig", "DeviceConfigError", "HygonConfig", "NvidiaConfig", "config_document",
-           "parse_device_config"]
+from hami_web.core.families.ascend import AscendChip
+from hami_web.core.families.ascend import default_chip as default_ascend_chip
+from hami_web.core.families.family import DeviceConfigError, MemoryTemplates, ResourceNames, VnpuTemplate
 from hami_web.core.families.iluvatar import IluvatarChip, default_chip
+
+__all__ = ["CambriconConfig", "DeviceConfig", "DeviceConfigError", "HygonConfig", "NvidiaConfig", "VnpuConfig",
+           "config_document", "parse_device_config"]
 
 _RESOURCE_NAME = re.compile(r"[A-Za-z0-9.\-]+/[A-Za-z0-9.\-_]+")
 _COMMON_WORD = re.compile(r"[A-Za-z0-9][A-Za-z0-9.\-_]{0,62}")
@@ -61,6 +63,14 @@ class CambriconConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class VnpuConfig:
+    """The ``vnpus`` section: ``hamiVnpuCore`` and the chips of ``configs`` (None when the file lists none)."""
+
+    hami_vnpu_core: bool | None = None
+    chips: tuple[AscendChip, ...] | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class DeviceConfig:
     """What hami-web takes from HAMi's device config; ``iluvatars`` None when the file has no such list."""
 
@@ -68,6 +78,7 @@ class DeviceConfig:
     hygon: HygonConfig = field(default_factory=HygonConfig)
     cambricon: CambriconConfig = field(default_factory=CambriconConfig)
     iluvatars: tuple[IluvatarChip, ...] | None = None
+    vnpus: VnpuConfig = field(default_factory=VnpuConfig)
 
 
 def _section(document: Mapping[str, object], key: str) -> Mapping[str, object]:
@@ -148,6 +159,84 @@ def _iluvatars(document: Mapping[str, object]) -> tuple[IluvatarChip, ...] | Non
     return tuple(chips)
 
 
+def _string(section: Mapping[str, object], key: str, where: str) -> str | None:
+    value = section.get(key)
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise DeviceConfigError(f"{where}.{key}: expected a string, got {_type(value)} {value!r}")
+    return value.strip()
+
+
+def _vnpu_templates(entry: Mapping[str, object], where: str) -> tuple[VnpuTemplate, ...] | None:
+    listed = entry.get("templates")
+    if listed is None:
+        return None
+    if not isinstance(listed, list):
+        raise DeviceConfigError(f"{where}.templates: expected a list, got {_type(listed)}")
+    templates: list[VnpuTemplate] = []
+    for position, template in enumerate(listed):
+        here = f"{where}.templates[{position}]"
+        if not isinstance(template, Mapping):
+            raise DeviceConfigError(f"{here}: expected a map, got {_type(template)}")
+        name = _string(template, "name", here)
+        if not name:
+            raise DeviceConfigError(f"{here}.name: a template needs a name")
+        memory = _integer(template, "memory", here, minimum=1, maximum=1 << 21)
+        if memory is None:
+            raise DeviceConfigError(f"{here}.memory: a template needs its memory in MiB")
+        templates.append(VnpuTemplate(name=name, memory_mib=memory))
+    return tuple(templates)
+
+
+def _vnpu_chip(entry: object, where: str) -> AscendChip:
+    if not isinstance(entry, Mapping):
+        raise DeviceConfigError(f"{where}: expected a map, got {_type(entry)}")
+    word = entry.get("commonWord")
+    if not isinstance(word, str) or not _COMMON_WORD.fullmatch(word.strip()):
+        raise DeviceConfigError(f"{where}.commonWord: {word!r} is not a common word like Ascend910B3")
+    word = word.strip()
+    chart = default_ascend_chip(word)
+    resources = chart.resources if chart else ResourceNames(
+        count=f"huawei.com/{word}", memory=f"huawei.com/{word}-memory", memory_percentage="",
+        cores=f"huawei.com/{word}-core", priority="")
+    allocatable = _integer(entry, "memoryAllocatable", where, minimum=1, maximum=1 << 21)
+    capacity = _integer(entry, "memoryCapacity", where, minimum=1, maximum=1 << 21)
+    templates = _vnpu_templates(entry, where)
+    if chart is None and (allocatable is None or capacity is None):
+        raise DeviceConfigError(f"{where}: chip {word} is not one of HAMi's chart; give its memoryAllocatable and "
+                                f"memoryCapacity")
+    memory = MemoryTemplates(
+        templates=chart.memory.templates if templates is None and chart else templates or (),
+        allocatable_mib=allocatable or (chart.memory.allocatable_mib if chart else 0),
+        capacity_mib=capacity or (chart.memory.capacity_mib if chart else 0))
+    if memory.capacity_mib < memory.allocatable_mib:
+        raise DeviceConfigError(f"{where}: memoryCapacity {memory.capacity_mib} is below memoryAllocatable "
+                                f"{memory.allocatable_mib}")
+    return AscendChip(
+        common_word=word, chip_name=_string(entry, "chipName", where) or (chart.chip_name if chart else word),
+        resources=ResourceNames(
+            count=_resource(entry, "resourceName", where) or resources.count,
+            memory=_resource(entry, "resourceMemoryName", where) or resources.memory, memory_percentage="",
+            cores=_resource(entry, "resourceCoreName", where) or resources.cores, priority=""),
+        memory=memory,
+        memory_factor=_memory_factor(entry, where) or 1,
+        runtime_class_name=_string(entry, "runtimeClassName", where) or "",
+        overwrite_env=bool(_boolean(entry, "overwriteEnv", where)),
+        super_pod=bool(_boolean(entry, "superPod", where)) if entry.get("superPod") is not None
+        else bool(chart and chart.super_pod))
+
+
+def _vnpus(document: Mapping[str, object]) -> VnpuConfig:
+    section = _section(document, "vnpus")
+    listed = section.get("configs")
+    if listed is not None and not isinstance(listed, list):
+        raise DeviceConfigError(f"vnpus.configs: expected a list, got {_type(listed)}")
+    chips = None if listed is None else tuple(
+        _vnpu_chip(entry, f"vnpus.configs[{position}]") for position, entry in enumerate(listed))
+    return VnpuConfig(hami_vnpu_core=_boolean(section, "hamiVnpuCore", "vnpus"), chips=chips)
+
+
 def parse_device_config(document: object) -> DeviceConfig:
     """Read a loaded ``device-config.yaml``; `DeviceConfigError` names the key that is wrong."""
     if document is None:
@@ -182,6 +271,7 @@ def parse_device_config(document: object) -> DeviceConfig:
             cores=_resource(cambricon, "resourceCoreName", "cambricon"),
         ),
         iluvatars=_iluvatars(document),
+        vnpus=_vnpus(document),
     )
 
 
@@ -213,4 +303,18 @@ def config_document(config: DeviceConfig) -> dict[str, object]:
                                   "resourceCountName": chip.resources.count,
                                   "resourceMemoryName": chip.resources.memory,
                                   "resourceCoreName": chip.resources.cores} for chip in config.iluvatars]
+    vnpus: dict[str, object] = {}
+    if config.vnpus.hami_vnpu_core is not None:
+        vnpus["hamiVnpuCore"] = config.vnpus.hami_vnpu_core
+    if config.vnpus.chips is not None:
+        vnpus["configs"] = [{
+            "chipName": chip.chip_name, "commonWord": chip.common_word, "resourceName": chip.resources.count,
+            "resourceMemoryName": chip.resources.memory, "resourceCoreName": chip.resources.cores,
+            "memoryAllocatable": chip.memory.allocatable_mib, "memoryCapacity": chip.memory.capacity_mib,
+            "memoryFactor": chip.memory_factor, "runtimeClassName": chip.runtime_class_name,
+            "overwriteEnv": chip.overwrite_env, "superPod": chip.super_pod,
+            "templates": [{"name": t.name, "memory": t.memory_mib} for t in chip.memory.templates],
+        } for chip in config.vnpus.chips]
+    if vnpus:
+        document["vnpus"] = vnpus
     return document

@@ -39,6 +39,9 @@ class InventorySource(Protocol):
 
 # Extra pod annotations a family's device plugin reads, from the family's grants (one entry per container).
 BookingExtras = Callable[[Sequence[Sequence[Any]]], dict[str, str]]
+# Values of `Family.grouping`: how a container asking several devices of the family is given them.
+NETWORK_GROUPS = "network"  # from the largest group of one network (Ascend HCCS, ``custominfo.NetworkID``)
+MODULE_PAIRS = "pairs"  # whole modules of two devices (index ÷ 2: Ascend 910C)
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,6 +64,70 @@ class ResourceNames:
 
 
 @dataclass(frozen=True, slots=True)
+class VnpuTemplate:
+    """One way a device plugin may carve a device (an Ascend vNPU template): its name and memory."""
+
+    name: str
+    memory_mib: int
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryTemplates:
+    """The templates of a hard-split device (sorted by memory), what a whole device books (``allocatable_mib``)
+    and the largest ask a whole device takes (``capacity_mib``)."""
+
+    templates: tuple[VnpuTemplate, ...]
+    allocatable_mib: int
+    capacity_mib: int
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "templates", tuple(sorted(self.templates, key=lambda t: t.memory_mib)))
+
+    def round_up(self, memory_mib: int) -> tuple[int, str] | None:
+        """The smallest template holding ``memory_mib`` (memory, name), else the whole device (allocatable, "")
+        when the ask is within its capacity, else None: no way to run it."""
+        for template in self.templates:
+            if memory_mib <= template.memory_mib:
+                return template.memory_mib, template.name
+        if memory_mib <= self.capacity_mib:
+            return self.allocatable_mib, ""
+        return None
+
+
+@dataclass(frozen=True, slots=True)
+class AdmissionAsk:
+    """What one container asks of a family, as the webhook's resize hook sees it: the count and the cores (limits
+    else requests), the memory in limits (None when absent), and whether the pod asks for soft split."""
+
+    count: int
+    memory: int | None
+    cores: int | None
+    soft_split: bool
+
+
+@dataclass(frozen=True, slots=True)
+class AdmissionRewrite:
+    """The resize hook's answer: the count and memory to write (None = leave as is), or a refusal in HAMi's words."""
+
+    count: int = 0
+    memory: int | None = None
+    refusal: str = ""
+
+
+class BookedDevice(Protocol):
+    """What a family's bind hook reads of one granted device (`hami_web.core.grants.DeviceGrant`)."""
+
+    @property
+    def uuid(self) -> str: ...
+    @property
+    def memory_mib(self) -> int: ...
+    @property
+    def cores(self) -> int: ...
+    @property
+    def soft_split(self) -> bool: ...
+
+
+@dataclass(frozen=True, slots=True)
 class AdmissionRules:
     """What the webhook does to a container of this family (README.md#the-admission-webhook-post-webhook for NVIDIA,
     README.md#device-families for the others).
@@ -71,8 +138,11 @@ class AdmissionRules:
     - ``cores_per_count``: a count above 1 sets cores to 100 × count (Iluvatar: multi-device means whole cards);
     - ``priority_env``: the env variable that carries the priority resource;
     - ``container_name_env``: an env variable set to the container's name when absent (Iluvatar's sic spelling);
-    - ``visible_devices_env``: with ``overwrite_env``, containers that do not use the family get it set to
-      ``visible_devices_off``.
+    - ``visible_devices_env``: with ``overwrite_env``, containers that use no family of that variable get it set
+      to ``visible_devices_off``;
+    - ``resize``: a hook that rewrites (or refuses) the count and memory of a container of the family (Ascend's
+      templates), with ``pair_count`` (a single device is rounded up to a module of two) for it to read;
+    - ``runtime_class_name``: set on a pod that uses the family and names none.
     """
 
     count_in_requests: bool = False
@@ -84,6 +154,9 @@ class AdmissionRules:
     visible_devices_env: str = ""
     visible_devices_off: str = "none"
     overwrite_env: bool = False
+    resize: Callable[[Family, AdmissionAsk], AdmissionRewrite] | None = None
+    pair_count: bool = False
+    runtime_class_name: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,11 +197,26 @@ class Family:
     inventory: InventorySource | None = None
     unknown_type: str = ""
     booking_extras: BookingExtras | None = None
+    templates: MemoryTemplates | None = None
+    soft_split_key: str = ""
+    soft_split_mode: str = ""
+    soft_split_node_key: str = ""
+    soft_split_default: bool = False
+    grouping: str = ""
+    predicate_time: bool = False
 
     @property
     def lock_key(self) -> str:
         """The node-lock annotation a bind of this family's pods takes."""
         return self.lock.key
+
+    def soft_split_allowed(self, node_annotations: Mapping[str, object]) -> bool:
+        """Whether a node lets this family's pods use soft split: its ``soft_split_node_key`` annotation when present
+        (``"true"``), else ``soft_split_default``; never for a family without soft split."""
+        if not self.soft_split_key:
+            return False
+        value = node_annotations.get(self.soft_split_node_key) if self.soft_split_node_key else None
+        return self.soft_split_default if value is None else value == "true"
 
     @property
     def type_word(self) -> str:
@@ -150,7 +238,8 @@ class DeviceCatalog:
         for family in ordered:
             if family.cw in seen:
                 raise DeviceConfigError(f"common word {family.cw} names two device families (each chip of "
-                                        f"iluvatars needs a commonWord of its own, other than NVIDIA and DCU)")
+                                        f"iluvatars and vnpus.configs needs a commonWord of its own, other than "
+                                        f"NVIDIA and DCU)")
             seen[family.cw] = family
         object.__setattr__(self, "families", ordered)
         object.__setattr__(self, "_by_cw", seen)
