@@ -286,7 +286,7 @@ def test_hami_chart_device_config_builds_the_default_catalog() -> None:
 @pytest.mark.parametrize(("document", "expected"), [
     pytest.param(None, DeviceConfig(), id="empty-file"),
     pytest.param({}, DeviceConfig(), id="empty-map"),
-    pytest.param({"metax": {"resourceCountName": 5}, "vnpus": "anything"}, DeviceConfig(),
+    pytest.param({"metax": {"resourceCountName": 5}, "mthreads": "anything"}, DeviceConfig(),
                  id="sections-we-do-not-read-are-not-checked"),
     pytest.param({"nvidia": None, "hygon": None}, DeviceConfig(), id="null-sections"),
     pytest.param({"nvidia": {"overwriteEnv": "true"}}, DeviceConfig(nvidia=NvidiaConfig(overwrite_env=True)),
