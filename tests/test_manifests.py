@@ -4,7 +4,7 @@ Covers: every manifest validates against the official client's models (kinds, re
 fields); the kustomization lists every file; names, ports, paths, namespace, Secret and scheduler name agree
 across files and with the code (Service → container port, webhook → Service and ``/webhook``, the
 KubeSchedulerConfiguration → the extender routes, the ``--scheduler-name`` default and the resource names of
-every device family (Iluvatar included, as with ``--enable-iluvatar``),
+every device family (Iluvatar and Ascend included, as with ``--enable-iluvatar``, ``--enable-ascend``),
 the Secret the Job writes → the Secret the pod mounts → the files ``serve`` reads); RBAC subjects, roles and
 resource names point at objects that exist; containers are non-root, read-only, capability-free and sized;
 the webhook's selectors, versions and failure policy; the Dockerfile's user, entrypoint and port. Listeners:
@@ -13,7 +13,7 @@ port is declared and annotated for scraping. Identities: hami-web and kube-sched
 ServiceAccount (the pod's token reaches only the hami-web container; kube-scheduler uses its own token
 through a kubeconfig), and the server's role has only the verbs it uses. HAMi v2.10 conventions: the webhook's
 ``matchConditions`` (a resource of a device family's domain — nvidia.com/*, hygon.com/*, cambricon.com/*,
-iluvatar.ai/* — in any container or init container, limits or requests),
+iluvatar.ai/*, huawei.com/* — in any container or init container, limits or requests),
 ``system-cluster-critical`` for the scheduler pod, and the optional ``components/monitoring`` (ServiceMonitor on
 the metrics listener, a Grafana dashboard that queries only series we serve, an overlay that builds with
 ``kubectl kustomize``).
@@ -249,9 +249,10 @@ def test_extender_points_at_the_loopback_extender_listener_in_the_same_pod() -> 
     assert "POST" in routes["/filter"] and "POST" in routes["/bind"]
 
 
-# Every family hami-web can schedule, Iluvatar's chips included: the shipped configuration must serve a server
-# started with --enable-iluvatar (the entries are inert without it: the webhook routes no such pod to us).
-ALL_FAMILIES = build_catalog(enable_iluvatar=True)
+# Every family hami-web can schedule, Iluvatar's and Ascend's chips included: the shipped configuration must serve a
+# server started with --enable-iluvatar or --enable-ascend (the entries are inert without: the webhook routes no such
+# pod to us), as HAMi's chart lists them all.
+ALL_FAMILIES = build_catalog(enable_iluvatar=True, enable_ascend=True)
 
 
 def test_extender_manages_every_device_resource_name_of_every_family() -> None:
@@ -264,7 +265,8 @@ def test_extender_manages_every_device_resource_name_of_every_family() -> None:
     assert set(Settings().devices.managed_resources()) <= managed.keys()  # the default server's families
     assert {"hygon.com/dcunum", "hygon.com/dcumem", "hygon.com/dcucores", "iluvatar.ai/MR-V100-vgpu",
             "iluvatar.ai/MR-V100.vMem", "iluvatar.ai/BI-V100.vCore", "cambricon.com/vmlu",
-            "cambricon.com/mlu.smlu.vmemory", "cambricon.com/mlu.smlu.vcore"} <= managed.keys()
+            "cambricon.com/mlu.smlu.vmemory", "cambricon.com/mlu.smlu.vcore", "huawei.com/Ascend910B3",
+            "huawei.com/Ascend910B4-1-memory", "huawei.com/Ascend910C-core"} <= managed.keys()
 
 
 def test_scheduler_reads_its_config_and_the_ca_it_verifies_the_extender_with() -> None:
@@ -462,7 +464,8 @@ def test_webhook_only_receives_pods_asking_for_device_resources() -> None:
     assert "startsWith" not in re.sub(r"\.exists\(p, r\.startsWith\(p\)\)", "", expression)
     # ... holding exactly the domains of every family's resources (Iluvatar's too: --enable-iluvatar needs them).
     domains = {name.split("/", 1)[0] + "/" for name in ALL_FAMILIES.managed_resources()}
-    assert sorted(prefixes) == sorted(domains) == ["cambricon.com/", "hygon.com/", "iluvatar.ai/", "nvidia.com/"]
+    assert sorted(prefixes) == sorted(domains) == ["cambricon.com/", "huawei.com/", "hygon.com/", "iluvatar.ai/",
+                                                   "nvidia.com/"]
 
 
 def test_scheduler_pod_is_system_cluster_critical() -> None:

@@ -2,9 +2,9 @@
 
 Covers: kube-apiserver accepts the MutatingWebhookConfiguration as written (its CEL compiles and type-checks
 against the Pod schema); pod CREATEs reach the webhook exactly when a container or init container has a resource
-of a device family's domain (``nvidia.com/*``, ``hygon.com/*``, ``cambricon.com/*``, ``iluvatar.ai/*``) in its limits
-or requests — seen by pointing the webhook at a closed port with ``failurePolicy: Fail``: a call is a refusal
-("failed calling webhook"), no call is a created pod.
+of a device family's domain (``nvidia.com/*``, ``hygon.com/*``, ``cambricon.com/*``, ``iluvatar.ai/*``,
+``huawei.com/*``) in its limits or requests — seen by pointing the webhook at a closed port with ``failurePolicy:
+Fail``: a call is a refusal ("failed calling webhook"), no call is a created pod.
 
 Needs ``kube-apiserver`` (``$KUBEBUILDER_ASSETS`` or ``/work/shared/kube/bin``) and ``etcd`` (``$KUBEBUILDER_ASSETS``
 or ``/usr/bin/etcd``); skipped with the reason when they are missing.
@@ -206,6 +206,11 @@ GPU = {"nvidia.com/gpu": "1"}
     pytest.param(_pod("iluvatar-init", containers=[_container()],
                       init=[_container("fetch", requests_={"iluvatar.ai/BI-V150.vMem": "8"})]), True,
                  id="iluvatar-in-init-requests"),
+    pytest.param(_pod("ascend-limits", containers=[_container(limits={"huawei.com/Ascend910B3": "1"})]), True,
+                 id="ascend-in-limits"),
+    pytest.param(_pod("ascend-init", containers=[_container()],
+                      init=[_container("fetch", requests_={"huawei.com/Ascend910C-memory": "16384"})]), True,
+                 id="ascend-in-init-requests"),
     pytest.param(_pod("lookalike", containers=[_container(limits={"example.com/nvidia.com-gpu": "1"})]), False,
                  id="prefix-not-domain"),
 ])
