@@ -263,6 +263,22 @@ def fit_container(request: ContainerRequest, inventory: NodeInventory, work: Wor
     return tuple(grants)
 
 
+def passing_devices(request: ContainerRequest, view: NodeView, options: PodOptions) -> list[Device]:
+    """The devices of the request's family on ``view`` that pass every check for it alone (for ``explain``: what a
+    group rule had to choose from); none when the node refuses the family's mode."""
+    first, end = view.inventory.groups.get(request.family, (0, 0))
+    devices = view.inventory.devices[first:end]
+    selection = options.selection(request.family)
+    if selection.soft_split:
+        if request.family not in view.inventory.soft_split:
+            return []
+        devices = tuple(replace(device, cores=SOFT_SPLIT_CORES) for device in devices)
+    booked = [request.memory_mib or request.booked_memory_mib(device.memory_mib) for device in devices]
+    reasons = device_reasons(devices, view.usage_rows[first:end], request, booked, options, view.inventory.cordoned,
+                             selection)
+    return [device for device, reason in zip(devices, reasons, strict=True) if not reason]
+
+
 def fit_pod(request: PodRequest, view: NodeView, options: PodOptions) -> PodFit | FitFailure:
     """Fit every container of the pod on ``view`` (docs/scheduling-rules.md#init-containers): each init container alone
     on the node's usage, the regular containers one after another on one working copy; each family in turn

@@ -71,3 +71,39 @@ def group_share(networks: Sequence[int]) -> float:
     for network in networks:
         sizes[network] = sizes.get(network, 0) + 1
     return max(sizes.values()) / len(networks)
+
+
+def describe_groups(grouping: str, passing: Sequence[Device], count: int) -> str:
+    """Why the devices that pass cannot hold ``count`` in ``grouping``'s way (for ``explain``), "" when they can."""
+    if grouping == NETWORK_GROUPS:
+        sizes: dict[int, int] = {}
+        for device in passing:
+            sizes[device.network] = sizes.get(device.network, 0) + 1
+        if len(passing) >= count:
+            return ""
+        listed = ", ".join(f"group {network}: {sizes[network]}" for network in sorted(sizes)) or "none"
+        return f"HCCS groups with a free NPU ({listed}) hold {len(passing)} of the {count} asked"
+    if grouping == MODULE_PAIRS and count > 1:
+        modules: dict[int, int] = {}
+        for device in passing:
+            modules[device.index // MODULE_SIZE] = modules.get(device.index // MODULE_SIZE, 0) + 1
+        whole = sorted(module for module, free in modules.items() if free == MODULE_SIZE)
+        if count % MODULE_SIZE == 0 and len(whole) * MODULE_SIZE >= count:
+            return ""
+        halves = sorted(module for module, free in modules.items() if free < MODULE_SIZE)
+        text = f"{len(whole)} whole module(s) free ({', '.join(map(str, whole)) or 'none'}) for {count} NPUs"
+        if halves:
+            text += f"; modules with one NPU free: {', '.join(map(str, halves))}"
+        if count % MODULE_SIZE:
+            text += "; an odd count is never whole modules"
+        return text
+    return ""
+
+
+def group_label(grouping: str, device: Device) -> str:
+    """The group a device belongs to, for the tools: ``HCCS <id>``, ``module <n>``, or ""."""
+    if grouping == NETWORK_GROUPS:
+        return f"HCCS {device.network}"
+    if grouping == MODULE_PAIRS:
+        return f"module {device.index // MODULE_SIZE}"
+    return ""

@@ -21,7 +21,9 @@ from hami_web.core import names
 from hami_web.core.choose import Placement, choose_node
 from hami_web.core.devices import AnnotationError
 from hami_web.core.families import DeviceCatalog, Family
+from hami_web.core.fit import passing_devices
 from hami_web.core.grants import PodGrants
+from hami_web.core.groups import describe_groups
 from hami_web.core.misses import NearMiss
 from hami_web.core.noderules import (
     RuleInputError,
@@ -33,7 +35,7 @@ from hami_web.core.noderules import (
 from hami_web.core.options import OptionsError, PodOptions
 from hami_web.core.policy import SchedulingPolicy
 from hami_web.core.reasons import ReasonGroup, group_reasons
-from hami_web.core.requests import PodRequest, RequestError
+from hami_web.core.requests import ContainerRequest, PodRequest, RequestError
 from hami_web.ops.snapshot import ClusterSnapshot
 from hami_web.state.pods import pod_usage
 
@@ -70,6 +72,7 @@ class ContainerAsk:
     cores: int
     family: str = ""
     device: str = ""
+    template: str = ""  # for a family with templates: what the memory runs as, and why (README.md#ascend-npus)
 
 
 @dataclass(slots=True)
@@ -91,6 +94,7 @@ class Explanation:
     left_out: int = 0
     settings_source: str = ""  # where the server-wide policies came from (the command fills it in)
     ruled_out_fit: str = ""  # a node whose GPUs would take the pod, and the node rule that keeps it out
+    group_reasons: dict[str, str] = field(default_factory=dict)  # per node: why its device groups could not take it
 
 
 def _label(catalog: DeviceCatalog, cw: str) -> str:
@@ -98,12 +102,52 @@ def _label(catalog: DeviceCatalog, cw: str) -> str:
     return family.label if family is not None else cw
 
 
-def _asks(request: PodRequest, catalog: DeviceCatalog) -> list[ContainerAsk]:
+def _asks(request: PodRequest, catalog: DeviceCatalog, options: PodOptions | None = None) -> list[ContainerAsk]:
     """One line per container and family it asks of (a container of two families has two)."""
     return [ContainerAsk(name=c.name, init=c.init, gpus=c.count,
                          memory=f"{c.memory_mib} MiB" if c.memory_mib else f"{c.memory_percent}% memory", cores=c.cores,
-                         family=c.family, device=_label(catalog, c.family))
+                         family=c.family, device=_label(catalog, c.family),
+                         template=_template(catalog.get(c.family), c, options))
             for c in request.containers if c.count]
+
+
+def _template(family: Family | None, ask: ContainerRequest, options: PodOptions | None) -> str:
+    """What a container of a family with templates runs as: the template its memory rounds to and why, the whole
+    device, or soft split (no template)."""
+    if family is None or family.templates is None:
+        return ""
+    if options is not None and options.selection(family.cw).soft_split:
+        return f"soft split ({family.soft_split_mode}): memory and cores as asked, no template"
+    templates = family.templates
+    whole = f"the whole NPU ({templates.allocatable_mib} MiB)"
+    if not ask.memory_mib:
+        return f"{whole}: no memory asked"
+    rounded = templates.round_up(ask.memory_mib)
+    if rounded is None:
+        return f"none: {ask.memory_mib} MiB is over the NPU's capacity of {templates.capacity_mib} MiB"
+    memory, name = rounded
+    if not name:
+        return f"{whole}: no template of {family.cw} holds {ask.memory_mib} MiB " \
+               f"(the largest is {templates.templates[-1].memory_mib} MiB)" if templates.templates else whole
+    return f"{name} ({memory} MiB): the smallest template of {family.cw} holding {ask.memory_mib} MiB"
+
+
+def _group_reasons(request: PodRequest, options: PodOptions, snapshot: ClusterSnapshot,
+                   reasons: Mapping[str, str]) -> dict[str, str]:
+    """For each node refused for too few devices, where the family picks devices in groups (HCCS, 910C modules):
+    what its groups had free."""
+    said: dict[str, str] = {}
+    for node, reason in reasons.items():
+        view = snapshot.views.get(node)
+        if view is None or names.ALLOCATED_CARDS_INSUFFICIENT_REQUEST not in reason:
+            continue
+        for ask in request.containers:
+            grouping = view.inventory.grouping.get(ask.family) if ask.count else None
+            text = describe_groups(grouping, passing_devices(ask, view, options), ask.count) if grouping else ""
+            if text:
+                said[node] = f"{ask.family} container {ask.name}: {text}"
+                break
+    return said
 
 
 def _constraints(annotations: Mapping[str, str], options: PodOptions, families: Sequence[Family]) -> list[str]:
@@ -115,7 +159,7 @@ def _constraints(annotations: Mapping[str, str], options: PodOptions, families: 
         said.append(f"{key.split('/')[-1]}: {value} ({origin})")
     for family in families:
         for key in (family.use_type_key, family.nouse_type_key, family.use_uuid_key, family.nouse_uuid_key,
-                    family.mode_key):
+                    family.mode_key, family.soft_split_key):
             if key and str(annotations.get(key, "")).strip():
                 said.append(f"{key}: {annotations[key]}")
         if family.numa_bind_key and options.selection(family.cw).numa_bind:
@@ -181,6 +225,7 @@ def explain_pod(pod: Mapping[str, Any], snapshot: ClusterSnapshot, policies: Sch
     except OptionsError as error:
         explanation.message = f"the filter refuses this pod: {error}"
         return explanation
+    explanation.containers = _asks(request, catalog, options)
     explanation.constraints = _constraints(annotations, options, [catalog[cw] for cw in request.families])
     scheduler = str((pod.get("spec") or {}).get("schedulerName") or "default-scheduler")
     if scheduler != policies.scheduler_name:
@@ -210,6 +255,7 @@ def explain_pod(pod: Mapping[str, Any], snapshot: ClusterSnapshot, policies: Sch
     explanation.nearest_miss = snapshot.nearest_miss(request, options, needs)
     explanation.nearest_miss_text = explanation.nearest_miss.describe() if explanation.nearest_miss else ""
     explanation.ruled_out_fit = _ruled_out_fit(request, options, snapshot, screening)
+    explanation.group_reasons = _group_reasons(request, options, snapshot, result.reasons)
     total = len(candidates) + len(screening.left_out)
     explanation.message = f"no node fits: 0/{total} nodes are available"
     if screening.left_out:

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from hami_web.core.grants import families_of
+from hami_web.core.groups import group_label
 from hami_web.core.usage import NodeView
 from hami_web.ops.snapshot import ClusterSnapshot, NodeFacts
 
@@ -34,6 +35,7 @@ class PodShare:
     container: str
     memory_mib: int
     cores: int
+    template: str = ""  # the vNPU template the share runs as (Ascend hard split; "" = whole device or none)
 
 
 @dataclass(slots=True)
@@ -53,6 +55,7 @@ class GpuReport:
     cores_booked: int
     tasks: int
     task_slots: int
+    group: str = ""  # the device group a multi-device container is kept in (``HCCS 0``, ``module 1``)
     pods: list[PodShare] = field(default_factory=list)
 
     @property
@@ -198,10 +201,13 @@ def _gpu_reports(view: NodeView | None, shares: dict[str, list[PodShare]]) -> li
     if view is None:
         return []
     cordoned = view.inventory.cordoned
+    grouping = view.inventory.grouping
     return [GpuReport(index=device.index, uuid=device.uuid, family=device.family, type=device.type, numa=device.numa,
                       healthy=device.healthy, cordoned=device.uuid in cordoned, memory_mib=device.memory_mib,
                       memory_booked_mib=used.memory_mib, cores=device.cores, cores_booked=used.cores,
-                      tasks=used.tasks, task_slots=device.count, pods=shares.get(device.uuid, []))
+                      tasks=used.tasks, task_slots=device.count,
+                      group=group_label(grouping[device.family], device) if device.family in grouping else "",
+                      pods=shares.get(device.uuid, []))
             for device, used in zip(view.inventory.devices, view.usage, strict=True)]
 
 
@@ -213,9 +219,11 @@ def _pod_shares(snapshot: ClusterSnapshot, node_names: set[str]) -> dict[str, li
         for position, container in enumerate(usage.grants):
             container_name = usage.container_names[position] if position < len(usage.container_names) else ""
             for grant in container:
+                family = snapshot.catalog.get(grant.vendor)
                 shares.setdefault(grant.uuid, []).append(PodShare(
                     namespace=usage.namespace, pod=usage.name, container=container_name or str(position),
-                    memory_mib=grant.memory_mib, cores=grant.cores))
+                    memory_mib=grant.memory_mib, cores=grant.cores,
+                    template=family.templates.name_for(grant.memory_mib) if family and family.templates else ""))
     for listed in shares.values():
         listed.sort(key=lambda share: (share.namespace, share.pod, share.container))
     return shares

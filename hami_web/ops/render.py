@@ -64,9 +64,11 @@ _SHARE_FIELDS = tuple(field.name for field in dataclasses.fields(PodShare))
 
 
 def _gpu_data(gpu: GpuReport) -> dict[str, Any]:
-    # By hand rather than dataclasses.asdict, whose deep copy is most of the time of -o json at 40,000 GPUs.
-    data: dict[str, Any] = {name: getattr(gpu, name) for name in _GPU_FIELDS}
-    data["pods"] = [{name: getattr(share, name) for name in _SHARE_FIELDS} for share in gpu.pods]
+    # By hand rather than dataclasses.asdict, whose deep copy is most of the time of -o json at 40,000 GPUs. The
+    # fields only some families have (a device's group, a share's template) are left out when empty.
+    data: dict[str, Any] = {name: getattr(gpu, name) for name in _GPU_FIELDS if name != "group" or gpu.group}
+    data["pods"] = [{name: getattr(share, name) for name in _SHARE_FIELDS if name != "template" or share.template}
+                    for share in gpu.pods]
     data["status"] = gpu.status
     return data
 
@@ -107,7 +109,8 @@ def _summary_row(name: str, families: str, types: str, totals: Totals, status: s
 
 
 def _gpu_row(gpu: GpuReport, wide: bool) -> list[str]:
-    row = ["", str(gpu.index), gpu.family, _short_type(gpu.type, gpu.family),
+    device_type = _short_type(gpu.type, gpu.family) + (f" ({gpu.group})" if gpu.group else "")
+    row = ["", str(gpu.index), gpu.family, device_type,
            _usage(gpu.memory_booked_mib, gpu.memory_mib), _usage(gpu.cores_booked, gpu.cores),
            str(len({(s.namespace, s.pod) for s in gpu.pods}))]
     if wide:
@@ -148,8 +151,9 @@ def _device_rows(gpus: Sequence[GpuReport], wide: bool, details: bool) -> list[l
         rows.append(_gpu_row(gpu, wide))
         if details:
             for share in gpu.pods:
+                memory = f"{share.memory_mib} ({share.template})" if share.template else str(share.memory_mib)
                 rows.append(["", "", "", f"- {share.namespace}/{share.pod} [{share.container}]",
-                             str(share.memory_mib), str(share.cores), "", *([""] * (3 if wide else 0)), ""])
+                             memory, str(share.cores), "", *([""] * (3 if wide else 0)), ""])
     return rows
 
 
@@ -183,6 +187,11 @@ def render_inspect(report: InspectReport, *, wide: bool = False, details: bool =
 def explain_data(explanation: Explanation) -> dict[str, Any]:
     """The explanation as plain data for ``-o json|yaml``."""
     data = dataclasses.asdict(explanation)
+    for container in data["containers"]:
+        if not container["template"]:
+            del container["template"]  # only a family with templates has one
+    if not data["group_reasons"]:
+        del data["group_reasons"]
     miss = data.pop("nearest_miss")
     data.pop("nearest_miss_text")
     data["nearest_miss"] = None if miss is None else {**miss, "text": explanation.nearest_miss_text}
@@ -208,6 +217,9 @@ def render_explain(explanation: Explanation, *, wide: bool = False) -> str:
     lines = [*_described("Pod", [explanation.pod]),
              *_described("Verdict", [f"{explanation.verdict}: {explanation.message}"]),
              *_described("Asks", asks)]
+    templates = [f"container {c.name}: {c.template}" for c in explanation.containers if c.template]
+    if templates:
+        lines += _described("Template", templates)
     if explanation.constraints:
         lines += _described("Constraints", explanation.constraints)
     if explanation.settings_source:
@@ -227,6 +239,8 @@ def render_explain(explanation: Explanation, *, wide: bool = False) -> str:
         if explanation.nearest_miss_text or not misses:
             misses.append(explanation.nearest_miss_text or "none: no node would fit even with its GPUs' bookings freed")
         lines += _described("Nearest miss", misses)
+        if explanation.group_reasons:
+            lines += _described("Groups", [f"{node}: {text}" for node, text in explanation.group_reasons.items()])
         if wide:
             lines.append("")
             lines += table(["NODE", "REASON"], [[node, reason] for node, reason in explanation.node_reasons.items()])

@@ -62,6 +62,7 @@ class ClusterSnapshot:
     broken_pods: dict[str, str] = field(default_factory=dict)
     traits: dict[str, NodeTraits] = field(default_factory=dict)
     requested: dict[str, dict[str, int]] = field(default_factory=dict)
+    catalog: DeviceCatalog = DEFAULT_CATALOG  # the families the snapshot was read with (their templates, for the tools)
     # Screenings already made on this snapshot, by the pod's needs: the pods of one page mostly ask alike.
     _screenings: dict[str, Screening] = field(default_factory=dict, repr=False, compare=False)
     _misses: dict[tuple[PodRequest, PodOptions, str], NearMiss | None] = field(default_factory=dict, repr=False,
@@ -109,7 +110,7 @@ def build_snapshot(nodes: Iterable[Mapping[str, Any]], pods: Iterable[Mapping[st
     pods request); ``inspect`` does not need them and skips their cost.
     """
     now = time.time() if now is None else now
-    snapshot = ClusterSnapshot()
+    snapshot = ClusterSnapshot(catalog=catalog)
     by_node: dict[str, list[PodUsage]] = {}
     for pod in pods:
         uid, namespace, name = pod_key(pod)

@@ -173,8 +173,7 @@ class RuntimeInfo:
 
 def template_of(family: Family, memory_mib: int) -> str:
     """The template a booking of ``memory_mib`` runs as ("" = the whole NPU, or a family without templates)."""
-    rounded = family.templates.round_up(memory_mib) if family.templates else None
-    return rounded[1] if rounded else ""
+    return family.templates.name_for(memory_mib) if family.templates else ""
 
 
 def describe_templates(templates: MemoryTemplates | None) -> str:

@@ -93,6 +93,11 @@ class MemoryTemplates:
             return self.allocatable_mib, ""
         return None
 
+    def name_for(self, memory_mib: int) -> str:
+        """The template a booking of ``memory_mib`` runs as ("" = the whole device)."""
+        rounded = self.round_up(memory_mib)
+        return rounded[1] if rounded else ""
+
 
 @dataclass(frozen=True, slots=True)
 class AdmissionAsk:
