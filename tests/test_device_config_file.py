@@ -118,3 +118,26 @@ def test_the_device_config_read_is_published_for_the_tools_and_read_back(tmp_pat
 def test_a_published_device_config_that_does_not_parse_names_the_configmap_and_key() -> None:
     with pytest.raises(SettingsError, match=r"^ConfigMap x/y: device-config.yaml: hygon: expected a map"):
         settings_from_published({"device-config.yaml": "hygon: 3\n"}, where="ConfigMap x/y")
+
+
+def test_enable_ascend_with_the_charts_payload_gives_its_seven_chips(tmp_path: Path) -> None:
+    settings = _settings("--device-config-file", _file(tmp_path, HAMI_CHART_CONFIG), "--enable-ascend")
+    assert [family.cw for family in settings.devices if family.kind == "ascend"] == [
+        "Ascend310P", "Ascend910A", "Ascend910B2", "Ascend910B3", "Ascend910B4", "Ascend910B4-1", "Ascend910C"]
+    assert not settings.devices["Ascend910B3"].soft_split_default  # hamiVnpuCore: false
+    assert _settings("--enable-ascend").devices == settings.devices  # the chart's values are the defaults
+
+
+def test_a_bad_vnpus_entry_fails_start_up_naming_the_key(tmp_path: Path) -> None:
+    path = _file(tmp_path, "vnpus:\n  configs:\n  - commonWord: Ascend910B3\n    templates: [{name: x}]\n")
+    with pytest.raises(SettingsError, match=r"vnpus.configs\[0\].templates\[0\].memory: a template needs its memory"):
+        _settings("--device-config-file", path, "--enable-ascend")
+
+
+def test_the_vnpus_read_are_published_and_read_back(tmp_path: Path) -> None:
+    path = _file(tmp_path, "vnpus:\n  hamiVnpuCore: true\n  configs:\n  - commonWord: Ascend910B3\n"
+                           "    runtimeClassName: ascend\n    templates: [{name: half, memory: 32768}]\n")
+    settings = _settings("--device-config-file", path, "--enable-ascend")
+    back = settings_from_published(published_settings(settings), where="ConfigMap x/y")
+    assert back.enable_ascend and back.devices == settings.devices
+    assert back.devices["Ascend910B3"].admission.runtime_class_name == "ascend"

@@ -20,6 +20,7 @@ VALUES = {
     "--scheduler-name": ["hami-scheduler", "other"],
     "--node-label-selector": ["gpu=on", ""],
     "--enable-iluvatar": ["true", "false", "maybe"],
+    "--enable-ascend": ["true", "false", "maybe"],
 }
 CASES = [(flag, value) for flag, values in VALUES.items() for value in values]
 
