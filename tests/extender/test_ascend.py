@@ -8,7 +8,8 @@ soft-split pod (``huawei.com/vnpu-mode: hami-core``) refused ``ModeNotFit`` wher
 and bound with its cores (no template) where it has ``"true"``; a 910C pod taking a whole module pair past a module
 with one NPU used; a restarted server rebuilding the NPUs' usage from the pods' ``-allocated`` keys and refusing what
 no longer fits; the handshake written to ``hami.io/node-handshake-<CW>``; an Ascend ask that is not ours while Ascend
-is disabled.
+is disabled; every NPU a ``hami_gpu_*`` series (HAMi's per-device metrics) with its family in ``hami_web_device_info``
+and a soft-split pod's cores and memory in ``hami_vgpu_*``.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from hami_web.core import names
 from hami_web.core.devices import Device, encode_register_json
@@ -149,3 +151,23 @@ def test_an_ascend_ask_is_not_ours_while_ascend_is_disabled(apiserver: LocalClus
     answer = Scheduler(runtime.app.test_client(), apiserver).filter("npu", ["b3"])
     assert answer["Error"] == "" and answer["NodeNames"] == ["b3"]  # no device asked: every node passes
     assert usage_by_gpu(runtime) == {}
+
+
+def test_every_npu_is_a_per_device_series(ascend: Runtime, apiserver: LocalCluster) -> None:
+    apiserver.load([gpu_pod("soft", npu_limits(B3, 1, 10000, 30), annotations={"huawei.com/vnpu-mode": "hami-core"})])
+    assert Scheduler(ascend.app.test_client(), apiserver).schedule("soft", ["b3-soft"]) == "b3-soft"
+    text = ascend.app.test_client().get("/metrics").get_data(as_text=True)
+    samples: dict[str, list[tuple[dict[str, str], float]]] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            samples.setdefault(sample.name, []).append((sample.labels, sample.value))
+    info = {labels["device_uuid"]: labels["family"] for labels, _ in samples["hami_web_device_info"]}
+    assert info == {**{f"b3-{i}": B3 for i in range(8)}, **{f"b3-soft-{i}": B3 for i in range(8)},
+                    **{f"c-{i}": C for i in range(4)}}
+    limits = {labels["device_uuid"]: value for labels, value in samples["hami_gpu_memory_limit_bytes"]}
+    assert limits["c-3"] == 65536 * 1024 * 1024
+    held = [(labels["device_uuid"], value) for labels, value in samples["hami_vgpu_core_allocated_ratio"]
+            if labels["pod"] == "soft"]
+    assert held == [("b3-soft-0", 30)]
+    memory = [value for labels, value in samples["hami_vgpu_memory_allocated_bytes"] if labels["pod"] == "soft"]
+    assert memory == [10000 * 1024 * 1024]
