@@ -23,6 +23,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from prometheus_client.registry import Collector
 
 from hami_web import __version__
+from hami_web.core.fit import core_capacity
 from hami_web.core.reasons import reason_causes
 from hami_web.state.cache import LOCK_HOLD_BUCKETS_SECONDS, ClusterCache
 
@@ -104,7 +105,7 @@ class _ClusterCollector(Collector):
                 memory_limit.add(labels, device.memory_mib * MIB)
                 memory_used.add([name, device.uuid, index, total_cores, device.type], usage.memory_mib * MIB)
                 core_limit.add(labels, CORE_PERCENT if device.cores > 0 else 0.0)
-                core_used.add(labels, _core_percent(usage.cores, device.cores))
+                core_used.add(labels, _core_percent(usage.cores, core_capacity(device, view.inventory)))
                 shared.add(labels, usage.tasks)
                 overview.add([name, device.uuid, index, total_cores, str(device.memory_mib), device.type],
                              usage.memory_mib * MIB)
@@ -120,7 +121,7 @@ class _ClusterCollector(Collector):
                                  container)
         vgpu_cores = _ZoneGauge("hami_vgpu_core_allocated_ratio",
                                 "GPU compute booked by a container, percent of the device, rounded up", container)
-        total_cores = {device.uuid: device.cores for view in self._cache.node_views().values()
+        total_cores = {device.uuid: core_capacity(device, view.inventory) for view in self._cache.node_views().values()
                        for device in view.inventory.devices}
         for usage in self._cache.pod_usages():
             for position, grants in enumerate(usage.grants):

@@ -65,6 +65,12 @@ def _failure(reasons: dict[str, int], total: int) -> FitFailure:
     return FitFailure(reasons=tuple(sorted(reasons.items())), total=total)
 
 
+def core_capacity(device: Device, inventory: NodeInventory) -> int:
+    """The cores a device can give out: its own, or 100 on a node that allows its family's soft split (HAMi-core
+    shares an Ascend NPU's compute in percent, whatever its registered AI cores)."""
+    return max(device.cores, SOFT_SPLIT_CORES) if device.family in inventory.soft_split else device.cores
+
+
 def check_device(device: Device, used: Sequence[int], request: ContainerRequest, booked_memory_mib: int,
                  options: PodOptions, cordoned: frozenset[str]) -> str:
     """The first check ``device`` fails for ``request`` given its working usage, or ``""`` when it fits."""

@@ -19,8 +19,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from hami_web.core import names
-from hami_web.core.devices import Device, NodeInventory
-from hami_web.core.fit import EXCLUSIVE_CORES, SOFT_SPLIT_CORES
+from hami_web.core.devices import NodeInventory
+from hami_web.core.fit import EXCLUSIVE_CORES, core_capacity
 from hami_web.core.grants import PodGrants
 from hami_web.core.usage import NO_USAGE, DeviceUsage
 
@@ -76,7 +76,7 @@ def placement_conflicts(inventory: NodeInventory, others: OtherBookings, booking
             reason = names.CARD_TIME_SLICING_EXHAUSTED
         elif theirs.memory_mib + ours.memory_mib > device.memory_mib:
             reason = names.CARD_INSUFFICIENT_MEMORY
-        elif theirs.cores + ours.cores > _core_capacity(device, inventory):
+        elif theirs.cores + ours.cores > core_capacity(device, inventory):
             reason = names.CARD_INSUFFICIENT_CORE
         elif exclusive_card and theirs.tasks > 0 and (uuid in ours_exclusive or uuid in others.exclusive):
             reason = names.EXCLUSIVE_DEVICE_ALLOCATE_CONFLICT
@@ -85,8 +85,3 @@ def placement_conflicts(inventory: NodeInventory, others: OtherBookings, booking
         conflicts.append(Conflict(uuid, reason))
     return conflicts
 
-
-def _core_capacity(device: Device, inventory: NodeInventory) -> int:
-    """The cores a device can give out: its own, or 100 on a node that allows its family's soft split (HAMi-core
-    shares an Ascend NPU's compute in percent, whatever its registered AI cores)."""
-    return max(device.cores, SOFT_SPLIT_CORES) if device.family in inventory.soft_split else device.cores
