@@ -4,10 +4,10 @@ It starts the in-process Kubernetes API server seeded with GPU nodes as HAMi's d
 starts the real server (``hami-web serve``, gunicorn over TLS with a throwaway certificate, talking to that
 API server through a kubeconfig), then plays kube-apiserver and kube-scheduler for a list of pods: each pod
 goes through ``/webhook``, is created, goes through ``/filter`` and ``/bind`` over HTTPS, and the demo prints
-what happened and the device usage the server reports on ``/metrics``. The demo cluster has a Hygon DCU node and a
-Cambricon MLU node beside the NVIDIA ones: every family the server enables by default is played alike (its devices
-read from the family's own annotations, through the same reader as the cache), so a DCU or MLU pod shows the cards it
-got.
+what happened and the device usage the server reports on ``/metrics``. The demo cluster has a Hygon DCU node, a
+Cambricon MLU node and an Ascend 910B node beside the NVIDIA ones (the server runs with ``--enable-ascend``): every
+family is played alike (its devices read from the family's own annotations, through the same reader as the cache), so
+a DCU, MLU or NPU pod shows the cards it got.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from hami_web.core import names
 from hami_web.core.devices import AnnotationError
-from hami_web.core.families import DEFAULT_CATALOG
+from hami_web.core.families import build_catalog
 from hami_web.core.grants import describe_grants, families_of
 from hami_web.kube import Kube, KubeError
 from hami_web.localcluster import LocalCluster
@@ -44,8 +44,9 @@ from hami_web.server.local import LocalServer, run_local_server
 from hami_web.state.pods import pod_usage
 
 EXPECT_ANNOTATION = "demo.hami.io/expect"
-# The demo's server runs with the default families (NVIDIA, Hygon DCU and Cambricon MLU; no --enable-iluvatar).
-CATALOG = DEFAULT_CATALOG
+# The demo's server runs with NVIDIA, Hygon DCU, Cambricon MLU and Ascend (--enable-ascend; no --enable-iluvatar).
+SERVER_ARGUMENTS = ("--refresh-interval", "10s", "--enable-ascend")
+CATALOG = build_catalog(enable_ascend=True)
 
 
 @dataclass(slots=True)
@@ -205,7 +206,7 @@ def run_demo(arguments: argparse.Namespace) -> int:
     with tempfile.TemporaryDirectory(prefix="hami-web-demo-") as scratch, LocalCluster() as cluster:
         cluster.load_file(cluster_file)
         try:
-            with run_local_server(cluster.url, Path(scratch), extra_args=("--refresh-interval", "10s")) as server:
+            with run_local_server(cluster.url, Path(scratch), extra_args=SERVER_ARGUMENTS) as server:
                 return _run_pods(pods, server=server, cluster=cluster, keep_serving=arguments.keep_serving)
         except RuntimeError as error:  # the server did not start
             print(f"demo failed: {error}", file=sys.stderr)

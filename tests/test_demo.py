@@ -4,7 +4,8 @@ Covers: the demo exits 0, every example pod gets a verdict, GPU pods are schedul
 the webhook listener and ``/filter`` + ``/bind`` on the extender listener, and the usage table is read from
 ``/metrics`` on the plain-HTTP metrics listener; the Hygon DCU pod lands on the DCU node with a DCU, and the
 Cambricon MLU pod on the MLU node (read from its capacity) with an MLU, each shown with its family both in the outcomes
-and in the usage table.
+and in the usage table; the Ascend pods (the server runs with ``--enable-ascend``): a slice rounded up to its template
+on NPU 0 and a 4-NPU job inside the other HCCS group.
 """
 
 from __future__ import annotations
@@ -32,3 +33,8 @@ def test_the_demo_schedules_the_example_pods_through_the_three_listeners(capsys:
                      re.MULTILINE)
     assert re.search(r"^mlu-1 +mlu-1-cambricon-mlu-[0-3] +MLU +MLU370-X4 +1 +12288/24576 +50/100", output,
                      re.MULTILINE)
+    # Ascend: 10000 MiB rounded by the webhook to vir05_1c_16g (16384 MiB); the job fills HCCS group 1.
+    assert re.search(r"^npu-slice +scheduled +npu-1 +Ascend910B3 +Ascend910B3-0\(16384MiB,0%\)", output, re.MULTILINE)
+    assert re.search(r"^npu-train +scheduled +npu-1 +Ascend910B3 +Ascend910B3-4\(65536MiB,0%\),Ascend910B3-5", output,
+                     re.MULTILINE)
+    assert re.search(r"^npu-1 +Ascend910B3-0 +Ascend910B3 +Ascend910B3 +1 +16384/65536", output, re.MULTILINE)
