@@ -75,7 +75,8 @@ class DashboardSources:
             node = traits.get(name)
             nodes[name] = NodeFacts(name=name, gpu_node=True, cordoned=bool(node and node.unschedulable),
                                     error=broken.get(name, ""))
-        return ClusterSnapshot(nodes=nodes, views=views, broken_nodes=broken, usages=usages, traits=traits)
+        return ClusterSnapshot(nodes=nodes, views=views, broken_nodes=broken, usages=usages, traits=traits,
+                               catalog=self.settings.devices)
 
     def node_rules_note(self) -> str:
         """Empty when kube-scheduler's node rules are applied; else what the pages cannot tell yet."""
@@ -135,13 +136,18 @@ def _fill(used: int, total: int) -> float:
 
 
 def _gpu_cell(gpu: GpuReport, metric: str) -> dict[str, Any]:
+    """One heatmap cell; a device's group and a share's template only where the family has them (Ascend)."""
     fill = _fill(gpu.memory_booked_mib, gpu.memory_mib) if metric == "memory" else _fill(gpu.cores_booked, gpu.cores)
-    return {"index": gpu.index, "uuid": gpu.uuid, "family": gpu.family, "type": gpu.type, "status": gpu.status,
+    cell = {"index": gpu.index, "uuid": gpu.uuid, "family": gpu.family, "type": gpu.type, "status": gpu.status,
             "fill": fill,
             "level": min(int(fill * 10), 10), "memory_mib": gpu.memory_mib, "memory_booked_mib": gpu.memory_booked_mib,
             "cores": gpu.cores, "cores_booked": gpu.cores_booked, "tasks": gpu.tasks, "task_slots": gpu.task_slots,
             "pods": [{"pod": f"{share.namespace}/{share.pod}", "container": share.container,
-                      "memory_mib": share.memory_mib, "cores": share.cores} for share in gpu.pods]}
+                      "memory_mib": share.memory_mib, "cores": share.cores,
+                      **({"template": share.template} if share.template else {})} for share in gpu.pods]}
+    if gpu.group:
+        cell["group"] = gpu.group
+    return cell
 
 
 def _histograms(snapshot: ClusterSnapshot) -> list[dict[str, Any]]:
@@ -164,7 +170,7 @@ def _histograms(snapshot: ClusterSnapshot) -> list[dict[str, Any]]:
 def _only_nodes(snapshot: ClusterSnapshot, keep: Callable[[NodeView], bool]) -> ClusterSnapshot:
     views = {name: view for name, view in snapshot.views.items() if keep(view)}
     return ClusterSnapshot(nodes={name: snapshot.nodes[name] for name in views}, views=views,
-                           usages=[usage for usage in snapshot.usages if usage.node in views])
+                           usages=[usage for usage in snapshot.usages if usage.node in views], catalog=snapshot.catalog)
 
 
 def _family_totals(family: FamilyReport) -> dict[str, Any]:

@@ -64,7 +64,9 @@ def demo() -> Iterator[DemoCluster]:
     """The demo cluster with every demo pod played, shared by a module's tests (the pages only read)."""
     with LocalCluster(bookmark_interval_seconds=0.1) as apiserver:
         apiserver.load_file(str(resources.files("hami_web").joinpath("examples/cluster.yaml")))
-        runtime = build_runtime(Settings.of(refresh_interval_seconds=300.0), kube=Kube.for_url(apiserver.url))
+        # As the demo runs it: with --enable-ascend.
+        runtime = build_runtime(Settings.of(refresh_interval_seconds=300.0, enable_ascend=True),
+                                kube=Kube.for_url(apiserver.url))
         runtime.start()
         try:
             assert runtime.cache.wait_synced(SYNC_TIMEOUT_SECONDS), "runtime did not complete its first sync"

@@ -19,8 +19,8 @@ from hami_web.server.listeners import LISTENER_ENVIRON_KEY
 
 from .conftest import PENDING_POD, DemoCluster
 
-DEMO_GPUS = 24  # 4 + 4 A40, 8 A100, 2 T4, 2 Hygon DCUs, 4 Cambricon MLUs (examples/cluster.yaml)
-DEMO_NODES = 6
+DEMO_GPUS = 32  # 4 + 4 A40, 8 A100, 2 T4, 2 Hygon DCUs, 4 Cambricon MLUs, 8 Ascend 910B3 NPUs
+DEMO_NODES = 7
 
 
 @pytest.fixture
@@ -72,8 +72,8 @@ def test_overview_filters_by_gpu_type(client: FlaskClient) -> None:
 def test_overview_draws_a_free_memory_histogram_per_gpu_type(client: FlaskClient) -> None:
     histograms = _get(client, "/ui/api/overview")["histograms"]
     assert [(h["family"], h["type"]) for h in histograms] == [
-        ("DCU", "DCU-BW100"), ("MLU", "MLU370-X4"), ("NVIDIA", "NVIDIA-NVIDIA A100-SXM4-80GB"),
-        ("NVIDIA", "NVIDIA-NVIDIA A40"), ("NVIDIA", "NVIDIA-Tesla T4")]
+        ("Ascend910B3", "Ascend910B3"), ("DCU", "DCU-BW100"), ("MLU", "MLU370-X4"),
+        ("NVIDIA", "NVIDIA-NVIDIA A100-SXM4-80GB"), ("NVIDIA", "NVIDIA-NVIDIA A40"), ("NVIDIA", "NVIDIA-Tesla T4")]
     for histogram in histograms:
         assert sum(bar["count"] for bar in histogram["bars"]) == histogram["gpus"]
     # Unhealthy and cordoned GPUs cannot take pods: they are not free memory.
@@ -126,7 +126,10 @@ def test_whatif_answers_as_the_capacity_command(client: FlaskClient, demo: DemoC
 def test_whatif_without_a_shape_only_offers_the_form(client: FlaskClient) -> None:
     answer = _get(client, "/ui/api/whatif")
     assert answer["answer"] is None and answer["gpu_types"]
-    assert answer["families"] == [{"cw": "DCU", "label": "Hygon DCU"}, {"cw": "MLU", "label": "Cambricon MLU"},
+    ascend = [{"cw": cw, "label": f"Ascend {chip}"} for cw, chip in (
+        ("Ascend310P", "310P3"), ("Ascend910A", "910A"), ("Ascend910B2", "910B2"), ("Ascend910B3", "910B3"),
+        ("Ascend910B4", "910B4"), ("Ascend910B4-1", "910B4-1"), ("Ascend910C", "Ascend910"))]
+    assert answer["families"] == [*ascend, {"cw": "DCU", "label": "Hygon DCU"}, {"cw": "MLU", "label": "Cambricon MLU"},
                                   {"cw": "NVIDIA", "label": "NVIDIA GPU"}]
 
 
@@ -140,12 +143,14 @@ def test_every_cell_carries_its_family_and_the_dcu_node_shows_its_dcus(client: F
     assert demo.outcomes["ml/dcu-inference"] == "dcu-1"
     held = [pod for cell in dcu["gpus"] for pod in cell["pods"]]
     assert held == [{"pod": "ml/dcu-inference", "container": "server", "memory_mib": 16384, "cores": 50}]
-    assert {cell["family"] for name, node in nodes.items() if name not in ("dcu-1", "mlu-1")
+    assert {cell["family"] for name, node in nodes.items() if name not in ("dcu-1", "mlu-1", "npu-1")
             for cell in node["gpus"]} == {"NVIDIA"}
     families = overview["totals"]["families"]
     assert (families["DCU"]["nodes"], families["DCU"]["gpus"], families["DCU"]["pods"]) == (1, 2, 1)
-    assert families["DCU"]["gpus"] + families["MLU"]["gpus"] + families["NVIDIA"]["gpus"] == DEMO_GPUS
-    assert overview["families"] == ["DCU", "MLU", "NVIDIA"]
+    assert (families["DCU"]["gpus"] + families["MLU"]["gpus"] + families["NVIDIA"]["gpus"]
+            + families["Ascend910B3"]["gpus"]) == DEMO_GPUS
+    assert overview["families"] == [family.cw for family in demo.runtime.settings.devices]
+    assert {"DCU", "MLU", "Ascend910B3"} <= set(overview["families"])
 
 
 def test_the_mlu_node_shows_the_cards_read_from_its_capacity(client: FlaskClient, demo: DemoCluster) -> None:
@@ -162,6 +167,19 @@ def test_the_mlu_node_shows_the_cards_read_from_its_capacity(client: FlaskClient
     # of 24576 MiB, one half used: two more on each free card, one more on the used one.
     answer = _get(client, "/ui/api/whatif?family=MLU&gpus=1&memory_mib=48&cores=50")["answer"]
     assert (answer["fits"], answer["device"]) == (7, "Cambricon MLU")
+
+
+def test_the_npu_node_shows_its_hccs_groups_and_templates(client: FlaskClient, demo: DemoCluster) -> None:
+    npu = {node["name"]: node for node in _get(client, "/ui/api/overview?sort=name")["nodes"]}["npu-1"]
+    assert [cell["group"] for cell in npu["gpus"]] == ["HCCS 0"] * 4 + ["HCCS 1"] * 4
+    # Not through the webhook here: the slice asks 10000 MiB, which runs as the vir05_1c_16g template.
+    assert demo.outcomes["ml/npu-slice"] == demo.outcomes["ml/npu-train"] == "npu-1"
+    assert npu["gpus"][0]["pods"] == [{"pod": "ml/npu-slice", "container": "infer", "memory_mib": 10000, "cores": 0,
+                                       "template": "vir05_1c_16g"}]
+    assert [cell["pods"][0]["pod"] for cell in npu["gpus"][4:]] == ["ml/npu-train"] * 4
+    html = client.get("/ui/?sort=name").get_data(as_text=True)
+    assert "npu-1 Ascend910B3 4 (Ascend910B3, HCCS 1, ok)" in html
+    assert "ml/npu-slice [infer] 10000 MiB (vir05_1c_16g), 0%" in html
 
 
 def test_overview_filters_by_family(client: FlaskClient) -> None:
