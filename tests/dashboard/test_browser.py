@@ -29,8 +29,8 @@ CHROMEDRIVER = os.environ.get("HAMI_TEST_CHROMEDRIVER", "/usr/bin/chromedriver")
 SCREENSHOTS = Path(__file__).resolve().parents[2] / "test-artifacts" / "screenshots"
 DEMO_START_SECONDS = 90.0
 PAGE_WAIT_SECONDS = 10.0
-DEMO_GPUS = 24  # 18 NVIDIA GPUs, 2 Hygon DCUs and 4 Cambricon MLUs (examples/cluster.yaml)
-DEMO_NODES = 6
+DEMO_GPUS = 32  # 18 NVIDIA GPUs, 2 Hygon DCUs, 4 Cambricon MLUs and 8 Ascend NPUs (examples/cluster.yaml)
+DEMO_NODES = 7
 
 _missing = [path for path in (CHROMIUM, CHROMEDRIVER) if not (os.path.isfile(path) and os.access(path, os.X_OK))]
 if _missing:
