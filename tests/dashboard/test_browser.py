@@ -122,8 +122,8 @@ def test_overview_draws_a_cell_per_gpu_and_hover_shows_its_pods(browser: webdriv
     WebDriverWait(browser, PAGE_WAIT_SECONDS).until(lambda _: "ml/" in detail.text)
     busiest.click()
     assert "selected" in (busiest.get_attribute("class") or "")
-    # One histogram of 10 bars per device type: A100, A40, T4, DCU-BW100, MLU370-X4.
-    assert len(browser.find_elements(By.CSS_SELECTOR, ".histogram svg rect.bar")) == 5 * 10
+    # One histogram of 10 bars per device type: A100, A40, T4, DCU-BW100, MLU370-X4, Ascend910B3.
+    assert len(browser.find_elements(By.CSS_SELECTOR, ".histogram svg rect.bar")) == 6 * 10
     _screenshot(browser, "overview")
 
 
