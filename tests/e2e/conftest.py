@@ -16,7 +16,7 @@ import pytest
 from .controlplane import SKIP_REASON, ControlPlane, find_assets
 
 _names = itertools.count(1)
-HAMI_WEB_ARGUMENTS = ("--enable-iluvatar",)
+HAMI_WEB_ARGUMENTS = ("--enable-iluvatar", "--enable-ascend")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -30,7 +30,7 @@ def control_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlP
     assets = find_assets()
     if assets is None:
         pytest.skip(SKIP_REASON)
-    # --enable-iluvatar: every family hami-web can schedule is on, as the shipped manifests allow for.
+    # --enable-iluvatar, --enable-ascend: every family hami-web can schedule is on, as the shipped manifests allow for.
     plane = ControlPlane(tmp_path_factory.mktemp("control-plane"), assets,
                          hami_web_arguments=HAMI_WEB_ARGUMENTS).start()
     try:
