@@ -11,6 +11,10 @@ all-fail path (a pod no node can take, with a reason computed for every node). N
 
 ``--mixed``: a third of the nodes carry 8 Hygon DCUs instead of GPUs, a third both (8 GPUs and 4 DCUs), and the pods
 alternate between the GPU pods, DCU pods and pods asking for a GPU and a DCU (README.md#device-families).
+``--ascend``: every node carries 8 Ascend 910B3 NPUs in two HCCS groups (NPUs 0-3 and 4-7, as the device plugin reports
+``custominfo.NetworkID``), a third of them allowing soft split, with prior usage in template-sized slices; the pods are
+template slices, whole NPUs (1, 2, 4 and 8: the HCCS fill and its node-score term) and soft-split shares
+(README.md#ascend-npus). Compare its figures with a run without it (NVIDIA) at the same size.
 ``--record FILE`` writes every placement (node and devices); ``--check FILE`` compares this run's placements with such
 a file, so a change to the core can show it decides exactly as before.
 """
@@ -32,7 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from hami_web.core.choose import NoPlacement, Placement, choose_node
 from hami_web.core.devices import Device, NodeInventory
 from hami_web.core.grants import describe_grants
-from hami_web.core.options import PodOptions
+from hami_web.core.options import DeviceSelection, PodOptions
 from hami_web.core.requests import ContainerRequest, PodRequest
 from hami_web.core.usage import DeviceUsage, NodeView, build_node_view, pod_booking
 
@@ -48,6 +52,9 @@ BUSY_GPU_SHARE = 0.4
 
 
 DCUS_ON_MIXED_NODES = 4
+NPU = "Ascend910B3"
+NPU_MEMORY_MIB = 65536
+NPU_SLICE_MIB = 16384  # the vir05_1c_16g template
 
 
 def generate_cluster(size: int, rng: random.Random, *, mixed: bool = False,
@@ -80,6 +87,32 @@ def generate_cluster(size: int, rng: random.Random, *, mixed: bool = False,
     return views, usages
 
 
+def generate_ascend_cluster(size: int, rng: random.Random
+                            ) -> tuple[dict[str, NodeView], dict[str, dict[str, DeviceUsage]]]:
+    """``size`` nodes of 8 Ascend 910B3 NPUs in two HCCS groups, as `node_state` builds them (grouping, soft split on
+    a third of the nodes), with prior usage in template slices and some full nodes."""
+    views: dict[str, NodeView] = {}
+    usages: dict[str, dict[str, DeviceUsage]] = {}
+    for number in range(size):
+        name = f"npu-node-{number:05d}"
+        npus = tuple(Device(uuid=f"NPU-{number:05d}-{index}", index=index, count=4, memory_mib=NPU_MEMORY_MIB,
+                            cores=20, type=NPU, family=NPU, network=0 if index <= 3 else 1)
+                     for index in range(GPUS_PER_NODE))
+        full = rng.random() < FULL_NODE_SHARE
+        usage: dict[str, DeviceUsage] = {}
+        for device in npus:
+            if full:
+                usage[device.uuid] = DeviceUsage(device.count, device.memory_mib, 0)
+            elif rng.random() < BUSY_GPU_SHARE:
+                slices = rng.randint(1, 3)
+                usage[device.uuid] = DeviceUsage(slices, slices * NPU_SLICE_MIB, 0)
+        inventory = NodeInventory(name=name, devices=npus, topology=frozenset(), grouping={NPU: "network"},
+                                  soft_split=frozenset({NPU}) if number % 3 == 0 else frozenset())
+        views[name] = build_node_view(inventory, usage)
+        usages[name] = usage
+    return views, usages
+
+
 def ask(count: int, *, memory_mib: int = 0, memory_percent: int = 100, cores: int = 0,
         family: str = "NVIDIA") -> PodRequest:
     """A one-container pod (``family`` passed only when not NVIDIA, so that this script also runs on the core
@@ -87,6 +120,25 @@ def ask(count: int, *, memory_mib: int = 0, memory_percent: int = 100, cores: in
     chosen = {"family": family} if family != "NVIDIA" else {}
     return PodRequest(containers=(ContainerRequest(name="main", init=False, count=count, memory_mib=memory_mib,
                                                    memory_percent=memory_percent, cores=cores, **chosen),))
+
+
+def npu_ask(count: int, memory_mib: int = NPU_MEMORY_MIB, cores: int = 0) -> PodRequest:
+    """A one-container pod asking Ascend 910B3 NPUs (memory as the webhook rounded it)."""
+    return PodRequest(containers=(ContainerRequest(name="main", init=False, count=count, memory_mib=memory_mib,
+                                                   cores=cores, family=NPU, grouped=True),))
+
+
+def ascend_pods() -> tuple[tuple[str, PodRequest, PodOptions], ...]:
+    """The pods of ``--ascend``."""
+    soft = PodOptions(selections=(DeviceSelection(family=NPU, soft_split=True),))
+    return (
+        ("1 NPU vir05_1c_16g, node binpack", npu_ask(1, NPU_SLICE_MIB), PodOptions()),
+        ("4 whole NPUs (HCCS), node binpack", npu_ask(4), PodOptions()),
+        ("1 NPU vir10_3c_32g, node spread", npu_ask(1, 32768), PodOptions(node_policy="spread")),
+        ("2 whole NPUs (HCCS), node spread", npu_ask(2), PodOptions(node_policy="spread")),
+        ("1 NPU soft split 10000 MiB 30 cores", npu_ask(1, 10000, 30), soft),
+        ("8 whole NPUs", npu_ask(8), PodOptions()),
+    )
 
 
 def both(gpu: PodRequest, dcu: PodRequest) -> PodRequest:
@@ -128,15 +180,17 @@ def percentile(samples: list[float], share: float) -> float:
     return ordered[min(len(ordered) - 1, int(share * len(ordered)))]
 
 
-def run(size: int, pods: int, seed: int, *, mixed: bool = False) -> list[str]:
+def run(size: int, pods: int, seed: int, *, mixed: bool = False, ascend: bool = False) -> list[str]:
     """Generate one cluster, place ``pods`` pods, time the all-fail path, print the figures; the placements."""
     rng = random.Random(seed)
-    build_ms, (views, usages) = timed(lambda: generate_cluster(size, rng, mixed=mixed))
+    build_ms, (views, usages) = timed(lambda: generate_ascend_cluster(size, rng) if ascend
+                                      else generate_cluster(size, rng, mixed=mixed))
     candidates = list(views)
     per_pod: list[float] = []
     unplaced = 0
     placements: list[str] = []
-    shapes = TYPICAL_PODS + mixed_pods() if mixed else TYPICAL_PODS
+    shapes = ascend_pods() if ascend else TYPICAL_PODS + mixed_pods() if mixed else TYPICAL_PODS
+    impossible = npu_ask(1, 200_000) if ascend else IMPOSSIBLE_POD
     for number in range(pods):
         _, request, options = shapes[number % len(shapes)]
         elapsed, result = timed(functools.partial(choose_node, request, options, candidates, views))
@@ -154,14 +208,15 @@ def run(size: int, pods: int, seed: int, *, mixed: bool = False) -> list[str]:
     for _ in range(5):
         # Fresh views (as after usage changed everywhere) carry no remembered failures: the first-time cost.
         fresh = {name: build_node_view(view.inventory, usages.get(name, {})) for name, view in views.items()}
-        elapsed, result = timed(functools.partial(choose_node, IMPOSSIBLE_POD, PodOptions(), candidates, fresh))
+        elapsed, result = timed(functools.partial(choose_node, impossible, PodOptions(), candidates, fresh))
         assert isinstance(result, NoPlacement) and len(result.reasons) == size
         fail_runs.append(elapsed)
         # kube-scheduler retrying the same pending pod while the nodes are unchanged.
-        elapsed, result = timed(functools.partial(choose_node, IMPOSSIBLE_POD, PodOptions(), candidates, fresh))
+        elapsed, result = timed(functools.partial(choose_node, impossible, PodOptions(), candidates, fresh))
         assert isinstance(result, NoPlacement) and len(result.reasons) == size
         retry_runs.append(elapsed)
-    kind = " (a third DCU nodes, a third GPUs + DCUs)" if mixed else ""
+    kind = (" (Ascend 910B3 NPUs, two HCCS groups)" if ascend else
+            " (a third DCU nodes, a third GPUs + DCUs)" if mixed else "")
     print(f"{size} nodes x {GPUS_PER_NODE} devices{kind} (cluster generated and views built in {build_ms:.0f} ms)")
     print(f"  {pods} typical pods: median {statistics.median(per_pod):.3f} ms, p95 {percentile(per_pod, 0.95):.3f} ms,"
           f" max {max(per_pod):.3f} ms per pod ({unplaced} not placed)")
@@ -178,13 +233,14 @@ def main() -> None:
     parser.add_argument("--sizes", default="1000,5000", help="comma list of node counts")
     parser.add_argument("--seed", type=int, default=7, help="random seed for the generated clusters")
     parser.add_argument("--mixed", action="store_true", help="a third DCU nodes, a third GPU + DCU nodes")
+    parser.add_argument("--ascend", action="store_true", help="8 Ascend 910B3 NPUs per node in two HCCS groups")
     parser.add_argument("--record", help="write every placement to this file")
     parser.add_argument("--check", help="compare every placement with this file (written by --record)")
     arguments = parser.parse_args()
     print(f"python {sys.version.split()[0]}, choose_node per pod, candidates = every node")
     placements: list[str] = []
     for size in (int(part) for part in arguments.sizes.split(",")):
-        placements += run(size, arguments.pods, arguments.seed, mixed=arguments.mixed)
+        placements += run(size, arguments.pods, arguments.seed, mixed=arguments.mixed, ascend=arguments.ascend)
     if arguments.record:
         Path(arguments.record).write_text("\n".join(placements) + "\n")
     if arguments.check:

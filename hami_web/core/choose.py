@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from operator import attrgetter
 
 from hami_web.core.fit import INVALID_REGISTER as INVALID_REGISTER  # re-exported: the reasons' vocabulary
-from hami_web.core.fit import PodFit, fit_pod, may_fit
+from hami_web.core.fit import PodFit, fit_pod, group_score_bound, may_fit
 from hami_web.core.grants import PodGrants
 from hami_web.core.groups import GROUP_SCORE_WEIGHT
 from hami_web.core.options import SPREAD, PodOptions
@@ -166,6 +166,10 @@ def _choose_with_group_score(ask: _Ask, ranked: Iterator[NodeView], reasons: dic
             bound = view.score - reach if spread else view.score + reach
             if (bound >= best[0] if spread else bound <= best[0]) or (view.name in busy and best[1].name not in busy):
                 break
+            # This node's own groups may hold less than the whole term: no fit when even that cannot win.
+            own = group_score_bound(ask.request, view)
+            if view.score - own >= best[0] if spread else view.score + own <= best[0]:
+                continue
         if not may_fit(ask.request, view, ask.options):
             skipped.append(view)
             continue

@@ -335,6 +335,24 @@ def _named(failure: FitFailure, family: str, families_asked: int, inventory: Nod
     return failure
 
 
+def group_score_bound(request: PodRequest, view: NodeView) -> float:
+    """The most `PodFit.group_score` a placement of ``request`` on ``view`` can earn, from the view's aggregates: each
+    grouped container keeps at most as many devices in one group as that group has usable devices with the memory it
+    asks (README.md#ascend-npus)."""
+    bound = 0.0
+    stats = view.family_stats
+    for container in request.containers:
+        if not (container.count and container.grouped):
+            continue
+        family = stats.get(container.family)
+        if family is None or not family.group_free_memory:
+            continue  # no network groups on this node: no term
+        wanted = container.memory_mib
+        most = max(sum(1 for free in group if free >= wanted) for group in family.group_free_memory)
+        bound += GROUP_SCORE_WEIGHT * min(container.count, most) / container.count
+    return bound
+
+
 def may_fit(request: PodRequest, view: NodeView, options: PodOptions) -> bool:
     """Cheap necessary condition for `fit_pod` from the node's aggregates (False = certainly no fit)."""
     stats = view.family_stats

@@ -11,6 +11,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from hami_web.core.devices import NodeInventory
+from hami_web.core.families import NETWORK_GROUPS
 from hami_web.core.grants import PodGrants
 
 
@@ -67,6 +68,9 @@ class FamilyStats:
     max_free_memory_mib: int = 0
     max_free_cores: int = 0
     device_types: frozenset[str] = frozenset()
+    # Families kept in network groups (Ascend HCCS): per group, the free memory of each usable device, largest first.
+    # An upper bound of the node-score term a placement can earn here, without a fit (README.md#ascend-npus).
+    group_free_memory: tuple[tuple[int, ...], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,6 +142,8 @@ def build_node_view(inventory: NodeInventory, usage_by_uuid: Mapping[str, Device
 
 def _family_stats(inventory: NodeInventory, usage: tuple[DeviceUsage, ...], first: int, end: int) -> FamilyStats:
     usable = idle = max_free_memory = max_free_cores = 0
+    grouped = inventory.grouping.get(inventory.devices[first].family) == NETWORK_GROUPS if end > first else False
+    groups: dict[int, list[int]] = {}
     for position in range(first, end):
         device, booked = inventory.devices[position], usage[position]
         if not device.healthy or device.uuid in inventory.cordoned or booked.tasks >= device.count:
@@ -146,9 +152,12 @@ def _family_stats(inventory: NodeInventory, usage: tuple[DeviceUsage, ...], firs
         idle += booked.tasks == 0
         max_free_memory = max(max_free_memory, device.memory_mib - booked.memory_mib)
         max_free_cores = max(max_free_cores, device.cores - booked.cores)
+        if grouped:
+            groups.setdefault(device.network, []).append(device.memory_mib - booked.memory_mib)
     return FamilyStats(usable_devices=usable, idle_devices=idle, max_free_memory_mib=max_free_memory,
                        max_free_cores=max_free_cores,
-                       device_types=frozenset(device.type for device in inventory.devices[first:end]))
+                       device_types=frozenset(device.type for device in inventory.devices[first:end]),
+                       group_free_memory=tuple(tuple(sorted(free, reverse=True)) for free in groups.values()))
 
 
 def sum_bookings(bookings: Iterable[Mapping[str, DeviceUsage]]) -> dict[str, DeviceUsage]:

@@ -24,7 +24,7 @@ from hami_web.core.choose import NoPlacement, Placement, choose_node
 from hami_web.core.devices import NO_NETWORK, Device, decode_register, encode_register_json
 from hami_web.core.families import DeviceConfigError, build_catalog, parse_device_config
 from hami_web.core.families.ascend import DEFAULT_CHIPS, runtime_annotations
-from hami_web.core.fit import FitFailure, PodFit, fit_pod
+from hami_web.core.fit import FitFailure, PodFit, fit_pod, group_score_bound
 from hami_web.core.grants import DeviceGrant, bind_annotations, booking_annotations
 from hami_web.core.options import PodOptions, pod_options
 from hami_web.core.requests import ContainerRequest, PodRequest, RequestDefaults, pod_request
@@ -386,7 +386,8 @@ def test_hami_schedule_by_network_id() -> None:
     pytest.param({}, 4, ("Ascend910B3-0", "Ascend910B3-1", "Ascend910B3-2", "Ascend910B3-3"),
                  id="4-npus-inside-group-0-ties-to-the-lower-id"),
     pytest.param({"Ascend910B3-1": (4, 0, 0)}, 4,
-                 ("Ascend910B3-4", "Ascend910B3-5", "Ascend910B3-6", "Ascend910B3-7"), id="group-0-short-takes-group-1"),
+                 ("Ascend910B3-4", "Ascend910B3-5", "Ascend910B3-6", "Ascend910B3-7"),
+                 id="group-0-short-takes-group-1"),
     pytest.param({"Ascend910B3-1": (4, 0, 0)}, 5,
                  ("Ascend910B3-4", "Ascend910B3-5", "Ascend910B3-6", "Ascend910B3-7", "Ascend910B3-0"),
                  id="largest-group-then-the-next"),
@@ -561,3 +562,45 @@ def test_a_pod_is_read_fitted_and_annotated() -> None:
     assert [grant.uuid for grant in placed.grants[0]] == [f"Ascend910B3-{i}" for i in range(4, 8)]
     info = json.loads(bind_annotations(placed.grants, CATALOG)["huawei.com/Ascend910B3"])
     assert info == [{"UUID": f"Ascend910B3-{i}", "memory": 65536} for i in range(4, 8)]
+
+
+def test_group_score_bound_counts_each_groups_devices_with_the_memory_asked() -> None:
+    view = view_of(eight_910b(), {f"Ascend910B3-{i}": (1, 16384, 0) for i in (0, 1, 4, 5, 6)})
+    whole = PodRequest(containers=(ask("Ascend910B3", 4, memory_mib=65536),))
+    assert group_score_bound(whole, view) == pytest.approx(10 * 2 / 4)  # group 0 has two idle NPUs, group 1 one
+    slices = PodRequest(containers=(ask("Ascend910B3", 4, memory_mib=16384),))
+    assert group_score_bound(slices, view) == 10
+    plain = view_of([replace(device, network=NO_NETWORK) for device in eight_910b()])
+    assert group_score_bound(whole, plain) == 0
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_the_bounded_search_chooses_what_fitting_every_node_would(seed: int) -> None:
+    """The search stops early and skips nodes whose groups cannot win; on random clusters its answer is the node a fit
+    of every node ranks first (score ± the group term, ties in rank order)."""
+    import random
+    rng = random.Random(seed)
+    views: dict[str, NodeView] = {}
+    for number in range(30):
+        used = {f"n{number}-{i}": (slices, slices * 16384, 0) for i in range(8)
+                if (slices := rng.choice((0, 0, 1, 2, 4)))}
+        devices = [replace(device, uuid=f"n{number}-{device.index}") for device in eight_910b()]
+        views[f"node-{number:02d}"] = view_of(devices, used, node=f"node-{number:02d}")
+    for count, memory, policy in ((4, 65536, "binpack"), (2, 65536, "spread"), (3, 16384, "binpack"),
+                                  (1, 32768, "spread"), (5, 16384, "spread")):
+        request = PodRequest(containers=(ask("Ascend910B3", count, memory_mib=memory),))
+        chosen = choose_node(request, options(node_policy=policy), sorted(views), views)
+        ranked = sorted(views.values(), key=lambda view: (-view.score if policy == "binpack" else view.score,
+                                                          view.name))
+        best: tuple[float, str] | None = None
+        for view in ranked:
+            fitted = fit_pod(request, view, options(node_policy=policy))
+            if isinstance(fitted, PodFit):
+                total = view.score + (fitted.group_score if policy == "binpack" else -fitted.group_score)
+                if best is None or (total > best[0] if policy == "binpack" else total < best[0]):
+                    best = (total, view.name)
+        if best is None:
+            assert isinstance(chosen, NoPlacement)
+        else:
+            assert isinstance(chosen, Placement)
+            assert (chosen.node, chosen.node_score) == (best[1], pytest.approx(best[0]))
