@@ -29,7 +29,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -117,7 +117,7 @@ def ask(count: int, *, memory_mib: int = 0, memory_percent: int = 100, cores: in
         family: str = "NVIDIA") -> PodRequest:
     """A one-container pod (``family`` passed only when not NVIDIA, so that this script also runs on the core
     from before the device families, for ``--record`` there and ``--check`` here)."""
-    chosen = {"family": family} if family != "NVIDIA" else {}
+    chosen: dict[str, Any] = {"family": family} if family != "NVIDIA" else {}
     return PodRequest(containers=(ContainerRequest(name="main", init=False, count=count, memory_mib=memory_mib,
                                                    memory_percent=memory_percent, cores=cores, **chosen),))
 
