@@ -604,3 +604,44 @@ def test_the_bounded_search_chooses_what_fitting_every_node_would(seed: int) -> 
         else:
             assert isinstance(chosen, Placement)
             assert (chosen.node, chosen.node_score) == (best[1], pytest.approx(best[0]))
+
+
+# --- what a container asks (HAMi's Test_GenerateResourceRequests*) -------------------------------------------------
+
+def _container(limits: dict[str, str], requests: dict[str, str] | None = None) -> dict[str, object]:
+    return {"name": "main", "resources": {"limits": limits, "requests": requests or dict(limits)}}
+
+
+@pytest.mark.parametrize(("limits", "expected"), [
+    # HAMi v2.10.0 pkg/device/ascend/device_test.go: Test_GenerateResourceRequests.
+    pytest.param({}, None, id="hami-nothing-set"),
+    pytest.param({"huawei.com/Ascend910A": "2", "huawei.com/Ascend910A-memory": "8738"},
+                 ask("Ascend910A", 2, memory_mib=8738), id="hami-count-and-memory"),
+    pytest.param({"huawei.com/Ascend910A": "2"}, ask("Ascend910A", 2, memory_percent=100), id="hami-no-memory"),
+    # Test_GenerateResourceRequests_VNPUCoreMode.
+    pytest.param({"huawei.com/Ascend910B3": "1", "huawei.com/Ascend910B3-core": "10",
+                  "huawei.com/Ascend910B3-memory": "15360"}, ask("Ascend910B3", memory_mib=15360, cores=10),
+                 id="hami-soft-split-core-and-memory"),
+])
+def test_hami_generate_resource_requests(limits: dict[str, str], expected: ContainerRequest | None) -> None:
+    request = pod_request({"spec": {"containers": [_container(limits)]}}, RequestDefaults.of(CATALOG))
+    assert request.containers == (() if expected is None else (expected,))
+
+
+def test_hami_generate_resource_requests_factor() -> None:
+    """Test_GenerateResourceRequestsFactor "factor 10": 128 × 10 MiB."""
+    config = parse_device_config({"vnpus": {"configs": [{"commonWord": "Ascend910A", "memoryFactor": 10}]}})
+    catalog = build_catalog(config=config, enable_ascend=True)
+    request = pod_request({"spec": {"containers": [_container({"huawei.com/Ascend910A": "1",
+                                                               "huawei.com/Ascend910A-memory": "128"})]}},
+                          RequestDefaults.of(catalog))
+    assert [(c.count, c.memory_mib) for c in request.containers] == [(1, 1280)]
+
+
+def test_hami_out_of_range_memory_is_refused_naming_the_container() -> None:
+    """Test_GenerateResourceRequests_OutOfRangeValues: 16Gi is bytes, far beyond any NPU's MiB."""
+    from hami_web.core.requests import RequestError
+    with pytest.raises(RequestError, match=r"huawei\.com/Ascend910B3-memory"):
+        pod_request({"spec": {"containers": [_container({"huawei.com/Ascend910B3": "1",
+                                                         "huawei.com/Ascend910B3-memory": "16Gi"})]}},
+                    RequestDefaults.of(CATALOG))
