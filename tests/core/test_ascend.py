@@ -6,8 +6,10 @@ templates, and the chart's ``vnpus`` section building the same families; ``vnpus
 decoded (numbers only) and HCCS grouping only when every NPU of the chip reports one; HAMi's ``TestDevices_Fit`` table
 for every chip (hard split, soft split and ``ModeNotFit``, UUID pins, mutex), ``TestDevices_Fit_910C`` and the 910C
 pairing tests; an 8-NPU 910B node with two HCCS groups (a 4-NPU job inside one group, filling from the largest group,
-ties to the lower id, shortfalls); the node-score term under binpack and spread; a request of one chip never taking
-another chip's NPUs; the ``huawei.com/<CW>`` RuntimeInfo (HAMi's ``Test_PatchAnnotations*``) and ``predicate-time``.
+ties to the lower id, shortfalls); the node-score term under binpack and spread, its bound from a node's aggregates,
+and the bounded search choosing what fitting every node would (random clusters); a request of one chip never taking
+another chip's NPUs; the ``huawei.com/<CW>`` RuntimeInfo (HAMi's ``Test_PatchAnnotations*``) and ``predicate-time``;
+HAMi's ``Test_GenerateResourceRequests*`` (count, memory × memoryFactor, soft-split cores, bytes refused).
 """
 
 from __future__ import annotations
