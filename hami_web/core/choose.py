@@ -139,9 +139,15 @@ def choose_node(request: PodRequest, options: PodOptions, candidates: Sequence[s
             return Placement(node=view.name, grants=result.grants, node_score=view.score,
                              node_busy=view.name in busy)
         reasons[view.name] = result
+    return _first_skipped(ask, skipped, reasons, candidates, busy)
+
+
+def _first_skipped(ask: _Ask, skipped: Sequence[NodeView], reasons: dict[str, str], candidates: Sequence[str],
+                   busy: Collection[str]) -> Placement | NoPlacement:
+    """The nodes `may_fit` ruled out, fitted after all: the full fit is the authority on the reason (may_fit is only
+    a necessary condition); should it ever disagree, the skipped nodes are still in rank order, so the first fit is
+    the right answer. Otherwise a reason for every candidate."""
     for view in skipped:
-        # The full fit is the authority on the reason (may_fit is only a necessary condition); should it
-        # ever disagree, the skipped nodes are still in rank order, so the first fit is the right answer.
         result = _fit_or_reason(ask, view)
         if isinstance(result, PodFit):
             return Placement(node=view.name, grants=result.grants, node_score=view.score,
@@ -181,12 +187,6 @@ def _choose_with_group_score(ask: _Ask, ranked: Iterator[NodeView], reasons: dic
         if best is None or (total < best[0] if spread else total > best[0]):
             best = (total, view, result)
     if best is None:
-        for view in skipped:
-            result = _fit_or_reason(ask, view)
-            if isinstance(result, PodFit):
-                return Placement(node=view.name, grants=result.grants, node_score=view.score,
-                                 node_busy=view.name in busy)
-            reasons[view.name] = result
-        return NoPlacement(reasons={name: reasons[name] for name in dict.fromkeys(candidates)})
+        return _first_skipped(ask, skipped, reasons, candidates, busy)
     total, view, fit = best
     return Placement(node=view.name, grants=fit.grants, node_score=total, node_busy=view.name in busy)

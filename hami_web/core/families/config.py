@@ -131,17 +131,28 @@ def _memory_factor(section: Mapping[str, object], where: str) -> int | None:
     return None if factor is None else max(factor, 1)  # HAMi applies the factor only when > 1
 
 
-def _iluvatars(document: Mapping[str, object]) -> tuple[IluvatarChip, ...] | None:
-    listed = document.get("iluvatars")
+def _entries(section: Mapping[str, object], key: str, where: str) -> list[tuple[str, Mapping[str, object]]] | None:
+    """A list of maps under ``key`` (None when absent), each with its path for messages."""
+    listed = section.get(key)
     if listed is None:
         return None
     if not isinstance(listed, list):
-        raise DeviceConfigError(f"iluvatars: expected a list, got {_type(listed)}")
-    chips: list[IluvatarChip] = []
+        raise DeviceConfigError(f"{where}: expected a list, got {_type(listed)}")
+    entries: list[tuple[str, Mapping[str, object]]] = []
     for position, entry in enumerate(listed):
-        where = f"iluvatars[{position}]"
+        here = f"{where}[{position}]"
         if not isinstance(entry, Mapping):
-            raise DeviceConfigError(f"{where}: expected a map, got {_type(entry)}")
+            raise DeviceConfigError(f"{here}: expected a map, got {_type(entry)}")
+        entries.append((here, entry))
+    return entries
+
+
+def _iluvatars(document: Mapping[str, object]) -> tuple[IluvatarChip, ...] | None:
+    listed = _entries(document, "iluvatars", "iluvatars")
+    if listed is None:
+        return None
+    chips: list[IluvatarChip] = []
+    for where, entry in listed:
         word = entry.get("commonWord")
         if not isinstance(word, str) or not _COMMON_WORD.fullmatch(word.strip()):
             raise DeviceConfigError(f"{where}.commonWord: {word!r} is not a common word like MR-V100")
@@ -169,16 +180,11 @@ def _string(section: Mapping[str, object], key: str, where: str) -> str | None:
 
 
 def _vnpu_templates(entry: Mapping[str, object], where: str) -> tuple[VnpuTemplate, ...] | None:
-    listed = entry.get("templates")
+    listed = _entries(entry, "templates", f"{where}.templates")
     if listed is None:
         return None
-    if not isinstance(listed, list):
-        raise DeviceConfigError(f"{where}.templates: expected a list, got {_type(listed)}")
     templates: list[VnpuTemplate] = []
-    for position, template in enumerate(listed):
-        here = f"{where}.templates[{position}]"
-        if not isinstance(template, Mapping):
-            raise DeviceConfigError(f"{here}: expected a map, got {_type(template)}")
+    for here, template in listed:
         name = _string(template, "name", here)
         if not name:
             raise DeviceConfigError(f"{here}.name: a template needs a name")
@@ -189,9 +195,7 @@ def _vnpu_templates(entry: Mapping[str, object], where: str) -> tuple[VnpuTempla
     return tuple(templates)
 
 
-def _vnpu_chip(entry: object, where: str) -> AscendChip:
-    if not isinstance(entry, Mapping):
-        raise DeviceConfigError(f"{where}: expected a map, got {_type(entry)}")
+def _vnpu_chip(entry: Mapping[str, object], where: str) -> AscendChip:
     word = entry.get("commonWord")
     if not isinstance(word, str) or not _COMMON_WORD.fullmatch(word.strip()):
         raise DeviceConfigError(f"{where}.commonWord: {word!r} is not a common word like Ascend910B3")
@@ -229,11 +233,8 @@ def _vnpu_chip(entry: object, where: str) -> AscendChip:
 
 def _vnpus(document: Mapping[str, object]) -> VnpuConfig:
     section = _section(document, "vnpus")
-    listed = section.get("configs")
-    if listed is not None and not isinstance(listed, list):
-        raise DeviceConfigError(f"vnpus.configs: expected a list, got {_type(listed)}")
-    chips = None if listed is None else tuple(
-        _vnpu_chip(entry, f"vnpus.configs[{position}]") for position, entry in enumerate(listed))
+    listed = _entries(section, "configs", "vnpus.configs")
+    chips = None if listed is None else tuple(_vnpu_chip(entry, where) for where, entry in listed)
     return VnpuConfig(hami_vnpu_core=_boolean(section, "hamiVnpuCore", "vnpus"), chips=chips)
 
 
