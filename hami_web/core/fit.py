@@ -215,10 +215,10 @@ def fit_container(request: ContainerRequest, inventory: NodeInventory, work: Wor
         return FitFailure(reasons=((names.NODE_INSUFFICIENT_DEVICE, request.count),), total=total)
     selection = options.selection(request.family)
     if selection.soft_split:
-        # Soft split (Ascend hami-core): only on nodes that allow it, and every device offers 100 cores.
-        if request.family not in inventory.soft_split:
+        offered = _soft_split_devices(devices, request.family, inventory)
+        if offered is None:
             return FitFailure(reasons=((names.MODE_NOT_FIT, total),), total=total)
-        devices = tuple(replace(device, cores=SOFT_SPLIT_CORES) for device in devices)
+        devices = offered
     reasons: dict[str, int] = {}
     passing: list[int] = []
     if request.memory_mib > 0:
@@ -269,6 +269,15 @@ def fit_container(request: ContainerRequest, inventory: NodeInventory, work: Wor
     return tuple(grants)
 
 
+def _soft_split_devices(devices: Sequence[Device], family: str,
+                        inventory: NodeInventory) -> tuple[Device, ...] | None:
+    """The devices as a soft-split (Ascend hami-core) container sees them, each offering 100 cores; None when the node
+    does not allow the family's soft split (``ModeNotFit``)."""
+    if family not in inventory.soft_split:
+        return None
+    return tuple(replace(device, cores=SOFT_SPLIT_CORES) for device in devices)
+
+
 def passing_devices(request: ContainerRequest, view: NodeView, options: PodOptions) -> list[Device]:
     """The devices of the request's family on ``view`` that pass every check for it alone (for ``explain``: what a
     group rule had to choose from); none when the node refuses the family's mode."""
@@ -276,9 +285,10 @@ def passing_devices(request: ContainerRequest, view: NodeView, options: PodOptio
     devices = view.inventory.devices[first:end]
     selection = options.selection(request.family)
     if selection.soft_split:
-        if request.family not in view.inventory.soft_split:
+        offered = _soft_split_devices(devices, request.family, view.inventory)
+        if offered is None:
             return []
-        devices = tuple(replace(device, cores=SOFT_SPLIT_CORES) for device in devices)
+        devices = offered
     booked = [request.memory_mib or request.booked_memory_mib(device.memory_mib) for device in devices]
     reasons = device_reasons(devices, view.usage_rows[first:end], request, booked, options, view.inventory.cordoned,
                              selection)
