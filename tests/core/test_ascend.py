@@ -25,7 +25,7 @@ import yaml
 from hami_web.core.choose import NoPlacement, Placement, choose_node
 from hami_web.core.devices import NO_NETWORK, Device, decode_register, encode_register_json
 from hami_web.core.families import DeviceConfigError, build_catalog, parse_device_config
-from hami_web.core.families.ascend import DEFAULT_CHIPS, runtime_annotations
+from hami_web.core.families.ascend import DEFAULT_CHIPS
 from hami_web.core.fit import FitFailure, PodFit, fit_pod, group_score_bound
 from hami_web.core.grants import DeviceGrant, bind_annotations, booking_annotations
 from hami_web.core.options import PodOptions, pod_options
@@ -80,7 +80,7 @@ def outcome(result: PodFit | FitFailure) -> tuple[str, ...] | str:
 # --- the families -------------------------------------------------------------------------------------------------
 
 def test_enable_ascend_adds_the_seven_chips_of_hamis_chart() -> None:
-    assert [family.cw for family in build_catalog()] == ["DCU", "NVIDIA"]
+    assert [family.cw for family in build_catalog()] == ["DCU", "MLU", "NVIDIA"]
     assert sorted(family.cw for family in CATALOG if family.kind == "ascend") == sorted(CHIPS)
 
 
@@ -531,21 +531,19 @@ def test_910c_pairs_skip_a_module_with_a_used_up_npu() -> None:
 ])
 def test_runtime_info_lists_every_containers_npus(grants: list[list[DeviceGrant]], expected: str) -> None:
     family = CATALOG["Ascend910A"]
-    assert runtime_annotations(family, grants, None) == {"huawei.com/Ascend910A": expected}
-    assert runtime_annotations(family, grants, 1761800000)["predicate-time"] == "1761800000"
+    assert family.booking_extras is not None
+    assert family.booking_extras(grants) == {"huawei.com/Ascend910A": expected}
 
 
-def test_bind_annotations_add_runtime_info_to_the_device_keys() -> None:
+def test_the_booking_writes_runtime_info_and_the_bind_predicate_time() -> None:
     grants = ((DeviceGrant("Ascend910B3-0", 16384, 0, "Ascend910B3"),), (DeviceGrant("GPU-0", 1000, 0),))
     catalog = build_catalog(enable_ascend=True)
+    booked = booking_annotations(grants, catalog)
+    assert booked["huawei.com/Ascend910B3"] == '[{"UUID":"Ascend910B3-0","temp":"vir05_1c_16g","memory":16384}]'
     written = bind_annotations(grants, catalog, now_seconds=42)
-    assert written == {
-        **booking_annotations(grants, catalog),
-        "huawei.com/Ascend910B3": '[{"UUID":"Ascend910B3-0","temp":"vir05_1c_16g","memory":16384}]',
-        "predicate-time": "42",
-    }
+    assert written == {**booked, "predicate-time": "42"}
     assert written["hami.io/Ascend910B3-devices-allocated"] == "Ascend910B3-0,Ascend910B3,16384,0:;;"
-    assert "predicate-time" not in bind_annotations(grants, catalog)
+    assert "predicate-time" not in booked
     nvidia_only = ((DeviceGrant("GPU-0", 1000, 0),),)
     assert bind_annotations(nvidia_only, catalog, now_seconds=42) == booking_annotations(nvidia_only, catalog)
 
@@ -562,7 +560,7 @@ def test_a_pod_is_read_fitted_and_annotated() -> None:
     placed = choose_node(request, options(), ["node-1"], {"node-1": view})
     assert isinstance(placed, Placement)
     assert [grant.uuid for grant in placed.grants[0]] == [f"Ascend910B3-{i}" for i in range(4, 8)]
-    info = json.loads(bind_annotations(placed.grants, CATALOG)["huawei.com/Ascend910B3"])
+    info = json.loads(booking_annotations(placed.grants, CATALOG)["huawei.com/Ascend910B3"])
     assert info == [{"UUID": f"Ascend910B3-{i}", "memory": 65536} for i in range(4, 8)]
 
 

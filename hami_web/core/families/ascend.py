@@ -162,9 +162,8 @@ class RuntimeInfo:
         entries: list[dict[str, object]] = []
         for container in grants:
             for grant in container:
-                rounded = None if grant.soft_split or self.templates is None else self.templates.round_up(
-                    grant.memory_mib)
-                template = rounded[1] if rounded else ""
+                templates = None if grant.soft_split else self.templates
+                template = templates.name_for(grant.memory_mib) if templates else ""
                 entry: dict[str, object] = {"UUID": grant.uuid, "temp": template, "memory": grant.memory_mib,
                                             "core": grant.cores}
                 entries.append({key: value for key, value in entry.items() if value})

@@ -120,7 +120,7 @@ class AdmissionRewrite:
 
 
 class BookedDevice(Protocol):
-    """What a family's bind hook reads of one granted device (`hami_web.core.grants.DeviceGrant`)."""
+    """What a family's ``booking_extras`` reads of one granted device (`hami_web.core.grants.DeviceGrant`)."""
 
     @property
     def uuid(self) -> str: ...
@@ -176,6 +176,11 @@ class Family:
     families that differ in kind: ``inventory`` reads the devices from elsewhere than ``register_key``; a device
     of type ``unknown_type`` is one whose model is unknown, which any type selection refuses; ``booking_extras``
     adds pod annotations to a booking. ``lock`` is the node lock a bind of the family's pods takes.
+
+    Ascend's differences (README.md#ascend-npus) are data too: ``templates`` (hard split), soft split (the pod
+    annotation ``soft_split_key`` = ``soft_split_mode`` asks for it; a node allows it by its ``soft_split_node_key``
+    annotation, else ``soft_split_default``), ``grouping`` (how a multi-device container is picked: ``network`` =
+    HCCS groups, ``pairs`` = whole modules) and ``predicate_time`` (the bind also writes HAMi's ``predicate-time``).
     """
 
     cw: str
