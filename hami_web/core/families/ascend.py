@@ -4,7 +4,7 @@ Each chip of HAMi's chart (``vnpus.configs``) is its own family, named by its co
 from the other families is kept here as data on the record and a few pure rules the generic code calls:
 
 - **templates** (hard split): the device plugin carves an NPU only into the vNPU templates of its chip, so the
-  webhook rounds a memory ask up to the smallest template that holds it, or to the whole NPU (`round_memory`);
+  webhook rounds a memory ask up to the smallest template that holds it, or to the whole NPU (`MemoryTemplates`);
 - **soft split** (``huawei.com/vnpu-mode: hami-core``): HAMi-core shares an NPU by memory and cores (100 per NPU) on
   the nodes that allow it;
 - **HCCS groups** (910A/910B chips): a multi-NPU container is filled from the largest ``custominfo.NetworkID`` group;
@@ -117,7 +117,6 @@ def ascend_family(chip: AscendChip, *, soft_split_default: bool = False) -> Fami
     )
 
 
-
 def admit_ascend(family: Family, ask: AdmissionAsk) -> AdmissionRewrite:
     """HAMi's ``MutateAdmission`` for one container asking ``ask.count`` NPUs (README.md#ascend-npus): 910C module
     pairs, cores only in soft split, memory rounded to a template or the whole NPU, no template shared by several
@@ -169,15 +168,3 @@ class RuntimeInfo:
                 entries.append({key: value for key, value in entry.items() if value})
         return {f"huawei.com/{self.cw}": json.dumps(entries, separators=(",", ":"))}
 
-
-def template_of(family: Family, memory_mib: int) -> str:
-    """The template a booking of ``memory_mib`` runs as ("" = the whole NPU, or a family without templates)."""
-    return family.templates.name_for(memory_mib) if family.templates else ""
-
-
-def describe_templates(templates: MemoryTemplates | None) -> str:
-    """``vir05_1c_16g=16384, vir10_3c_32g=32768, whole=65536`` for the tools."""
-    if templates is None:
-        return ""
-    return ", ".join([*(f"{t.name}={t.memory_mib}" for t in templates.templates),
-                      f"whole={templates.allocatable_mib}"])
