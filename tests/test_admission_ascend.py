@@ -55,10 +55,10 @@ def pod(*containers: dict[str, Any], annotations: dict[str, str] | None = None,
 
 def review(original: dict[str, Any], settings: Settings = SETTINGS) -> tuple[AdmissionDecision, dict[str, Any]]:
     """The decision and the pod kube-apiserver would store; the stored pod reviewed again changes nothing."""
-    decision = review_pod(original, settings)
+    decision = review_pod(original, settings.admission)
     stored: dict[str, Any] = jsonpatch.apply_patch(original, decision.patch) if decision.allowed else original
     if decision.allowed:
-        assert review_pod(stored, settings).patch == []
+        assert review_pod(stored, settings.admission).patch == []
     return decision, stored
 
 
@@ -233,7 +233,7 @@ def test_a_count_only_in_requests_does_not_route_the_pod() -> None:
 
 def test_nothing_happens_while_ascend_is_off() -> None:
     original = pod(container(limits={"huawei.com/Ascend910B3": "1", "huawei.com/Ascend910B3-memory": "10000"}))
-    decision = review_pod(original, Settings())
+    decision = review_pod(original, Settings().admission)
     assert decision.allowed and decision.patch == []
 
 
