@@ -16,13 +16,21 @@ bind, and hami-web's filter / bind latency percentiles (estimated from its histo
 leaves free for the same pods (computed with the core's own rules); and whether any GPU ended over-booked.
 Needs ``KUBEBUILDER_ASSETS`` (see the README's "End-to-end tests").
 
+``--shape mig-mix`` makes the nodes A100-40GB and the pods a mix of MIG-profile sizes (1g.5gb, 1g.10gb, 2g.10gb,
+3g.20gb memory asks); with ``--gpu-mode mig`` the GPUs are registered in dynamic MIG mode with HAMi's A100 profile
+table and the pods ask ``nvidia.com/vgpu-mode: mig``, and the check at the end is every GPU's MIG reservations: no
+two overlap, every device entry has one, no GPU holds more instances than it has slots. ``--gpu-mode hami-core``
+with the same shape is the burst to compare with.
+
     python benchmarks/e2e_throughput.py [--nodes 200] [--pods 300] [--node-policy binpack|spread]
                                         [--allocate-delay 0.5] [--strict-hami-order]
+                                        [--shape default|mig-mix] [--gpu-mode hami-core|mig]
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import math
 import os
 import sys
@@ -32,6 +40,7 @@ import time
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +49,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
+from core.builders import a100_mig_register  # tests/core/builders.py: HAMi's A100-40GB MIG table
 from e2e.controlplane import (
     SKIP_REASON,
     ControlPlane,
@@ -49,7 +59,7 @@ from e2e.controlplane import (
 )
 
 from hami_web.core.choose import Placement, choose_node
-from hami_web.core.devices import Device, NodeInventory
+from hami_web.core.devices import Device, NodeInventory, decode_register
 from hami_web.core.options import pod_options
 from hami_web.core.requests import RequestDefaults, pod_request
 from hami_web.core.usage import DeviceUsage, build_node_view, pod_booking, sum_bookings
@@ -59,20 +69,46 @@ from hami_web.state.pods import pod_usage
 A40 = "NVIDIA-NVIDIA A40"
 CREATE_THREADS = 8
 GPU_LIMITS = {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "4000", "nvidia.com/gpucores": "10"}
+# The mig-mix shape: memory asks that get 1g.5gb, 1g.10gb, 2g.10gb, 1g.5gb and 3g.20gb instances (2 slices of 8 a pod
+# on average), one GPU each.
+MIG_MIX_MIB = (4000, 9000, 9900, 4000, 15000)
+A100_MIG = decode_register(a100_mig_register("GPU-template"))[0]
+SHAPES = ("default", "mig-mix")
+GPU_MODES = ("hami-core", "mig")
 
 
-def node_devices(name: str, gpus_per_node: int) -> list[Device]:
+def node_devices(name: str, gpus_per_node: int, shape: str = "default", gpu_mode: str = "hami-core") -> list[Device]:
+    """A node's GPUs: A40s for the default shape; A100-40GB for mig-mix, in dynamic MIG mode or as hami-core."""
+    if shape == "mig-mix":
+        if gpu_mode == "mig":
+            return [replace(A100_MIG, uuid=f"GPU-{name}-{i}", index=i) for i in range(gpus_per_node)]
+        return [replace(A100_MIG, uuid=f"GPU-{name}-{i}", index=i, count=10, mode="hami-core", mig_profiles=())
+                for i in range(gpus_per_node)]
     return [Device(uuid=f"GPU-{name}-{i}", index=i, count=10, memory_mib=46068, cores=100, type=A40, numa=0)
             for i in range(gpus_per_node)]
+
+
+def burst(pods: int, shape: str, gpu_mode: str, node_policy: str) -> list[dict[str, Any]]:
+    """The GPU pods of the burst."""
+    annotations = {"hami.io/node-scheduler-policy": node_policy}
+    if shape == "default":
+        return [pod_manifest(f"gpu-{i:04d}", [gpu_container("cuda", GPU_LIMITS)], annotations=annotations)
+                for i in range(pods)]
+    if gpu_mode == "mig":
+        annotations["nvidia.com/vgpu-mode"] = "mig"
+    return [pod_manifest(f"gpu-{i:04d}", [gpu_container("cuda", {"nvidia.com/gpu": "1", "nvidia.com/gpumem":
+                                                                 str(MIG_MIX_MIB[i % len(MIG_MIX_MIB)])})],
+                         annotations=annotations) for i in range(pods)]
 
 
 def node_names(how_many: int) -> list[str]:
     return [f"bench-node-{index:04d}" for index in range(how_many)]
 
 
-def create_nodes(plane: ControlPlane, names: Sequence[str], gpus_per_node: int) -> None:
+def create_nodes(plane: ControlPlane, names: Sequence[str], gpus_per_node: int, shape: str, gpu_mode: str) -> None:
     with ThreadPoolExecutor(CREATE_THREADS) as pool:
-        list(pool.map(lambda name: plane.create_gpu_node(name, node_devices(name, gpus_per_node)), names))
+        list(pool.map(lambda name: plane.create_gpu_node(name, node_devices(name, gpus_per_node, shape, gpu_mode)),
+                      names))
 
 
 def time_pods(plane: ControlPlane, namespace: str, manifests: list[dict[str, Any]], *,
@@ -218,24 +254,37 @@ def final_bookings(plane: ControlPlane, namespace: str) -> tuple[dict[str, int],
     return dict(per_node), {node: sum_bookings(items) for node, items in bookings.items()}
 
 
-def over_booked(bookings: Mapping[str, Mapping[str, DeviceUsage]], gpus_per_node: int) -> list[str]:
-    """GPUs whose booked tasks, memory or cores exceed what the node's register annotation offers."""
+def over_booked(bookings: Mapping[str, Mapping[str, DeviceUsage]], gpus_per_node: int, shape: str = "default",
+                gpu_mode: str = "hami-core") -> list[str]:
+    """GPUs whose booked tasks, memory or cores exceed what the node's register annotation offers; on MIG GPUs,
+    whose reservations overlap, miss a device entry, or outnumber the GPU's slots."""
     problems = []
     for node, by_uuid in bookings.items():
-        devices = {device.uuid: device for device in node_devices(node, gpus_per_node)}
+        devices = {device.uuid: device for device in node_devices(node, gpus_per_node, shape, gpu_mode)}
         for uuid, used in by_uuid.items():
             device = devices.get(uuid)
-            if device is None or used.tasks > device.count or used.memory_mib > device.memory_mib \
-                    or used.cores > device.cores:
+            if device is None:
+                problems.append(f"{node}/{uuid}: not a GPU of the node")
+            elif device.mig_profiles:
+                # Sorted by start, any overlap shows between neighbours.
+                placements = sorted((instance.placement for instance in used.instances),
+                                    key=lambda placement: (placement.start, placement.size))
+                overlapping = [f"{a.describe()}/{b.describe()}" for a, b in itertools.pairwise(placements)
+                               if a.overlaps(b)]
+                if overlapping or used.unreserved or used.tasks > device.count:
+                    problems.append(f"{node}/{uuid}: overlapping {overlapping}, unreserved {used.unreserved}, "
+                                    f"{used.tasks} instances")
+            elif used.tasks > device.count or used.memory_mib > device.memory_mib or used.cores > device.cores:
                 problems.append(f"{node}/{uuid}: {used}")
     return problems
 
 
 def serial_binpack_nodes(names: Sequence[str], gpus_per_node: int, manifests: Sequence[dict[str, Any]],
-                         node_policy: str) -> int:
+                         node_policy: str, shape: str = "default", gpu_mode: str = "hami-core") -> int:
     """Nodes used when the same pods are placed one at a time, each bound before the next is filtered."""
     defaults = RequestDefaults(resources=ResourceNames(), default_mem_mib=0, default_cores=0)
-    views = {name: build_node_view(NodeInventory(name=name, devices=tuple(node_devices(name, gpus_per_node))), {})
+    views = {name: build_node_view(NodeInventory(name=name, devices=tuple(node_devices(name, gpus_per_node, shape,
+                                                                                        gpu_mode))), {})
              for name in names}
     usage: dict[str, dict[str, DeviceUsage]] = {name: {} for name in names}
     used: set[str] = set()
@@ -309,7 +358,13 @@ def main() -> int:
                         help="an extra flag for hami-web serve, e.g. --hami-web-arg=--threads=16 (repeatable)")
     parser.add_argument("--skip-plain", action="store_true", help="do not time the run without the extender")
     parser.add_argument("--timeout", type=float, default=600.0)
+    parser.add_argument("--shape", choices=SHAPES, default="default",
+                        help="the pods and GPUs: A40s and 4,000 MiB pods, or A100-40GB and mixed MIG-profile sizes")
+    parser.add_argument("--gpu-mode", choices=GPU_MODES, default="hami-core",
+                        help="register the mig-mix GPUs in dynamic MIG mode (pods ask nvidia.com/vgpu-mode: mig)")
     arguments = parser.parse_args()
+    if arguments.gpu_mode == "mig" and arguments.shape != "mig-mix":
+        parser.error("--gpu-mode mig needs --shape mig-mix")
     assets = find_assets()
     if assets is None:
         print(SKIP_REASON, file=sys.stderr)
@@ -322,19 +377,18 @@ def main() -> int:
             assert plane.device_plugin is not None
             plane.device_plugin.allocate_delay_seconds = arguments.allocate_delay
             names = node_names(arguments.nodes)
-            create_nodes(plane, names, arguments.gpus_per_node)
+            create_nodes(plane, names, arguments.gpus_per_node, arguments.shape, arguments.gpu_mode)
             time.sleep(2)  # let hami-web's cache and kube-scheduler's informer see every node
             gpu_namespace = plane.create_namespace("bench-gpu")
             plain_namespace = plane.create_namespace("bench-plain")
-            print(f"{arguments.nodes} nodes x {arguments.gpus_per_node} GPUs (10 tasks each), {arguments.pods} pods "
+            print(f"{arguments.nodes} nodes x {arguments.gpus_per_node} GPUs ({arguments.shape}, "
+                  f"{arguments.gpu_mode}), {arguments.pods} pods "
                   f"each way, allocate delay {arguments.allocate_delay:g} s, {os.cpu_count()} CPUs, load "
                   f"{os.getloadavg()[0]:.2f}{', strict HAMi node order' if arguments.strict_hami_order else ''}"
                   f"{', hami-web ' + ' '.join(arguments.hami_web_arg) if arguments.hami_web_arg else ''}")
 
             print(f"with the extender (hami-scheduler -> /filter, /bind; node policy {arguments.node_policy}):")
-            gpu_pods = [pod_manifest(f"gpu-{i:04d}", [gpu_container("cuda", GPU_LIMITS)],
-                                     annotations={"hami.io/node-scheduler-policy": arguments.node_policy})
-                        for i in range(arguments.pods)]
+            gpu_pods = burst(arguments.pods, arguments.shape, arguments.gpu_mode, arguments.node_policy)
             cpu_before = cpu_seconds_by_process(plane)
             with_extender = time_pods(plane, gpu_namespace, gpu_pods, timeout_seconds=arguments.timeout)
             cpu_with = cpu_used_between(cpu_before, cpu_seconds_by_process(plane))
@@ -383,11 +437,12 @@ def main() -> int:
         print(f"/{route + ' latency:':<17} mean {1000 * histogram_mean(latency, **labels):.1f} ms, "
               f"p50 {1000 * histogram_quantile(0.5, buckets):.1f} ms, "
               f"p99 {1000 * histogram_quantile(0.99, buckets):.1f} ms (n={buckets[-1][1] if buckets else 0:.0f})")
-    serial_used = serial_binpack_nodes(names, arguments.gpus_per_node, gpu_pods, arguments.node_policy)
+    serial_used = serial_binpack_nodes(names, arguments.gpus_per_node, gpu_pods, arguments.node_policy,
+                                       arguments.shape, arguments.gpu_mode)
     free, serial_free = arguments.nodes - len(per_node), arguments.nodes - serial_used
     print(f"nodes used:        {len(per_node)} (serial {arguments.node_policy}: {serial_used}); whole nodes left "
           f"free: {free} vs {serial_free} = {percent(free, serial_free)} of serial {arguments.node_policy}'s")
-    problems = over_booked(bookings, arguments.gpus_per_node)
+    problems = over_booked(bookings, arguments.gpus_per_node, arguments.shape, arguments.gpu_mode)
     print(f"over-booked GPUs:  {len(problems)}" + (f" ({'; '.join(problems[:5])})" if problems else " (checked "
           f"{sum(len(by_uuid) for by_uuid in bookings.values())} GPUs against their capacity)"))
     print(f"CPU seconds, with the extender: {cpu_with}")

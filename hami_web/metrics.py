@@ -44,6 +44,10 @@ def reason_names(reason: str) -> list[str]:
     return [cause for cause, _ in reason_causes(reason)]
 
 
+def _optional(number: int | None) -> str:
+    return "" if number is None else str(number)
+
+
 def _core_percent(used_cores: int, total_cores: int) -> float:
     """HAMi's core unit: percent of the device's compute, rounded up (100 = the whole device, 0 if it has none).
 
@@ -74,6 +78,7 @@ class _ClusterCollector(Collector):
 
     def collect(self) -> Iterator[Metric]:
         yield from self._gpu_families()
+        yield from self._mig_families()
         yield from self._container_families()
         yield from self._own_families()
 
@@ -113,6 +118,34 @@ class _ClusterCollector(Collector):
                     memory_ratio.add(labels, usage.memory_mib / device.memory_mib)
                 info.add_metric([*labels, device.family], 1)
         yield from (memory_limit, core_limit, memory_used, shared, core_used, overview, memory_ratio, info)
+
+    def _mig_families(self) -> Iterator[Metric]:
+        """Dynamic MIG (README.md#dynamic-mig): HAMi v2.10's per-instance info series, and ours for the GPUs the
+        rebuild fails closed (naming the pods) and the pre-2.10 geometry entries counted on their parent GPU."""
+        instance_info = GaugeMetricFamily(
+            "hami_node_gpu_mig_instance_info", "MIG instance booked on a GPU (runtime identity once created), value 1",
+            labels=["node", "device_uuid", "device_index", "mig_uuid", "profile", "gpu_instance_id",
+                    "compute_instance_id", "placement_start", "placement_size"])
+        fail_closed = GaugeMetricFamily(
+            "hami_web_mig_fail_closed", "GPUs taking no pod because the MIG reservations cannot be trusted, value 1 "
+            "per GPU and pod named", labels=["node", "device_uuid", "reason", "pod"])
+        legacy = GaugeMetricFamily("hami_web_mig_legacy_entries",
+                                   "pre-2.10 geometry MIG entries (GPU-x[slot]) counted on their parent GPU",
+                                   labels=["node", "device_uuid"])
+        for name, view in sorted(self._cache.node_views().items()):
+            for device, usage in zip(view.inventory.devices, view.usage, strict=True):
+                for instance in usage.instances:
+                    instance_info.add_metric(
+                        [name, device.uuid, str(device.index), instance.mig_uuid, instance.profile,
+                         _optional(instance.gpu_instance_id), _optional(instance.compute_instance_id),
+                         str(instance.placement.start), str(instance.placement.size)], 1)
+                if usage.legacy_entries:
+                    legacy.add_metric([name, device.uuid], usage.legacy_entries)
+            for fault in view.mig_faults:
+                for pod in fault.pods:
+                    fail_closed.add_metric([name, fault.uuid, fault.reason, pod], 1)
+        # Served only with samples, as HAMi serves its instance series only when there are instances.
+        yield from (family for family in (instance_info, fail_closed, legacy) if family.samples)
 
     def _container_families(self) -> Iterator[Metric]:
         """Per container and GPU it holds: HAMi's ``hami_vgpu_*`` (container_index counts init containers first)."""

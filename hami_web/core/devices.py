@@ -28,6 +28,7 @@ from hami_web.core.limits import (
     quote,
     uuid_problem,
 )
+from hami_web.core.mig import MigPlacement, MigProfile
 
 
 class AnnotationError(ValueError):
@@ -55,7 +56,9 @@ class Device:
     healthy: bool = True
     mode: str = ""
     family: str = "NVIDIA"  # the common word of the family whose register annotation listed it
-    mig_profiles: bool = False  # the device plugin offers dynamic MIG instances (``migProfiles``) on it
+    # The dynamic MIG profiles the device plugin offers on it (``migProfiles``, as listed; `core.mig.candidate_profiles`
+    # gives the order a request tries them); empty for a GPU that is not carved on demand.
+    mig_profiles: tuple[MigProfile, ...] = ()
     network: int = NO_NETWORK  # ``custominfo.NetworkID``: the Ascend HCCS group the NPU is in (-1: none reported)
 
 
@@ -265,35 +268,42 @@ def _json_string(entry: Mapping[str, object], key: str, where: str) -> str:
     return value
 
 
-def _mig_profiles(value: object, where: str) -> int:
-    """How many profiles ``migProfiles`` offers, checked as Go decodes ``[]MigProfile`` (name string, memoryMB and
-    core int32, sliceCount uint32, placements ``[{start, size}]`` uint32): a wrong type fails the annotation."""
+def _mig_profiles(value: object, where: str) -> tuple[MigProfile, ...]:
+    """``migProfiles`` decoded as Go decodes ``[]MigProfile`` (name string, memoryMB and core int32, sliceCount
+    uint32, placements ``[{start, size}]`` uint32; ``null`` is the zero value): a wrong type fails the annotation.
+    Kept as listed, unusable ones too: a GPU with ``migProfiles`` is a dynamic MIG GPU even if none can be booked."""
     if not isinstance(value, list):
         raise AnnotationError(f"{where}: field 'migProfiles' is {_json_kind(value)}, not a list")
+    profiles: list[MigProfile] = []
     for position, profile in enumerate(value):
         here = f"{where} migProfiles[{position}]"
         if profile is None:
+            profiles.append(MigProfile(name="", memory_mib=0, cores=0, slice_count=0, placements=()))
             continue
         if not isinstance(profile, dict):
             raise AnnotationError(f"{here}: expected an object, got {_json_kind(profile)}")
-        _json_string(profile, "name", here)
-        for key, unsigned, maximum in (("memorymb", False, _INT32_MAXIMUM), ("core", False, _INT32_MAXIMUM),
-                                       ("slicecount", True, _UINT32_MAXIMUM)):
-            if key in profile:
-                _go_number(profile[key], key, here, unsigned=unsigned, maximum=maximum)
+        name = _json_string(profile, "name", here)
+        numbers = {key: _go_number(profile[key], key, here, unsigned=unsigned, maximum=maximum)
+                   if key in profile else 0
+                   for key, unsigned, maximum in (("memorymb", False, _INT32_MAXIMUM), ("core", False, _INT32_MAXIMUM),
+                                                  ("slicecount", True, _UINT32_MAXIMUM))}
         placements = profile.get("placements", [])
         if not isinstance(placements, list):
             raise AnnotationError(f"{here}: field 'placements' is {_json_kind(placements)}, not a list")
+        ranges: list[MigPlacement] = []
         for index, placement in enumerate(placements):
             if placement is None:
+                ranges.append(MigPlacement(start=0, size=0))  # Go's zero value; never a free placement
                 continue
             if not isinstance(placement, dict):
                 raise AnnotationError(f"{here} placements[{index}]: expected an object, got {_json_kind(placement)}")
-            for key in ("start", "size"):
-                if key in placement:
-                    _go_number(placement[key], key, f"{here} placements[{index}]", unsigned=True,
-                               maximum=_UINT32_MAXIMUM)
-    return len(value)
+            start, size = (_go_number(placement[key], key, f"{here} placements[{index}]", unsigned=True,
+                                      maximum=_UINT32_MAXIMUM) if key in placement else 0
+                           for key in ("start", "size"))
+            ranges.append(MigPlacement(start=start, size=size))
+        profiles.append(MigProfile(name=name, memory_mib=numbers["memorymb"], cores=numbers["core"],
+                                   slice_count=numbers["slicecount"], placements=tuple(ranges)))
+    return tuple(profiles)
 
 
 def _go_number(value: object, key: str, where: str, *, unsigned: bool, maximum: int) -> int:
@@ -337,7 +347,7 @@ def _decode_register_json(text: str, family: str) -> tuple[Device, ...]:
             healthy=health,
             mode=strings["mode"],
             family=family,
-            mig_profiles=bool(profiles),
+            mig_profiles=profiles,
             network=network,
         ))
     return tuple(devices)
@@ -364,7 +374,12 @@ def encode_register_json(devices: Iterable[Device]) -> str:
     for d in devices:
         entry: dict[str, object] = {"id": d.uuid, "index": d.index, "count": d.count, "devmem": d.memory_mib,
                                     "devcore": d.cores, "type": d.type, "numa": d.numa, "mode": d.mode,
-                                    "health": d.healthy}
+                                    "health": d.healthy,
+                                    "migProfiles": [{"name": p.name, "memoryMB": p.memory_mib, "core": p.cores,
+                                                     "sliceCount": p.slice_count,
+                                                     "placements": [{"start": r.start, "size": r.size}
+                                                                    for r in p.placements]}
+                                                    for p in d.mig_profiles]}
         if d.network != NO_NETWORK:
             entry["custominfo"] = {"NetworkID": d.network}
         encoded.append({key: value for key, value in entry.items() if value})

@@ -18,6 +18,7 @@ from hami_web.core.devices import Device, NodeInventory
 from hami_web.core.families import NETWORK_GROUPS
 from hami_web.core.grants import DeviceGrant, PodGrants, merge_grants
 from hami_web.core.groups import GROUP_SCORE_WEIGHT, group_share, pick_in_groups
+from hami_web.core.mig import MIG_MODE, MigInstance, MigPlacement, MigProfile, candidate_profiles, choose_instance
 from hami_web.core.options import BINPACK, DEFAULT_WEIGHTS, SPREAD, DeviceSelection, PodOptions, ScoringWeights
 from hami_web.core.requests import ContainerRequest, PodRequest
 from hami_web.core.usage import NodeView
@@ -25,12 +26,14 @@ from hami_web.core.usage import NodeView
 EXCLUSIVE_CORES = 100
 # What one device offers a soft-split (Ascend hami-core) container, whatever its registered cores.
 SOFT_SPLIT_CORES = 100
-MIG_MODE = "mig"
 INVALID_REGISTER = "InvalidRegisterAnnotation"
 
 # Working usage per GPU position: (tasks, memory MiB, cores). Booking replaces an entry with a new tuple, so a
 # working copy is one list of references and a node that fails allocates nothing more.
 WorkingUsage = list[Sequence[int]]
+# Working MIG occupancy per GPU position (the placements booked, this pod's picks included), kept beside a
+# `WorkingUsage` on nodes with dynamic MIG GPUs (README.md#dynamic-mig).
+WorkingPlacements = list[tuple[MigPlacement, ...]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,13 +80,16 @@ def check_device(device: Device, used: Sequence[int], request: ContainerRequest,
     return device_reasons((device,), [used], request, [booked_memory_mib], options, cordoned)[0]
 
 
-def mig_reason(device: Device) -> str:
-    """Why a MIG-mode device takes no slice: dynamic MIG (``migProfiles``) is carved by the device plugin on
-    demand and needs a MIG placement, which hami-web does not choose yet; a MIG device without profiles is a
-    pre-2.10 geometry that is never allocatable (README.md#device-families). "" for every other device."""
-    if device.mode != MIG_MODE:
-        return ""
-    return names.CARD_MIG_MODE_UNSUPPORTED if device.mig_profiles else names.CARD_MIG_LEGACY_GEOMETRY
+def is_dynamic_mig(device: Device) -> bool:
+    """Whether the device plugin carves ``device`` into MIG instances on demand (mode ``mig`` with profiles)."""
+    return device.mode == MIG_MODE and bool(device.mig_profiles)
+
+
+def mig_pick(device: Device, occupied: Sequence[MigPlacement],
+             memory_mib: int) -> tuple[MigProfile, MigPlacement] | None:
+    """The MIG instance a request of ``memory_mib`` gets on ``device`` beside ``occupied`` (README.md#dynamic-mig):
+    the smallest usable profile that covers it and has a free placement; None = ``CardMigTopologyInfeasible``."""
+    return choose_instance(candidate_profiles(device.mig_profiles), occupied, memory_mib)
 
 
 def device_reasons(devices: Sequence[Device], work: Sequence[Sequence[int]], request: ContainerRequest,
@@ -118,8 +124,8 @@ def device_reasons(devices: Sequence[Device], work: Sequence[Sequence[int]], req
             reason = names.CARD_TYPE_MISMATCH
         elif selects_uuids and not uuid_allowed(device.uuid):
             reason = names.CARD_UUID_MISMATCH
-        elif device.mode == MIG_MODE:
-            reason = mig_reason(device)
+        elif device.mode == MIG_MODE and not device.mig_profiles:
+            reason = names.CARD_MIG_LEGACY_GEOMETRY  # pre-2.10 geometry: never placed (README.md#dynamic-mig)
         elif tasks >= device.count:
             reason = names.CARD_TIME_SLICING_EXHAUSTED
         elif mutex and tasks > 0:
@@ -199,21 +205,23 @@ def _topology_pick(positions: list[int], devices: Sequence[Device], inventory: N
     return list(best_group)
 
 
-def fit_container(request: ContainerRequest, inventory: NodeInventory, work: WorkingUsage,
-                  options: PodOptions) -> tuple[DeviceGrant, ...] | FitFailure:
+def fit_container(request: ContainerRequest, inventory: NodeInventory, work: WorkingUsage, options: PodOptions,
+                  occupied: WorkingPlacements | None = None) -> tuple[DeviceGrant, ...] | FitFailure:
     """Pick devices of the request's family for one container on ``work`` and book them there, or say why not.
 
     The families without pair scores (``inventory.topology``) read topology-aware as spread
-    (README.md#decisions, device families).
+    (README.md#decisions, device families). ``occupied`` is the node's working MIG occupancy, which `fit_pod` passes
+    when the node has dynamic MIG GPUs (None: it has none); a container whose candidates include one is fitted by
+    `_fit_with_mig`.
     """
     first, end = inventory.groups.get(request.family, (0, 0))
     whole = first == 0 and end == len(inventory.devices)
     devices = inventory.devices if whole else inventory.devices[first:end]
     family_work: WorkingUsage = work if whole else work[first:end]
     total = len(devices)
-    if request.count > total:
-        return FitFailure(reasons=((names.NODE_INSUFFICIENT_DEVICE, request.count),), total=total)
     selection = options.selection(request.family)
+    if request.count > total and not _mig_may_repeat(devices, selection):
+        return FitFailure(reasons=((names.NODE_INSUFFICIENT_DEVICE, request.count),), total=total)
     if selection.soft_split:
         offered = _soft_split_devices(devices, request.family, inventory)
         if offered is None:
@@ -231,6 +239,8 @@ def fit_container(request: ContainerRequest, inventory: NodeInventory, work: Wor
             reasons[reason] = reasons.get(reason, 0) + 1
         else:
             passing.append(position)
+    if occupied is not None and any(is_dynamic_mig(devices[position]) for position in passing):
+        return _fit_with_mig(request, inventory, (first, devices), work, occupied, booked, passing, reasons, options)
     pool = passing
     if selection.numa_bind:
         groups: dict[int, list[int]] = {}
@@ -295,12 +305,133 @@ def passing_devices(request: ContainerRequest, view: NodeView, options: PodOptio
     return [device for device, reason in zip(devices, reasons, strict=True) if not reason]
 
 
+def _mig_may_repeat(devices: Sequence[Device], selection: DeviceSelection) -> bool:
+    """Whether a container may ask more devices than the node has GPUs: it may take several MIG instances of one GPU
+    when the node has a MIG GPU and the pod's vgpu-mode, if set, allows ``mig``."""
+    return (selection.modes is None or MIG_MODE in selection.modes) \
+        and any(device.mode == MIG_MODE for device in devices)
+
+
+@dataclass(slots=True)
+class _MigFill:
+    """A tentative fill of one container on a node with dynamic MIG GPUs: scratch rows and occupancy per position
+    it touched, the picks in order, and why a GPU stopped taking more."""
+
+    rows: dict[int, Sequence[int]]
+    placements: dict[int, tuple[MigPlacement, ...]]
+    picks: list[tuple[int, int, int, MigInstance | None]]  # position, memory MiB, cores, instance
+    stopped: dict[str, int]
+
+
+def _fill(order: Sequence[int], count: int, request: ContainerRequest, devices: Sequence[Device],
+          first: int, work: WorkingUsage, occupied: WorkingPlacements, booked: Sequence[int],
+          options: PodOptions, cordoned: frozenset[str], *, once: bool = False) -> _MigFill:
+    """Take devices in ``order`` until ``count`` picks: an ordinary GPU once, a dynamic MIG GPU again and again while
+    it passes the checks (counting this container's earlier picks) and has a free placement (README.md#dynamic-mig,
+    several instances of one GPU), unless ``once``. Works on scratch copies; `_fit_with_mig` commits a complete
+    fill."""
+    fill = _MigFill(rows={}, placements={}, picks=[], stopped={})
+    for position in order:
+        device = devices[position]
+        index = first + position
+        row = work[index]
+        taken = occupied[index]
+        repeat = False
+        while len(fill.picks) < count:
+            if repeat:
+                reason = check_device(device, row, request, booked[position], options, cordoned)
+                if reason:
+                    fill.stopped[reason] = fill.stopped.get(reason, 0) + 1
+                    break
+            if is_dynamic_mig(device):
+                pick = mig_pick(device, taken, booked[position])
+                if pick is None:
+                    fill.stopped[names.CARD_MIG_TOPOLOGY_INFEASIBLE] = \
+                        fill.stopped.get(names.CARD_MIG_TOPOLOGY_INFEASIBLE, 0) + 1
+                    break
+                profile, placement = pick
+                memory_mib, cores = profile.memory_mib, profile.cores
+                instance: MigInstance | None = MigInstance(profile=profile.name, placement=placement)
+                taken = (*taken, placement)
+            else:
+                memory_mib, cores, instance = booked[position], request.cores, None
+            row = (row[0] + 1, row[1] + memory_mib, row[2] + cores)
+            fill.picks.append((position, memory_mib, cores, instance))
+            if instance is None or once:
+                break
+            repeat = True
+        fill.rows[index] = row
+        fill.placements[index] = taken
+        if len(fill.picks) == count:
+            break
+    return fill
+
+
+def _fit_with_mig(request: ContainerRequest, inventory: NodeInventory, family: tuple[int, Sequence[Device]],
+                  work: WorkingUsage, occupied: WorkingPlacements, booked: Sequence[int], passing: list[int],
+                  reasons: dict[str, int], options: PodOptions) -> tuple[DeviceGrant, ...] | FitFailure:
+    """`fit_container` for a container whose candidates include a dynamic MIG GPU (README.md#dynamic-mig).
+
+    A MIG GPU without an instance for the request fails ``CardMigTopologyInfeasible``. The candidates are taken in
+    the policy's order (topology-aware: its pick of distinct GPUs when there are enough, then the rest); NUMA
+    binding tries one NUMA node's GPUs at a time. Each pick books the profile's memory and cores and carries its
+    instance, written at bind as the reservation annotation.
+    """
+    first, devices = family
+    family_work = work[first:first + len(devices)]
+    total = len(devices)
+    candidates: list[int] = []
+    for position in passing:
+        device = devices[position]
+        if is_dynamic_mig(device) and mig_pick(device, occupied[first + position], booked[position]) is None:
+            reasons[names.CARD_MIG_TOPOLOGY_INFEASIBLE] = reasons.get(names.CARD_MIG_TOPOLOGY_INFEASIBLE, 0) + 1
+        else:
+            candidates.append(position)
+    ordered = _policy_order(candidates, devices, family_work, request, options)
+    topology = options.gpu.topology_aware and (inventory.topology is None or request.family in inventory.topology)
+    distinct = topology and len(candidates) >= request.count
+    if distinct:  # topology-aware: its pick of distinct GPUs, one instance each
+        ordered = _topology_pick(candidates, devices, inventory, request.count)
+
+    def attempt(order: Sequence[int]) -> _MigFill:
+        return _fill(order, request.count, request, devices, first, work, occupied, booked, options,
+                     inventory.cordoned, once=distinct)
+
+    fill = attempt(ordered)
+    if options.selection(request.family).numa_bind and len(fill.picks) == request.count:
+        numa_nodes = sorted({devices[position].numa for position in ordered})
+        for numa in numa_nodes:
+            grouped = attempt([position for position in ordered if devices[position].numa == numa])
+            if len(grouped.picks) == request.count:
+                fill = grouped
+                break
+        else:
+            reasons[names.NUMA_NOT_FIT] = len(candidates)
+            return _failure(reasons, total)
+    if len(fill.picks) < request.count:
+        for reason, failed in fill.stopped.items():
+            reasons[reason] = reasons.get(reason, 0) + failed
+        if fill.picks:
+            reasons[names.ALLOCATED_CARDS_INSUFFICIENT_REQUEST] = len(fill.picks)
+        return _failure(reasons, total)
+    for index, row in fill.rows.items():
+        work[index] = row
+        occupied[index] = fill.placements[index]
+    return tuple(DeviceGrant(uuid=devices[position].uuid, memory_mib=memory_mib, cores=cores, vendor=request.family,
+                             instance=instance)
+                 for position, memory_mib, cores, instance in fill.picks)
+
+
 def fit_pod(request: PodRequest, view: NodeView, options: PodOptions) -> PodFit | FitFailure:
     """Fit every container of the pod on ``view`` (docs/scheduling-rules.md#init-containers): each init container alone
     on the node's usage, the regular containers one after another on one working copy; each family in turn
     (README.md#device-families), the first family that fails being the node's reason."""
     base = view.usage_rows
     shared: WorkingUsage = list(base)
+    # The node's MIG occupancy, only where a GPU is carved on demand (README.md#dynamic-mig). Unlike memory and
+    # cores it is never given back between init containers and containers: an instance may outlive its container,
+    # so no two of the pod's instances share a slice.
+    placements = [used.occupied for used in view.usage] if view.dynamic_mig else None
     blocks = request.blocks()
     inventory = view.inventory
     broken = inventory.broken
@@ -316,7 +447,7 @@ def fit_pod(request: PodRequest, view: NodeView, options: PodOptions) -> PodFit 
                 grants.append(())
                 continue
             work: WorkingUsage = list(base) if container.init else shared
-            result = fit_container(container, inventory, work, options)
+            result = fit_container(container, inventory, work, options, placements)
             if isinstance(result, FitFailure):
                 return _named(result, family, len(blocks), inventory)
             grants.append(result)
@@ -375,11 +506,13 @@ def may_fit(request: PodRequest, view: NodeView, options: PodOptions) -> bool:
         if not any(options.selection(container.family).type_allowed(device_type)
                    for device_type in family.device_types):
             return False
-        if container.count > family.usable_devices:
+        # A dynamic MIG GPU may give one container several instances (README.md#dynamic-mig).
+        wanted = min(container.count, 1) if view.dynamic_mig else container.count
+        if wanted > family.usable_devices:
             return False
         if container.cores > family.max_free_cores and not options.selection(container.family).soft_split:
             return False  # a soft-split device offers 100 cores whatever it registered
-        if options.gpu.mutex and container.count > family.idle_devices:
+        if options.gpu.mutex and wanted > family.idle_devices:
             return False
         if container.memory_mib > family.max_free_memory_mib:
             return False

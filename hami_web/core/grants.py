@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from hami_web.core.devices import AnnotationError
 from hami_web.core.families import DeviceCatalog
 from hami_web.core.limits import MAX_DEVICE_MEMORY_MIB, MAX_NUMBER_CHARS, MAX_TASK_CORES, MAX_UUID_CHARS, quote
+from hami_web.core.mig import MigInstance
 from hami_web.core.names import VENDOR
 from hami_web.core.nodelocks import LockRule
 
@@ -24,7 +25,8 @@ _MIN_FIELDS = 4
 
 @dataclass(frozen=True, slots=True)
 class DeviceGrant:
-    """One GPU given to one container, with the memory (MiB) and cores (percent) booked on it."""
+    """One GPU given to one container, with the memory (MiB) and cores (percent) booked on it, and the MIG instance
+    it is when the GPU is carved on demand (README.md#dynamic-mig)."""
 
     uuid: str
     memory_mib: int
@@ -33,6 +35,7 @@ class DeviceGrant:
     # Booked in the family's soft split (Ascend hami-core): only the bind's runtime annotation says so; HAMi's device
     # annotation has no field for it, so a grant read back from a pod does not know it and compares equal.
     soft_split: bool = field(default=False, compare=False)
+    instance: MigInstance | None = None
 
 
 ContainerGrants = tuple[DeviceGrant, ...]
@@ -48,8 +51,15 @@ def encode_pod_devices(grants: Sequence[Sequence[DeviceGrant]]) -> str:
 
 
 def describe_grants(grants: Sequence[Sequence[DeviceGrant]]) -> str:
-    """Human-readable grants for logs, events and the demo: ``uuid(3000MiB,20%),…`` per container, ``;`` between."""
-    return ";".join(",".join(f"{g.uuid}({g.memory_mib}MiB,{g.cores}%)" for g in container) for container in grants)
+    """Human-readable grants for logs, events and the demo: ``uuid(3000MiB,20%),…`` per container, ``;`` between; a MIG
+    instance as ``uuid(2g.10gb@0+2,9984MiB,29%)``."""
+    return ";".join(",".join(f"{g.uuid}({_instance_text(g)}{g.memory_mib}MiB,{g.cores}%)" for g in container)
+                    for container in grants)
+
+
+def _instance_text(grant: DeviceGrant) -> str:
+    instance = grant.instance
+    return f"{instance.profile}@{instance.placement.describe()}," if instance is not None else ""
 
 
 def decode_pod_devices(text: str) -> PodGrants:
@@ -133,8 +143,8 @@ def booking_annotations(grants: Sequence[Sequence[DeviceGrant]], catalog: Device
     """The pod annotations a booking writes for each family it uses: ``…-devices-to-allocate`` and
     ``…-devices-allocated``, the same value, one entry per container (docs/wire-formats.md#pod-device-annotation). A
     grant of a family the catalog does not know is an error of the caller, not something to write under a guessed
-    key. A family whose device plugin reads more (Cambricon's ``CAMBRICON_DSMLU_PROFILE``) adds its
-    ``booking_extras``."""
+    key. A family whose device plugin reads more (Cambricon's ``CAMBRICON_DSMLU_PROFILE``, NVIDIA's MIG reservations:
+    docs/wire-formats.md#mig-reservations) adds its ``booking_extras``."""
     annotations: dict[str, str] = {}
     for cw in families_of(grants):
         family = catalog[cw]
@@ -145,6 +155,15 @@ def booking_annotations(grants: Sequence[Sequence[DeviceGrant]], catalog: Device
         if family.booking_extras is not None:
             annotations.update(family.booking_extras(own))
     return annotations
+
+
+def cleared_annotations(grants: Sequence[Sequence[DeviceGrant]], catalog: DeviceCatalog) -> dict[str, None]:
+    """The annotations of an earlier booking that this one removes (JSON merge patch ``null``): every family's MIG
+    reservations it does not write (README.md#dynamic-mig). A pod booked again after a failed bind would otherwise
+    keep reservations of GPUs it no longer holds, which fails the MIG GPUs of its new node closed."""
+    written = booking_annotations(grants, catalog)
+    return {family.reservations_key: None for family in catalog
+            if family.reservations_key and family.reservations_key not in written}
 
 
 def booking_locks(grants: Sequence[Sequence[DeviceGrant]], catalog: DeviceCatalog) -> tuple[LockRule, ...]:

@@ -21,6 +21,8 @@ POD_DEVICES_TO_ALLOCATE = "hami.io/vgpu-devices-to-allocate"
 POD_DEVICES_ALLOCATED = "hami.io/vgpu-devices-allocated"
 POD_BIND_PHASE = "hami.io/bind-phase"
 POD_BIND_TIME = "hami.io/bind-time"
+# The MIG instances (profile and placement) a booking picked on dynamic MIG GPUs (README.md#dynamic-mig).
+POD_MIG_RESERVATIONS = "hami.io/vgpu-mig-allocations"
 
 # Pod annotations a user sets to steer placement.
 POD_NODE_POLICY = "hami.io/node-scheduler-policy"
@@ -53,9 +55,9 @@ CARD_INSUFFICIENT_CORE = "CardInsufficientCore"
 CARD_COMPUTE_UNITS_EXHAUSTED = "CardComputeUnitsExhausted"
 NODE_INSUFFICIENT_DEVICE = "NodeInsufficientDevice"
 ALLOCATED_CARDS_INSUFFICIENT_REQUEST = "AllocatedCardsInsufficientRequest"
-# A MIG-mode GPU is never booked as slices: dynamic MIG (with ``migProfiles``) is not placed yet, and a pre-2.10
-# geometry MIG GPU never is (README.md#device-families).
-CARD_MIG_MODE_UNSUPPORTED = "CardMigModeUnsupported"
+# A dynamic MIG GPU (``migProfiles``) with no profile big enough that has a free placement (HAMi's reason), and a
+# pre-2.10 geometry MIG GPU, which is never allocated (README.md#dynamic-mig).
+CARD_MIG_TOPOLOGY_INFEASIBLE = "CardMigTopologyInfeasible"
 CARD_MIG_LEGACY_GEOMETRY = "CardMigLegacyGeometry"
 # The pod asks for a soft split (Ascend hami-core) the node does not allow.
 MODE_NOT_FIT = "ModeNotFit"

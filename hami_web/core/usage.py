@@ -8,55 +8,122 @@ on every filter: at thousands of nodes, recomputing usage per request is what ma
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from typing import Any
 
 from hami_web.core.devices import NodeInventory
 from hami_web.core.families import NETWORK_GROUPS
 from hami_web.core.grants import PodGrants
+from hami_web.core.mig import MIG_MODE, MigInstance, MigPlacement, legacy_parent
+from hami_web.core.migreservations import MigFault, mig_faults
 
 
 @dataclass(frozen=True, slots=True)
 class DeviceUsage:
-    """What is booked on one GPU: tasks sharing it, memory (MiB) and cores (percent)."""
+    """What is booked on one GPU: tasks sharing it, memory (MiB) and cores (percent).
+
+    For dynamic MIG (README.md#dynamic-mig) also the instances booked on it (``instances``, each naming its pod),
+    the pods holding a device entry on it without a MIG reservation (``unreserved``, one name per entry: on a MIG
+    GPU that fails it closed) and how many pre-2.10 geometry entries (``GPU-x[1-0]``) count on it
+    (``legacy_entries``). They add and subtract like the numbers, so per-node totals stay incremental.
+    """
 
     tasks: int = 0
     memory_mib: int = 0
     cores: int = 0
+    instances: tuple[MigInstance, ...] = ()
+    # Who, not how much: left out of comparisons, so a booking equals another that holds the same.
+    unreserved: tuple[str, ...] = field(default=(), compare=False)
+    legacy_entries: int = 0
 
     def __add__(self, other: DeviceUsage) -> DeviceUsage:
-        return DeviceUsage(self.tasks + other.tasks, self.memory_mib + other.memory_mib, self.cores + other.cores)
+        return DeviceUsage(self.tasks + other.tasks, self.memory_mib + other.memory_mib, self.cores + other.cores,
+                           self.instances + other.instances, self.unreserved + other.unreserved,
+                           self.legacy_entries + other.legacy_entries)
 
     def __sub__(self, other: DeviceUsage) -> DeviceUsage:
-        return DeviceUsage(self.tasks - other.tasks, self.memory_mib - other.memory_mib, self.cores - other.cores)
+        return DeviceUsage(self.tasks - other.tasks, self.memory_mib - other.memory_mib, self.cores - other.cores,
+                           _without(self.instances, other.instances), _without(self.unreserved, other.unreserved),
+                           self.legacy_entries - other.legacy_entries)
+
+    @property
+    def occupied(self) -> tuple[MigPlacement, ...]:
+        """The MIG placements booked on the GPU."""
+        return tuple(instance.placement for instance in self.instances)
+
+
+def _without(items: tuple[Any, ...], removed: tuple[Any, ...]) -> tuple[Any, ...]:
+    """``items`` with one occurrence of each of ``removed`` taken out (a multiset difference)."""
+    if not removed:
+        return items
+    left = list(items)
+    for item in removed:
+        if item in left:
+            left.remove(item)
+    return tuple(left)
 
 
 NO_USAGE = DeviceUsage()
 
 
-def pod_booking(grants: PodGrants, *, init_count: int, init_finished: bool = False) -> dict[str, DeviceUsage]:
-    """Per GPU UUID, what a pod holds (docs/scheduling-rules.md#init-containers).
+def pod_booking(grants: PodGrants, *, init_count: int, init_finished: bool = False, owner: str = "",
+                unclaimed: Mapping[str, tuple[MigInstance, ...]] | None = None) -> dict[str, DeviceUsage]:
+    """Per GPU UUID, what a pod (``owner``, ``namespace/name``) holds (docs/scheduling-rules.md#init-containers).
 
     Init containers run one at a time before the others and release what they held, so a GPU carries the
     larger of the peak init container and the sum of the regular containers; once the init containers have
-    finished only the regular containers count.
+    finished only the regular containers count. The MIG side (README.md#dynamic-mig): every counted grant's
+    instance, or its entry as unreserved, plus ``unclaimed`` reservations no entry took; a pre-2.10 geometry
+    entry counts on its parent GPU.
     """
-    init_peak: dict[str, DeviceUsage] = {}
+    init_peak: dict[str, tuple[int, int]] = {}
+    regular: dict[str, tuple[int, int, int]] = {}
+    mig = _MigSide(owner)
     if not init_finished:
         for container in grants[:init_count]:
             for grant in container:
-                peak = init_peak.get(grant.uuid, NO_USAGE)
-                init_peak[grant.uuid] = DeviceUsage(1, max(peak.memory_mib, grant.memory_mib),
-                                                    max(peak.cores, grant.cores))
-    regular: dict[str, DeviceUsage] = {}
+                uuid = mig.note(grant.uuid, grant.instance)
+                memory_mib, cores = init_peak.get(uuid, (0, 0))
+                init_peak[uuid] = (max(memory_mib, grant.memory_mib), max(cores, grant.cores))
     for container in grants[init_count:]:
         for grant in container:
-            regular[grant.uuid] = regular.get(grant.uuid, NO_USAGE) + DeviceUsage(1, grant.memory_mib, grant.cores)
+            uuid = mig.note(grant.uuid, grant.instance)
+            tasks, memory_mib, cores = regular.get(uuid, (0, 0, 0))
+            regular[uuid] = (tasks + 1, memory_mib + grant.memory_mib, cores + grant.cores)
+    for uuid, instances in (unclaimed or {}).items():
+        mig.instances.setdefault(uuid, []).extend(instances)
     booking: dict[str, DeviceUsage] = {}
-    for uuid in init_peak.keys() | regular.keys():
-        peak, total = init_peak.get(uuid, NO_USAGE), regular.get(uuid, NO_USAGE)
-        booking[uuid] = DeviceUsage(max(peak.tasks, total.tasks), max(peak.memory_mib, total.memory_mib),
-                                    max(peak.cores, total.cores))
+    for uuid in init_peak.keys() | regular.keys() | mig.instances.keys():
+        peak_memory, peak_cores = init_peak.get(uuid, (0, 0))
+        tasks, memory_mib, cores = regular.get(uuid, (0, 0, 0))
+        booking[uuid] = DeviceUsage(max(int(uuid in init_peak), tasks), max(peak_memory, memory_mib),
+                                    max(peak_cores, cores), tuple(mig.instances.get(uuid, ())),
+                                    tuple(mig.unreserved.get(uuid, ())), mig.legacy.get(uuid, 0))
     return booking
+
+
+class _MigSide:
+    """The MIG side of one pod's booking while `pod_booking` reads its grants."""
+
+    __slots__ = ("instances", "legacy", "owner", "unreserved")
+
+    def __init__(self, owner: str) -> None:
+        self.owner = owner
+        self.instances: dict[str, list[MigInstance]] = {}
+        self.unreserved: dict[str, list[str]] = {}
+        self.legacy: dict[str, int] = {}
+
+    def note(self, uuid: str, instance: MigInstance | None) -> str:
+        """The GPU a grant counts on, noting its instance, or its entry as unreserved, or a geometry entry."""
+        if uuid.endswith("]") and (parent := legacy_parent(uuid)):
+            self.legacy[parent] = self.legacy.get(parent, 0) + 1
+            return parent
+        if instance is None:
+            self.unreserved.setdefault(uuid, []).append(self.owner)
+        else:
+            self.instances.setdefault(uuid, []).append(
+                instance if instance.pod == self.owner else replace(instance, pod=self.owner))
+        return uuid
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,6 +156,8 @@ class NodeView:
     max_free_cores: int
     device_types: frozenset[str]
     idle_devices: int = 0  # usable GPUs no task uses: what a mutex container may take
+    dynamic_mig: bool = False  # some GPU is carved into MIG instances on demand (README.md#dynamic-mig)
+    mig_faults: tuple[MigFault, ...] = ()  # GPUs the MIG rebuild made unallocatable, and why
     family_stats: Mapping[str, FamilyStats] = field(default_factory=dict)
     # Failure summaries of asks that did not fit this exact state. The view is immutable and replaced when
     # its usage changes, so entries never go stale; a pod kube-scheduler keeps retrying costs one fit per node.
@@ -118,8 +187,20 @@ def node_score(inventory: NodeInventory, usage: tuple[DeviceUsage, ...]) -> floa
 
 
 def build_node_view(inventory: NodeInventory, usage_by_uuid: Mapping[str, DeviceUsage]) -> NodeView:
-    """Join inventory and usage (usage of UUIDs the node no longer has is ignored) and compute aggregates."""
+    """Join inventory and usage (usage of UUIDs the node no longer has is ignored) and compute aggregates.
+
+    A GPU the MIG rebuild cannot trust (`core.migreservations.mig_faults`) is unhealthy in the view's inventory, so
+    every reader (fit, score, metrics, tools) sees it unallocatable; ``mig_faults`` says why.
+    """
     usage = tuple(usage_by_uuid.get(device.uuid, NO_USAGE) for device in inventory.devices)
+    faults: tuple[MigFault, ...] = ()
+    dynamic_mig = any(device.mig_profiles and device.mode == MIG_MODE for device in inventory.devices)
+    if dynamic_mig or any(used.instances for used in usage):
+        faults = _mig_faults(inventory, usage, usage_by_uuid)
+        if faults:
+            faulted = {fault.uuid for fault in faults}
+            inventory = replace(inventory, devices=tuple(replace(device, healthy=False) if device.uuid in faulted
+                                                         else device for device in inventory.devices))
     family_stats = {family: _family_stats(inventory, usage, first, end)
                     for family, (first, end) in inventory.groups.items()}
     usable = sum(stats.usable_devices for stats in family_stats.values())
@@ -137,7 +218,16 @@ def build_node_view(inventory: NodeInventory, usage_by_uuid: Mapping[str, Device
         device_types=frozenset(device.type for device in inventory.devices),
         idle_devices=idle,
         family_stats=family_stats,
+        dynamic_mig=dynamic_mig,
+        mig_faults=faults,
     )
+
+
+def _mig_faults(inventory: NodeInventory, usage: tuple[DeviceUsage, ...],
+                usage_by_uuid: Mapping[str, DeviceUsage]) -> tuple[MigFault, ...]:
+    known = {device.uuid for device in inventory.devices}
+    elsewhere = {uuid: used.instances for uuid, used in usage_by_uuid.items() if used.instances and uuid not in known}
+    return mig_faults(inventory.devices, [(used.instances, used.unreserved) for used in usage], elsewhere)
 
 
 def _family_stats(inventory: NodeInventory, usage: tuple[DeviceUsage, ...], first: int, end: int) -> FamilyStats:

@@ -144,10 +144,29 @@ def _gpu_cell(gpu: GpuReport, metric: str) -> dict[str, Any]:
             "cores": gpu.cores, "cores_booked": gpu.cores_booked, "tasks": gpu.tasks, "task_slots": gpu.task_slots,
             "pods": [{"pod": f"{share.namespace}/{share.pod}", "container": share.container,
                       "memory_mib": share.memory_mib, "cores": share.cores,
-                      **({"template": share.template} if share.template else {})} for share in gpu.pods]}
+                      **({"template": share.template} if share.template else {}),
+                      **({"mig": share.mig} if share.mig else {})} for share in gpu.pods],
+            "mig": _mig_slices(gpu)}
     if gpu.group:
         cell["group"] = gpu.group
     return cell
+
+
+def _mig_slices(gpu: GpuReport) -> dict[str, Any] | None:
+    """A dynamic MIG GPU as its memory slices (README.md#dynamic-mig): each slice free or part of an instance
+    (``first`` on an instance's first slice, so the drawing separates neighbours), and the instances listed."""
+    if gpu.mig is None:
+        return None
+    owner: dict[int, tuple[int, str]] = {}
+    for number, instance in enumerate(gpu.mig.instances):
+        for slice_index in range(instance.placement.start, instance.placement.end):
+            owner.setdefault(slice_index, (number, instance.profile))
+    slices = [{"used": index in owner, "first": index in owner and (index == 0 or owner.get(index - 1) != owner[index]),
+               "profile": owner[index][1] if index in owner else ""} for index in range(gpu.mig.slices)]
+    instances = [{"profile": i.profile, "placement": i.placement.describe(), "pod": i.pod} for i in gpu.mig.instances]
+    return {"slices": slices, "instances": instances,
+            "free": [f"{profile}@{','.join(str(p.start) for p in placements)}"
+                     for profile, placements in gpu.mig.free if placements]}
 
 
 def _histograms(snapshot: ClusterSnapshot) -> list[dict[str, Any]]:
@@ -303,8 +322,9 @@ def parse_shape(args: Mapping[str, str]) -> PodShape | None:
         return None
     memory_mib = _whole(args, "memory_mib", 0)
     memory_percent = _whole(args, "memory_percent", 0, high=100)
-    if memory_mib and memory_percent:
-        raise QueryError("give memory_mib or memory_percent, not both")
+    mig_profile = str(args.get("mig_profile", "") or "").strip()
+    if sum(bool(given) for given in (memory_mib, memory_percent, mig_profile)) > 1:
+        raise QueryError("give one of memory_mib, memory_percent and mig_profile")
     numa = str(args.get("numa_bind", "") or "").strip().lower()
     if numa not in ("", "true", "false", "on", "off", "1", "0"):
         raise QueryError(f"numa_bind must be true or false, got {numa!r}")
@@ -315,7 +335,7 @@ def parse_shape(args: Mapping[str, str]) -> PodShape | None:
                     gpu_type=str(args.get("type", "") or "").strip(),
                     node_policy=_one_of(args, "node_policy", ("", *NODE_POLICIES), ""),
                     gpu_policy=_gpu_policy(args),
-                    numa_bind=numa in ("true", "on", "1"))
+                    numa_bind=numa in ("true", "on", "1"), mig_profile=mig_profile)
 
 
 def whatif(sources: DashboardSources, args: Mapping[str, str]) -> dict[str, Any]:
@@ -336,6 +356,7 @@ def whatif(sources: DashboardSources, args: Mapping[str, str]) -> dict[str, Any]
                    "device": report.device, "memory_mib_per_device": report.memory_mib_per_device,
                    "cores_per_device": report.cores_per_device,
                    "candidates": report.candidates, "by_gpu_type": report.by_gpu_type,
+                   "by_mig_profile": report.by_mig_profile,
                    "nodes_used": len(by_node),
                    "by_node": [{"node": node, "pods": count} for node, count in by_node[:WHATIF_NODES_SHOWN]],
                    "runs_out_first": report.runs_out_first, "runs_out_first_nodes": report.runs_out_first_nodes,

@@ -44,7 +44,7 @@ from collections.abc import Callable
 
 from hami_web.core import names
 from hami_web.core.families import DEFAULT_CATALOG, DeviceCatalog
-from hami_web.core.grants import bind_annotations, booking_locks
+from hami_web.core.grants import bind_annotations, booking_locks, cleared_annotations
 from hami_web.core.nodelocks import LockRule
 from hami_web.extender.bindreads import BindReads
 from hami_web.extender.collaborators import BindMetrics, EventSink
@@ -287,6 +287,7 @@ class Binder:
             "uid": placed.uid, "resourceVersion": resource_version or None,
             "annotations": {
                 names.POD_ASSIGNED_NODE: node, names.POD_ASSIGNED_TIME: now,
+                **cleared_annotations(placed.grants, self._catalog),
                 **bind_annotations(placed.grants, self._catalog, now_seconds=int(now)),
                 names.POD_BIND_PHASE: "allocating", names.POD_BIND_TIME: now},
             "labels": {names.LABEL_ASSIGNED_NODE: node}}})

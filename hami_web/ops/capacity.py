@@ -23,13 +23,14 @@ simply one the shape does not fit (``NodeInsufficientDevice``).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from hami_web.core import names
 from hami_web.core.choose import INVALID_REGISTER, Placement, choose_node, rank_nodes
 from hami_web.core.families import NVIDIA, DeviceCatalog, Family
-from hami_web.core.fit import PodFit, fit_pod, may_fit
+from hami_web.core.fit import PodFit, fit_pod, is_dynamic_mig, may_fit
+from hami_web.core.mig import MIG_MODE, candidate_profiles
 from hami_web.core.misses import CAPACITY_REASONS
 from hami_web.core.noderules import (
     CPU,
@@ -46,7 +47,7 @@ from hami_web.core.options import OptionsError
 from hami_web.core.policy import SchedulingPolicy
 from hami_web.core.reasons import NODE_UNREGISTERED_CAUSE, ReasonGroup, group_reasons
 from hami_web.core.requests import RequestError
-from hami_web.core.usage import pod_booking, with_booking
+from hami_web.core.usage import NodeView, build_node_view, pod_booking, with_booking
 from hami_web.ops.snapshot import ClusterSnapshot
 
 DEFAULT_LIMIT = 10_000
@@ -82,6 +83,7 @@ class PodShape:
     cpu: str = ""
     memory: str = ""
     family: str = NVIDIA
+    mig_profile: str = ""  # ask for this dynamic MIG profile: its memory, on MIG GPUs only (README.md#dynamic-mig)
 
     def device_family(self, catalog: DeviceCatalog) -> Family:
         """The shape's family in ``catalog``; `ShapeError` when it is not enabled or cannot express the shape."""
@@ -91,7 +93,8 @@ class PodShape:
                              f"{', '.join(enabled.cw for enabled in catalog)})")
         for wanted, key, what in ((self.memory_percent, family.resources.memory_percentage, "memory percentage"),
                                   (self.gpu_type, family.use_type_key, "type selection"),
-                                  (self.numa_bind, family.numa_bind_key, "NUMA binding")):
+                                  (self.numa_bind, family.numa_bind_key, "NUMA binding"),
+                                  (self.mig_profile, family.reservations_key, "dynamic MIG")):
             if wanted and not key:
                 raise ShapeError(f"{family.label} ({family.cw}) has no {what}")
         return family
@@ -116,6 +119,8 @@ class PodShape:
             annotations[names.POD_GPU_POLICY] = self.gpu_policy
         if self.numa_bind:
             annotations[family.numa_bind_key] = "true"
+        if self.mig_profile and family.mode_key:
+            annotations[family.mode_key] = MIG_MODE
         requests = {name: value for name, value in ((CPU, self.cpu), (MEMORY, self.memory)) if value}
         spec: dict[str, Any] = {"containers": [{"name": "probe", "resources": {"limits": limits,
                                                                               "requests": requests}}]}
@@ -171,6 +176,7 @@ class CapacityReport:
     memory_mib_per_device: int = 0
     cores_per_device: int = 0
     by_gpu_type: dict[str, int] = field(default_factory=dict)
+    by_mig_profile: dict[str, int] = field(default_factory=dict)  # the MIG instances the pods would get
     by_node: dict[str, int] = field(default_factory=dict)
     candidates: int = 0
     exhausted: list[ReasonGroup] = field(default_factory=list)
@@ -201,6 +207,8 @@ def plan_capacity(snapshot: ClusterSnapshot, shape: PodShape, policies: Scheduli
     if shape.gpus < 1:
         raise ShapeError("--gpus must be at least 1")
     family = shape.device_family(policies.catalog)
+    if shape.mig_profile:
+        shape = replace(shape, memory_mib=mig_profile_memory(snapshot, shape.mig_profile), memory_percent=0)
     pod = shape.as_pod(policies)
     try:
         request = policies.request_of(pod)
@@ -209,6 +217,8 @@ def plan_capacity(snapshot: ClusterSnapshot, shape: PodShape, policies: Scheduli
     except (RequestError, OptionsError, RuleInputError) as error:
         raise ShapeError(str(error)) from None
     views = dict(snapshot.views)
+    if shape.mig_profile:
+        views = {name: _mig_only(view) for name, view in views.items()}
     screening = snapshot.screen(needs)
     candidates = list(screening.offered)
     traits = snapshot.node_traits()
@@ -230,6 +240,9 @@ def plan_capacity(snapshot: ClusterSnapshot, shape: PodShape, policies: Scheduli
             view = views[view.name] = with_booking(view, pod_booking(result.grants, init_count=request.init_count))
             report.fits += 1
             report.by_gpu_type[gpu_type] = report.by_gpu_type.get(gpu_type, 0) + 1
+            for grant in (g for container in result.grants for g in container if g.instance is not None):
+                profile = grant.instance.profile if grant.instance else ""
+                report.by_mig_profile[profile] = report.by_mig_profile.get(profile, 0) + 1
             report.by_node[view.name] = report.by_node.get(view.name, 0) + 1
         if report.limited:
             break
@@ -243,4 +256,28 @@ def plan_capacity(snapshot: ClusterSnapshot, shape: PodShape, policies: Scheduli
         report.exhausted = merge_groups(group_rule_reasons(filled), group_reasons(final.reasons))
     report.by_gpu_type = dict(sorted(report.by_gpu_type.items(), key=lambda item: (-item[1], item[0])))
     report.by_node = dict(sorted(report.by_node.items(), key=lambda item: (-item[1], item[0])))
+    report.by_mig_profile = dict(sorted(report.by_mig_profile.items(), key=lambda item: (-item[1], item[0])))
     return report
+
+
+def _mig_only(view: NodeView) -> NodeView:
+    """``view`` with every GPU but the dynamic MIG ones out of use (unhealthy): ``--mig-profile`` counts MIG instances,
+    and a GPU without a mode would take a ``vgpu-mode: mig`` pod as a slice."""
+    if all(is_dynamic_mig(device) for device in view.inventory.devices):
+        return view
+    devices = tuple(device if is_dynamic_mig(device) else replace(device, healthy=False)
+                    for device in view.inventory.devices)
+    usage = {device.uuid: used for device, used in zip(view.inventory.devices, view.usage, strict=True)}
+    return build_node_view(replace(view.inventory, devices=devices), usage)
+
+
+def mig_profile_memory(snapshot: ClusterSnapshot, profile: str) -> int:
+    """The memory (MiB) a pod asks to get ``profile``: the profile's own on the cluster's MIG GPUs (the largest,
+    should models differ); `ShapeError` when no GPU offers it, naming the profiles that are offered."""
+    offered = [candidate for view in snapshot.views.values() for device in view.inventory.devices
+               if device.mode == MIG_MODE for candidate in candidate_profiles(device.mig_profiles)]
+    sizes = [candidate.memory_mib for candidate in offered if candidate.name == profile]
+    if not sizes:
+        names_offered = ", ".join(sorted({candidate.name for candidate in offered})) or "none"
+        raise ShapeError(f"no MIG GPU offers profile {profile!r} (offered: {names_offered})")
+    return max(sizes)

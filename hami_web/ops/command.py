@@ -154,6 +154,9 @@ def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
     memory.add_argument("--gpumem", type=_whole, default=0, metavar="MIB",
                         help="memory per device: the family's memory resource (MiB times its memory factor)")
     memory.add_argument("--gpumem-percentage", type=_whole, default=0, metavar="P", help="memory per device in %%")
+    memory.add_argument("--mig-profile", default="", metavar="NAME",
+                        help="a dynamic MIG instance of this profile per device, e.g. 2g.10gb: its memory, on MIG GPUs "
+                             "(nvidia.com/vgpu-mode: mig)")
     capacity.add_argument("--gpucores", type=_whole, default=0, metavar="C", help="cores per device in %% (0-100)")
     capacity.add_argument("--type", default="", metavar="T",
                           help="device types allowed (the family's use-type annotation, nvidia.com/use-gputype)")
@@ -270,7 +273,7 @@ def run_capacity(arguments: argparse.Namespace) -> int:
                      cores=arguments.gpucores, gpu_type=arguments.type, numa_bind=arguments.numa_bind,
                      node_policy=arguments.node_policy, gpu_policy=arguments.gpu_policy,
                      tolerations=tuple(arguments.toleration), node_selector=tuple(arguments.node_selector),
-                     cpu=arguments.cpu, memory=arguments.memory)
+                     cpu=arguments.cpu, memory=arguments.memory, mig_profile=arguments.mig_profile.strip())
     kube, _, source = _target(arguments)
     try:
         settings = _settings(kube, arguments)

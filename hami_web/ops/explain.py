@@ -21,9 +21,10 @@ from hami_web.core import names
 from hami_web.core.choose import Placement, choose_node
 from hami_web.core.devices import AnnotationError
 from hami_web.core.families import DeviceCatalog, Family
-from hami_web.core.fit import passing_devices
+from hami_web.core.fit import is_dynamic_mig, mig_pick, passing_devices
 from hami_web.core.grants import PodGrants
 from hami_web.core.groups import describe_groups
+from hami_web.core.mig import candidate_profiles
 from hami_web.core.misses import NearMiss
 from hami_web.core.noderules import (
     RuleInputError,
@@ -59,6 +60,7 @@ class GpuChoice:
     memory_mib: int
     cores: int
     family: str = ""
+    mig: str = ""  # the MIG instance it is: ``<profile>@<start>+<size>`` (README.md#dynamic-mig)
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,6 +97,7 @@ class Explanation:
     settings_source: str = ""  # where the server-wide policies came from (the command fills it in)
     ruled_out_fit: str = ""  # a node whose GPUs would take the pod, and the node rule that keeps it out
     group_reasons: dict[str, str] = field(default_factory=dict)  # per node: why its device groups could not take it
+    mig: list[str] = field(default_factory=list)  # why no MIG GPU takes a container (README.md#dynamic-mig)
 
 
 def _label(catalog: DeviceCatalog, cw: str) -> str:
@@ -178,7 +181,9 @@ def _choices(snapshot: ClusterSnapshot, node: str, grants: PodGrants,
         name = container_names[position] if position < len(container_names) else str(position)
         chosen[name] = [GpuChoice(index=devices[g.uuid].index if g.uuid in devices else -1, uuid=g.uuid,
                                   type=devices[g.uuid].type if g.uuid in devices else "?",
-                                  memory_mib=g.memory_mib, cores=g.cores, family=g.vendor) for g in container]
+                                  memory_mib=g.memory_mib, cores=g.cores, family=g.vendor,
+                                  mig=f"{g.instance.profile}@{g.instance.placement.describe()}" if g.instance else "")
+                        for g in container]
     return chosen
 
 
@@ -256,6 +261,8 @@ def explain_pod(pod: Mapping[str, Any], snapshot: ClusterSnapshot, policies: Sch
     explanation.nearest_miss_text = explanation.nearest_miss.describe() if explanation.nearest_miss else ""
     explanation.ruled_out_fit = _ruled_out_fit(request, options, snapshot, screening)
     explanation.group_reasons = _group_reasons(request, options, snapshot, result.reasons)
+    if any(names.CARD_MIG_TOPOLOGY_INFEASIBLE in reason for reason in result.reasons.values()):
+        explanation.mig = _mig_notes(request, snapshot, candidates)
     total = len(candidates) + len(screening.left_out)
     explanation.message = f"no node fits: 0/{total} nodes are available"
     if screening.left_out:
@@ -276,3 +283,27 @@ def _ruled_out_fit(request: PodRequest, options: PodOptions, snapshot: ClusterSn
     return (f"{result.node}: its GPUs would take the pod now, but kube-scheduler leaves the node out: "
             f"{', '.join(screening.left_out[result.node])}")
 
+
+
+def _mig_notes(request: PodRequest, snapshot: ClusterSnapshot, candidates: Sequence[str]) -> list[str]:
+    """Per container, the MIG profile it needs and why none is free (``CardMigTopologyInfeasible``): no profile
+    large enough on any candidate MIG GPU, or the GPUs that have one hold no free placement for it or a larger one."""
+    gpus = [(view.name, device, used) for name in candidates if (view := snapshot.views.get(name)) is not None
+            for device, used in zip(view.inventory.devices, view.usage, strict=True) if is_dynamic_mig(device)]
+    notes = []
+    for container in request.containers:
+        if not container.count or not gpus:
+            continue
+        profiles = {profile.name: profile for _, device, _ in gpus
+                    for profile in candidate_profiles(device.mig_profiles)}
+        wanted = max(container.booked_memory_mib(device.memory_mib) for _, device, _ in gpus)
+        large = sorted((p for p in profiles.values() if p.memory_mib >= wanted), key=lambda p: p.memory_mib)
+        if not large:
+            biggest = max(profiles.values(), key=lambda p: p.memory_mib, default=None)
+            offered = f"the largest offered is {biggest.name} ({biggest.memory_mib} MiB)" if biggest else "none usable"
+            notes.append(f"container {container.name} asks {wanted} MiB: no MIG profile is that large ({offered})")
+            continue
+        free = sum(1 for _, device, used in gpus if mig_pick(device, used.occupied, wanted) is not None)
+        notes.append(f"container {container.name} asks {wanted} MiB: it needs {large[0].name} ({large[0].memory_mib} "
+                     f"MiB) or larger; {free} of {len(gpus)} MIG GPUs have a free placement for one")
+    return notes

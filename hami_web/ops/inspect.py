@@ -16,6 +16,7 @@ from typing import Any
 
 from hami_web.core.grants import families_of
 from hami_web.core.groups import group_label
+from hami_web.core.mig import MIG_MODE, MigLayout, mig_layout
 from hami_web.core.usage import NodeView
 from hami_web.ops.snapshot import ClusterSnapshot, NodeFacts
 
@@ -36,6 +37,7 @@ class PodShare:
     memory_mib: int
     cores: int
     template: str = ""  # the vNPU template the share runs as (Ascend hard split; "" = whole device or none)
+    mig: str = ""  # the MIG instance the share is, ``<profile>@<start>+<size>`` (README.md#dynamic-mig)
 
 
 @dataclass(slots=True)
@@ -57,6 +59,11 @@ class GpuReport:
     task_slots: int
     group: str = ""  # the device group a multi-device container is kept in (``HCCS 0``, ``module 1``)
     pods: list[PodShare] = field(default_factory=list)
+    # A dynamic MIG GPU's instances and free placements; why it fails closed (README.md#dynamic-mig); for a pre-2.10
+    # geometry MIG GPU, how many old suffixed entries count on it.
+    mig: MigLayout | None = None
+    mig_fault: str = ""
+    legacy_mig_entries: int = 0
 
     @property
     def status(self) -> str:
@@ -202,12 +209,16 @@ def _gpu_reports(view: NodeView | None, shares: dict[str, list[PodShare]]) -> li
         return []
     cordoned = view.inventory.cordoned
     grouping = view.inventory.grouping
+    faults = {fault.uuid: fault.describe() for fault in view.mig_faults}
     return [GpuReport(index=device.index, uuid=device.uuid, family=device.family, type=device.type, numa=device.numa,
                       healthy=device.healthy, cordoned=device.uuid in cordoned, memory_mib=device.memory_mib,
                       memory_booked_mib=used.memory_mib, cores=device.cores, cores_booked=used.cores,
                       tasks=used.tasks, task_slots=device.count,
                       group=group_label(grouping[device.family], device) if device.family in grouping else "",
-                      pods=shares.get(device.uuid, []))
+                      pods=shares.get(device.uuid, []),
+                      mig=mig_layout(device.mig_profiles, used.instances)
+                      if device.mode == MIG_MODE and device.mig_profiles else None,
+                      mig_fault=faults.get(device.uuid, ""), legacy_mig_entries=used.legacy_entries)
             for device, used in zip(view.inventory.devices, view.usage, strict=True)]
 
 
@@ -220,10 +231,12 @@ def _pod_shares(snapshot: ClusterSnapshot, node_names: set[str]) -> dict[str, li
             container_name = usage.container_names[position] if position < len(usage.container_names) else ""
             for grant in container:
                 family = snapshot.catalog.get(grant.vendor)
+                instance = grant.instance
                 shares.setdefault(grant.uuid, []).append(PodShare(
                     namespace=usage.namespace, pod=usage.name, container=container_name or str(position),
                     memory_mib=grant.memory_mib, cores=grant.cores,
-                    template=family.templates.name_for(grant.memory_mib) if family and family.templates else ""))
+                    template=family.templates.name_for(grant.memory_mib) if family and family.templates else "",
+                    mig=f"{instance.profile}@{instance.placement.describe()}" if instance else ""))
     for listed in shares.values():
         listed.sort(key=lambda share: (share.namespace, share.pod, share.container))
     return shares

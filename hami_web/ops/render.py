@@ -24,13 +24,19 @@ PADDING = "   "
 
 
 def table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
-    """Aligned columns without borders; the last column is not padded."""
+    """Aligned columns without borders; the last column is not padded. A row of one cell is a note on the row before
+    it, indented to the second column and left out of the column widths."""
     widths = [len(header) for header in headers]
     for row in rows:
+        if len(row) == 1 and len(headers) > 1:
+            continue
         for position, cell in enumerate(row):
             widths[position] = max(widths[position], len(cell))
     lines = []
     for row in (headers, *rows):
+        if len(row) == 1 and len(headers) > 1:
+            lines.append(" " * (widths[0] + len(PADDING)) + row[0])
+            continue
         cells = [cell.ljust(widths[position]) for position, cell in enumerate(row[:-1])]
         lines.append(PADDING.join([*cells, row[-1]]).rstrip())
     return lines
@@ -59,18 +65,45 @@ def _short_type(device_type: str, family: str) -> str:
 # -- inspect ---------------------------------------------------------------------------------------------
 
 
-_GPU_FIELDS = tuple(field.name for field in dataclasses.fields(GpuReport) if field.name != "pods")
+# The MIG fields are written only for MIG GPUs and shares (README.md#dynamic-mig).
+_MIG_FIELDS = ("mig", "mig_fault", "legacy_mig_entries")
+_GPU_FIELDS = tuple(field.name for field in dataclasses.fields(GpuReport) if field.name not in ("pods", *_MIG_FIELDS))
 _SHARE_FIELDS = tuple(field.name for field in dataclasses.fields(PodShare))
 
 
 def _gpu_data(gpu: GpuReport) -> dict[str, Any]:
     # By hand rather than dataclasses.asdict, whose deep copy is most of the time of -o json at 40,000 GPUs. The
-    # fields only some families have (a device's group, a share's template) are left out when empty.
+    # fields only some families have (a device's group, a share's template or MIG instance) are left out when empty.
     data: dict[str, Any] = {name: getattr(gpu, name) for name in _GPU_FIELDS if name != "group" or gpu.group}
-    data["pods"] = [{name: getattr(share, name) for name in _SHARE_FIELDS if name != "template" or share.template}
-                    for share in gpu.pods]
+    data["pods"] = [{name: getattr(share, name) for name in _SHARE_FIELDS
+                     if name not in ("template", "mig") or getattr(share, name)} for share in gpu.pods]
     data["status"] = gpu.status
+    if gpu.mig_fault:
+        data["migFault"] = gpu.mig_fault
+    if gpu.legacy_mig_entries:
+        data["legacyMigEntries"] = gpu.legacy_mig_entries
+    if gpu.mig is not None:
+        data["mig"] = {"slices": gpu.mig.slices,
+                       "instances": [{"profile": i.profile, "start": i.placement.start, "size": i.placement.size,
+                                      "pod": i.pod, "migUUID": i.mig_uuid} for i in gpu.mig.instances],
+                       "free": {profile: [p.start for p in placements] for profile, placements in gpu.mig.free}}
     return data
+
+
+def mig_rows(gpu: GpuReport) -> list[list[str]]:
+    """Notes under a MIG GPU's row: one per instance (placement, profile, pod), its free placements per profile, and
+    why it fails closed (README.md#dynamic-mig)."""
+    texts: list[str] = []
+    if gpu.mig is not None:
+        texts += [f"mig {i.placement.describe()} {i.profile} {i.pod or '-'}" for i in gpu.mig.instances]
+        free = " ".join(f"{profile}@{','.join(str(p.start) for p in placements)}"
+                        for profile, placements in gpu.mig.free if placements)
+        texts.append(f"free {free or 'none'}")
+    if gpu.legacy_mig_entries:
+        texts.append(f"pre-2.10 MIG geometry: {gpu.legacy_mig_entries} entries; drain and migrate")
+    if gpu.mig_fault:
+        texts.append(f"fails closed: {gpu.mig_fault}")
+    return [[f"  {text}"] for text in texts]
 
 
 def _family_data(family: FamilyReport) -> dict[str, Any]:
@@ -149,10 +182,12 @@ def _device_rows(gpus: Sequence[GpuReport], wide: bool, details: bool) -> list[l
     rows = []
     for gpu in gpus:
         rows.append(_gpu_row(gpu, wide))
+        rows += mig_rows(gpu)
         if details:
             for share in gpu.pods:
                 memory = f"{share.memory_mib} ({share.template})" if share.template else str(share.memory_mib)
-                rows.append(["", "", "", f"- {share.namespace}/{share.pod} [{share.container}]",
+                mig = f" {share.mig}" if share.mig else ""
+                rows.append(["", "", "", f"- {share.namespace}/{share.pod} [{share.container}]{mig}",
                              memory, str(share.cores), "", *([""] * (3 if wide else 0)), ""])
     return rows
 
@@ -195,6 +230,13 @@ def explain_data(explanation: Explanation) -> dict[str, Any]:
     miss = data.pop("nearest_miss")
     data.pop("nearest_miss_text")
     data["nearest_miss"] = None if miss is None else {**miss, "text": explanation.nearest_miss_text}
+    # The MIG fields only where there is MIG (README.md#dynamic-mig).
+    if not data["mig"]:
+        del data["mig"]
+    for gpus in data["placement"].values():
+        for gpu in gpus:
+            if not gpu["mig"]:
+                del gpu["mig"]
     return data
 
 
@@ -226,10 +268,12 @@ def render_explain(explanation: Explanation, *, wide: bool = False) -> str:
         lines += _described("Settings", [explanation.settings_source])
     if explanation.verdict in (FITS, SCHEDULED) and explanation.placement:
         lines.append("")
+        mig = any(gpu.mig for gpus in explanation.placement.values() for gpu in gpus)
         rows = [[container, str(gpu.index), gpu.family, gpu.uuid, _short_type(gpu.type, gpu.family),
-                 str(gpu.memory_mib), str(gpu.cores)]
+                 str(gpu.memory_mib), str(gpu.cores), *([gpu.mig or "-"] if mig else [])]
                 for container, gpus in explanation.placement.items() for gpu in gpus]
-        lines += table(["CONTAINER", "GPU", "FAMILY", "UUID", "TYPE", "MEMORY(MiB)", "CORES(%)"], rows)
+        lines += table(["CONTAINER", "GPU", "FAMILY", "UUID", "TYPE", "MEMORY(MiB)", "CORES(%)",
+                        *(["MIG"] if mig else [])], rows)
     if explanation.verdict == UNSCHEDULABLE:
         if explanation.groups:
             lines.append("")
@@ -241,6 +285,8 @@ def render_explain(explanation: Explanation, *, wide: bool = False) -> str:
         lines += _described("Nearest miss", misses)
         if explanation.group_reasons:
             lines += _described("Groups", [f"{node}: {text}" for node, text in explanation.group_reasons.items()])
+        if explanation.mig:
+            lines += _described("MIG", explanation.mig)
         if wide:
             lines.append("")
             lines += table(["NODE", "REASON"], [[node, reason] for node, reason in explanation.node_reasons.items()])
@@ -264,6 +310,8 @@ def _shape_text(report: CapacityReport) -> str:
         text += f", type {shape.gpu_type}"
     if shape.numa_bind:
         text += ", numa-bind"
+    if shape.mig_profile:
+        text += f", MIG profile {shape.mig_profile}"
     for what, values in (("cpu", [shape.cpu] if shape.cpu else []), ("memory", [shape.memory] if shape.memory else []),
                          ("tolerating", shape.tolerations), ("node selector", shape.node_selector)):
         if values:
@@ -292,6 +340,10 @@ def render_capacity(report: CapacityReport, *, wide: bool = False) -> str:
         lines.append("")
         lines += table(["GPU TYPE", "PODS"], [[_short_type(t, report.shape.family), str(n)]
                                                for t, n in report.by_gpu_type.items()])
+    if report.by_mig_profile:
+        lines.append("")
+        lines += table(["MIG PROFILE", "INSTANCES"],
+                       [[profile, str(n)] for profile, n in report.by_mig_profile.items()])
     if wide and report.by_node:
         lines.append("")
         lines += table(["NODE", "PODS"], [[node, str(n)] for node, n in report.by_node.items()])

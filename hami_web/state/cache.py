@@ -481,7 +481,7 @@ class ClusterCache:
                 if self._busy_nodes_last else frozenset()
             result = choose_node(request, options, candidates, self._views, self._broken_nodes, busy=busy)
             if isinstance(result, Placement):
-                booking = pod_booking(result.grants, init_count=request.init_count)
+                booking = pod_booking(result.grants, init_count=request.init_count, owner=f"{namespace}/{name}")
                 usage = PodUsage(uid=uid, namespace=namespace, name=name, node=result.node, grants=result.grants,
                                  booking=booking, devices_text=encode_pod_devices(result.grants),
                                  container_names=tuple(container_names), init_count=request.init_count,

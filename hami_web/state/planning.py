@@ -7,7 +7,8 @@ which observation wins over a filter-time assumption live here (`next_held`).
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+import logging
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -16,6 +17,8 @@ from hami_web.state.nodes import NodeState
 from hami_web.state.pods import PodRecord, PodUsage
 
 NodeTotals = Mapping[str, DeviceUsage]
+
+log = logging.getLogger(__name__)
 
 # How long after booking a placement a full list may still not show the pod patch: no shorter than the filter's
 # API calls can take (18 s with the default --extender-deadline, 30 s at most: 27 s and a 3 s read-back). A
@@ -105,7 +108,10 @@ def node_view(state: NodeState | None, totals: NodeTotals | None, previous: Node
         return None
     if view is not None and previous is not None and previous.inventory == state.inventory:
         return view
-    return build_node_view(state.inventory, totals or {})
+    built = build_node_view(state.inventory, totals or {})
+    if built.mig_faults:  # a new or changed inventory: every fault is news
+        _log_mig_faults(state.inventory.name, built, None)
+    return built
 
 
 def touched_nodes(changes: Sequence[PodChange], held_before: Mapping[str, Held | None]) -> set[str]:
@@ -194,8 +200,21 @@ def plan_pods(changes: Sequence[PodChange], held_before: dict[str, Held | None],
             totals = add_booking(totals, booking, sign=sign)
         plan.totals_after[node] = totals
         if state is not None and state.inventory is not None:
-            plan.views_after[node] = build_node_view(state.inventory, totals or {})
+            plan.views_after[node] = view = build_node_view(state.inventory, totals or {})
+            if view.mig_faults:
+                _log_mig_faults(node, view, plan.held_after.values())
     return plan
+
+
+def _log_mig_faults(node: str, view: NodeView, changed: Iterable[Held | None] | None) -> None:
+    """Log the GPUs that fail closed (README.md#dynamic-mig), one line per GPU, naming the pods: those of the pods
+    ``changed`` in this batch, or all of them (``None``: the node's inventory is new)."""
+    pods = None if changed is None else {f"{held.usage.namespace}/{held.usage.name}" for held in changed
+                                         if held is not None}
+    for fault in view.mig_faults:
+        if pods is None or pods.intersection(fault.pods):
+            log.error("node %s: %s; the GPU takes no pod until the pods' annotations are fixed or the pods end",
+                      node, fault.describe())
 
 
 def add_booking(totals: NodeTotals | None, booking: NodeTotals, *, sign: int) -> dict[str, DeviceUsage]:

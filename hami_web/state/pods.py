@@ -16,6 +16,8 @@ from hami_web.core.devices import AnnotationError
 from hami_web.core.families import DEFAULT_CATALOG, DeviceCatalog
 from hami_web.core.grants import DeviceGrant, PodGrants, decode_pod_devices, encode_pod_devices, merge_grants
 from hami_web.core.limits import json_type_name, quote
+from hami_web.core.mig import MigInstance
+from hami_web.core.migreservations import attach_reservations, decode_reservations
 from hami_web.core.requests import RequestError, asked_gpu_count
 from hami_web.core.usage import DeviceUsage, pod_booking
 
@@ -193,6 +195,23 @@ def _family_grants(text: str, containers: list[Mapping[str, Any]], count_resourc
         return tuple(spread)
 
 
+def _with_reservations(grants: PodGrants, text: str, key: str,
+                       owner: str) -> tuple[PodGrants, dict[str, tuple[MigInstance, ...]]]:
+    """The grants with their MIG reservations attached, and the reservations no entry took (README.md#dynamic-mig).
+
+    An unreadable reservation annotation does not make the pod unreadable: its device entries then hold no
+    reservation, which fails their MIG GPUs closed when the node's view is built.
+    """
+    try:
+        reservations = decode_reservations(text)
+    except AnnotationError as error:
+        # INFO: the fault it causes is logged as an error where the node's view is built (state.planning), and the
+        # operator tools, which read pods with this function too, print warnings.
+        log.info("pod %s: %s does not parse, so its MIG GPUs fail closed: %s", quote(owner), key, error)
+        return grants, {}
+    return attach_reservations(grants, reservations, owner)
+
+
 def standing_booking(pod: Mapping[str, Any], *, catalog: DeviceCatalog = DEFAULT_CATALOG) -> PodUsage | None:
     """The live booking a pod object already carries (`pod_usage`), None when none or unreadable.
 
@@ -238,22 +257,29 @@ def pod_usage(pod: Mapping[str, Any], *, catalog: DeviceCatalog = DEFAULT_CATALO
         return None
     init_containers = _list(spec.get("initContainers"), "spec.initContainers")
     containers = [*init_containers, *_list(spec.get("containers"), "spec.containers")]
+    uid, namespace, name = pod_key(pod)
+    owner = f"{namespace}/{name}"
     parts = []
+    unclaimed: dict[str, tuple[MigInstance, ...]] = {}
     for family, text in texts:
         try:
-            parts.append(_family_grants(text, containers, family.resources.count))
+            family_part = _family_grants(text, containers, family.resources.count)
         except AnnotationError as error:
             raise AnnotationError(f"{family.allocated_key}: {error}") from None
+        if family.reservations_key and (reserved := annotations.get(family.reservations_key)):
+            family_part, left = _with_reservations(family_part, reserved, family.reservations_key, owner)
+            unclaimed.update(left)
+        parts.append(family_part)
     grants = merge_grants(parts, len(containers)) if len(parts) > 1 else parts[0]
     devices_text = encode_pod_devices(grants) if len(parts) > 1 else texts[0][1]
-    uid, namespace, name = pod_key(pod)
     return PodUsage(
         uid=uid,
         namespace=namespace,
         name=name,
         node=str(node),
         grants=grants,
-        booking=pod_booking(grants, init_count=len(init_containers), init_finished=_init_finished(pod)),
+        booking=pod_booking(grants, init_count=len(init_containers), init_finished=_init_finished(pod), owner=owner,
+                            unclaimed=unclaimed),
         devices_text=devices_text,
         container_names=tuple(str(c.get("name", "")) for c in containers),
         init_count=len(init_containers),

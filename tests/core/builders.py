@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 
 from hami_web.core.devices import Device, NodeInventory
@@ -51,3 +52,26 @@ def grant(uuid: str, memory_mib: int, cores: int) -> DeviceGrant:
 def book(node_view: NodeView, grants: Sequence[Sequence[DeviceGrant]], *, init_count: int) -> NodeView:
     """``node_view`` after a pod holding ``grants`` is added to its usage, as the cache would rebuild it."""
     return with_booking(node_view, pod_booking(tuple(tuple(c) for c in grants), init_count=init_count))
+
+
+# HAMi's A100-SXM4-40GB dynamic MIG table as its device plugin registers it (``migProfiles``; memory in MiB, cores
+# in percent of the card, placements in memory slices of 8).
+A100_MIG_PROFILES = [
+    {"name": "1g.5gb", "memoryMB": 4864, "core": 14, "sliceCount": 1,
+     "placements": [{"start": start, "size": 1} for start in range(7)]},
+    {"name": "1g.10gb", "memoryMB": 9856, "core": 14, "sliceCount": 1,
+     "placements": [{"start": start, "size": 2} for start in (0, 2, 4, 6)]},
+    {"name": "2g.10gb", "memoryMB": 9984, "core": 29, "sliceCount": 2,
+     "placements": [{"start": start, "size": 2} for start in (0, 2, 4)]},
+    {"name": "3g.20gb", "memoryMB": 19968, "core": 43, "sliceCount": 3,
+     "placements": [{"start": 0, "size": 4}, {"start": 4, "size": 4}]},
+    {"name": "4g.20gb", "memoryMB": 19968, "core": 57, "sliceCount": 4, "placements": [{"start": 0, "size": 4}]},
+    {"name": "7g.40gb", "memoryMB": 40192, "core": 100, "sliceCount": 7, "placements": [{"start": 0, "size": 8}]},
+]
+
+
+def a100_mig_register(*uuids: str, numa: tuple[int, ...] = ()) -> str:
+    """The JSON register annotation of A100-40GB GPUs in dynamic MIG mode."""
+    return json.dumps([{"id": uuid, "index": index, "count": 7, "devmem": 40960, "devcore": 100,
+                        "type": "NVIDIA-NVIDIA A100-SXM4-40GB", "numa": numa[index] if numa else 0, "mode": "mig",
+                        "health": True, "migProfiles": A100_MIG_PROFILES} for index, uuid in enumerate(uuids)])

@@ -8,8 +8,9 @@ family word, the UUID pins ``hygon.com/use-gpuuuid`` / ``nouse-gpuuuid``, and HA
 For Iluvatar: ``vMem`` × 256 MiB, cores default 0 (``Test_GenerateResourceRequests``), ``hami.io/use-<CW>-uuid``
 and ``Test_Fit``. For NVIDIA: ``nvidia.com/vgpu-mode`` both ways (the value must contain the GPU's mode, a GPU without
 mode always qualifies, 7-field text is ``hami-core``, else ``CardTypeMismatch``) and that it, ``numa-bind`` and
-``hami.io/device-cordon`` touch no other family; MIG-mode GPUs refused (``CardMigModeUnsupported`` with
-``migProfiles``, ``CardMigLegacyGeometry`` without); a GPU whose JSON ``health`` is omitted never chosen. Several
+``hami.io/device-cordon`` touch no other family; MIG-mode GPUs: a dynamic one (``migProfiles``) gives an instance,
+or ``CardMigTopologyInfeasible`` when no usable profile has a free placement, a pre-2.10 one is refused
+``CardMigLegacyGeometry``; a GPU whose JSON ``health`` is omitted never chosen. Several
 families: a pod asking two families on a mixed node gets both or neither, the reason naming the first failing
 family in common-word order, the booking written under each family's keys with empty entries for the containers
 not using it, an init container of one family beside a container of two (booked and read back); ``pod_usage``
@@ -405,7 +406,7 @@ def test_vgpu_mode_picks_the_matching_gpu_among_several() -> None:
         "1/2 AllocatedCardsInsufficientRequest, 1/2 CardTypeMismatch")
 
 
-# --- NVIDIA MIG refusal and omitted health ---------------------------------------------------------------------
+# --- NVIDIA MIG modes and omitted health ---------------------------------------------------------------------
 
 MIG_WITH_PROFILES = (
     '[{"id":"GPU-0","count":7,"devmem":40960,"devcore":100,"type":"NVIDIA-A100-SXM4-40GB","numa":0,"health":true,'
@@ -415,8 +416,9 @@ MIG_WITH_PROFILES = (
 
 @pytest.mark.parametrize(("register", "request_", "expected"), [
     # pkg/device/nvidia/device_test.go TestGetNodeDevices_MigProfilesFromNode's GPU: dynamic MIG.
-    pytest.param(MIG_WITH_PROFILES, ask("NVIDIA", memory_mib=5000), "1/1 CardMigModeUnsupported",
-                 id="dynamic-mig-with-profiles"),
+    pytest.param(MIG_WITH_PROFILES, ask("NVIDIA", memory_mib=5000), ("GPU-0",), id="dynamic-mig-with-profiles"),
+    pytest.param(MIG_WITH_PROFILES, ask("NVIDIA", memory_mib=6000), "1/1 CardMigTopologyInfeasible",
+                 id="dynamic-mig-no-profile-big-enough"),
     # A pre-2.10 geometry MIG GPU as HAMi v2.5–v2.9 register it.
     pytest.param("GPU-3ef99f5d-0000,10,95830,100,NVIDIA-NVIDIA H100 NVL,0,true,0,mig:", ask("NVIDIA", memory_mib=1000),
                  "1/1 CardMigLegacyGeometry", id="legacy-geometry-text"),
@@ -429,21 +431,21 @@ MIG_WITH_PROFILES = (
     pytest.param('[{"id":"GPU-0","count":7,"devmem":40960,"devcore":100,"type":"NVIDIA-A100","mode":"mig",'
                  '"migProfiles":[{"name":"1g.5gb"}]}]', ask("NVIDIA", memory_mib=1000), "1/1 CardNotHealth",
                  id="unhealthy-before-mig"),
-    pytest.param(MIG_WITH_PROFILES, ask("NVIDIA", memory_mib=5000, cores=100), "1/1 CardMigModeUnsupported",
-                 id="idle-mig-gpu-refused-even-for-exclusive-use"),
+    pytest.param(MIG_WITH_PROFILES, ask("NVIDIA", memory_mib=5000, cores=100), ("GPU-0",),
+                 id="idle-mig-gpu-takes-an-exclusive-ask-as-an-instance"),
 ])
-def test_mig_mode_gpus_are_refused_with_their_reason(register: str, request_: ContainerRequest, expected: str) -> None:
+def test_mig_mode_gpus_by_their_kind(register: str, request_: ContainerRequest, expected: object) -> None:
     assert outcome(fit_one(request_, node_view(list(decode_register(register))), annotated({}))) == expected
 
 
-def test_a_pod_avoids_the_mig_gpu_of_a_mixed_node() -> None:
+def test_a_pod_avoids_a_mig_gpu_without_a_usable_profile() -> None:
     text = ('[{"id":"GPU-mig","index":0,"count":7,"devmem":40960,"devcore":100,"type":"NVIDIA-A100","mode":"mig",'
             '"migProfiles":[{"name":"1g.5gb"}],"health":true},{"id":"GPU-core","index":1,"count":10,"devmem":40960,'
             '"devcore":100,"type":"NVIDIA-A100","mode":"hami-core","health":true}]')
     view = node_view(list(decode_register(text)))
     assert outcome(fit_one(ask("NVIDIA", memory_mib=1000), view, annotated({}))) == ("GPU-core",)
     assert outcome(fit_one(ask("NVIDIA", 2, memory_mib=1000), view, annotated({}))) == (
-        "1/2 AllocatedCardsInsufficientRequest, 1/2 CardMigModeUnsupported")
+        "1/2 AllocatedCardsInsufficientRequest, 1/2 CardMigTopologyInfeasible")
 
 
 def test_a_gpu_whose_json_health_is_omitted_is_never_chosen() -> None:
@@ -677,5 +679,5 @@ def test_a_node_whose_only_family_is_broken_has_no_inventory() -> None:
 
 
 def test_names_of_the_mig_reasons_are_hami_style() -> None:
-    assert (names.CARD_MIG_MODE_UNSUPPORTED, names.CARD_MIG_LEGACY_GEOMETRY) == (
-        "CardMigModeUnsupported", "CardMigLegacyGeometry")
+    assert (names.CARD_MIG_TOPOLOGY_INFEASIBLE, names.CARD_MIG_LEGACY_GEOMETRY) == (
+        "CardMigTopologyInfeasible", "CardMigLegacyGeometry")

@@ -25,6 +25,7 @@ from typing import Any
 import pytest
 
 from hami_web.core.devices import AnnotationError, Device, decode_register
+from hami_web.core.mig import MigPlacement, MigProfile
 
 # One entry holding every DeviceInfo field we read, and the device it decodes to.
 FULL_PAIRS: tuple[tuple[str, object], ...] = (
@@ -176,17 +177,26 @@ def test_unknown_keys_are_ignored_whatever_their_type(extra: tuple[str, object])
 
 # --- JSON: custominfo, devicevendor and migProfiles -----------------------------------------------------------
 
+ONE_G = MigProfile(name="1g.5gb", memory_mib=4864, cores=15, slice_count=1, placements=(MigPlacement(6, 1),))
+
+
 @pytest.mark.parametrize(("extra", "mig_profiles"), [
-    pytest.param(("custominfo", {}), False, id="custominfo-empty"),
-    pytest.param(("custominfo", {"a": 1.5, "b": "x", "c": [1], "d": {"e": None}}), False, id="custominfo-any-values"),
-    pytest.param(("CustomInfo", {"a": 1}), False, id="CustomInfo-capitalised"),
-    pytest.param(("devicevendor", "NVIDIA"), False, id="devicevendor-string"),
-    pytest.param(("migProfiles", []), False, id="migProfiles-empty-is-none"),
+    pytest.param(("custominfo", {}), (), id="custominfo-empty"),
+    pytest.param(("custominfo", {"a": 1.5, "b": "x", "c": [1], "d": {"e": None}}), (), id="custominfo-any-values"),
+    pytest.param(("CustomInfo", {"a": 1}), (), id="CustomInfo-capitalised"),
+    pytest.param(("devicevendor", "NVIDIA"), (), id="devicevendor-string"),
+    pytest.param(("migProfiles", []), (), id="migProfiles-empty-is-none"),
     pytest.param(("migProfiles", [{"name": "1g.5gb", "memoryMB": 4864, "core": 15, "sliceCount": 1,
-                                   "placements": [{"start": 6, "size": 1}]}]), True, id="migProfiles-one"),
-    pytest.param(("MIGPROFILES", [{"name": "1g.5gb"}]), True, id="MIGPROFILES-capitalised"),
+                                   "placements": [{"start": 6, "size": 1}]}]), (ONE_G,), id="migProfiles-one"),
+    pytest.param(("MIGPROFILES", [{"NAME": "1g.5gb", "MemoryMb": 4864, "CORE": 15, "slicecount": 1,
+                                   "Placements": [{"START": 6, "Size": 1}]}]), (ONE_G,),
+                 id="MIGPROFILES-capitalised"),
+    pytest.param(("migProfiles", [None, {"name": "x", "placements": [None]}]),
+                 (MigProfile("", 0, 0, 0, ()), MigProfile("x", 0, 0, 0, (MigPlacement(0, 0),))),
+                 id="null-profile-and-placement-are-zero-values"),
 ])
-def test_custominfo_and_mig_profiles_shapes_are_read(extra: tuple[str, object], mig_profiles: bool) -> None:
+def test_custominfo_and_mig_profiles_shapes_are_read(extra: tuple[str, object],
+                                                     mig_profiles: tuple[MigProfile, ...]) -> None:
     assert only(register(entry(*FULL_PAIRS, extra))) == replace(FULL_DEVICE, mig_profiles=mig_profiles)
 
 
@@ -194,7 +204,7 @@ def test_hami_mig_register_vector_is_a_mig_device_with_profiles() -> None:
     # pkg/device/nvidia/device_test.go TestGetNodeDevices_MigProfilesFromNode.
     assert only(HAMI_MIG_REGISTER) == Device(uuid="GPU-0", index=0, count=7, memory_mib=40960, cores=100,
                                              type="NVIDIA-A100-SXM4-40GB", numa=0, healthy=True, mode="mig",
-                                             mig_profiles=True)
+                                             mig_profiles=(MigProfile("1g.5gb", 5120, 14, 1, (MigPlacement(6, 1),)),))
 
 
 # --- JSON: wrong types fail the whole annotation --------------------------------------------------------------

@@ -19,8 +19,8 @@ from hami_web.server.listeners import LISTENER_ENVIRON_KEY
 
 from .conftest import PENDING_POD, DemoCluster
 
-DEMO_GPUS = 32  # 4 + 4 A40, 8 A100, 2 T4, 2 Hygon DCUs, 4 Cambricon MLUs, 8 Ascend 910B3 NPUs
-DEMO_NODES = 7
+DEMO_GPUS = 34  # 4 + 4 A40, 8 A100, 2 MIG A100, 2 T4, 2 Hygon DCUs, 4 Cambricon MLUs, 8 Ascend 910B3 NPUs
+DEMO_NODES = 8
 
 
 @pytest.fixture
@@ -73,7 +73,8 @@ def test_overview_draws_a_free_memory_histogram_per_gpu_type(client: FlaskClient
     histograms = _get(client, "/ui/api/overview")["histograms"]
     assert [(h["family"], h["type"]) for h in histograms] == [
         ("Ascend910B3", "Ascend910B3"), ("DCU", "DCU-BW100"), ("MLU", "MLU370-X4"),
-        ("NVIDIA", "NVIDIA-NVIDIA A100-SXM4-80GB"), ("NVIDIA", "NVIDIA-NVIDIA A40"), ("NVIDIA", "NVIDIA-Tesla T4")]
+        ("NVIDIA", "NVIDIA-NVIDIA A100-SXM4-40GB"), ("NVIDIA", "NVIDIA-NVIDIA A100-SXM4-80GB"),
+        ("NVIDIA", "NVIDIA-NVIDIA A40"), ("NVIDIA", "NVIDIA-Tesla T4")]
     for histogram in histograms:
         assert sum(bar["count"] for bar in histogram["bars"]) == histogram["gpus"]
     # Unhealthy and cordoned GPUs cannot take pods: they are not free memory.
@@ -84,7 +85,7 @@ def test_pending_shows_the_refused_pod_with_grouped_reasons_and_nearest_miss(cli
     pods = {pod["pod"]: pod for pod in _get(client, "/ui/api/pending")["pods"]}
     too_big = pods[PENDING_POD]
     causes = {group["cause"]: group for group in too_big["last_filter"]["groups"]}
-    assert causes["CardInsufficientMemory"]["nodes"] == 4
+    assert causes["CardInsufficientMemory"]["nodes"] == 5
     assert too_big["attempts"] == 1 and too_big["age_seconds"] >= 0
     assert too_big["now"]["verdict"] == "unschedulable"
     assert too_big["now"]["nearest_miss"] is None  # no GPU is that large: freeing memory would not help
@@ -131,6 +132,23 @@ def test_whatif_without_a_shape_only_offers_the_form(client: FlaskClient) -> Non
         ("Ascend910B4", "910B4"), ("Ascend910B4-1", "910B4-1"), ("Ascend910C", "Ascend910"))]
     assert answer["families"] == [*ascend, {"cw": "DCU", "label": "Hygon DCU"}, {"cw": "MLU", "label": "Cambricon MLU"},
                                   {"cw": "NVIDIA", "label": "NVIDIA GPU"}]
+
+
+def test_a_mig_gpu_is_drawn_as_its_slices(client: FlaskClient, demo: DemoCluster) -> None:
+    assert demo.outcomes["ml/mig-inference"] == demo.outcomes["ml/mig-training-pair"] == "mig-a100-1"
+    nodes = {node["name"]: node for node in _get(client, "/ui/api/overview?sort=name")["nodes"]}
+    cells = nodes["mig-a100-1"]["gpus"]
+    # The pair comes second and GPU spread sends it to the emptier GPU, which takes both of its instances.
+    assert [cell["mig"]["instances"] for cell in cells] == [
+        [{"profile": "1g.10gb", "placement": "6+2", "pod": "ml/mig-inference"}],
+        [{"profile": "3g.20gb", "placement": "0+4", "pod": "ml/mig-training-pair"},
+         {"profile": "3g.20gb", "placement": "4+4", "pod": "ml/mig-training-pair"}]]
+    assert [[s["used"] for s in cell["mig"]["slices"]] for cell in cells] == [[False] * 6 + [True] * 2, [True] * 8]
+    assert [s["first"] for s in cells[1]["mig"]["slices"]] == [True, False, False, False, True, False, False, False]
+    assert cells[0]["mig"]["free"][:3] == ["1g.5gb@0,1,2,3,4,5", "1g.10gb@0,2,4", "2g.10gb@0,2,4"]
+    assert all(cell["mig"] is None for cell in nodes["gpu-a40-1"]["gpus"])
+    page = client.get("/ui/?sort=name").get_data(as_text=True)
+    assert page.count('class="slice used') == 10 and page.count('class="slice"') == 6
 
 
 def test_every_cell_carries_its_family_and_the_dcu_node_shows_its_dcus(client: FlaskClient, demo: DemoCluster
@@ -260,3 +278,13 @@ def test_the_dashboard_is_served_on_its_own_listener_only(client: FlaskClient, a
                                                           found: bool) -> None:
     response = client.get(path, environ_base={LISTENER_ENVIRON_KEY: audience})
     assert (response.status_code != 404) is found
+
+
+def test_whatif_counts_pods_of_a_mig_profile(client: FlaskClient) -> None:
+    answer = _get(client, "/ui/api/whatif?gpus=1&mig_profile=2g.10gb")["answer"]
+    # mig-a100-1 after the demo: GPU 0 holds a 1g.10gb at slices 6-7 (three 2g.10gb fit), GPU 1 is full.
+    assert (answer["fits"], answer["by_mig_profile"], answer["memory_mib_per_device"]) == (3, {"2g.10gb": 3}, 9984)
+    page = client.get("/ui/whatif?gpus=1&mig_profile=2g.10gb").get_data(as_text=True)
+    assert 'id="whatif-mig"' in page and "2g.10gb" in page
+    refused = client.get("/ui/api/whatif?gpus=1&mig_profile=2g.10gb&memory_mib=100")
+    assert refused.status_code == 400 and "mig_profile" in refused.get_data(as_text=True)

@@ -29,8 +29,8 @@ CHROMEDRIVER = os.environ.get("HAMI_TEST_CHROMEDRIVER", "/usr/bin/chromedriver")
 SCREENSHOTS = Path(__file__).resolve().parents[2] / "test-artifacts" / "screenshots"
 DEMO_START_SECONDS = 90.0
 PAGE_WAIT_SECONDS = 10.0
-DEMO_GPUS = 32  # 18 NVIDIA GPUs, 2 Hygon DCUs, 4 Cambricon MLUs and 8 Ascend NPUs (examples/cluster.yaml)
-DEMO_NODES = 7
+DEMO_GPUS = 34  # 20 NVIDIA GPUs (2 in MIG mode), 2 Hygon DCUs, 4 Cambricon MLUs and 8 Ascend NPUs
+DEMO_NODES = 8
 
 _missing = [path for path in (CHROMIUM, CHROMEDRIVER) if not (os.path.isfile(path) and os.access(path, os.X_OK))]
 if _missing:
@@ -122,8 +122,8 @@ def test_overview_draws_a_cell_per_gpu_and_hover_shows_its_pods(browser: webdriv
     WebDriverWait(browser, PAGE_WAIT_SECONDS).until(lambda _: "ml/" in detail.text)
     busiest.click()
     assert "selected" in (busiest.get_attribute("class") or "")
-    # One histogram of 10 bars per device type: A100, A40, T4, DCU-BW100, MLU370-X4, Ascend910B3.
-    assert len(browser.find_elements(By.CSS_SELECTOR, ".histogram svg rect.bar")) == 6 * 10
+    # One histogram of 10 bars per device type: A100 (40 and 80 GB), A40, T4, DCU-BW100, MLU370-X4, Ascend910B3.
+    assert len(browser.find_elements(By.CSS_SELECTOR, ".histogram svg rect.bar")) == 7 * 10
     _screenshot(browser, "overview")
 
 

@@ -13,8 +13,9 @@ under its cause; a malformed DCU register beside a healthy GPU inventory (GPU po
 ``Requesting_`` over 60 s with no ``hygon.com/dcunum``) taking only that family off the node; the node score covering
 every family's devices (binpack sends a DCU pod to the node whose GPU is used, spread away from it); per-family
 selection (``hygon.com/use-gpuuuid``/``use-dcutype`` steer DCUs, ``nvidia.com/…`` selections and
-``hami.io/device-cordon`` never touch them); ``nvidia.com/vgpu-mode`` both ways; a dynamic-MIG GPU refused with
-``CardMigModeUnsupported``; a JSON-registered GPU without ``health`` never chosen; a DCU pod's
+``hami.io/device-cordon`` never touch them); ``nvidia.com/vgpu-mode`` both ways; a dynamic-MIG GPU giving
+instances (or ``CardMigTopologyInfeasible``) with their reservation written beside a hami-core GPU giving slices; a
+JSON-registered GPU without ``health`` never chosen; a DCU pod's
 ``hami.io/dcu-devices-allocated`` (ours, or HAMi v2.10's compact value) rebuilt by a restarted server so no second pod
 overbooks the card; the handshakes written to ``hami.io/node-handshake-dcu`` and ``hami.io/node-handshake-MR-V100``,
 NVIDIA's left alone.
@@ -340,22 +341,33 @@ MIG_GPU = {"id": "mig-gpu0", "count": 7, "devmem": 40960, "devcore": 100, "type"
            "health": True}
 
 
-@pytest.mark.parametrize(("count", "annotations", "reason"), [
-    (1, {names.POD_USE_GPU_UUID: "mig-gpu0"}, "1/2 CardMigModeUnsupported, 1/2 CardUuidMismatch"),
-    (1, {"nvidia.com/vgpu-mode": "mig"}, "1/2 CardMigModeUnsupported, 1/2 CardTypeMismatch"),
-    (2, {}, "1/2 AllocatedCardsInsufficientRequest, 1/2 CardMigModeUnsupported"),
+@pytest.mark.parametrize(("count", "annotations", "devices", "reason"), [
+    (1, {names.POD_USE_GPU_UUID: "mig-gpu0"}, "mig-gpu0,NVIDIA,9984,29:;", ""),
+    (1, {"nvidia.com/vgpu-mode": "mig"}, "mig-gpu0,NVIDIA,9984,29:;", ""),
+    (1, {"nvidia.com/vgpu-mode": "hami-core"}, "mig-gpu1,NVIDIA,1000,0:;", ""),
+    (2, {"nvidia.com/vgpu-mode": "mig"}, "mig-gpu0,NVIDIA,9984,29:mig-gpu0,NVIDIA,9984,29:;", ""),
+    (3, {"nvidia.com/vgpu-mode": "mig"}, "",
+     "2/2 AllocatedCardsInsufficientRequest, 1/2 CardMigTopologyInfeasible, 1/2 CardTypeMismatch"),
 ])
-def test_a_mig_mode_gpu_is_refused_and_its_hami_core_neighbour_taken(
+def test_a_mig_mode_gpu_gives_instances_and_its_hami_core_neighbour_slices(
         apiserver: LocalCluster, runtime: Runtime, scheduler: Scheduler, count: int, annotations: dict[str, str],
-        reason: str) -> None:
+        devices: str, reason: str) -> None:
     apiserver.load([gpu_node("mig", register=_register(MIG_GPU, _a40("mig-gpu1", 1, mode="hami-core", health=True))),
-                    gpu_pod("refused", gpu_limits(count, memory_mib=1000), annotations=annotations),
-                    gpu_pod("placed", gpu_limits(1, memory_mib=1000))])
+                    gpu_pod("pod1", gpu_limits(count, memory_mib=1000), annotations=annotations)])
     runtime.sync.sync_now()
 
-    assert scheduler.filter("refused", ["mig"])["FailedNodes"] == {"mig": reason}
-    assert scheduler.schedule("placed", ["mig"]) == "mig"
-    assert _device_keys(apiserver, "placed") == _both(VGPU_KEYS, "mig-gpu1,NVIDIA,1000,0:;")
+    if reason:
+        assert scheduler.filter("pod1", ["mig"])["FailedNodes"] == {"mig": reason}
+        return
+    assert scheduler.schedule("pod1", ["mig"]) == "mig"
+    assert _device_keys(apiserver, "pod1") == _both(VGPU_KEYS, devices)
+    reservations = annotations_of(apiserver, "pods", "pod1").get(names.POD_MIG_RESERVATIONS)
+    if devices.startswith("mig-gpu0"):
+        assert reservations is not None
+        assert [(r["deviceIndex"], r["placement"]["start"]) for r in json.loads(reservations)] == [
+            (position, 2 * position) for position in range(count)]
+    else:
+        assert reservations is None
 
 
 def test_a_gpu_registered_without_health_is_never_chosen(apiserver: LocalCluster, runtime: Runtime,

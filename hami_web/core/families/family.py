@@ -201,6 +201,9 @@ class Family:
     nouse_uuid_key: str = ""
     numa_bind_key: str = ""
     mode_key: str = ""
+    # The pod annotation of the MIG instances a booking picked, read back when usage is rebuilt (README.md#dynamic-mig;
+    # ``booking_extras`` writes it); "" = no dynamic MIG.
+    reservations_key: str = ""
     cordon: bool = False
     topology: bool = False
     admission: AdmissionRules = field(default_factory=AdmissionRules)

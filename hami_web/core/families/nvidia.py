@@ -6,12 +6,23 @@ config; everything else is fixed by HAMi's NVIDIA device plugin, which reads wha
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Any
+
 from hami_web.core import names
 from hami_web.core.families.family import AdmissionRules, Family, ResourceNames
+from hami_web.core.mig import encode_reservations
 
 CW = names.VENDOR
 KIND = "nvidia"
 DEFAULT_RESOURCES = ResourceNames()
+
+
+def mig_reservations(grants: Sequence[Sequence[Any]]) -> dict[str, str]:
+    """``hami.io/vgpu-mig-allocations`` for the MIG instances among the grants, none when there are none
+    (README.md#dynamic-mig)."""
+    text = encode_reservations(grants)
+    return {names.POD_MIG_RESERVATIONS: text} if text else {}
 
 
 def nvidia_family(*, resources: ResourceNames = DEFAULT_RESOURCES, memory_factor: int = 1,
@@ -33,6 +44,8 @@ def nvidia_family(*, resources: ResourceNames = DEFAULT_RESOURCES, memory_factor
         nouse_uuid_key=names.POD_NOUSE_GPU_UUID,
         numa_bind_key=names.POD_NUMA_BIND,
         mode_key="nvidia.com/vgpu-mode",
+        reservations_key=names.POD_MIG_RESERVATIONS,
+        booking_extras=mig_reservations,
         cordon=True,
         topology=True,
         admission=AdmissionRules(count_in_requests=True, default_count=default_count, whole_card_cores=True,
