@@ -9,7 +9,8 @@ of decisions and ``--pending`` pods refused by the cache's own `place` (each ask
 memory than a T4 has, so every node gives a reason; the 25 pods of a page all ask for different amounts,
 so nothing computed for one pod serves the next). Every tenth node is tainted ``nvidia.com/gpu=present``
 and every 25th cordoned; the dashboard reads them from an in-process API server as it does in
-production (`NodeTraitsWatch`), so kube-scheduler's node rules run on every page that explains or counts.
+production (`NodeTraitsSink` on a node reflector), so kube-scheduler's node rules run on every page that explains
+or counts.
 Each page is then requested through the Flask app, as the dashboard listener would run it, and the median
 wall time of ``--runs`` requests is printed, with the CPU time of the process over the same requests. Not
 a test: no assertions.
@@ -33,15 +34,16 @@ from hami_web.core.choose import NoPlacement
 from hami_web.core.options import pod_options
 from hami_web.core.requests import RequestDefaults, pod_request
 from hami_web.dashboard.data import DashboardSources
-from hami_web.dashboard.nodetraits import NodeTraitsWatch
+from hami_web.dashboard.nodetraits import NodeTraitsSink
 from hami_web.kube import Kube
 from hami_web.localcluster import LocalCluster
 from hami_web.server.app import create_app
 from hami_web.settings import Settings
 from hami_web.state.cache import ClusterCache
 from hami_web.state.decisions import DECISION_CAPACITY, Decision, DecisionLog
-from hami_web.state.nodes import node_record
+from hami_web.state.nodes import node_name, node_record
 from hami_web.state.pods import pod_record
+from hami_web.state.reflector import KubeSource, Reflector, ReflectorOptions
 
 
 def _pending_pod(number: int) -> dict:
@@ -86,7 +88,11 @@ def build(nodes: int, gpu_pods: int, pending: int, api: LocalCluster) -> Dashboa
         decisions.record_refusal(uid=pod["metadata"]["uid"], pod=f"team-x/{pod['metadata']['name']}",
                                  reasons=result.reasons, pod_object=pod)
     kube = Kube.for_url(api.url)
-    traits = NodeTraitsWatch(kube)
+    traits = NodeTraitsSink()
+    node_reflector = Reflector(KubeSource("nodes", kube.list_nodes, kube.watch_nodes, node_name),
+                               ReflectorOptions(streaming_lists=False))
+    node_reflector.add_sink(traits)
+    node_reflector.list_once()
     assert traits.traits(wait_seconds=30.0) is not None, "the node traits were not listed"
     return DashboardSources(settings=Settings(), cache=cache, decisions=decisions, kube=kube, node_traits=traits)
 

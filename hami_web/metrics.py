@@ -192,7 +192,7 @@ class _ClusterCollector(Collector):
                                           labels=["resource"])
             lists = CounterMetricFamily("hami_web_cache_lists", "full lists (start, 410 Gone, repeated failure or "
                                         "silence, --relist-interval)", labels=["resource"])
-            for status in (self._sync.nodes, self._sync.pods):
+            for status in self._sync.statuses():
                 seconds = self._sync.refresh_age_seconds(status.resource)
                 age.add_metric([status.resource], float("inf") if seconds is None else seconds)
                 errors.add_metric([status.resource], status.errors)

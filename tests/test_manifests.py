@@ -487,6 +487,10 @@ def _exposed_metric_names() -> set[str]:
     class _Sync:
         nodes, pods = ResourceSync("nodes"), ResourceSync("pods")
 
+        @classmethod
+        def statuses(cls) -> list[ResourceSync]:
+            return [cls.nodes, cls.pods]
+
         @staticmethod
         def refresh_age_seconds(_resource: str) -> float:
             return 1.0

@@ -21,7 +21,7 @@ from hami_web.core.reasons import group_reasons
 from hami_web.core.usage import NodeView
 from hami_web.dashboard import charts
 from hami_web.dashboard.auth import AnswerCache
-from hami_web.dashboard.nodetraits import NodeTraitsWatch
+from hami_web.dashboard.nodetraits import NodeTraitsSink
 from hami_web.kube import Kube
 from hami_web.ops.capacity import PodShape, ShapeError, plan_capacity
 from hami_web.ops.explain import explain_pod
@@ -55,7 +55,7 @@ class DashboardSources:
     decisions: DecisionLog
     kube: Kube | None = None  # checks bearer tokens when the dashboard is exposed (``--ui-expose``)
     answers: AnswerCache = dataclasses.field(default_factory=AnswerCache)  # the token checks' recent answers
-    node_traits: NodeTraitsWatch | None = None  # cordon, taints, labels of each node (kube-scheduler's rules)
+    node_traits: NodeTraitsSink | None = None  # cordon, taints, labels of each node (kube-scheduler's rules)
 
     def policies(self) -> SchedulingPolicy:
         """The server's own defaults, as the filter applies them."""
@@ -63,7 +63,7 @@ class DashboardSources:
 
     def snapshot(self) -> ClusterSnapshot:
         """The cache's views, broken nodes and usages, read together, in the operator tools' form, with each
-        node's cordon, taints and labels from `NodeTraitsWatch` (kube-scheduler's node rules then apply).
+        node's cordon, taints and labels from `NodeTraitsSink` (kube-scheduler's node rules then apply).
 
         Until the first list of node traits has arrived, or without the watch, no node rule is known and
         every GPU node counts as schedulable (`node_rules_known` says which).

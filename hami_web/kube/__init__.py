@@ -18,9 +18,10 @@ from hami_web.kube.errors import (
     WatchSilentError,
 )
 from hami_web.kube.transport import JsonObject
-from hami_web.kube.watches import WatchEvent
+from hami_web.kube.watches import INITIAL_EVENTS_END, WatchEvent
 
 __all__ = [
+    "INITIAL_EVENTS_END",
     "LIST_PAGE_SIZE",
     "ConflictError",
     "GoneError",

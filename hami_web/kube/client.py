@@ -176,23 +176,26 @@ class Kube:
     # -- watches ----------------------------------------------------------------------------------
 
     def watch_pods(self, *, resource_version: str, timeout_seconds: int, silence_seconds: float = 0.0,
-                   on_open: Callable[[], None] | None = None) -> Iterator[WatchEvent]:
+                   on_open: Callable[[], None] | None = None, initial_events: bool = False) -> Iterator[WatchEvent]:
         """Pod events after ``resource_version``; ends after ``timeout_seconds``; `GoneError` when too old.
 
         ``on_open`` runs once the server has accepted the watch (before any event), so a caller can tell a
         quiet healthy watch from one that cannot connect. BOOKMARK events carry only a resourceVersion.
         ``silence_seconds`` (0: no bound) closes a stream that sends nothing for that long: `WatchSilentError`.
+        ``initial_events``: a streaming list first, which goes on as the watch (see `stream_events`).
         """
         return stream_events(self._transport, "watch pods", self._core.list_pod_for_all_namespaces,
-                             on_open=on_open, silence_seconds=silence_seconds,
+                             on_open=on_open, silence_seconds=silence_seconds, initial_events=initial_events,
                              resource_version=resource_version, timeout_seconds=timeout_seconds)
 
     def watch_nodes(self, *, resource_version: str, timeout_seconds: int, label_selector: str = "",
-                    silence_seconds: float = 0.0, on_open: Callable[[], None] | None = None) -> Iterator[WatchEvent]:
+                    silence_seconds: float = 0.0, on_open: Callable[[], None] | None = None,
+                    initial_events: bool = False) -> Iterator[WatchEvent]:
         """Node events after ``resource_version``; see `watch_pods`."""
         return stream_events(self._transport, "watch nodes", self._core.list_node, on_open=on_open,
-                             silence_seconds=silence_seconds, resource_version=resource_version,
-                             timeout_seconds=timeout_seconds, label_selector=label_selector or None)
+                             silence_seconds=silence_seconds, initial_events=initial_events,
+                             resource_version=resource_version, timeout_seconds=timeout_seconds,
+                             label_selector=label_selector or None)
 
     # -- events -----------------------------------------------------------------------------------
 

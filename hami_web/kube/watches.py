@@ -15,13 +15,24 @@ from hami_web.kube.errors import WatchSilentError, error_from, is_transport_erro
 from hami_web.kube.transport import JsonObject, Transport
 from hami_web.kube.untyped import init_watch, stop_watch, watch_stream
 
+# The annotation of the bookmark that ends a streaming list's initial events (its resourceVersion is the list's).
+INITIAL_EVENTS_END = "k8s.io/initial-events-end"
+
 
 @dataclass(frozen=True, slots=True)
 class WatchEvent:
-    """One event of a watch stream: ``ADDED``, ``MODIFIED``, ``DELETED`` or ``BOOKMARK``."""
+    """One event of a watch stream: ``ADDED``, ``MODIFIED``, ``DELETED``, ``BOOKMARK`` (or ``ERROR``)."""
 
     type: str
     object: JsonObject
+
+    @property
+    def initial_events_end(self) -> bool:
+        """Whether this is the bookmark that ends a streaming list (``k8s.io/initial-events-end: "true"``)."""
+        if self.type != "BOOKMARK":
+            return False
+        annotations = (self.object.get("metadata") or {}).get("annotations")
+        return isinstance(annotations, dict) and annotations.get(INITIAL_EVENTS_END) == "true"
 
 
 class _RawWatch(kubernetes.watch.Watch):
@@ -47,9 +58,17 @@ class _RawWatch(kubernetes.watch.Watch):
 
 
 def stream_events(transport: Transport, what: str, method: Any, *, on_open: Callable[[], None] | None,
-                  silence_seconds: float, **kwargs: Any) -> Iterator[WatchEvent]:
+                  silence_seconds: float, initial_events: bool = False, **kwargs: Any) -> Iterator[WatchEvent]:
     """The events of a watch opened with the generated list ``method`` and ``kwargs`` (which hold
-    ``timeout_seconds``); see `Kube.watch_pods`. Nothing is sent before the first event is asked for."""
+    ``timeout_seconds``); see `Kube.watch_pods`. Nothing is sent before the first event is asked for.
+
+    ``initial_events``: a streaming list (``sendInitialEvents=true``, ``resourceVersionMatch=NotOlderThan``,
+    from ``resource_version`` or, when it is empty, a consistent read), whose initial events end with the bookmark
+    `WatchEvent.initial_events_end` tells; a server that does not offer it answers an error (`InvalidError`).
+    """
+    if initial_events:
+        kwargs.update(send_initial_events=True, resource_version_match="NotOlderThan",
+                      resource_version=kwargs.get("resource_version") or None)
     watch = _RawWatch()
     # The read timeout is the silence bound: the socket read waits at most that long for the next bytes.
     read_seconds = kwargs["timeout_seconds"] + transport.timeout_seconds

@@ -22,7 +22,14 @@ from hami_web.localcluster.errors import ApiError
 from hami_web.localcluster.httpserver import WsgiHttpServer
 from hami_web.localcluster.objects import clone_json
 from hami_web.localcluster.resources import resource_for_kind, resource_type
-from hami_web.localcluster.server import FAULT_MODES, FAULT_STATUS, ApiServer, InjectedFailure
+from hami_web.localcluster.server import (
+    FAULT_MODES,
+    FAULT_STATUS,
+    WATCH_LIST_MODES,
+    WATCH_LIST_ON,
+    ApiServer,
+    InjectedFailure,
+)
 from hami_web.localcluster.store import Store
 
 JsonObject = dict[str, Any]
@@ -36,9 +43,14 @@ class LocalCluster:
     """A kube-apiserver stand-in with real state: ``with LocalCluster() as cluster: Kube.for_url(cluster.url)``."""
 
     def __init__(self, objects: list[JsonObject] | None = None, *, history_size: int = DEFAULT_HISTORY_SIZE,
-                 bookmark_interval_seconds: float = 2.0) -> None:
+                 bookmark_interval_seconds: float = 2.0, watch_list: str = WATCH_LIST_ON) -> None:
+        """``watch_list``: how streaming lists are answered (``on``; ``refuse``: 422 as with the WatchList feature
+        off; ``ignore``: a plain watch, as a server that predates them); `watch_list` changes it later."""
+        if watch_list not in WATCH_LIST_MODES:
+            raise ValueError(f"unknown watch_list {watch_list!r} (expected one of {', '.join(WATCH_LIST_MODES)})")
         self._store = Store(history_size=history_size)
-        self._api = ApiServer(self._store, bookmark_interval_seconds=bookmark_interval_seconds)
+        self._api = ApiServer(self._store, bookmark_interval_seconds=bookmark_interval_seconds,
+                              watch_list=watch_list)
         self._server: WsgiHttpServer | None = None
         self._thread: threading.Thread | None = None
         self.url = ""
@@ -122,6 +134,17 @@ class LocalCluster:
         """Deep copies of the stored objects of a type (one namespace, or all when None)."""
         items, _ = self._store.list(resource_type(resource), namespace)
         return [clone_json(item) for item in items]
+
+    @property
+    def watch_list(self) -> str:
+        """How streaming lists are answered now (``on``, ``refuse`` or ``ignore``; see the constructor)."""
+        return self._api.watch_list
+
+    @watch_list.setter
+    def watch_list(self, mode: str) -> None:
+        if mode not in WATCH_LIST_MODES:
+            raise ValueError(f"unknown watch_list {mode!r} (expected one of {', '.join(WATCH_LIST_MODES)})")
+        self._api.watch_list = mode
 
     @property
     def resource_version(self) -> int:

@@ -21,7 +21,7 @@ from typing import Any
 from werkzeug.wrappers import Request, Response
 
 from hami_web.localcluster import selectors
-from hami_web.localcluster.errors import ApiError, bad_request, conflict, success_status
+from hami_web.localcluster.errors import ApiError, bad_request, conflict, invalid, success_status
 from hami_web.localcluster.httpserver import RESET_CONNECTION
 from hami_web.localcluster.resources import RESOURCE_TYPES, ResourceType, resource_type
 from hami_web.localcluster.reviews import review_access, review_token
@@ -67,6 +67,13 @@ FAULT_SILENT = "silent"
 FAULT_MODES = (FAULT_STATUS, FAULT_DELAY, FAULT_DRIP, FAULT_RESET, FAULT_CUT, FAULT_SILENT)
 WATCH_FAULTS = (FAULT_CUT, FAULT_SILENT)
 
+# How the server answers a streaming list (``watch=1&sendInitialEvents=true``), see `ApiServer.watch_list`.
+WATCH_LIST_ON = "on"  # kube-apiserver with the WatchList feature: initial events, then the end bookmark
+WATCH_LIST_REFUSE = "refuse"  # the feature off: 422 Invalid, as kube-apiserver's validation answers
+WATCH_LIST_IGNORE = "ignore"  # a server that predates the parameters: a plain watch, no end bookmark
+WATCH_LIST_MODES = (WATCH_LIST_ON, WATCH_LIST_REFUSE, WATCH_LIST_IGNORE)
+INITIAL_EVENTS_END = "k8s.io/initial-events-end"
+
 
 @dataclass(slots=True)
 class InjectedFailure:
@@ -91,6 +98,7 @@ class ApiServer:
 
     store: Store
     bookmark_interval_seconds: float = 2.0
+    watch_list: str = WATCH_LIST_ON
     stopping: threading.Event = field(default_factory=threading.Event)
     request_log: list[tuple[str, str]] = field(default_factory=list)
     request_queries: list[dict[str, str]] = field(default_factory=list)
@@ -261,19 +269,54 @@ class ApiServer:
         except ValueError:
             raise bad_request(f"invalid timeoutSeconds: {timeout_text!r}") from None
         bookmarks = request.args.get("allowWatchBookmarks", "").lower() in ("true", "1")
+        initial_events = self._initial_events(request, bookmarks=bookmarks)
         since = int(since_text) if since_text not in ("", "0") else None
         stream = self._watch_stream(target, predicate, since=since, timeout_seconds=timeout_seconds,
-                                    bookmarks=bookmarks)
+                                    bookmarks=bookmarks, initial_events=initial_events)
         return Response(stream, status=200, content_type="application/json", direct_passthrough=True)
 
+    def _initial_events(self, request: Request, *, bookmarks: bool) -> bool:
+        """Whether a watch is a streaming list, checked as kube-apiserver validates watch options (422 Invalid)."""
+        send_text = request.args.get("sendInitialEvents", "").lower()
+        match = request.args.get("resourceVersionMatch", "")
+        if self.watch_list == WATCH_LIST_IGNORE or (not send_text and not match):
+            return False
+        causes = []
+        if send_text not in ("", "true", "false", "1", "0"):
+            raise bad_request(f"invalid sendInitialEvents: {send_text!r}")
+        if not send_text:
+            causes.append("resourceVersionMatch: Forbidden: resourceVersionMatch is forbidden for watch unless "
+                          "sendInitialEvents is provided")
+        elif match != "NotOlderThan":
+            causes.append("resourceVersionMatch: Forbidden: sendInitialEvents requires setting resourceVersionMatch "
+                          "to NotOlderThan")
+        if send_text and not bookmarks:
+            causes.append("allowWatchBookmarks: Forbidden: allowWatchBookmarks must be set to true when "
+                          "sendInitialEvents is set")
+        if send_text and self.watch_list == WATCH_LIST_REFUSE:
+            causes.append("sendInitialEvents: Forbidden: sendInitialEvents is forbidden for watch unless the "
+                          "WatchList feature gate is enabled")
+        if causes:
+            raise invalid("ListOptions.meta.k8s.io", "", causes)
+        return send_text in ("true", "1")
+
     def _watch_stream(self, target: Target, predicate: selectors.Predicate, *, since: int | None,
-                      timeout_seconds: float, bookmarks: bool) -> Iterator[bytes]:
+                      timeout_seconds: float, bookmarks: bool, initial_events: bool = False) -> Iterator[bytes]:
+        """Events after ``since``; without it (or with ``initial_events``) the current objects first, as ADDED.
+
+        A streaming list (``initial_events``) ends its initial events with a bookmark annotated
+        `INITIAL_EVENTS_END` carrying their resourceVersion; the store is always current, so "not older than"
+        any version it has handed out is the current state.
+        """
         rt, store = target.rt, self.store
         deadline = time.monotonic() + timeout_seconds
         yield b""  # sends the headers now, as the real server does, so the client's call returns
-        if since is None:
+        if since is None or initial_events:
             items, cursor = store.list(rt, target.namespace, predicate)
             yield b"".join(_event_line("ADDED", item) for item in items)
+            if initial_events:
+                yield _event_line("BOOKMARK", {"kind": rt.kind, "apiVersion": rt.api_version, "metadata": {
+                    "resourceVersion": str(cursor), "annotations": {INITIAL_EVENTS_END: "true"}}})
         else:
             cursor = since
         last_sent = time.monotonic()

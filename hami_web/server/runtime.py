@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from flask import Flask
 
 from hami_web.dashboard.data import DashboardSources
-from hami_web.dashboard.nodetraits import NodeTraitsWatch
+from hami_web.dashboard.nodetraits import NodeTraitsSink
 from hami_web.extender.binding import Binder
 from hami_web.extender.events import EventRecorder
 from hami_web.extender.filtering import Filter
@@ -92,9 +92,13 @@ def build_runtime(settings: Settings, *, kube: Kube | None = None, clock: Callab
         events=events, cache=cache, decisions=decisions,
     )
     stopping = threading.Event()
-    dashboard = DashboardSources(settings=settings, cache=cache, decisions=decisions, kube=kube,
-                                 node_traits=NodeTraitsWatch(kube, label_selector=settings.watch.node_label_selector,
-                                                             stopping=stopping)) if settings.serving.ui_bind else None
+    dashboard = None
+    if settings.serving.ui_bind:
+        # The dashboard's node traits ride on the cache's node reflector: one node watch per process.
+        node_traits = NodeTraitsSink(last_error=lambda: sync.nodes.last_error)
+        sync.reflector("nodes").add_sink(node_traits)
+        dashboard = DashboardSources(settings=settings, cache=cache, decisions=decisions, kube=kube,
+                                     node_traits=node_traits)
     app = create_app(settings, readiness=sync, extender=extender, metrics=metrics, dashboard=dashboard)
     return Runtime(settings=settings, kube=kube, cache=cache, sync=sync, events=events, extender=extender,
                    metrics=metrics, app=app, decisions=decisions, stopping=stopping)

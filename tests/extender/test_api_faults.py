@@ -72,8 +72,9 @@ def test_failed_lists_keep_the_last_good_state_and_recover(apiserver: LocalClust
     scheduler = Scheduler(runtime.app.test_client(), apiserver)
     assert scheduler.schedule("pod1", ["node1"]) == "node1"
     assert runtime.cache.held_by(_uid(scheduler, "pod1")) is not None
-    apiserver.inject_failure("GET", "pods", status=status, count=3)
-    apiserver.inject_failure("GET", "nodes", status=status, count=3)
+    # The in-process server offers streaming lists: each list is a watch request (tests/state: lists in pages).
+    apiserver.inject_failure("GET", "pods", status=status, count=3, watch=True)
+    apiserver.inject_failure("GET", "nodes", status=status, count=3, watch=True)
 
     wait_for(lambda: runtime.sync.pods.errors >= 3 and runtime.sync.nodes.errors >= 3, timeout_seconds=10,
              what="three failed lists of each")

@@ -17,7 +17,7 @@ from __future__ import annotations
 import functools
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -59,9 +59,17 @@ def running_pod(name: str, node: str, gpu: str, *, memory_mib: int = 1000) -> di
 
 
 @pytest.fixture
+def apiserver() -> Iterator[LocalCluster]:
+    """An API server without streaming lists: these tests are about lists in pages and the watch after them (the
+    runtime falls back to pages; tests/state covers streaming lists)."""
+    with LocalCluster(bookmark_interval_seconds=0.1, watch_list="refuse") as cluster:
+        yield cluster
+
+
+@pytest.fixture
 def make_sync(apiserver: LocalCluster, sync_on: SyncOn) -> SyncFactory:
-    """A `ClusterSync` on its own cache and client: ``make_sync(page_size=…, watch_timeout_seconds=…, …)``."""
-    return functools.partial(sync_on, apiserver)
+    """A `ClusterSync` on its own cache and client, listing in pages: ``make_sync(page_size=…, …)``."""
+    return functools.partial(sync_on, apiserver, streaming_lists=False)
 
 
 def _lists(apiserver: LocalCluster, path: str) -> list[dict[str, str]]:

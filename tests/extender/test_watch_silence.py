@@ -55,6 +55,7 @@ def bounded_sync(sync_on: SyncOn) -> SyncOn:
     """``bounded_sync(apiserver, **options)``: `sync_on` whose watches are bounded by `BOUND_SECONDS`."""
     def make(apiserver: LocalCluster, **options: Any) -> ClusterSync:
         options.setdefault("watch_silence_bound_seconds", BOUND_SECONDS)
+        options.setdefault("streaming_lists", False)  # the faults below are aimed at the watch after a list
         return sync_on(apiserver, **options)
 
     return make
@@ -62,7 +63,7 @@ def bounded_sync(sync_on: SyncOn) -> SyncOn:
 
 def test_changes_during_and_after_a_silent_watch_reach_the_cache_within_the_bound(
         bounded_sync: SyncOn, caplog: pytest.LogCaptureFixture) -> None:
-    caplog.set_level(logging.INFO, logger="hami_web.state.sync")
+    caplog.set_level(logging.INFO, logger="hami_web.state.reflector")
     with LocalCluster(bookmark_interval_seconds=0.1) as apiserver:
         apiserver.load(_cluster_objects())
         # The first pod watch (the one after the list) is held open and silent for far longer than the bound.
@@ -91,7 +92,7 @@ def test_changes_during_and_after_a_silent_watch_reach_the_cache_within_the_boun
 
 def test_a_watch_silent_twice_in_a_row_is_followed_by_a_list(bounded_sync: SyncOn,
                                                              caplog: pytest.LogCaptureFixture) -> None:
-    caplog.set_level(logging.INFO, logger="hami_web.state.sync")
+    caplog.set_level(logging.INFO, logger="hami_web.state.reflector")
     with LocalCluster(bookmark_interval_seconds=0.1) as apiserver:
         apiserver.load(_cluster_objects())
         apiserver.inject_failure("GET", "pods", mode="silent", seconds=60, count=2, watch=True)
@@ -107,7 +108,7 @@ def test_a_watch_silent_twice_in_a_row_is_followed_by_a_list(bounded_sync: SyncO
 
 def test_a_reopened_watch_whose_version_expired_is_followed_by_a_list(bounded_sync: SyncOn,
                                                                       caplog: pytest.LogCaptureFixture) -> None:
-    caplog.set_level(logging.INFO, logger="hami_web.state.sync")
+    caplog.set_level(logging.INFO, logger="hami_web.state.reflector")
     with LocalCluster(history_size=5, bookmark_interval_seconds=0.1) as apiserver:
         apiserver.load(_cluster_objects())
         apiserver.inject_failure("GET", "pods", mode="silent", seconds=60, watch=True)

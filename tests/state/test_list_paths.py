@@ -1,0 +1,167 @@
+"""Both list paths against the in-process API server, through the real client (README.md#scale).
+
+Covers: with streaming lists offered, each resource is listed and watched by one request (``sendInitialEvents``
+with ``resourceVersionMatch=NotOlderThan`` and bookmarks), the cache holds what the initial events showed and
+later changes come on the same stream; a server that refuses them (422, as with the WatchList feature off) or
+ignores them (a plain watch) is listed in pages instead and its cache is the same; the in-process server checks
+the options as kube-apiserver does (a table of good and bad queries); with the dashboard on, the process makes one
+node watch and one pod watch in all, and the dashboard's node traits follow the node reflector (a cordon shows).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from dataclasses import replace
+from typing import Any
+
+import pytest
+import requests
+
+from hami_web.core import names
+from hami_web.dashboard.nodetraits import NodeTraitsSink
+from hami_web.kube import Kube
+from hami_web.localcluster import LocalCluster
+from hami_web.server.runtime import build_runtime
+from hami_web.settings import Settings
+from hami_web.state.cache import ClusterCache
+from hami_web.state.reflector import PAGINATED, STREAMING
+from hami_web.state.sync import ClusterSync
+from tests.extender.helpers import delete_pod, gpu_limits, gpu_node, gpu_pod, gpus, wait_for
+
+POD_PATH = "/api/v1/pods"
+NODE_PATH = "/api/v1/nodes"
+
+
+def _running_pod(name: str, node: str, gpu: str) -> dict[str, Any]:
+    return gpu_pod(name, gpu_limits(1, memory_mib=1000), annotations={
+        names.POD_ASSIGNED_NODE: node, names.POD_DEVICES_ALLOCATED: f"{gpu},NVIDIA,1000,0:;"})
+
+
+def _objects() -> list[dict[str, Any]]:
+    nodes = [gpu_node(f"node{i}", gpus(f"node{i}", 2)) for i in range(3)]
+    pods = [_running_pod(f"pod{i}", f"node{i % 3}", f"node{i % 3}-gpu{i % 2}") for i in range(5)]
+    return [*nodes, *pods]
+
+
+def _is_watch(query: dict[str, str]) -> bool:
+    return query.get("watch") in ("true", "1", "True")
+
+
+def _held(sync: ClusterSync) -> set[str]:
+    return {usage.name for usage in sync._cache.pod_usages()}
+
+
+@pytest.fixture
+def synced() -> Iterator[Any]:
+    """``synced(watch_list)``: an API server answering streaming lists so, and a started `ClusterSync` on it."""
+    made: list[tuple[LocalCluster, ClusterSync, Kube]] = []
+
+    def make(watch_list: str) -> tuple[LocalCluster, ClusterSync]:
+        apiserver = LocalCluster(_objects(), bookmark_interval_seconds=0.1, watch_list=watch_list)
+        apiserver.start()
+        kube = Kube.for_url(apiserver.url)
+        sync = ClusterSync(ClusterCache(), kube, page_size=2)
+        made.append((apiserver, sync, kube))
+        sync.start()
+        assert sync._cache.wait_synced(5), "no first sync"
+        return apiserver, sync
+
+    yield make
+    for apiserver, sync, kube in made:
+        sync.stop()
+        kube.close()
+        apiserver.stop()
+
+
+def test_a_streaming_list_lists_and_watches_each_resource_in_one_request(synced: Any) -> None:
+    apiserver, sync = synced("on")
+
+    assert _held(sync) == {f"pod{i}" for i in range(5)}
+    assert len(sync._cache.node_views()) == 3
+    for path in (POD_PATH, NODE_PATH):
+        (query,) = apiserver.requests("GET", path)
+        assert _is_watch(query)
+        assert (query.get("sendInitialEvents"), query.get("resourceVersionMatch"), query.get("allowWatchBookmarks")) \
+            == ("true", "NotOlderThan", "true")
+        assert "resourceVersion" not in query  # a consistent read: at least as new as the request
+    assert (sync.pods.list_mode, sync.nodes.list_mode) == (STREAMING, STREAMING)
+
+    delete_pod(apiserver, "pod0")
+    wait_for(lambda: "pod0" not in _held(sync), what="the deletion on the streaming list's own stream")
+    assert len(apiserver.requests("GET", POD_PATH)) == 1
+    assert sync.pods.resource_version == str(apiserver.resource_version)
+
+
+@pytest.mark.parametrize(("mode", "why"), [("refuse", "WatchList feature gate"),
+                                           ("ignore", "BOOKMARK event came before")])
+def test_a_server_without_streaming_lists_is_listed_in_pages(synced: Any, mode: str, why: str) -> None:
+    apiserver, sync = synced(mode)
+
+    assert _held(sync) == {f"pod{i}" for i in range(5)}
+    assert len(sync._cache.node_views()) == 3
+    queries = apiserver.requests("GET", POD_PATH)
+    assert queries[0].get("sendInitialEvents") == "true"  # tried once
+    pages = [query for query in queries if not _is_watch(query)]
+    assert [query.get("limit") for query in pages] == ["2", "2", "2"]
+    assert all("sendInitialEvents" not in query for query in queries[1:])
+    assert (sync.pods.list_mode, sync.pods.errors) == (PAGINATED, 0)
+    assert why in sync.pods.streaming_refused
+
+    delete_pod(apiserver, "pod1")
+    wait_for(lambda: "pod1" not in _held(sync), what="the deletion on the watch after the pages")
+
+
+WATCH_OPTIONS = [  # query, the in-process server's streaming mode, HTTP status, what the answer says
+    ("sendInitialEvents=true&resourceVersionMatch=NotOlderThan&allowWatchBookmarks=true", "on", 200,
+     INITIAL_END := "k8s.io/initial-events-end"),
+    ("sendInitialEvents=true&resourceVersionMatch=NotOlderThan&allowWatchBookmarks=true&resourceVersion=1", "on",
+     200, INITIAL_END),
+    ("sendInitialEvents=true&allowWatchBookmarks=true", "on", 422, "requires setting resourceVersionMatch"),
+    ("sendInitialEvents=true&resourceVersionMatch=Exact&allowWatchBookmarks=true", "on", 422, "NotOlderThan"),
+    ("sendInitialEvents=true&resourceVersionMatch=NotOlderThan", "on", 422, "allowWatchBookmarks must be"),
+    ("resourceVersionMatch=NotOlderThan&allowWatchBookmarks=true", "on", 422, "unless sendInitialEvents"),
+    ("sendInitialEvents=maybe&resourceVersionMatch=NotOlderThan&allowWatchBookmarks=true", "on", 400, "invalid"),
+    ("sendInitialEvents=true&resourceVersionMatch=NotOlderThan&allowWatchBookmarks=true", "refuse", 422,
+     "WatchList feature gate"),
+    ("sendInitialEvents=true&resourceVersionMatch=NotOlderThan&allowWatchBookmarks=true", "ignore", 200, "ADDED"),
+]
+
+
+@pytest.mark.parametrize(("query", "mode", "status", "says"), WATCH_OPTIONS)
+def test_the_in_process_server_checks_watch_options_as_kube_apiserver(query: str, mode: str, status: int,
+                                                                       says: str) -> None:
+    with LocalCluster(_objects()[:1], watch_list=mode) as apiserver:
+        answer = requests.get(f"{apiserver.url}{NODE_PATH}?watch=true&timeoutSeconds=1&{query}", timeout=10)
+        assert answer.status_code == status
+        assert says in answer.text
+        if status == 200:
+            events = [json.loads(line) for line in answer.text.splitlines() if line]
+            assert events[0]["type"] == "ADDED"
+            ends = [event for event in events if says == INITIAL_END and event["type"] == "BOOKMARK"]
+            assert mode != "on" or ends[0]["object"]["metadata"]["resourceVersion"] == str(apiserver.resource_version)
+
+
+def test_one_node_watch_and_one_pod_watch_per_process_with_the_dashboard_on() -> None:
+    with LocalCluster(_objects(), bookmark_interval_seconds=0.1) as apiserver:
+        settings = replace(Settings(refresh_interval_seconds=300.0), ui_bind="127.0.0.1:9396")
+        runtime = build_runtime(settings, kube=Kube.for_url(apiserver.url))
+        runtime.start()
+        try:
+            assert runtime.cache.wait_synced(5)
+            client = runtime.app.test_client()
+            overview = client.get("/ui/api/overview")
+            assert overview.status_code == 200, overview.text
+            (traits,) = [sink for sink in runtime.sync.reflector("nodes").sinks if isinstance(sink, NodeTraitsSink)]
+            assert set(traits.traits() or {}) == {"node0", "node1", "node2"}
+
+            runtime.kube.patch_node("node1", {"spec": {"unschedulable": True}})
+            wait_for(lambda: (traits.traits() or {})["node1"].unschedulable, what="the cordon in the node traits")
+            assert client.get("/ui/api/overview").status_code == 200
+            time.sleep(0.3)  # a few bookmark intervals: a second watch, if any, would be open by now
+        finally:
+            runtime.stop()
+        for path in (NODE_PATH, POD_PATH):
+            queries = apiserver.requests("GET", path)
+            assert [_is_watch(query) for query in queries] == [True], f"{path}: {queries}"
