@@ -211,7 +211,9 @@ class PreencodedLists:
 
 def run_backend(nodes: int, port_file: Path, *, preencoded: bool) -> int:
     """Serve the cluster until stdin closes; ``events <rate>`` on stdin starts writing pod changes."""
-    cluster = LocalCluster(history_size=100_000, bookmark_interval_seconds=30.0)
+    # Lists in pages, as before streaming lists: Python encoding every pod as a watch event would measure the
+    # backend; streaming lists are timed against kube-apiserver (benchmarks/streaming_lists.py).
+    cluster = LocalCluster(history_size=100_000, bookmark_interval_seconds=30.0, watch_list="refuse")
     store = cluster._store  # objects share their unchanging parts, so load them without the deep copy
     for obj in cluster_objects(nodes):
         rt = resource_type("nodes" if obj["kind"] == "Node" else "pods")

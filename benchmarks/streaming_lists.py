@@ -8,8 +8,9 @@ notifications, see README "Scale"), creates ``--nodes`` GPU nodes (8 GPUs each) 
 have), then runs hami-web's `ClusterSync` (the node and pod reflectors, as ``serve`` runs them) until the cache is
 synced, ``--rounds`` times per mode, alternating: ``streaming`` (``sendInitialEvents``, falling back to pages if
 the server refuses: the output says which path was taken) and ``paginated``. Printed per run: seconds to the
-first sync, CPU seconds this process spent, the mode each resource was listed in, and the pods held. Not a
-test: no assertions.
+first sync, CPU seconds this process spent, the mode each resource was listed in, and the pods held. With
+``--idle-seconds``, one more sync then polls its readiness every second while nothing changes and prints every "not
+ready" (a quiet cluster must not make ``/readyz`` flap). Not a test: no assertions.
 
 Run: ``KUBEBUILDER_ASSETS=/tmp/kube-assets python benchmarks/streaming_lists.py [--nodes 500] [--pods 5000]``.
 """
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import logging
 import statistics
 import subprocess
 import sys
@@ -109,6 +111,30 @@ def first_sync(kubeconfig: str, *, streaming: bool, timeout_seconds: float) -> d
     return result
 
 
+def idle_readiness(kubeconfig: str, seconds: float, silence_bound_seconds: float) -> None:
+    """Poll `ClusterSync.readiness` every second for ``seconds`` while nothing changes; print every "not ready"."""
+    kube = Kube.from_kubeconfig(kubeconfig, timeout_seconds=60.0)
+    sync = ClusterSync(ClusterCache(), kube, watch_silence_bound_seconds=silence_bound_seconds)
+    sync.start()
+    try:
+        assert sync._cache.wait_synced(600), "no first sync"
+        started, polls, refusals = time.monotonic(), 0, []
+        while time.monotonic() - started < seconds:
+            ready, reason = sync.readiness()
+            polls += 1
+            if not ready:
+                refusals.append(f"{time.monotonic() - started:.0f}s: {reason}")
+            time.sleep(1.0)
+        print(f"idle {seconds:.0f}s (silence bound {silence_bound_seconds:g}s): {polls} readiness polls, "
+              f"{len(refusals)} not ready; watches re-opened for silence: nodes {sync.nodes.reopens}, pods "
+              f"{sync.pods.reopens}; lists: nodes {sync.nodes.lists}, pods {sync.pods.lists}", flush=True)
+        for refusal in refusals:
+            print(f"  not ready at {refusal}")
+    finally:
+        sync.stop()
+        kube.close()
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--nodes", type=int, default=500)
@@ -117,6 +143,9 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=3, help="runs per mode, alternating (3)")
     parser.add_argument("--threads", type=int, default=16, help="threads creating the objects (16)")
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds a first sync may take (600)")
+    parser.add_argument("--idle-seconds", type=float, default=0.0,
+                        help="then poll readiness this long while nothing changes (0: skip)")
+    parser.add_argument("--silence-bound", type=float, default=90.0, help="--watch-silence-bound for the idle run")
     arguments = parser.parse_args()
     assets = find_assets()
     if assets is None:
@@ -146,7 +175,10 @@ def main() -> int:
             for mode, seconds in runs.items():
                 print(f"{mode}: median {statistics.median(seconds):.2f}s, best {min(seconds):.2f}s "
                       f"({arguments.nodes} nodes, {arguments.pods} pods; load average {load})")
+            if arguments.idle_seconds > 0:
+                idle_readiness(str(plane.admin_kubeconfig), arguments.idle_seconds, arguments.silence_bound)
         finally:
+            logging.getLogger("hami_web").setLevel(logging.ERROR)  # the stopped syncs' watches break: expected
             plane.stop()
     return 0
 

@@ -11,10 +11,12 @@ that readiness and metrics read.
 ``sendInitialEvents=true&resourceVersionMatch=NotOlderThan&allowWatchBookmarks=true``: kube-apiserver answers from
 its watch cache, one ADDED event per object, then a bookmark annotated ``k8s.io/initial-events-end: "true"`` that
 carries the list's resourceVersion, and the same stream goes on as the watch (one request per resource). A server
-that refuses (an older one, the WatchList feature off, an etcd without progress notify: an error status, an ERROR
-event, or a plain watch: any event but ADDED, or the stream ending or falling silent, before that bookmark) gets a
-paginated list instead (`LIST_PAGE_SIZE` objects per consistent page), and paginated lists from then on. A list
-that fails part-way leaves the sinks' previous state untouched.
+that refuses or fails (an older one or the WatchList feature off: 422; an etcd without progress notify: 500
+"the required storage feature RequestWatchProgress is disabled"; any other error status or ERROR event; a plain
+watch: any event but ADDED, or the stream ending or falling silent, before that bookmark) gets a paginated list at
+once instead (`LIST_PAGE_SIZE` objects per consistent page), as client-go falls back, and paginated lists for
+`STREAMING_RETRY_SECONDS` before streaming is tried again. A list that fails part-way leaves the sinks' previous
+state untouched.
 
 **A sink** is told of a full list through a `Listing` (`Sink.listing` when the list starts, ``add`` per object,
 ``done`` once it is complete: only then may it replace its state), of each watch event (`Sink.apply`), and of the
@@ -46,7 +48,6 @@ from typing import Protocol
 
 from hami_web.kube import (
     GoneError,
-    InvalidError,
     JsonObject,
     KubeError,
     ListPage,
@@ -71,10 +72,9 @@ RELIST_AFTER_FAILURES = 3
 WATCH_SILENCE_BOUND_SECONDS = 90.0
 # Silent watches in a row after which the resource is listed, not only re-opened.
 RELIST_AFTER_SILENCES = 2
-# Answers to a streaming list that mean "not offered here" (kube-apiserver: 422 Invalid when the WatchList
-# feature is off or the server predates it, 400 from servers that reject the parameters, 504 when its watch
-# cache cannot prove it is fresh, as with an etcd without progress notify): a paginated list follows.
-STREAMING_REFUSALS = (400, 422, 504)
+# After a streaming list failed or was refused, lists are paginated for this long before streaming is tried again
+# (a server's features rarely change while it runs, and a transient failure should not cost streaming for good).
+STREAMING_RETRY_SECONDS = 600.0
 
 STREAMING = "streaming"
 PAGINATED = "paginated"
@@ -97,7 +97,7 @@ class ResourceSync:
     reopens: int = 0  # watches closed for silence and re-opened
     list_mode: str = ""  # how the last list was read: STREAMING or PAGINATED
     list_seconds: float | None = None  # how long the last list took
-    streaming_refused: str = ""  # why the server refused a streaming list ("" while it is offered or untried)
+    streaming_refused: str = ""  # why the last streaming list was refused or failed ("" when it worked or is untried)
 
 
 class Source(Protocol):
@@ -259,6 +259,7 @@ class Reflector:
     sinks: list[Sink] = field(default_factory=list)
     status: ResourceSync = field(init=False)
     _listed_hooks: list[Callable[[], None]] = field(default_factory=list)
+    _streaming_again_at: float = 0.0  # clock seconds: no streaming list before then (after a refusal)
 
     def __post_init__(self) -> None:
         self.status = ResourceSync(self.source.name)
@@ -329,13 +330,17 @@ class Reflector:
 
         Returns the rest of a streaming list's stream (it goes on as the watch), or None after a paginated list.
         """
-        if self.options.streaming_lists and not self.status.streaming_refused:
+        if self.options.streaming_lists and self.clock() >= self._streaming_again_at:
             try:
-                return self._stream_list()
+                stream = self._stream_list()
             except StreamingRefused as refusal:
                 self.status.streaming_refused = str(refusal)
-                log.info("%s: the API server does not offer streaming lists (%s); listing in pages from now on",
-                         self.status.resource, refusal)
+                self._streaming_again_at = self.clock() + STREAMING_RETRY_SECONDS
+                log.info("%s: no streaming list (%s); listing in pages, streaming tried again in %.0fs",
+                         self.status.resource, refusal, STREAMING_RETRY_SECONDS)
+            else:
+                self.status.streaming_refused = ""
+                return stream
         self._paginated_list()
         return None
 
@@ -377,14 +382,10 @@ class Reflector:
                         raise error_of(status.resource, event)
                     else:  # a plain watch: the server ignored sendInitialEvents
                         raise StreamingRefused(f"a {event.type} event came before the end of the initial events")
-        except InvalidError as error:
-            raise StreamingRefused(str(error)) from error
         except WatchSilentError as error:
             raise StreamingRefused(f"no end of the initial events: {error}") from error
-        except KubeError as error:
-            if error.status in STREAMING_REFUSALS:
-                raise StreamingRefused(str(error)) from error
-            raise
+        except KubeError as error:  # refused (422, 500 from an etcd without progress notify) or failed
+            raise StreamingRefused(str(error)) from error
         finally:
             status.watching = False
         raise StreamingRefused("the stream ended before the end of the initial events")

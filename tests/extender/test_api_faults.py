@@ -72,9 +72,11 @@ def test_failed_lists_keep_the_last_good_state_and_recover(apiserver: LocalClust
     scheduler = Scheduler(runtime.app.test_client(), apiserver)
     assert scheduler.schedule("pod1", ["node1"]) == "node1"
     assert runtime.cache.held_by(_uid(scheduler, "pod1")) is not None
-    # The in-process server offers streaming lists: each list is a watch request (tests/state: lists in pages).
+    # A failed streaming list (a watch request) is followed by a list in pages at once: fail both.
     apiserver.inject_failure("GET", "pods", status=status, count=3, watch=True)
+    apiserver.inject_failure("GET", "pods", status=status, count=3)
     apiserver.inject_failure("GET", "nodes", status=status, count=3, watch=True)
+    apiserver.inject_failure("GET", "nodes", status=status, count=3)
 
     wait_for(lambda: runtime.sync.pods.errors >= 3 and runtime.sync.nodes.errors >= 3, timeout_seconds=10,
              what="three failed lists of each")
@@ -93,7 +95,8 @@ def test_a_watch_cut_mid_stream_is_resumed_and_misses_nothing(apiserver: LocalCl
     apiserver.load([gpu_node("node1", gpus("node1", 1, count=1)), gpu_pod("pod1"), gpu_pod("pod2")])
     runtime = make_runtime(start=False)  # refresh every 300 s: only the watch can bring news
     scheduler = Scheduler(runtime.app.test_client(), apiserver)
-    apiserver.inject_failure("GET", "pods", mode="cut", events=0, count=2)
+    # The first is the streaming list (a list in pages follows it at once), then two watches are cut.
+    apiserver.inject_failure("GET", "pods", mode="cut", events=0, count=3)
     runtime.start()
     assert scheduler.filter("pod1", ["node1"])["NodeNames"] == ["node1"]  # booked in memory only
 

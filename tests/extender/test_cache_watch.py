@@ -145,9 +145,11 @@ def test_a_failed_relist_keeps_the_state_counts_an_error_and_retries(apiserver: 
     runtime = make_runtime(refresh_interval_seconds=2.0, relist_interval_seconds=1.0)
     scheduler = Scheduler(runtime.app.test_client(), apiserver)
     assert _placed(scheduler, "pod1")
-    # The in-process server offers streaming lists: each list is a watch request (tests/state: lists in pages).
+    # A failed streaming list (a watch request) is followed by a list in pages at once: fail both.
     apiserver.inject_failure("GET", "pods", status=500, count=1, watch=True)
+    apiserver.inject_failure("GET", "pods", status=500, count=1)
     apiserver.inject_failure("GET", "nodes", status=500, count=1, watch=True)
+    apiserver.inject_failure("GET", "nodes", status=500, count=1)
 
     wait_for(lambda: runtime.sync.pods.errors >= 1 and runtime.sync.nodes.errors >= 1, timeout_seconds=5,
              what="the refreshes to fail")

@@ -1,10 +1,11 @@
 """The reflector's list/watch loop against a scripted source (README.md#scale, "One reflector per resource").
 
 Covers: a streaming list delivers its initial events as one list and goes on as the watch (one request); a
-server that refuses streaming lists (422 Invalid, a 504, an ERROR event, a plain watch that sends a non-ADDED
-event or a bookmark without the end annotation, a stream that ends or falls silent before the end) gets a
-paginated list at once, no error counted, and paginated lists from then on, while a transient error (500) is a
-failure and streaming is tried again; a half-delivered list never reaches the sinks; a watch resumes from the
+server that refuses or fails a streaming list (422 Invalid, 500 from an etcd without progress notify, a 504, a plain
+watch that sends a non-ADDED event or a bookmark without the end annotation, a stream that ends or falls silent
+before the end) gets a paginated list at once, no error counted, and paginated lists until streaming is tried
+again after the retry interval; a list that fails both ways is one error, retried; a half-delivered list never
+reaches the sinks; a watch resumes from the
 resourceVersion of its last event or bookmark; 410 Gone lists again at once without counting an error; a silent
 watch is re-opened from the last version, and the second silence in a row lists; three failed watches in a row
 list; every sink receives the list and the events; `current` is told when the stream is current.
@@ -20,7 +21,7 @@ from typing import Any
 import pytest
 
 from hami_web.kube import INITIAL_EVENTS_END, GoneError, InvalidError, KubeError, ListPage, WatchEvent, WatchSilentError
-from hami_web.state.reflector import PAGINATED, STREAMING, Reflector, ReflectorOptions
+from hami_web.state.reflector import PAGINATED, STREAMING, STREAMING_RETRY_SECONDS, Reflector, ReflectorOptions
 
 Script = list[Any]  # per call: a list of WatchEvents (and at most one exception, raised when reached)
 
@@ -161,6 +162,9 @@ def test_every_sink_gets_the_list_and_the_events() -> None:
 REFUSALS = [
     pytest.param([InvalidError("sendInitialEvents is forbidden for watch unless the WatchList feature gate is "
                                "enabled", status=422)], "forbidden", id="422-invalid"),
+    pytest.param([KubeError("HTTP 500: InternalError: a watch stream was requested by the client but the required "
+                            "storage feature RequestWatchProgress is disabled", status=500)], "RequestWatchProgress",
+                 id="etcd-without-progress-notify"),
     pytest.param([added("a", 1), KubeError("Too large resource version", status=504)], "Too large", id="504-mid-way"),
     pytest.param([added("a", 1), modified("a", 2)], "MODIFIED event came before", id="plain-watch-event"),
     pytest.param([added("a", 1), bookmark(2)], "BOOKMARK event came before", id="plain-watch-bookmark"),
@@ -182,14 +186,34 @@ def test_a_refused_streaming_list_falls_back_to_pages_at_once(answer: Script, wh
     assert (status.lists, status.errors, status.list_mode) == (2, 0, PAGINATED)
 
 
-def test_a_transient_error_is_a_failure_and_streaming_is_tried_again() -> None:
+def test_streaming_is_tried_again_after_the_retry_interval() -> None:
+    stopping = threading.Event()
     stream = [added("a", 3), bookmark(4, end=True)]
-    reflector, source, (sink,) = run(lists=[], watches=[[KubeError("HTTP 500", status=500)], stream])
+    source = FakeSource([[(2, [obj("a", 1)])]], [[KubeError("HTTP 500: etcd is busy", status=500)], stream], stopping)
+    now = [1000.0]
+    reflector = Reflector(source, ReflectorOptions(), clock=lambda: now[0])
+    sink = RecordingSink()
+    reflector.add_sink(sink)
+
+    assert reflector.list_once() is None  # failed: pages at once, no error (the list worked)
+    assert (reflector.status.list_mode, reflector.status.errors) == (PAGINATED, 0)
+    assert "etcd is busy" in reflector.status.streaming_refused
+    now[0] += STREAMING_RETRY_SECONDS
+    assert reflector.list_once() is not None  # the stream, going on as the watch
+    assert sink.lists == [["a"], ["a"]]
+    assert (reflector.status.list_mode, reflector.status.streaming_refused) == (STREAMING, "")
+    assert source.watch_calls == [("", True), ("", True)]
+
+
+def test_a_list_failing_both_ways_is_an_error_and_retried() -> None:
+    failure = KubeError("HTTP 500", status=500)
+    stream = [added("a", 3), bookmark(4, end=True)]
+    lists = [[failure], [(2, [obj("a", 1)])]]
+    reflector, source, (sink,) = run(lists=lists, watches=[[failure], stream])
 
     assert sink.lists == [["a"]]
-    assert source.watch_calls[:2] == [("", True), ("", True)]
-    assert (reflector.status.errors, reflector.status.streaming_refused, reflector.status.list_mode) == \
-        (1, "", STREAMING)
+    assert source.list_calls == 2 and source.watch_calls[0] == ("", True)
+    assert (reflector.status.errors, reflector.status.lists, reflector.status.list_mode) == (1, 1, PAGINATED)
 
 
 # -- lists in pages and watches -------------------------------------------------------------------------------

@@ -1,0 +1,75 @@
+"""A pod's claim on GPUs, from the filter's choice to the bind: the lifecycle and the bookkeeping of its states.
+
+| state     | what it means                                                      | kept in                      |
+|-----------|--------------------------------------------------------------------|------------------------------|
+| placed    | our filter chose a node; ``/bind`` may bind the pod, to that node  | `Claims.placed`              |
+| assumed   | its booking counts as usage though the API does not show it yet    | ``Held`` with ``assumed_at`` |
+| shown     | the API shows the booking (the watch echoed our write, or a list)  | ``Held``, no ``assumed_at``  |
+| bound     | the Binding exists: never bindable again                           | left `Claims`                |
+| abandoned | the bind gave up; the booking written may stand in the API         | `Claims.abandoned`           |
+| voided    | the bind gave up and dropped the booking (it was never written)    | `Claims.abandoned` too       |
+
+placed → assumed at once (`ClusterCache.place`); assumed → shown when the API echoes the booking, or dropped after
+the grace (`state.planning.ASSUMPTION_GRACE_SECONDS`) when it never does; placed → bound (`mark_bound`, or the
+watch shows the pod bound) | abandoned | voided (`ClusterCache.forget`). An abandoned or voided booking may be
+placed over again (`standing_booking`): it is ours, not another binder's, even when its echo comes late. A pod
+deleted or finished leaves every state. Only `/bind` binds, and only a placed pod: nobody can use our RBAC to bind
+a pod we never chose a node for.
+
+`Claims` holds the placed and abandoned states; it has no lock of its own, every call happens under the cache lock.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Container, Iterable, Iterator
+from dataclasses import dataclass, field
+
+from hami_web.state.pods import PodUsage
+
+
+@dataclass(slots=True)
+class Claims:
+    """The placed and abandoned claims by pod UID (see the table above); guarded by the cache lock."""
+
+    placed: dict[str, PodUsage] = field(default_factory=dict)
+    abandoned: dict[str, str] = field(default_factory=dict)  # uid → devices text of the booking given up
+
+    def place(self, uid: str, usage: PodUsage) -> None:
+        """Our filter chose ``usage`` for the pod."""
+        self.placed[uid] = usage
+
+    def unplace(self, uid: str) -> PodUsage | None:
+        """The pod is no longer placed (no node fits it now, or its bind gave up); returns the placement."""
+        return self.placed.pop(uid, None)
+
+    def abandon(self, uid: str, devices_text: str) -> None:
+        """The bind gave up on a booking (written or not): a later placement may overwrite it."""
+        self.abandoned[uid] = devices_text
+
+    def ours_abandoned(self, uid: str, devices_text: str | None) -> bool:
+        """Whether ``devices_text`` is a booking of the pod we abandoned or voided."""
+        return devices_text is not None and self.abandoned.get(uid) == devices_text
+
+    def settle(self, gone: Iterable[str], bound: Iterable[str]) -> None:
+        """Pods deleted or finished leave every state; bound ones leave the abandoned state."""
+        for uid in gone:
+            self.placed.pop(uid, None)
+            self.abandoned.pop(uid, None)
+        for uid in bound:
+            self.abandoned.pop(uid, None)
+
+    def bound(self, uid: str) -> None:
+        """The pod's Binding exists."""
+        self.placed.pop(uid, None)
+        self.abandoned.pop(uid, None)
+
+    def keep_only(self, alive: Collection[str], held: Container[str]) -> None:
+        """After a full list: forget the claims of pods the list did not show alive (placements still held stay)."""
+        for uid in [uid for uid in self.placed if uid not in alive and uid not in held]:
+            del self.placed[uid]
+        for uid in [uid for uid in self.abandoned if uid not in alive]:
+            del self.abandoned[uid]
+
+    def pending(self) -> Iterator[tuple[str, PodUsage]]:
+        """The placed claims (uid, placement)."""
+        return iter(self.placed.items())

@@ -1,0 +1,69 @@
+"""How long the cache lock is held, by kind of work: what ``hami_web_cache_lock_hold_seconds`` reports.
+
+A filter waits for the cache lock whenever sync work holds it, so the longest hold by kind of work (``filter``,
+``pods``, ``nodes``, ``resync``, ``read``) is the figure that tells whether sync can stall scheduling. Kept apart
+from the cache's decisions: `TimedLock` is the lock itself plus its statistics.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+LOCK_HOLD_BUCKETS_SECONDS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0)
+
+
+@dataclass(slots=True)
+class LockHolds:
+    """How long the cache lock was held, by kind of work: a histogram and the longest hold."""
+
+    count: int = 0
+    total_seconds: float = 0.0
+    max_seconds: float = 0.0
+    bucket_counts: list[int] = field(default_factory=lambda: [0] * len(LOCK_HOLD_BUCKETS_SECONDS))
+    max_cpu_seconds: float = 0.0
+
+    def observe(self, seconds: float, cpu_seconds: float) -> None:
+        """Record one hold: wall time (what a waiting filter sees) and the holder's own CPU time.
+
+        The two differ when the holder is preempted while holding the lock, by the OS on a busy machine or
+        by another thread's long GIL-holding call; the CPU time is the work done under the lock.
+        """
+        self.count += 1
+        self.total_seconds += seconds
+        self.max_seconds = max(self.max_seconds, seconds)
+        self.max_cpu_seconds = max(self.max_cpu_seconds, cpu_seconds)
+        for position, bound in enumerate(LOCK_HOLD_BUCKETS_SECONDS):
+            if seconds <= bound:
+                self.bucket_counts[position] += 1
+                break
+
+
+class TimedLock:
+    """A lock whose every hold is timed under the name of the work done (`held`)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.holds: dict[str, LockHolds] = {}
+
+    @contextlib.contextmanager
+    def held(self, work: str) -> Iterator[None]:
+        """Hold the lock for ``work``; the hold's wall and CPU time are recorded when it ends."""
+        with self._lock:
+            started, started_cpu = time.perf_counter(), time.thread_time()
+            try:
+                yield
+            finally:
+                holds = self.holds.get(work)
+                if holds is None:
+                    holds = self.holds[work] = LockHolds()
+                holds.observe(time.perf_counter() - started, time.thread_time() - started_cpu)
+
+    def snapshot(self) -> dict[str, LockHolds]:
+        """A copy of the statistics per kind of work."""
+        with self._lock:
+            return {work: LockHolds(h.count, h.total_seconds, h.max_seconds, list(h.bucket_counts),
+                                    h.max_cpu_seconds) for work, h in self.holds.items()}

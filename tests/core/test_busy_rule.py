@@ -1,0 +1,46 @@
+"""The busy-node rule as a pure function (`core.busynodes`, README.md#decisions): a table of locks and placements.
+
+Covers: a fresh lock with a known owner still binding is busy, one whose owner is done (success or failed) is not;
+a lock past the timeout is not; an unknown owner is live within the grace and gone after it; an owner-less lock is
+judged by its age alone; a placement is busy within the grace and not after it, nor once it is no longer assumed;
+nodes without either are never busy.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from hami_web.core.busynodes import LockedNode, PendingPlacement, busy_nodes
+from hami_web.core.nodelocks import LockValue
+
+NOW = 1_800_000_000.0
+TIMEOUT = 300.0
+GRACE = 30.0
+
+
+def lock(age: float, owner: str = "ns/pod") -> LockValue:
+    namespace, _, pod = owner.partition("/")
+    return LockValue(taken_at=NOW - age, namespace=namespace, pod=pod)
+
+
+CASES = [  # locked nodes, placements, busy
+    ([LockedNode("n1", lock(5), owner_known=True)], [], {"n1"}),
+    ([LockedNode("n1", lock(5), owner_known=True, owner_phase="success")], [], set()),
+    ([LockedNode("n1", lock(5), owner_known=True, owner_phase="failed")], [], set()),
+    ([LockedNode("n1", lock(TIMEOUT + 1), owner_known=True)], [], set()),
+    ([LockedNode("n1", lock(GRACE - 1))], [], {"n1"}),
+    ([LockedNode("n1", lock(GRACE + 1))], [], set()),
+    ([LockedNode("n1", lock(GRACE + 1, owner=""))], [], {"n1"}),
+    ([LockedNode("n1", lock(TIMEOUT + 1, owner=""))], [], set()),
+    ([LockedNode("n1", LockValue(taken_at=None, namespace="ns", pod="p"), owner_known=True)], [], set()),
+    ([], [PendingPlacement("n2", NOW - 1)], {"n2"}),
+    ([], [PendingPlacement("n2", NOW - GRACE - 1)], set()),
+    ([], [PendingPlacement("n2", None)], set()),
+    ([LockedNode("n1", lock(5), owner_known=True)], [PendingPlacement("n2", NOW)], {"n1", "n2"}),
+    ([], [], set()),
+]
+
+
+@pytest.mark.parametrize(("locked", "placements", "busy"), CASES)
+def test_busy_nodes(locked: list[LockedNode], placements: list[PendingPlacement], busy: set[str]) -> None:
+    assert busy_nodes(locked, placements, now=NOW, lock_timeout_seconds=TIMEOUT, grace_seconds=GRACE) == busy
