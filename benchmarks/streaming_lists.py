@@ -157,8 +157,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="hami-web-streaming-") as workdir:
         plane = ControlPlane(Path(workdir), assets)
         try:
-            plane._start_etcd()
-            plane._start_apiserver()
+            plane.start_api()
             plane.core.create_namespaced_service_account(NAMESPACE, {"metadata": {"name": "default"}})  # type: ignore[arg-type]
             populate(plane, arguments.nodes, arguments.pods, arguments.gpu_share, arguments.threads)
             runs: dict[str, list[float]] = {"streaming": [], "paginated": []}

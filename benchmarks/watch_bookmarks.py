@@ -54,8 +54,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="hami-web-bookmarks-") as workdir:
         plane = ControlPlane(Path(workdir), assets)
         try:
-            plane._start_etcd()
-            plane._start_apiserver()
+            plane.start_api()
             kube = Kube.from_kubeconfig(str(plane.admin_kubeconfig))
             plane.core.create_namespaced_service_account("default", V1ServiceAccount(
                 metadata=V1ObjectMeta(name="default")))

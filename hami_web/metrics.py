@@ -192,7 +192,15 @@ class _ClusterCollector(Collector):
                                           labels=["resource"])
             lists = CounterMetricFamily("hami_web_cache_lists", "full lists (start, 410 Gone, repeated failure or "
                                         "silence, --relist-interval)", labels=["resource"])
+            streamed = GaugeMetricFamily("hami_web_cache_list_streamed", "1 when the last list was streamed "
+                                         "(sendInitialEvents), 0 when it was read in pages", labels=["resource"])
+            list_seconds = GaugeMetricFamily("hami_web_cache_list_seconds", "how long the last full list took",
+                                             labels=["resource"])
             for status in self._sync.statuses():
+                if status.list_mode:
+                    streamed.add_metric([status.resource], 1.0 if status.list_mode == "streaming" else 0.0)
+                if status.list_seconds is not None:
+                    list_seconds.add_metric([status.resource], status.list_seconds)
                 seconds = self._sync.refresh_age_seconds(status.resource)
                 age.add_metric([status.resource], float("inf") if seconds is None else seconds)
                 errors.add_metric([status.resource], status.errors)
@@ -200,7 +208,7 @@ class _ClusterCollector(Collector):
                 silence.add_metric([status.resource], float("inf") if quiet is None else quiet)
                 reopens.add_metric([status.resource], status.reopens)
                 lists.add_metric([status.resource], status.lists)
-            yield from (age, errors, silence, reopens, lists)
+            yield from (age, errors, silence, reopens, lists, streamed, list_seconds)
 
 
     def _lock_holds(self) -> Iterator[Metric]:

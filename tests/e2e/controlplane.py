@@ -440,6 +440,17 @@ class ControlPlane:
             raise
         return self
 
+    def start_api(self) -> ControlPlane:
+        """Only etcd and kube-apiserver (the benchmarks that time the API itself)."""
+        try:
+            self._start_etcd()
+            self._start_apiserver()
+        except BaseException:
+            self.report_logs()
+            self.stop()
+            raise
+        return self
+
     @property
     def webhook_port(self) -> int:
         """The webhook listener of replica ``hami-web`` (the one the webhook registration calls)."""
