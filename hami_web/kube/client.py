@@ -16,7 +16,7 @@ import kubernetes.client
 
 from hami_web.kube.config import load_client_configuration
 from hami_web.kube.transport import REQUEST_TIMEOUT_SECONDS, JsonObject, Throttle, Transport
-from hami_web.kube.watches import WatchEvent, stream_events
+from hami_web.kube.watches import WatchEvent, stream_events, watch_query
 
 MERGE_PATCH = "application/merge-patch+json"
 JSON_PATCH = "application/json-patch+json"
@@ -182,20 +182,21 @@ class Kube:
         ``on_open`` runs once the server has accepted the watch (before any event), so a caller can tell a
         quiet healthy watch from one that cannot connect. BOOKMARK events carry only a resourceVersion.
         ``silence_seconds`` (0: no bound) closes a stream that sends nothing for that long: `WatchSilentError`.
-        ``initial_events``: a streaming list first, which goes on as the watch (see `stream_events`).
+        ``initial_events``: a streaming list first, which goes on as the watch (see `watch_query`).
         """
-        return stream_events(self._transport, "watch pods", self._core.list_pod_for_all_namespaces,
-                             on_open=on_open, silence_seconds=silence_seconds, initial_events=initial_events,
-                             resource_version=resource_version, timeout_seconds=timeout_seconds)
+        query = watch_query(resource_version=resource_version, timeout_seconds=timeout_seconds,
+                            initial_events=initial_events)
+        return stream_events(self._transport, "watch pods", "/api/v1/pods", query, timeout_seconds=timeout_seconds,
+                             silence_seconds=silence_seconds, on_open=on_open)
 
     def watch_nodes(self, *, resource_version: str, timeout_seconds: int, label_selector: str = "",
                     silence_seconds: float = 0.0, on_open: Callable[[], None] | None = None,
                     initial_events: bool = False) -> Iterator[WatchEvent]:
         """Node events after ``resource_version``; see `watch_pods`."""
-        return stream_events(self._transport, "watch nodes", self._core.list_node, on_open=on_open,
-                             silence_seconds=silence_seconds, initial_events=initial_events,
-                             resource_version=resource_version, timeout_seconds=timeout_seconds,
-                             label_selector=label_selector or None)
+        query = watch_query(resource_version=resource_version, timeout_seconds=timeout_seconds,
+                            initial_events=initial_events, label_selector=label_selector)
+        return stream_events(self._transport, "watch nodes", "/api/v1/nodes", query, timeout_seconds=timeout_seconds,
+                             silence_seconds=silence_seconds, on_open=on_open)
 
     # -- events -----------------------------------------------------------------------------------
 

@@ -128,8 +128,14 @@ class Transport:
                 raise error_from(error, what) from error
             raise
 
+    def open_stream(self, path: str, query: list[tuple[str, str]], *, connect_seconds: float,
+                    read_seconds: float) -> Any:
+        """GET ``path`` and return the urllib3 response unread, once its headers have come (a watch stream); a
+        non-2xx answer raises `ApiException`. Each socket read waits at most ``read_seconds``."""
+        return self._get_raw(path, query, _request_timeout=(connect_seconds, read_seconds))
+
     def _get_raw(self, path: str, query: list[tuple[str, str]], *, _preload_content: bool = False,
-                 _request_timeout: float = REQUEST_TIMEOUT_SECONDS) -> Any:
+                 _request_timeout: float | tuple[float, float] = REQUEST_TIMEOUT_SECONDS) -> Any:
         """GET through the client's request layer (auth, TLS, pool) without the generated API classes.
 
         A non-2xx answer raises `ApiException`, as the generated methods do with ``_preload_content=False``.

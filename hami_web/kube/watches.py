@@ -1,19 +1,22 @@
-"""Watch streams: events as plain dicts, a bound on silence, and the client's failures as `KubeError`."""
+"""Watch streams: events as plain dicts, a bound on silence, and the client's failures as `KubeError`.
+
+A watch is sent through the client's request layer (auth, TLS, connection pool) like the lists, not through the
+generated API classes and the client's `Watch` helper: building those classes costs about 0.6 s of CPU, which a
+streaming list would put on the path to the first sync, and the helper splits a chunk into lines by copying the
+rest of its buffer once per line (quadratic in the chunk, and one chunk may carry thousands of initial events).
+"""
 
 from __future__ import annotations
 
-import functools
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-import kubernetes.watch
 from kubernetes.client.exceptions import ApiException
 
 from hami_web.kube.errors import WatchSilentError, error_from, is_transport_error, timed_out_reading
 from hami_web.kube.transport import JsonObject, Transport
-from hami_web.kube.untyped import init_watch, stop_watch, watch_stream
 
 # The annotation of the bookmark that ends a streaming list's initial events (its resourceVersion is the list's).
 INITIAL_EVENTS_END = "k8s.io/initial-events-end"
@@ -35,58 +38,69 @@ class WatchEvent:
         return isinstance(annotations, dict) and annotations.get(INITIAL_EVENTS_END) == "true"
 
 
-class _RawWatch(kubernetes.watch.Watch):
-    """A `Watch` whose events keep their objects as dicts.
-
-    The client's own ``deserialize=False`` path leaves out ``raw_object``, which its ERROR handling then
-    reads, so a ``410 Expired`` surfaced as ``KeyError('raw_object')`` instead of an `ApiException`. Parsing
-    here (the deserialising path, minus the model conversion) keeps both the cheap dicts and the 410.
-    """
-
-    def __init__(self) -> None:
-        init_watch(self)
-
-    def unmarshal_event(self, data: str, return_type: Any) -> JsonObject | None:
-        if not data or data.isspace():
-            return None
-        event: JsonObject = json.loads(data)
-        event["raw_object"] = event.get("object")
-        metadata = (event.get("object") or {}).get("metadata") if event.get("type") != "ERROR" else None
-        if isinstance(metadata, dict) and metadata.get("resourceVersion"):
-            self.resource_version = metadata["resourceVersion"]
-        return event
-
-
-def stream_events(transport: Transport, what: str, method: Any, *, on_open: Callable[[], None] | None,
-                  silence_seconds: float, initial_events: bool = False, **kwargs: Any) -> Iterator[WatchEvent]:
-    """The events of a watch opened with the generated list ``method`` and ``kwargs`` (which hold
-    ``timeout_seconds``); see `Kube.watch_pods`. Nothing is sent before the first event is asked for.
-
-    ``initial_events``: a streaming list (``sendInitialEvents=true``, ``resourceVersionMatch=NotOlderThan``,
-    from ``resource_version`` or, when it is empty, a consistent read), whose initial events end with the bookmark
-    `WatchEvent.initial_events_end` tells; a server that does not offer it answers an error (`InvalidError`).
-    """
+def watch_query(*, resource_version: str, timeout_seconds: int, initial_events: bool,
+                label_selector: str = "") -> list[tuple[str, str]]:
+    """The query of a watch with bookmarks from ``resource_version``; with ``initial_events``, a streaming list
+    (``sendInitialEvents=true&resourceVersionMatch=NotOlderThan``, from ``resource_version`` or, when it is
+    empty, a consistent read), whose initial events end with the bookmark `WatchEvent.initial_events_end` tells."""
+    query = [("watch", "true"), ("allowWatchBookmarks", "true"), ("timeoutSeconds", str(timeout_seconds))]
+    if label_selector:
+        query.append(("labelSelector", label_selector))
     if initial_events:
-        kwargs.update(send_initial_events=True, resource_version_match="NotOlderThan",
-                      resource_version=kwargs.get("resource_version") or None)
-    watch = _RawWatch()
+        query += [("sendInitialEvents", "true"), ("resourceVersionMatch", "NotOlderThan")]
+        if resource_version:
+            query.append(("resourceVersion", resource_version))
+    else:
+        query.append(("resourceVersion", resource_version))
+    return query
+
+
+def _lines(chunks: Iterable[bytes]) -> Iterator[bytes]:
+    """The non-blank lines of a stream of chunks, each byte copied once."""
+    parts: list[bytes] = []
+    for chunk in chunks:
+        start = 0
+        while (end := chunk.find(b"\n", start)) >= 0:
+            parts.append(chunk[start:end])
+            line = b"".join(parts)
+            parts = []
+            if line.strip():
+                yield line
+            start = end + 1
+        if start < len(chunk):
+            parts.append(chunk[start:])
+    line = b"".join(parts)
+    if line.strip():
+        yield line
+
+
+def stream_events(transport: Transport, what: str, path: str, query: list[tuple[str, str]], *,
+                  timeout_seconds: int, silence_seconds: float,
+                  on_open: Callable[[], None] | None) -> Iterator[WatchEvent]:
+    """The events of the watch at ``path`` with ``query`` (see `watch_query`); see `Kube.watch_pods`. Nothing is
+    sent before the first event is asked for; ``on_open`` runs once the server has accepted the watch.
+
+    An ERROR event, or an error status, leaves as a `KubeError` (410: `GoneError`; a streaming list the server
+    does not offer: its 422 or 500); a stream silent for ``silence_seconds`` as `WatchSilentError`.
+    """
     # The read timeout is the silence bound: the socket read waits at most that long for the next bytes.
-    read_seconds = kwargs["timeout_seconds"] + transport.timeout_seconds
+    read_seconds = timeout_seconds + transport.timeout_seconds
     if silence_seconds > 0:
         read_seconds = min(read_seconds, silence_seconds)
-    kwargs["_request_timeout"] = (transport.timeout_seconds, read_seconds)
     transport.spend_budget(what, None)
-
-    @functools.wraps(method)  # the client reads the return type from the method's signature
-    def open_stream(*args: Any, **call_kwargs: Any) -> Any:
-        response = method(*args, **call_kwargs)
+    response: Any = None
+    try:
+        response = transport.open_stream(path, query, connect_seconds=transport.timeout_seconds,
+                                         read_seconds=read_seconds)
         if on_open is not None:
             on_open()
-        return response
-
-    try:
-        for event in watch_stream(watch, open_stream, allow_watch_bookmarks=True, **kwargs):
-            yield WatchEvent(type=str(event.get("type", "")), object=event.get("object") or {})
+        for line in _lines(response.stream(amt=None, decode_content=False)):
+            event = json.loads(line)
+            kind, obj = str(event.get("type", "")), event.get("object") or {}
+            if kind == "ERROR":
+                reason = f"{obj.get('reason')}: {obj.get('message')}"
+                raise ApiException(status=int(obj.get("code") or 0), reason=reason)
+            yield WatchEvent(type=kind, object=obj)
     except ApiException as error:
         raise error_from(error, what) from error
     except Exception as error:
@@ -96,4 +110,6 @@ def stream_events(transport: Transport, what: str, method: Any, *, on_open: Call
             raise error_from(error, what) from error
         raise
     finally:
-        stop_watch(watch)
+        if response is not None:
+            response.close()
+            response.release_conn()
