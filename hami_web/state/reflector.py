@@ -446,9 +446,10 @@ class Reflector:
             raise
         except KubeError:
             # An open stream, heard from within the silence bound, was in step until it broke: the 3 refresh
-            # periods of readiness count from the break, not from whenever the last event happened to come.
+            # periods of readiness count from the break, not from whenever the last event happened to come; and,
+            # as an accepted watch counts as heard while open, it was heard until it broke.
             if status.watching:
-                status.last_success = self.clock()
+                status.last_success = status.last_heard = self.clock()
             raise
         finally:
             status.watching = False
