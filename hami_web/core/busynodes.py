@@ -38,12 +38,9 @@ class FamilyLock:
     value: str
 
 
-@dataclass(frozen=True, slots=True)
-class PendingPlacement:
-    """A placement of ours not yet bound: its node and when it was assumed (None: no longer an assumption)."""
-
-    node: str
-    assumed_at: float | None
+# A placement of ours not yet bound: its node and when it was assumed (None: no longer an assumption). A plain
+# tuple: one is made per placement on every filter.
+PendingPlacement = tuple[str, float | None]
 
 
 def busy_nodes(locked: Iterable[LockedNode], placements: Iterable[PendingPlacement], *, now: float,
@@ -65,6 +62,8 @@ def busy_nodes(locked: Iterable[LockedNode], placements: Iterable[PendingPlaceme
         if not stale_reason(lock, now=now, timeout_seconds=lock_timeout_seconds, owner=owner,
                             owner_bind_phase=entry.owner_phase):
             busy.add(entry.node)
-    busy.update(placement.node for placement in placements
-                if placement.assumed_at is not None and now - placement.assumed_at <= grace_seconds)
+    fresh_since = now - grace_seconds
+    for node, assumed_at in placements:
+        if assumed_at is not None and assumed_at >= fresh_since:
+            busy.add(node)
     return frozenset(busy)

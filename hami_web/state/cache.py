@@ -30,7 +30,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
-from hami_web.core.busynodes import FamilyLock, LockedNode, PendingPlacement, busy_nodes
+from hami_web.core.busynodes import FamilyLock, LockedNode, busy_nodes
 from hami_web.core.choose import NoPlacement, Placement, choose_node
 from hami_web.core.families import DEFAULT_CATALOG, DeviceCatalog
 from hami_web.core.grants import encode_pod_devices
@@ -303,7 +303,7 @@ class ClusterCache(CacheStore):
             held = self._lock_owner_locked(lock)
             phase = held.usage.bind_phase if held is not None and self._lock_owner_done_locked(held) else ""
             locked.append(LockedNode(node, lock, owner_known=held is not None, owner_phase=phase))
-        placements = [PendingPlacement(usage.node, held.assumed_at) for placed_uid, usage in self._claims.pending()
+        placements = [(usage.node, held.assumed_at) for placed_uid, usage in self._claims.placed.items()
                       if placed_uid != uid and (held := self._held.get(placed_uid)) is not None]
         return busy_nodes(locked, placements, now=now, lock_timeout_seconds=self._node_lock_timeout_seconds,
                           grace_seconds=ASSUMPTION_GRACE_SECONDS, family_locks=family_locks)

@@ -21,7 +21,7 @@ a pod we never chose a node for.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Container, Iterable, Iterator
+from collections.abc import Collection, Container, Iterable
 from dataclasses import dataclass, field
 
 from hami_web.state.pods import PodUsage
@@ -69,7 +69,3 @@ class Claims:
             del self.placed[uid]
         for uid in [uid for uid in self.abandoned if uid not in alive]:
             del self.abandoned[uid]
-
-    def pending(self) -> Iterator[tuple[str, PodUsage]]:
-        """The placed claims (uid, placement)."""
-        return iter(self.placed.items())

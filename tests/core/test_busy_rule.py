@@ -35,10 +35,10 @@ CASES = [  # locked nodes, placements, busy (family locks: see the next table)
     ([LockedNode("n1", lock(GRACE + 1, owner=""))], [], {"n1"}),
     ([LockedNode("n1", lock(TIMEOUT + 1, owner=""))], [], set()),
     ([LockedNode("n1", LockValue(taken_at=None, namespace="ns", pod="p"), owner_known=True)], [], set()),
-    ([], [PendingPlacement("n2", NOW - 1)], {"n2"}),
-    ([], [PendingPlacement("n2", NOW - GRACE - 1)], set()),
-    ([], [PendingPlacement("n2", None)], set()),
-    ([LockedNode("n1", lock(5), owner_known=True)], [PendingPlacement("n2", NOW)], {"n1", "n2"}),
+    ([], [("n2", NOW - 1)], {"n2"}),
+    ([], [("n2", NOW - GRACE - 1)], set()),
+    ([], [("n2", None)], set()),
+    ([LockedNode("n1", lock(5), owner_known=True)], [("n2", NOW)], {"n1", "n2"}),
     ([], [], set()),
 ]
 
