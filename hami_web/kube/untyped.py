@@ -7,12 +7,11 @@ one shows up here, in one place.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any, cast
 
 import kubernetes.client
 import kubernetes.config
-import kubernetes.watch
 
 
 def close_api_client(api_client: kubernetes.client.ApiClient) -> None:
@@ -36,19 +35,3 @@ def load_kube_config(*, config_file: str, context: str, client_configuration: ku
 def load_incluster_config(*, client_configuration: kubernetes.client.Configuration) -> None:
     """``kubernetes.config.load_incluster_config`` into ``client_configuration``."""
     cast(Callable[..., None], kubernetes.config.load_incluster_config)(client_configuration=client_configuration)
-
-
-def init_watch(watch: kubernetes.watch.Watch) -> None:
-    """``Watch.__init__``, for a subclass's constructor."""
-    cast(Callable[[kubernetes.watch.Watch], None], kubernetes.watch.Watch.__init__)(watch)
-
-
-def watch_stream(watch: kubernetes.watch.Watch, method: Callable[..., Any], **kwargs: Any) -> Iterator[Any]:
-    """``Watch.stream``: the events of a watch opened with ``method`` (as the subclass's ``unmarshal_event``
-    returns them)."""
-    return cast(Callable[..., Iterator[Any]], watch.stream)(method, **kwargs)
-
-
-def stop_watch(watch: kubernetes.watch.Watch) -> None:
-    """``Watch.stop``: the stream ends after its current event."""
-    cast(Callable[[], None], watch.stop)()

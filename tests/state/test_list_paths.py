@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Iterator
-from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -145,7 +144,7 @@ def test_the_in_process_server_checks_watch_options_as_kube_apiserver(query: str
 
 def test_one_node_watch_and_one_pod_watch_per_process_with_the_dashboard_on() -> None:
     with LocalCluster(_objects(), bookmark_interval_seconds=0.1) as apiserver:
-        settings = replace(Settings(refresh_interval_seconds=300.0), ui_bind="127.0.0.1:9396")
+        settings = Settings.of(refresh_interval_seconds=300.0, ui_bind="127.0.0.1:9396")
         runtime = build_runtime(settings, kube=Kube.for_url(apiserver.url))
         runtime.start()
         try:
