@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import gc
 import logging
+import resource
 import statistics
 import subprocess
 import sys
@@ -167,9 +168,10 @@ def main() -> int:
                                         timeout_seconds=arguments.timeout)
                     runs[mode].append(result["seconds"])
                     refused = f" (streaming refused: {result['refused']})" if result["refused"] else ""
+                    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024
                     print(f"{mode:>9}: first sync after {result['seconds']:6.2f}s, {result['cpu']:6.2f} CPU s; "
                           f"{result['modes']}; {result['nodes']} GPU nodes, {result['pods_held']} pods holding "
-                          f"GPUs{refused}", flush=True)
+                          f"GPUs; peak RSS of this process so far {peak} MiB{refused}", flush=True)
             load = " ".join(Path("/proc/loadavg").read_text().split()[:3])
             for mode, seconds in runs.items():
                 print(f"{mode}: median {statistics.median(seconds):.2f}s, best {min(seconds):.2f}s "
