@@ -102,12 +102,16 @@ class Kube:
         The informers reduce page by page; the operator tools ask for `LIST_PAGE_SIZE`, as kubectl does. A
         `GoneError` means the snapshot expired between two pages; the list must start again.
         """
-        query = [("labelSelector", label_selector)] if label_selector else []
-        return self._pages("list nodes", "/api/v1/nodes", query, page_size=page_size)
+        return self.list_collection("/api/v1/nodes", label_selector=label_selector, page_size=page_size)
 
     def list_pods(self, *, page_size: int = 0) -> Iterator[ListPage]:
         """Pods of every namespace in pages of at most ``page_size`` (0: one page); see `list_nodes`."""
-        return self._pages("list pods", "/api/v1/pods", [], page_size=page_size)
+        return self.list_collection("/api/v1/pods", page_size=page_size)
+
+    def list_collection(self, path: str, *, label_selector: str = "", page_size: int = 0) -> Iterator[ListPage]:
+        """The objects of any collection (``/api/v1/resourcequotas``: every namespace's) in pages; see `list_nodes`."""
+        query = [("labelSelector", label_selector)] if label_selector else []
+        return self._pages(f"list {path.rsplit('/', 1)[-1]}", path, query, page_size=page_size)
 
     def list_pods_on_node(self, node: str, *, assigned_label: str, not_older_than: str = "") -> list[JsonObject]:
         """Pods labelled ``assigned_label=node``: every pod given GPUs there, bound or not (our booking sets it).
@@ -184,19 +188,26 @@ class Kube:
         ``silence_seconds`` (0: no bound) closes a stream that sends nothing for that long: `WatchSilentError`.
         ``initial_events``: a streaming list first, which goes on as the watch (see `watch_query`).
         """
-        query = watch_query(resource_version=resource_version, timeout_seconds=timeout_seconds,
-                            initial_events=initial_events)
-        return stream_events(self._transport, "watch pods", "/api/v1/pods", query, timeout_seconds=timeout_seconds,
-                             silence_seconds=silence_seconds, on_open=on_open)
+        return self.watch_collection("/api/v1/pods", resource_version=resource_version,
+                                     timeout_seconds=timeout_seconds, silence_seconds=silence_seconds,
+                                     on_open=on_open, initial_events=initial_events)
 
     def watch_nodes(self, *, resource_version: str, timeout_seconds: int, label_selector: str = "",
                     silence_seconds: float = 0.0, on_open: Callable[[], None] | None = None,
                     initial_events: bool = False) -> Iterator[WatchEvent]:
         """Node events after ``resource_version``; see `watch_pods`."""
+        return self.watch_collection("/api/v1/nodes", resource_version=resource_version,
+                                     timeout_seconds=timeout_seconds, label_selector=label_selector,
+                                     silence_seconds=silence_seconds, on_open=on_open, initial_events=initial_events)
+
+    def watch_collection(self, path: str, *, resource_version: str, timeout_seconds: int, label_selector: str = "",
+                         silence_seconds: float = 0.0, on_open: Callable[[], None] | None = None,
+                         initial_events: bool = False) -> Iterator[WatchEvent]:
+        """Events of any collection (``/api/v1/resourcequotas``) after ``resource_version``; see `watch_pods`."""
         query = watch_query(resource_version=resource_version, timeout_seconds=timeout_seconds,
                             initial_events=initial_events, label_selector=label_selector)
-        return stream_events(self._transport, "watch nodes", "/api/v1/nodes", query, timeout_seconds=timeout_seconds,
-                             silence_seconds=silence_seconds, on_open=on_open)
+        return stream_events(self._transport, f"watch {path.rsplit('/', 1)[-1]}", path, query,
+                             timeout_seconds=timeout_seconds, silence_seconds=silence_seconds, on_open=on_open)
 
     # -- events -----------------------------------------------------------------------------------
 

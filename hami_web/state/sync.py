@@ -24,7 +24,6 @@ and answers due handshakes.
 
 from __future__ import annotations
 
-import functools
 import gc
 import logging
 import threading
@@ -146,12 +145,11 @@ class ClusterSync:
         self._stopping = threading.Event()
         self._threads: list[threading.Thread] = []
         self.reflectors: dict[str, Reflector] = {}
-        nodes = self.register(Reflector(KubeSource(
-            "nodes", functools.partial(kube.list_nodes, label_selector=node_label_selector),
-            functools.partial(kube.watch_nodes, label_selector=node_label_selector), node_name), self.options, clock))
+        nodes = self.register(Reflector(KubeSource.collection(kube, "nodes", "/api/v1/nodes", node_name,
+                                                              label_selector=node_label_selector), self.options, clock))
         nodes.add_sink(NodeCacheSink(cache, self._answer_handshakes))
-        pods = self.register(Reflector(KubeSource("pods", kube.list_pods, kube.watch_pods,
-                                                  lambda pod: pod_key(pod)[0]), self.options, clock))
+        pods = self.register(Reflector(KubeSource.collection(kube, "pods", "/api/v1/pods", lambda pod: pod_key(pod)[0]),
+                                       self.options, clock))
         pods.add_sink(PodCacheSink(cache, clock))
         self.nodes = nodes.status
         self.pods = pods.status

@@ -5,7 +5,9 @@ with ``resourceVersionMatch=NotOlderThan`` and bookmarks), the cache holds what 
 later changes come on the same stream; a server that refuses them (422, as with the WatchList feature off) or
 ignores them (a plain watch) is listed in pages instead and its cache is the same; the in-process server checks
 the options as kube-apiserver does (a table of good and bad queries); with the dashboard on, the process makes one
-node watch and one pod watch in all, and the dashboard's node traits follow the node reflector (a cordon shows).
+node watch and one pod watch in all, and the dashboard's node traits follow the node reflector (a cordon shows); a
+third resource is one registration (a reflector over ConfigMaps: listed before the cache is synced, its events
+delivered, reported with the others).
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from hami_web.localcluster import LocalCluster
 from hami_web.server.runtime import build_runtime
 from hami_web.settings import Settings
 from hami_web.state.cache import ClusterCache
-from hami_web.state.reflector import PAGINATED, STREAMING
+from hami_web.state.reflector import PAGINATED, STREAMING, KubeSource, Reflector
 from hami_web.state.sync import ClusterSync
 from tests.extender.helpers import delete_pod, gpu_limits, gpu_node, gpu_pod, gpus, wait_for
 
@@ -164,3 +166,50 @@ def test_one_node_watch_and_one_pod_watch_per_process_with_the_dashboard_on() ->
         for path in (NODE_PATH, POD_PATH):
             queries = apiserver.requests("GET", path)
             assert [_is_watch(query) for query in queries] == [True], f"{path}: {queries}"
+
+
+class _Names:
+    """A sink that keeps the names of the objects it is told about."""
+
+    def __init__(self) -> None:
+        self.names: set[str] = set()
+
+    def listing(self) -> _Names:
+        self.pending: set[str] = set()
+        return self
+
+    def add(self, key: str, obj: dict[str, Any]) -> None:
+        self.pending.add(obj["metadata"]["name"])
+
+    def done(self) -> None:
+        self.names = self.pending
+
+    def apply(self, kind: str, key: str, obj: dict[str, Any]) -> None:
+        (self.names.discard if kind == "DELETED" else self.names.add)(obj["metadata"]["name"])
+
+    def current(self, at: float) -> None:
+        pass
+
+
+def test_a_third_resource_is_one_registration() -> None:
+    config_map = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "quota-a", "namespace": "team"}}
+    with LocalCluster([*_objects(), config_map], bookmark_interval_seconds=0.1) as apiserver:
+        kube = Kube.for_url(apiserver.url)
+        sync = ClusterSync(ClusterCache(), kube)
+        names = _Names()
+        third = Reflector(KubeSource.collection(kube, "configmaps", "/api/v1/configmaps",
+                                                lambda obj: obj["metadata"]["uid"]), sync.options)
+        third.add_sink(names)
+        sync.register(third)
+        sync.start()
+        try:
+            assert sync._cache.wait_synced(5)
+            assert names.names == {"quota-a"}
+            assert [status.resource for status in sync.statuses()] == ["nodes", "pods", "configmaps"]
+            assert third.status.list_mode == STREAMING and sync.readiness() == (True, "cluster cache is in sync")
+            apiserver.load([{**config_map, "metadata": {"name": "quota-b", "namespace": "team"}}])
+            wait_for(lambda: names.names == {"quota-a", "quota-b"}, what="the new ConfigMap's event")
+            assert len(apiserver.requests("GET", "/api/v1/configmaps")) == 1  # listed and watched by one request
+        finally:
+            sync.stop()
+            kube.close()
