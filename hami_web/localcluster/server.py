@@ -269,14 +269,15 @@ class ApiServer:
         except ValueError:
             raise bad_request(f"invalid timeoutSeconds: {timeout_text!r}") from None
         bookmarks = request.args.get("allowWatchBookmarks", "").lower() in ("true", "1")
-        initial_events = self._initial_events(request, bookmarks=bookmarks)
+        initial_events = self._initial_events(request)
         since = int(since_text) if since_text not in ("", "0") else None
         stream = self._watch_stream(target, predicate, since=since, timeout_seconds=timeout_seconds,
                                     bookmarks=bookmarks, initial_events=initial_events)
         return Response(stream, status=200, content_type="application/json", direct_passthrough=True)
 
-    def _initial_events(self, request: Request, *, bookmarks: bool) -> bool:
-        """Whether a watch is a streaming list, checked as kube-apiserver validates watch options (422 Invalid)."""
+    def _initial_events(self, request: Request) -> bool:
+        """Whether a watch is a streaming list, checked as kube-apiserver v1.32 validates watch options (422 Invalid;
+        without ``allowWatchBookmarks`` it accepts one and never sends the end bookmark)."""
         send_text = request.args.get("sendInitialEvents", "").lower()
         match = request.args.get("resourceVersionMatch", "")
         if self.watch_list == WATCH_LIST_IGNORE or (not send_text and not match):
@@ -290,9 +291,6 @@ class ApiServer:
         elif match != "NotOlderThan":
             causes.append("resourceVersionMatch: Forbidden: sendInitialEvents requires setting resourceVersionMatch "
                           "to NotOlderThan")
-        if send_text and not bookmarks:
-            causes.append("allowWatchBookmarks: Forbidden: allowWatchBookmarks must be set to true when "
-                          "sendInitialEvents is set")
         if send_text and self.watch_list == WATCH_LIST_REFUSE:
             causes.append("sendInitialEvents: Forbidden: sendInitialEvents is forbidden for watch unless the "
                           "WatchList feature gate is enabled")
@@ -314,7 +312,7 @@ class ApiServer:
         if since is None or initial_events:
             items, cursor = store.list(rt, target.namespace, predicate)
             yield b"".join(_event_line("ADDED", item) for item in items)
-            if initial_events:
+            if initial_events and bookmarks:
                 yield _event_line("BOOKMARK", {"kind": rt.kind, "apiVersion": rt.api_version, "metadata": {
                     "resourceVersion": str(cursor), "annotations": {INITIAL_EVENTS_END: "true"}}})
         else:
