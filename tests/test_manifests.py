@@ -349,6 +349,7 @@ def test_server_role_is_least_privilege() -> None:
     assert rules == {("", "nodes"): {"get", "list", "watch", "patch"},
                      ("", "pods"): {"get", "list", "watch", "patch"},
                      ("", "pods/binding"): {"create"},
+                     ("", "resourcequotas"): {"list", "watch"},
                      ("", "events"): {"create", "patch"}}
 
 

@@ -21,6 +21,7 @@ from hami_web.core.fit import PodFit, fit_pod, group_score_bound, may_fit
 from hami_web.core.grants import PodGrants
 from hami_web.core.groups import GROUP_SCORE_WEIGHT
 from hami_web.core.options import SPREAD, PodOptions
+from hami_web.core.quota import PodQuota
 from hami_web.core.requests import PodRequest
 from hami_web.core.usage import NodeView
 
@@ -56,13 +57,15 @@ class _Ask:
     request: PodRequest
     options: PodOptions
     digest: int
+    quota: PodQuota | None = None  # what the namespace's limits leave the pod: a fit depends on it
 
     def __hash__(self) -> int:
         return self.digest
 
     def __eq__(self, other: object) -> bool:
         return self is other or (isinstance(other, _Ask) and self.digest == other.digest
-                                 and self.request == other.request and self.options == other.options)
+                                 and self.request == other.request and self.options == other.options
+                                 and self.quota == other.quota)
 
 
 def _fit_or_reason(ask: _Ask, view: NodeView) -> PodFit | str:
@@ -70,7 +73,7 @@ def _fit_or_reason(ask: _Ask, view: NodeView) -> PodFit | str:
     known = view.failures.get(ask)
     if known is not None:
         return known
-    result = fit_pod(ask.request, view, ask.options)
+    result = fit_pod(ask.request, view, ask.options, ask.quota)
     if isinstance(result, PodFit):
         return result
     if len(view.failures) >= MEMO_ENTRIES_PER_NODE:
@@ -107,11 +110,12 @@ def _busy_last(ranked: Sequence[NodeView], busy: Collection[str]) -> Iterator[No
 
 def choose_node(request: PodRequest, options: PodOptions, candidates: Sequence[str],
                 nodes: Mapping[str, NodeView], broken: Mapping[str, str] | None = None,
-                busy: Collection[str] = ()) -> Placement | NoPlacement:
+                busy: Collection[str] = (), quota: PodQuota | None = None) -> Placement | NoPlacement:
     """Place ``request`` on the best-ranked candidate that fits, or give a reason for every candidate.
 
     ``nodes`` are the GPU nodes the cache knows; ``broken`` maps nodes whose register annotation does not
-    parse to the parse error; ``busy`` names nodes busy binding, tried after the others (see the module).
+    parse to the parse error; ``busy`` names nodes busy binding, tried after the others (see the module);
+    ``quota`` what the namespace's limits leave the pod (README.md#namespace-quotas).
     """
     broken = broken or {}
     reasons: dict[str, str] = {}
@@ -125,7 +129,7 @@ def choose_node(request: PodRequest, options: PodOptions, candidates: Sequence[s
         else:
             reasons[name] = NODE_UNREGISTERED
     ranked = _busy_last(rank_nodes(known, options.node_policy), busy)
-    ask = _Ask(request=request, options=options, digest=hash((request, options)))
+    ask = _Ask(request=request, options=options, digest=hash((request, options, quota)), quota=quota)
     reach = request.group_score_reach * GROUP_SCORE_WEIGHT
     if reach:
         return _choose_with_group_score(ask, ranked, reasons, candidates, busy, reach)

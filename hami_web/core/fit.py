@@ -20,6 +20,7 @@ from hami_web.core.grants import DeviceGrant, PodGrants, merge_grants
 from hami_web.core.groups import GROUP_SCORE_WEIGHT, group_share, pick_in_groups
 from hami_web.core.mig import MIG_MODE, MigInstance, MigPlacement, MigProfile, candidate_profiles, choose_instance
 from hami_web.core.options import BINPACK, DEFAULT_WEIGHTS, SPREAD, DeviceSelection, PodOptions, ScoringWeights
+from hami_web.core.quota import PodQuota, QuotaTally
 from hami_web.core.requests import ContainerRequest, PodRequest
 from hami_web.core.usage import NodeView
 
@@ -94,11 +95,13 @@ def mig_pick(device: Device, occupied: Sequence[MigPlacement],
 
 def device_reasons(devices: Sequence[Device], work: Sequence[Sequence[int]], request: ContainerRequest,
                    booked: Sequence[int], options: PodOptions, cordoned: frozenset[str],
-                   selection: DeviceSelection | None = None) -> list[str]:
+                   selection: DeviceSelection | None = None, quota: QuotaTally | None = None) -> list[str]:
     """For each device, the first check it fails (``""`` when it fits), in the order of
     docs/scheduling-rules.md#checks-for-one-device.
 
-    ``selection`` is the pod's selection of the request's family (looked up in ``options`` when None). One loop
+    ``selection`` is the pod's selection of the request's family (looked up in ``options`` when None). ``quota`` is
+    the pod's tally against its namespace's limits (README.md#namespace-quotas), None when the family is not
+    limited: a device is judged on the pod's picks so far plus itself, before the memory check. One loop
     per node rather than one call per device: at thousands of nodes the per-call overhead is a large share of a
     filter that has to explain every device of every node.
     """
@@ -130,6 +133,8 @@ def device_reasons(devices: Sequence[Device], work: Sequence[Sequence[int]], req
             reason = names.CARD_TIME_SLICING_EXHAUSTED
         elif mutex and tasks > 0:
             reason = names.EXCLUSIVE_DEVICE_ALLOCATE_CONFLICT  # mutex: only GPUs nobody uses
+        elif quota is not None and not quota.fits(device.uuid, booked_memory_mib, wanted_cores, request.init):
+            reason = names.RESOURCE_QUOTA_NOT_FIT
         elif device.memory_mib - memory_mib < booked_memory_mib:
             reason = names.CARD_INSUFFICIENT_MEMORY
         elif device.cores - cores < wanted_cores:
@@ -206,13 +211,15 @@ def _topology_pick(positions: list[int], devices: Sequence[Device], inventory: N
 
 
 def fit_container(request: ContainerRequest, inventory: NodeInventory, work: WorkingUsage, options: PodOptions,
-                  occupied: WorkingPlacements | None = None) -> tuple[DeviceGrant, ...] | FitFailure:
+                  occupied: WorkingPlacements | None = None,
+                  quota: QuotaTally | None = None) -> tuple[DeviceGrant, ...] | FitFailure:
     """Pick devices of the request's family for one container on ``work`` and book them there, or say why not.
 
     The families without pair scores (``inventory.topology``) read topology-aware as spread
     (README.md#decisions, device families). ``occupied`` is the node's working MIG occupancy, which `fit_pod` passes
     when the node has dynamic MIG GPUs (None: it has none); a container whose candidates include one is fitted by
-    `_fit_with_mig`.
+    `_fit_with_mig`. ``quota``: the pod's tally against its namespace's limits, which the picks are added to
+    (README.md#namespace-quotas).
     """
     first, end = inventory.groups.get(request.family, (0, 0))
     whole = first == 0 and end == len(inventory.devices)
@@ -233,14 +240,20 @@ def fit_container(request: ContainerRequest, inventory: NodeInventory, work: Wor
         booked = [request.memory_mib] * total
     else:
         booked = [request.booked_memory_mib(device.memory_mib) for device in devices]
+    largest = max(booked, default=0)
+    # A room that covers the largest ask of every device the container may take needs no check per device.
+    per_device = None if quota is None or quota.covers(largest, request.cores) else quota
     for position, reason in enumerate(device_reasons(devices, family_work, request, booked, options,
-                                                     inventory.cordoned, selection)):
+                                                     inventory.cordoned, selection, per_device)):
         if reason:
             reasons[reason] = reasons.get(reason, 0) + 1
         else:
             passing.append(position)
     if occupied is not None and any(is_dynamic_mig(devices[position]) for position in passing):
-        return _fit_with_mig(request, inventory, (first, devices), work, occupied, booked, passing, reasons, options)
+        fitted = _fit_with_mig(request, inventory, (first, devices), work, occupied, booked, passing, reasons,
+                               options)
+        return fitted if quota is None or isinstance(fitted, FitFailure) else \
+            _mig_within_quota(fitted, quota, request, reasons, total)
     pool = passing
     if selection.numa_bind:
         groups: dict[int, list[int]] = {}
@@ -270,13 +283,71 @@ def fit_container(request: ContainerRequest, inventory: NodeInventory, work: Wor
                                request, options)
     else:
         chosen = _policy_order(pool, devices, family_work, request, options)[:request.count]
+    if quota is not None and request.count > 1 and not quota.covers(largest * request.count,
+                                                                     request.cores * request.count):
+        chosen = _within_quota(chosen, pool, devices, family_work, request, options, booked, quota, reasons,
+                               regroup=not grouping)
+        if len(chosen) < request.count:
+            if chosen:
+                reasons[names.ALLOCATED_CARDS_INSUFFICIENT_REQUEST] = len(chosen)
+            return _failure(reasons, total)
     grants = []
     for position in chosen:
         tasks, memory_mib, cores = work[first + position]
         work[first + position] = (tasks + 1, memory_mib + booked[position], cores + request.cores)
         grants.append(DeviceGrant(uuid=devices[position].uuid, memory_mib=booked[position], cores=request.cores,
                                   vendor=request.family, soft_split=selection.soft_split))
+        if quota is not None:
+            quota.add(devices[position].uuid, booked[position], request.cores, request.init)
     return tuple(grants)
+
+
+def _within_quota(chosen: list[int], pool: list[int], devices: Sequence[Device], work: WorkingUsage,
+                  request: ContainerRequest, options: PodOptions, booked: Sequence[int], quota: QuotaTally,
+                  reasons: dict[str, int], *, regroup: bool) -> list[int]:
+    """``chosen`` when all its devices together stay within the quota; else the devices HAMi would take: the pool in
+    the policy's order, each judged on the picks before it, those that would pass the limit counted as
+    ``ResourceQuotaNotFit`` (README.md#namespace-quotas). A choice made by network groups (``regroup`` False) is
+    not re-picked device by device: it stands or fails whole."""
+    trial = QuotaTally(quota.quota)
+    trial.copy_from(quota)
+    if all(_try_add(trial, devices[p].uuid, booked[p], request) for p in chosen):
+        return chosen
+    if not regroup:
+        reasons[names.RESOURCE_QUOTA_NOT_FIT] = reasons.get(names.RESOURCE_QUOTA_NOT_FIT, 0) + len(chosen)
+        return []
+    trial.copy_from(quota)
+    picked: list[int] = []
+    for position in _policy_order(pool, devices, work, request, options):
+        if len(picked) == request.count:
+            break
+        if _try_add(trial, devices[position].uuid, booked[position], request):
+            picked.append(position)
+        else:
+            reasons[names.RESOURCE_QUOTA_NOT_FIT] = reasons.get(names.RESOURCE_QUOTA_NOT_FIT, 0) + 1
+    return picked
+
+
+def _mig_within_quota(grants: tuple[DeviceGrant, ...], quota: QuotaTally, request: ContainerRequest,
+                      reasons: dict[str, int], total: int) -> tuple[DeviceGrant, ...] | FitFailure:
+    """MIG instances book their profile's memory and cores: the container's instances count against the quota
+    together, after they are chosen (README.md#namespace-quotas)."""
+    trial = QuotaTally(quota.quota)
+    trial.copy_from(quota)
+    for grant in grants:
+        if not trial.fits(grant.uuid, grant.memory_mib, grant.cores, request.init):
+            reasons[names.RESOURCE_QUOTA_NOT_FIT] = reasons.get(names.RESOURCE_QUOTA_NOT_FIT, 0) + len(grants)
+            return _failure(reasons, total)
+        trial.add(grant.uuid, grant.memory_mib, grant.cores, request.init)
+    quota.copy_from(trial)
+    return grants
+
+
+def _try_add(tally: QuotaTally, uuid: str, memory_mib: int, request: ContainerRequest) -> bool:
+    if not tally.fits(uuid, memory_mib, request.cores, request.init):
+        return False
+    tally.add(uuid, memory_mib, request.cores, request.init)
+    return True
 
 
 def _soft_split_devices(devices: Sequence[Device], family: str,
@@ -422,10 +493,12 @@ def _fit_with_mig(request: ContainerRequest, inventory: NodeInventory, family: t
                  for position, memory_mib, cores, instance in fill.picks)
 
 
-def fit_pod(request: PodRequest, view: NodeView, options: PodOptions) -> PodFit | FitFailure:
+def fit_pod(request: PodRequest, view: NodeView, options: PodOptions,
+            quota: PodQuota | None = None) -> PodFit | FitFailure:
     """Fit every container of the pod on ``view`` (docs/scheduling-rules.md#init-containers): each init container alone
     on the node's usage, the regular containers one after another on one working copy; each family in turn
-    (README.md#device-families), the first family that fails being the node's reason."""
+    (README.md#device-families), the first family that fails being the node's reason. ``quota``: what the namespace's
+    limits leave the pod's families (README.md#namespace-quotas), None when none is limited."""
     base = view.usage_rows
     shared: WorkingUsage = list(base)
     # The node's MIG occupancy, only where a GPU is carved on demand (README.md#dynamic-mig). Unlike memory and
@@ -442,12 +515,14 @@ def fit_pod(request: PodRequest, view: NodeView, options: PodOptions) -> PodFit 
             return _named(FitFailure(reasons=(), total=0, message=f"{INVALID_REGISTER}: {broken[family]}"),
                           family, len(blocks), inventory)
         grants: list[tuple[DeviceGrant, ...]] = []
+        family_quota = quota.get(family) if quota is not None else None
+        tally = QuotaTally(family_quota) if family_quota is not None else None
         for container in containers:
             if container.count == 0:
                 grants.append(())
                 continue
             work: WorkingUsage = list(base) if container.init else shared
-            result = fit_container(container, inventory, work, options, placements)
+            result = fit_container(container, inventory, work, options, placements, tally)
             if isinstance(result, FitFailure):
                 return _named(result, family, len(blocks), inventory)
             grants.append(result)

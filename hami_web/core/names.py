@@ -58,6 +58,8 @@ ALLOCATED_CARDS_INSUFFICIENT_REQUEST = "AllocatedCardsInsufficientRequest"
 # A dynamic MIG GPU (``migProfiles``) with no profile big enough that has a free placement (HAMi's reason), and a
 # pre-2.10 geometry MIG GPU, which is never allocated (README.md#dynamic-mig).
 CARD_MIG_TOPOLOGY_INFEASIBLE = "CardMigTopologyInfeasible"
+# The device would take the pod's namespace past a ResourceQuota limit on device memory or cores.
+RESOURCE_QUOTA_NOT_FIT = "ResourceQuotaNotFit"
 CARD_MIG_LEGACY_GEOMETRY = "CardMigLegacyGeometry"
 # The pod asks for a soft split (Ascend hami-core) the node does not allow.
 MODE_NOT_FIT = "ModeNotFit"

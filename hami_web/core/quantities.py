@@ -27,9 +27,13 @@ class QuantityError(ValueError):
     """A resource value is not a valid whole, non-negative quantity; the message names where it is."""
 
 
-def parse_whole_quantity(value: object, *, container: str, resource: str, maximum: int = MAX_QUANTITY) -> int:
-    """Parse ``value`` (``"3k"``, ``"1"``, ``2``) into an int in ``0..maximum``, or raise `QuantityError`."""
-    where = f"container {container}: {resource}"
+def parse_whole_quantity(value: object, *, container: str = "", resource: str = "", maximum: int = MAX_QUANTITY,
+                         where: str = "") -> int:
+    """Parse ``value`` (``"3k"``, ``"1"``, ``2``) into an int in ``0..maximum``, or raise `QuantityError`.
+
+    Errors start with ``where``, by default ``container <container>: <resource>``.
+    """
+    where = where or f"container {container}: {resource}"
     if isinstance(value, bool) or value is None or not isinstance(value, str | int | float):
         raise QuantityError(f"{where}: {quote(value)} is not a quantity")
     if isinstance(value, str) and len(value) > MAX_NUMBER_CHARS:

@@ -113,6 +113,22 @@ class Kube:
         query = [("labelSelector", label_selector)] if label_selector else []
         return self._pages(f"list {path.rsplit('/', 1)[-1]}", path, query, page_size=page_size)
 
+    def list_resource_quotas(self, *, page_size: int = 0) -> Iterator[ListPage]:
+        """ResourceQuota objects of every namespace in pages (README.md#namespace-quotas); see `list_nodes`."""
+        return self._pages("list resourcequotas", "/api/v1/resourcequotas", [], page_size=page_size)
+
+    def list_booked_pods_in_namespace(self, namespace: str, *, assigned_label: str,
+                                      not_older_than: str = "") -> list[JsonObject]:
+        """Pods of ``namespace`` carrying ``assigned_label`` (given devices, bound or not), at least as fresh as the
+        resourceVersion ``not_older_than``: what ``/bind`` checks a namespace's quota against (see
+        `list_pods_on_node`)."""
+        query = [("labelSelector", assigned_label)]
+        if not_older_than:
+            query += [("resourceVersion", not_older_than), ("resourceVersionMatch", "NotOlderThan")]
+        booked, _ = join_pages(self._pages(f"list pods given devices in namespace {namespace}",
+                                           f"/api/v1/namespaces/{namespace}/pods", query, page_size=0))
+        return booked
+
     def list_pods_on_node(self, node: str, *, assigned_label: str, not_older_than: str = "") -> list[JsonObject]:
         """Pods labelled ``assigned_label=node``: every pod given GPUs there, bound or not (our booking sets it).
 
@@ -207,6 +223,15 @@ class Kube:
         query = watch_query(resource_version=resource_version, timeout_seconds=timeout_seconds,
                             initial_events=initial_events, label_selector=label_selector)
         return stream_events(self._transport, f"watch {path.rsplit('/', 1)[-1]}", path, query,
+                             timeout_seconds=timeout_seconds, silence_seconds=silence_seconds, on_open=on_open)
+
+    def watch_resource_quotas(self, *, resource_version: str, timeout_seconds: int, silence_seconds: float = 0.0,
+                              on_open: Callable[[], None] | None = None,
+                              initial_events: bool = False) -> Iterator[WatchEvent]:
+        """ResourceQuota events after ``resource_version``; see `watch_pods`."""
+        query = watch_query(resource_version=resource_version, timeout_seconds=timeout_seconds,
+                            initial_events=initial_events)
+        return stream_events(self._transport, "watch resourcequotas", "/api/v1/resourcequotas", query,
                              timeout_seconds=timeout_seconds, silence_seconds=silence_seconds, on_open=on_open)
 
     # -- events -----------------------------------------------------------------------------------

@@ -37,6 +37,7 @@ from hami_web.core.grants import encode_pod_devices
 from hami_web.core.names import NODE_LOCK
 from hami_web.core.nodelocks import SeenNode
 from hami_web.core.options import PodOptions
+from hami_web.core.quota import NamespaceQuota, QuotaObject
 from hami_web.core.requests import PodRequest
 from hami_web.core.usage import pod_booking
 from hami_web.state.claims import Claims
@@ -50,6 +51,7 @@ from hami_web.state.planning import (
     same_usage,
 )
 from hami_web.state.pods import PodRecord, PodUsage, booked_at, pod_record, standing_booking
+from hami_web.state.quotaledger import QuotaObjects
 from hami_web.state.store import LOCK_RELEASE_GRACE_SECONDS, CacheStats, CacheStore
 
 __all__ = ["ASSUMPTION_GRACE_SECONDS", "LOCK_HOLD_BUCKETS_SECONDS", "LOCK_RELEASE_GRACE_SECONDS", "AlreadyBooked",
@@ -82,6 +84,8 @@ class ClusterCache(CacheStore):
         # Told the UIDs of pods that no longer wait for a node (deleted, finished or bound), outside the lock:
         # the dashboard's pending page drops them within a watch event instead of after its 15 minutes.
         self._settled_listeners: list[Callable[[Sequence[str]], None]] = []
+        # The ResourceQuota objects, touched by their sync thread alone; their limits go to `_quota_ledger`.
+        self._quota_objects = QuotaObjects()
 
     # -- readiness --------------------------------------------------------------------------------
 
@@ -257,7 +261,9 @@ class ClusterCache(CacheStore):
             self._release_locked(uid)
             busy = self._busy_nodes_locked(uid, namespace, name, self._lock_keys(request)) \
                 if self._busy_nodes_last else frozenset()
-            result = choose_node(request, options, candidates, self._views, self._broken_nodes, busy=busy)
+            quota = self._quota_ledger.pod_quota(namespace, request)
+            result = choose_node(request, options, candidates, self._views, self._broken_nodes, busy=busy,
+                                 quota=quota)
             if isinstance(result, Placement):
                 booking = pod_booking(result.grants, init_count=request.init_count, owner=f"{namespace}/{name}")
                 usage = PodUsage(uid=uid, namespace=namespace, name=name, node=result.node, grants=result.grants,
@@ -271,6 +277,32 @@ class ClusterCache(CacheStore):
                 if shadowed is not None:  # the API showed the pod holding this meanwhile: that is the truth now
                     self._hold_locked(uid, shadowed, assumed_at=None)
             return result
+
+    # -- namespace quotas -----------------------------------------------------------------------------
+
+    def replace_quotas(self, objects: Iterable[QuotaObject]) -> None:
+        """Reconcile the ResourceQuota objects with a full list (their limits worked out outside the lock)."""
+        limits = self._quota_objects.replace(objects)
+        with self._locked("quotas"):
+            self._quota_ledger.set_limits(limits)
+
+    def apply_quota_events(self, events: Sequence[tuple[str, QuotaObject]]) -> None:
+        """Apply watch events (``ADDED``, ``MODIFIED``, ``DELETED``) for ResourceQuota objects."""
+        limits = self._quota_objects.apply(events)
+        with self._locked("quotas"):
+            self._quota_ledger.set_limits(limits)
+
+    def namespace_quota(self, namespace: str) -> NamespaceQuota:
+        """The namespace's device limits and what its pods book now (bookings not yet bound included)."""
+        with self._locked("read"):
+            return self._quota_ledger.namespace(namespace)
+
+    def quota_usage(self) -> tuple[dict[str, dict[str, int]], dict[str, dict[str, int]]]:
+        """Every namespace's device limits and use, taken together (metrics, dashboard)."""
+        with self._locked("read"):
+            return self._quota_ledger.copy()
+
+    # -- busy nodes -----------------------------------------------------------------------------------
 
     def busy_nodes(self) -> frozenset[str]:
         """The GPU nodes busy binding now: a live owner holds their lock, or a placement of ours awaits its bind."""

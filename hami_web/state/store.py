@@ -31,6 +31,7 @@ from hami_web.state.planning import (
     touched_nodes,
 )
 from hami_web.state.pods import PodUsage
+from hami_web.state.quotaledger import QuotaLedger
 
 log = logging.getLogger(__name__)
 
@@ -76,6 +77,10 @@ class CacheStore:
         self._succeeded_at: dict[str, float] = {}
         self.stats = CacheStats()
         self.lock_holds = self._timed_lock.holds
+        # Namespace quotas (README.md#namespace-quotas): the effective limits and what each namespace's held pods
+        # book, counted wherever `_held` changes, under the lock, so that a filter's quota check and its booking
+        # are one step.
+        self._quota_ledger = QuotaLedger(catalog)
 
     def _locked(self, work: str) -> contextlib.AbstractContextManager[None]:
         return self._timed_lock.held(work)
@@ -180,6 +185,7 @@ class CacheStore:
     def _swap_pods_locked(self, plan: Plan) -> None:
         now = self._clock()
         for uid, held in plan.held_after.items():
+            self._quota_ledger.count(uid, held.usage if held is not None else None)
             if held is None:
                 self._unindex_locked(uid, self._held.pop(uid, None))
                 self._assumed.discard(uid)
@@ -216,6 +222,7 @@ class CacheStore:
         if assumed_at is not None:
             self._assumed.add(uid)
         self._add_usage_locked(usage.node, usage.booking, sign=1)
+        self._quota_ledger.count(uid, usage)
 
     def _release_locked(self, uid: str) -> PodUsage | None:
         held = self._held.pop(uid, None)
@@ -224,6 +231,7 @@ class CacheStore:
         if held is None:
             return None
         self._add_usage_locked(held.usage.node, held.usage.booking, sign=-1)
+        self._quota_ledger.count(uid, None)
         return held.usage
 
     def _lock_owner_done_locked(self, held: Held) -> bool:

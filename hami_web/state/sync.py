@@ -1,10 +1,11 @@
 """Keeping the cache in step with the API as client-go's informers do: one reflector per resource.
 
-`ClusterSync` runs a `state.reflector.Reflector` for nodes and one for pods (list once, streamed where the API
-server offers it, else in pages; then watch from the list's resourceVersion with bookmarks; list again on 410
-Gone, repeated failures, silent watches or ``--relist-interval``; see that module) and feeds them into the
-`ClusterCache` through two sinks. Other sinks may ride on the same reflectors (the dashboard's node traits): one
-watch per resource per process. A further resource is one `register` call (see the reflector module).
+`ClusterSync` runs a `state.reflector.Reflector` for nodes, one for pods and one for ResourceQuotas (list once,
+streamed where the API server offers it, else in pages; then watch from the list's resourceVersion with bookmarks;
+list again on 410 Gone, repeated failures, silent watches or ``--relist-interval``; see that module) and feeds them
+into the `ClusterCache` through three sinks (`state.quotas` for the quotas). Other sinks may ride on the same
+reflectors (the dashboard's node traits): one watch per resource per process. A further resource is one `register`
+call (see the reflector module).
 
 Each object is reduced at once to what scheduling needs (`state.pods.PodRecord`, `state.nodes.NodeRecord`), so no
 whole object outlives its page or event. A list that fails part-way leaves the previous state untouched; the
@@ -35,6 +36,8 @@ from hami_web.kube import JsonObject, Kube, KubeError
 from hami_web.state.cache import ClusterCache
 from hami_web.state.nodes import NodeRecord, handshake_value, node_name, node_record
 from hami_web.state.pods import PodRecord, holds_nothing, pod_finished, pod_key, pod_record
+from hami_web.state.quotas import RESOURCE as QUOTAS
+from hami_web.state.quotas import QuotaCacheSink, quota_key
 from hami_web.state.reflector import (
     LIST_PAGE_SIZE,
     WATCH_SILENCE_BOUND_SECONDS,
@@ -151,8 +154,13 @@ class ClusterSync:
         pods = self.register(Reflector(KubeSource.collection(kube, "pods", "/api/v1/pods", lambda pod: pod_key(pod)[0]),
                                        self.options, clock))
         pods.add_sink(PodCacheSink(cache, clock))
+        # ResourceQuota objects: the namespaces' device limits (README.md#namespace-quotas).
+        quotas = self.register(Reflector(KubeSource(QUOTAS, kube.list_resource_quotas, kube.watch_resource_quotas,
+                                                    quota_key), self.options, clock))
+        quotas.add_sink(QuotaCacheSink(cache))
         self.nodes = nodes.status
         self.pods = pods.status
+        self.quotas = quotas.status
 
     def register(self, reflector: Reflector) -> Reflector:
         """Run ``reflector`` with the others: the cache is synced once all have listed, and readiness and metrics

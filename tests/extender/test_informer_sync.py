@@ -77,7 +77,8 @@ def _lists(apiserver: LocalCluster, path: str) -> list[dict[str, str]]:
 
 
 def _watching(sync: ClusterSync) -> None:
-    wait_for(lambda: sync.pods.watching and sync.nodes.watching, what="both watches to be open")
+    wait_for(lambda: sync.pods.watching and sync.nodes.watching and sync.quotas.watching,
+             what="every watch (nodes, pods, resourcequotas) to be open")
 
 
 def _held(sync: ClusterSync) -> dict[str, str]:
