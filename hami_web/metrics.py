@@ -24,6 +24,7 @@ from prometheus_client.registry import Collector
 
 from hami_web import __version__
 from hami_web.core.fit import core_capacity
+from hami_web.core.quota import quota_usage_rows
 from hami_web.core.reasons import reason_causes
 from hami_web.state.cache import LOCK_HOLD_BUCKETS_SECONDS, ClusterCache
 
@@ -80,6 +81,7 @@ class _ClusterCollector(Collector):
         yield from self._gpu_families()
         yield from self._mig_families()
         yield from self._container_families()
+        yield from self._quota_families()
         yield from self._own_families()
 
     def _gpu_families(self) -> Iterator[Metric]:
@@ -163,6 +165,21 @@ class _ClusterCollector(Collector):
                     vgpu_memory.add(labels, grant.memory_mib * MIB)
                     vgpu_cores.add(labels, _core_percent(grant.cores, total_cores.get(grant.uuid, 0)))
         yield from (vgpu_memory, vgpu_cores)
+
+    def _quota_families(self) -> Iterator[Metric]:
+        """HAMi v2.10's namespace quota series (README.md#namespace-quotas): per namespace and quota resource with a
+        limit or a use, the use (label ``limit``: the limit, ``"0"`` when none is set) and, where set, the limit.
+        Units as booked: memory use in MiB against a limit in the resource's own unit (256 MiB for Iluvatar)."""
+        used = GaugeMetricFamily("hami_resource_quota_used", "resourcequota usage for a certain device",
+                                 labels=["namespace", "quota_name", "limit"])
+        limit_gauge = GaugeMetricFamily("hami_resource_quota_limit", "resourcequota limit for a certain device",
+                                        labels=["namespace", "quota_name"])
+        limits, uses = self._cache.quota_usage()
+        for namespace, resource, limit, amount in quota_usage_rows(limits, uses):
+            used.add_metric([namespace, resource, str(limit or 0)], amount)
+            if limit is not None:
+                limit_gauge.add_metric([namespace, resource], limit)
+        yield from (used, limit_gauge)
 
     def _own_families(self) -> Iterator[Metric]:
         """hami-web's own cache and annotation health series."""

@@ -14,6 +14,7 @@ from typing import Protocol, cast
 
 from flask import current_app
 
+from hami_web.core.quota import QuotaBook
 from hami_web.extender.outcomes import BindOutcome, BindRequest, FilterOutcome, FilterRequest, UnreadableArgs
 from hami_web.settings import Settings
 
@@ -70,6 +71,7 @@ class Services:
     metrics: RouteMetrics | None = None
     # The dashboard's sources (`hami_web.dashboard.data.DashboardSources`: the dashboard is a layer above this one).
     dashboard: object = None
+    quotas: QuotaBook | None = None  # the namespaces' device quotas the webhook checks (the cache)
 
 
 def services() -> Services:

@@ -210,7 +210,7 @@ def test_body_over_4_mib_is_json_413(client: FlaskClient, review: dict[str, Any]
 def test_unexpected_failure_is_json_400_without_traceback(client: FlaskClient, review: dict[str, Any],
                                                           monkeypatch: pytest.MonkeyPatch,
                                                           caplog: pytest.LogCaptureFixture) -> None:
-    def explode(body: object, settings: object) -> None:
+    def explode(body: object, settings: object, quotas: object = None) -> None:
         raise KeyError("spec")
 
     monkeypatch.setattr(webhook_route, "review_admission", explode)

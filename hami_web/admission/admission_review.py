@@ -18,6 +18,7 @@ from typing import Any, Literal, NotRequired, TypedDict
 from hami_web.admission.pod_review import MALFORMED, AdmissionDecision, review_pod
 from hami_web.core.limits import json_type_name
 from hami_web.core.policy import AdmissionPolicy
+from hami_web.core.quota import QuotaBook
 
 REVIEW_KIND = "AdmissionReview"
 SUPPORTED_API_VERSIONS = ("admission.k8s.io/v1", "admission.k8s.io/v1beta1")
@@ -59,7 +60,7 @@ class AdmissionAnswer:
     patch: list[dict[str, Any]] = field(default_factory=list)
 
 
-def review_admission(body: object, policy: AdmissionPolicy) -> AdmissionAnswer:
+def review_admission(body: object, policy: AdmissionPolicy, quotas: QuotaBook | None = None) -> AdmissionAnswer:
     """Answer one decoded AdmissionReview request body (docs/scheduling-rules.md#admission-in-order, including step 1).
 
     Never raises for bad input: every malformed shape becomes an HTTP 400 answer or a non-allowed
@@ -83,7 +84,7 @@ def review_admission(body: object, policy: AdmissionPolicy) -> AdmissionAnswer:
         return reject_unreadable_body("request.uid is missing (it must be a non-empty string)")
 
     pod_label = _pod_label(request)
-    decision = _review_request(request, policy)
+    decision = _review_request(request, policy, quotas)
     response: ReviewResponse = {"uid": uid, "allowed": decision.allowed}
     if decision.message:
         status: ReviewStatus = {"code": decision.code, "message": decision.message}
@@ -104,7 +105,7 @@ def reject_unreadable_body(message: str) -> AdmissionAnswer:
                            message=message)
 
 
-def _review_request(request: dict[str, Any], policy: AdmissionPolicy) -> AdmissionDecision:
+def _review_request(request: dict[str, Any], policy: AdmissionPolicy, quotas: QuotaBook | None) -> AdmissionDecision:
     kind = request.get("kind")
     if not isinstance(kind, dict) or not isinstance(kind.get("kind"), str):
         return AdmissionDecision(allowed=False, message="request.kind must be an object with a string kind",
@@ -127,7 +128,8 @@ def _review_request(request: dict[str, Any], policy: AdmissionPolicy) -> Admissi
         return AdmissionDecision(allowed=False, code=MALFORMED,
                                  message=f"request.object must be a Pod object, got {json_type_name(pod)}")
     try:
-        return review_pod(pod, policy)
+        namespace = request.get("namespace")
+        return review_pod(pod, policy, quotas=quotas, namespace=namespace if isinstance(namespace, str) else "")
     except RecursionError:
         # Deep-copying or diffing a pathologically nested object; a real pod is a few levels deep.
         return AdmissionDecision(allowed=False, message="request.object is nested too deeply to be a pod",

@@ -1,4 +1,4 @@
-"""The admission rules for one pod (docs/scheduling-rules.md#admission-in-order, steps 2–9), as a pure function.
+"""The admission rules for one pod (docs/scheduling-rules.md#admission-in-order, steps 2–10), as a pure function.
 
 The pod is never edited in place: the rules mutate a deep copy and the answer is
 ``jsonpatch.make_patch(original, mutated)``, so the patch holds only operations that really change
@@ -28,7 +28,15 @@ from hami_web.core.limits import quote
 from hami_web.core.options import OptionsError, parse_scoring_weights
 from hami_web.core.policy import AdmissionPolicy
 from hami_web.core.quantities import QuantityError, parse_whole_quantity
-from hami_web.core.requests import FULL_CARD_PERCENT, MAX_CORES, quantity_maximum
+from hami_web.core.quota import EXCEEDING, QuotaBook
+from hami_web.core.requests import (
+    FULL_CARD_PERCENT,
+    MAX_CORES,
+    RequestDefaults,
+    RequestError,
+    pod_request,
+    quantity_maximum,
+)
 
 DEFAULT_SCHEDULER = "default-scheduler"
 
@@ -56,11 +64,13 @@ class AdmissionDecision:
     code: int = 200
 
 
-def review_pod(pod: object, policy: AdmissionPolicy) -> AdmissionDecision:
-    """Apply steps 2–9 of docs/scheduling-rules.md#admission-in-order to a pod object from a CREATE request.
+def review_pod(pod: object, policy: AdmissionPolicy, *, quotas: QuotaBook | None = None,
+               namespace: str = "") -> AdmissionDecision:
+    """Apply steps 2–10 of docs/scheduling-rules.md#admission-in-order to a pod object from a CREATE request.
 
     Never raises for bad input: a value that is not pod-shaped, or a resource value that is not a
-    valid whole quantity, is a denial whose message names what is wrong.
+    valid whole quantity, is a denial whose message names what is wrong. With ``quotas``, a pod that would take
+    its namespace (``namespace``, else the pod's own) past a device quota is denied (README.md#namespace-quotas).
     """
     try:
         check_pod_shape(pod)
@@ -114,6 +124,11 @@ def review_pod(pod: object, policy: AdmissionPolicy) -> AdmissionDecision:
             parse_scoring_weights(weights)
         except OptionsError as error:
             return _deny(MALFORMED, str(error))
+    if quotas is not None:
+        quota_refusal = _quota_refusal(
+            mutated, namespace or str((pod.get("metadata") or {}).get("namespace") or ""), policy, quotas)
+        if quota_refusal is not None:
+            return quota_refusal
     mutated["spec"]["schedulerName"] = policy.scheduler_name
     runtime_classes = [family.admission.runtime_class_name for family in families_used.values()
                        if family.admission.runtime_class_name]
@@ -125,6 +140,25 @@ def review_pod(pod: object, policy: AdmissionPolicy) -> AdmissionDecision:
 
 class FamilyRefusal(ValueError):
     """A family's admission rules refuse the container (Ascend's template and pairing rules), in HAMi's words."""
+
+
+def _quota_refusal(mutated: dict[str, Any], namespace: str, policy: AdmissionPolicy,
+                   quotas: QuotaBook) -> AdmissionDecision | None:
+    """The denial when the pod's spec asks more than its namespace's device quotas leave, else None (as HAMi v2.10's
+    webhook: on the mutated spec, so defaults count as the filter will count them)."""
+    if not namespace:
+        return None
+    quota = quotas.namespace_quota(namespace)
+    if not quota.limits:
+        return None
+    try:
+        request = pod_request(mutated, RequestDefaults.of(policy.devices))
+    except RequestError as error:
+        return _deny(MALFORMED, str(error))
+    excess = quota.admission_excess(request, policy.devices)
+    if excess is None:
+        return None
+    return _deny(FORBIDDEN, f"{EXCEEDING}: {excess.describe()}")
 
 
 def _mutate_container(container: dict[str, Any], name: str, policy: AdmissionPolicy,

@@ -17,6 +17,11 @@ with a ``BindingFailed`` event; kube-scheduler then filters the pod again (by th
 other booking into the cache). Only then is the Binding created: HAMi's device plugin acts on bound pods only, so a
 voided booking never reaches a GPU.
 
+A pod whose namespace has a device quota on what it books (README.md#namespace-quotas) is checked the same way
+against the namespace: its booked pods are read at or after our write's version, and a booking that would take the
+namespace past a limit is voided. Of two binders racing in one namespace, the later writer reads the earlier one's
+booking, so the two never pass a limit together. A namespace without such a quota costs no read.
+
 The saga is four named steps of `Binder` — `_lock_node`, `_book`, `_verify_booking`, `_create_binding` — each of which
 either returns or raises `_Abort` naming the failure's `BindFailure` kind and what it may have left; `_abort` cleans
 that up, and the answer is a `BindOutcome` (`extender.outcomes`) that the log line, event and metrics read.
@@ -243,15 +248,25 @@ class Binder:
             raise _Abort(f"cannot write the GPU booking onto the pod: {error}") from None
 
     def _verify_booking(self, placed: PodUsage, node: str, written: JsonObject) -> None:
-        """Step 3: the placement must still fit beside every other booking the API shows on the node (`verify`)."""
+        """Step 3: the placement must still fit beside every other booking the API shows on the node (`verify`), and
+        its namespace's device quota beside the namespace's other bookings (`BindReads.quota_excess`)."""
+        version = str((written.get("metadata") or {}).get("resourceVersion") or "")
         try:
-            conflicts = self.verify(placed, node, not_older_than=str(
-                (written.get("metadata") or {}).get("resourceVersion") or ""))
+            conflicts = self.verify(placed, node, not_older_than=version)
         except KubeError as error:
             raise _Abort(f"cannot read node {node}'s pods to verify the placement: {error}") from None
         if conflicts:
             raise _Abort(f"GPUs given to pod {placed.namespace}/{placed.name} on node {node} are no longer free "
                          f"({conflicts}); another scheduler booked them first; filter it again",
+                         kind=BindFailure.CONFLICT)
+        try:
+            excess = self._reads.quota_excess(placed, not_older_than=version)
+        except KubeError as error:
+            raise _Abort(f"cannot read namespace {placed.namespace}'s pods to verify its device quota: {error}") \
+                from None
+        if excess:
+            raise _Abort(f"pod {placed.namespace}/{placed.name} would take its namespace past its device quota "
+                         f"({excess}); another scheduler booked first or the quota was lowered; filter it again",
                          kind=BindFailure.CONFLICT)
 
     def _create_binding(self, placed: PodUsage, node: str, bind_deadline: _BindDeadline) -> None:

@@ -1,4 +1,5 @@
-"""What ``/bind`` reads from the API to judge a booking: the pod now, where it is bound, the node's other bookings.
+"""What ``/bind`` reads from the API to judge a booking: the pod now, where it is bound, the node's other bookings,
+and the other bookings of its namespace when a device quota limits what it books (README.md#namespace-quotas).
 
 Each read answers one question the bind's steps ask (`extender.binding`); none writes, and none feeds the cache: the
 watch brings the same objects in order.
@@ -7,12 +8,14 @@ watch brings the same objects in order.
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 from hami_web.core import names
 from hami_web.core.devices import AnnotationError
 from hami_web.core.families import DeviceCatalog
 from hami_web.core.grants import booking_annotations
+from hami_web.core.quota import NamespaceQuota, booking_quota_use, family_quota_names, quota_resources
 from hami_web.core.verify import other_bookings, placement_conflicts
 from hami_web.kube import Kube, KubeError, NotFoundError
 from hami_web.state.cache import ClusterCache
@@ -28,6 +31,8 @@ class BindReads:
         self._kube = kube
         self._cache = cache
         self._catalog = catalog
+        self._quota_resources = quota_resources(catalog)
+        self._quota_families = family_quota_names(catalog)
 
     def pod_still_unbound(self, placed: PodUsage) -> tuple[dict[str, Any] | None, str]:
         """The pod as the API has it now, and a refusal ("" when none) if it is gone, replaced or already bound.
@@ -74,21 +79,52 @@ class BindReads:
         if view is None:
             return f"node {node} is not a GPU node this hami-web knows"
         bookings = []
-        for pod in self._kube.list_pods_on_node(node, assigned_label=names.LABEL_ASSIGNED_NODE,
-                                                not_older_than=not_older_than):
+        pods = self._kube.list_pods_on_node(node, assigned_label=names.LABEL_ASSIGNED_NODE,
+                                            not_older_than=not_older_than)
+        for usage in self._other_bookings(pods, placed, f"on node {node}"):
+            if usage.node == node:
+                bookings.append((usage.booking, usage.grants))
+        conflicts = placement_conflicts(view.inventory, other_bookings(bookings), placed.booking, placed.grants)
+        return "; ".join(conflict.describe() for conflict in conflicts)
+
+    def quota_excess(self, placed: PodUsage, *, not_older_than: str) -> str:
+        """Which device quota of its namespace ``placed`` would pass beside the namespace's other bookings as the API
+        shows them at or after ``not_older_than`` ("" when none, or when its namespace limits nothing it books: then
+        nothing is read).
+
+        The limits are the cache's (the ResourceQuota watch); the bookings are read, not the cache's, which may not
+        have seen another binder's yet. Of two binders racing in one namespace, the later writer reads the earlier
+        one's booking. Raises `KubeError` when the API cannot be read.
+        """
+        ours = booking_quota_use(placed.booking, placed.grants, self._quota_resources, self._quota_families)
+        limits = self._cache.namespace_quota(placed.namespace).limits
+        if not any(resource in limits for resource in ours):
+            return ""
+        others: dict[str, int] = {}
+        pods = self._kube.list_booked_pods_in_namespace(placed.namespace, assigned_label=names.LABEL_ASSIGNED_NODE,
+                                                        not_older_than=not_older_than)
+        for usage in self._other_bookings(pods, placed, f"in namespace {placed.namespace}"):
+            for resource, amount in booking_quota_use(usage.booking, usage.grants, self._quota_resources,
+                                                      self._quota_families).items():
+                others[resource] = others.get(resource, 0) + amount
+        excesses = NamespaceQuota(placed.namespace, limits, others).booking_excess(ours, self._quota_resources)
+        return "; ".join(excess.describe() for excess in excesses)
+
+    def _other_bookings(self, pods: Iterable[dict[str, Any]], placed: PodUsage, where: str) -> Iterator[PodUsage]:
+        """What each of ``pods`` but ``placed`` itself holds; as in the cache, a garbage booking is unknown usage, not a
+        veto (logged with ``where`` the pods were read)."""
+        for pod in pods:
             uid, pod_namespace, pod_name = pod_key(pod)
             if uid == placed.uid:
                 continue
             try:
                 usage = pod_usage(pod, catalog=self._catalog)
-            except AnnotationError as error:  # as in the cache: a garbage booking is unknown usage, not a veto
-                log.warning("bind: pod %s/%s on node %s: unreadable booking ignored: %s", pod_namespace, pod_name,
-                            node, error)
+            except AnnotationError as error:
+                log.warning("bind: pod %s/%s %s: unreadable booking ignored: %s", pod_namespace, pod_name, where,
+                            error)
                 continue
-            if usage is not None and usage.node == node:
-                bookings.append((usage.booking, usage.grants))
-        conflicts = placement_conflicts(view.inventory, other_bookings(bookings), placed.booking, placed.grants)
-        return "; ".join(conflict.describe() for conflict in conflicts)
+            if usage is not None:
+                yield usage
 
     def bound_to(self, namespace: str, name: str, uid: str) -> str | None:
         """The node the pod is bound to ("" when unbound or gone), or None when the API cannot tell us now."""

@@ -33,7 +33,7 @@ def admission_webhook() -> tuple[Response, int]:
     except BodyError as error:
         answer = reject_unreadable_body(str(error))
     else:
-        answer = review_admission(body, services().settings.admission)
+        answer = review_admission(body, services().settings.admission, quotas=services().quotas)
     _log_answer(answer)
     _observe(allowed=answer.allowed)
     return jsonify(answer.body), answer.http_status

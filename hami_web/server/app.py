@@ -13,6 +13,7 @@ from flask import Flask, Response, jsonify, request
 from flask.json.provider import DefaultJSONProvider
 from werkzeug.exceptions import HTTPException
 
+from hami_web.core.quota import QuotaBook
 from hami_web.server.listeners import RoutesByListener
 from hami_web.services import EXTENSION_KEY, ExtenderCalls, Readiness, RouteMetrics, Services
 from hami_web.settings import Settings
@@ -23,8 +24,9 @@ MAX_BODY_BYTES = 4 * 1024 * 1024
 
 
 def create_app(settings: Settings, *, readiness: Readiness | None = None, extender: ExtenderCalls | None = None,
-               metrics: RouteMetrics | None = None, dashboard: object = None) -> Flask:
-    """Build the app with its blueprints; collaborators left as None disable the routes that need them."""
+               metrics: RouteMetrics | None = None, dashboard: object = None, quotas: QuotaBook | None = None) -> Flask:
+    """Build the app with its blueprints; collaborators left as None disable the routes that need them (``quotas``
+    None: the webhook checks no namespace quota)."""
     from hami_web.routes import extender as extender_routes
     from hami_web.routes import health, webhook
 
@@ -34,7 +36,7 @@ def create_app(settings: Settings, *, readiness: Readiness | None = None, extend
     json_provider.sort_keys = False
     app.json = json_provider
     app.extensions[EXTENSION_KEY] = Services(settings=settings, readiness=readiness, extender=extender,
-                                             metrics=metrics, dashboard=dashboard)
+                                             metrics=metrics, dashboard=dashboard, quotas=quotas)
     app.register_blueprint(health.blueprint)
     app.register_blueprint(webhook.blueprint)
     app.register_blueprint(extender_routes.blueprint)

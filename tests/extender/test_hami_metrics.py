@@ -4,8 +4,8 @@ Covers: every metric HAMi's scheduler serves for NVIDIA vGPUs is there as a gaug
 names (``zone="vGPU"`` on all cluster series, none on ``hami_build_info``); HAMi's units on hand-worked values —
 memory in bytes, cores in percent of the device rounded up (a GPU with ``devcore`` 200 booked 50 → 25), memory
 ratio 0–1, ``device_memory_limit`` in MiB, ``container_index`` counting init containers first, whole-number
-percent where HAMi's float arithmetic would round 7 % up to 8; quota series are absent, and MIG's without
-MIG instances; our own ``hami_web_*`` series are still served.
+percent where HAMi's float arithmetic would round 7 % up to 8; MIG's series are absent without MIG instances;
+our own ``hami_web_*`` series are still served.
 """
 
 from __future__ import annotations
@@ -36,8 +36,8 @@ HAMI_SCHEDULER_METRICS: dict[str, tuple[str, ...]] = {
     "hami_vgpu_core_allocated_ratio": CONTAINER,
     "hami_build_info": ("version", "revision", "build_date", "go_version", "compiler", "platform"),
 }
-# Quotas: not supported; MIG instances: none in this cluster (tests/extender/test_mig.py has them).
-NOT_SERVED = ("hami_node_gpu_mig_instance_info", "hami_resource_quota_used")
+# MIG instances: none in this cluster (tests/extender/test_mig.py has them); quotas: tests/extender/test_quota.py.
+NOT_SERVED = ("hami_node_gpu_mig_instance_info",)
 OUR_OWN = ("hami_web_request_duration_seconds", "hami_web_filter_results", "hami_web_filter_node_rejections",
            "hami_web_bind_results", "hami_web_webhook_reviews", "hami_web_node_lock_waits",
            "hami_web_cache_refresh_age_seconds", "hami_web_cache_refresh_errors", "hami_web_annotation_parse_errors",
