@@ -17,6 +17,7 @@ from hami_web.core.families import NVIDIA
 from hami_web.core.noderules import is_rule_reason
 from hami_web.core.options import NODE_POLICIES, OptionsError, parse_gpu_policy
 from hami_web.core.policy import SchedulingPolicy
+from hami_web.core.quota import memory_factors
 from hami_web.core.reasons import group_reasons
 from hami_web.core.usage import NodeView
 from hami_web.dashboard import charts
@@ -69,6 +70,7 @@ class DashboardSources:
         every GPU node counts as schedulable (`node_rules_known` says which).
         """
         views, broken, usages = self.cache.read_consistent()
+        quota_limits, quota_used = self.cache.quota_usage()
         traits = (self.node_traits.traits() if self.node_traits else None) or {}
         nodes = {}
         for name in (*views, *broken):
@@ -76,7 +78,9 @@ class DashboardSources:
             nodes[name] = NodeFacts(name=name, gpu_node=True, cordoned=bool(node and node.unschedulable),
                                     error=broken.get(name, ""))
         return ClusterSnapshot(nodes=nodes, views=views, broken_nodes=broken, usages=usages, traits=traits,
-                               catalog=self.settings.devices)
+                               catalog=self.settings.devices,
+                               quota_limits=quota_limits, quota_used=quota_used,
+                               quota_factors=memory_factors(self.settings.devices))
 
     def node_rules_note(self) -> str:
         """Empty when kube-scheduler's node rules are applied; else what the pages cannot tell yet."""
@@ -244,6 +248,7 @@ def overview(sources: DashboardSources, args: Mapping[str, str]) -> dict[str, An
         "paging": paging, "families": list(families), "gpu_types": types, "nodes": rows,
         "histograms": _histograms(snapshot),
         "broken_nodes": dict(sorted(snapshot.broken_nodes.items())),
+        "quotas": [dataclasses.asdict(quota) for quota in whole.quotas],
     }
 
 

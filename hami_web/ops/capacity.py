@@ -19,6 +19,10 @@ a shape that requests cpu or memory stops filling a node when its allocatable ru
 The shape asks devices of one family (NVIDIA unless ``family`` names another enabled one): its count, memory
 and cores resources and its selection keys come from that family's record, so a node of another family is
 simply one the shape does not fit (``NodeInsufficientDevice``).
+
+In a namespace (``namespace``) whose ResourceQuotas limit the family's memory or cores (README.md#namespace-quotas),
+each pod placed counts against the limits as the filter counts it, so the count stops where the quota does, and
+``ResourceQuotaNotFit`` is what runs out.
 """
 
 from __future__ import annotations
@@ -45,6 +49,7 @@ from hami_web.core.noderules import (
 )
 from hami_web.core.options import OptionsError
 from hami_web.core.policy import SchedulingPolicy
+from hami_web.core.quota import NamespaceQuota, booking_quota_use, family_quota_names, quota_resources
 from hami_web.core.reasons import NODE_UNREGISTERED_CAUSE, ReasonGroup, group_reasons
 from hami_web.core.requests import RequestError
 from hami_web.core.usage import NodeView, build_node_view, pod_booking, with_booking
@@ -53,7 +58,8 @@ from hami_web.ops.snapshot import ClusterSnapshot
 DEFAULT_LIMIT = 10_000
 EFFECTS = ("NoSchedule", "NoExecute", "PreferNoSchedule")
 # What runs out when a node's cpu, memory or pod count stops the filling, besides the GPU capacities.
-NODE_CAPACITY_REASONS = frozenset({TOO_MANY_PODS, f"Insufficient {CPU}", f"Insufficient {MEMORY}"})
+NODE_CAPACITY_REASONS = frozenset({TOO_MANY_PODS, f"Insufficient {CPU}", f"Insufficient {MEMORY}",
+                                   names.RESOURCE_QUOTA_NOT_FIT})
 # Nodes that never had room for a GPU pod: nothing "ran out" there.
 NOT_GPU_NODES = frozenset({NODE_UNREGISTERED_CAUSE, INVALID_REGISTER})
 
@@ -84,6 +90,7 @@ class PodShape:
     memory: str = ""
     family: str = NVIDIA
     mig_profile: str = ""  # ask for this dynamic MIG profile: its memory, on MIG GPUs only (README.md#dynamic-mig)
+    namespace: str = "default"  # whose device quotas the pods count against
 
     def device_family(self, catalog: DeviceCatalog) -> Family:
         """The shape's family in ``catalog``; `ShapeError` when it is not enabled or cannot express the shape."""
@@ -128,7 +135,8 @@ class PodShape:
             spec["tolerations"] = [parse_toleration(text) for text in self.tolerations]
         if self.node_selector:
             spec["nodeSelector"] = dict(parse_label(text) for text in self.node_selector)
-        return {"metadata": {"name": "capacity-probe", "annotations": annotations}, "spec": spec}
+        return {"metadata": {"name": "capacity-probe", "namespace": self.namespace, "annotations": annotations},
+                "spec": spec}
 
 
 def parse_toleration(text: str) -> dict[str, str]:
@@ -182,6 +190,7 @@ class CapacityReport:
     exhausted: list[ReasonGroup] = field(default_factory=list)
     left_out: list[ReasonGroup] = field(default_factory=list)
     settings_source: str = ""  # where the server-wide policies came from (the command fills it in)
+    quota: dict[str, str] = field(default_factory=dict)  # per quota resource of the namespace: "used/limit" at the end
 
     @property
     def runs_out_first(self) -> str:
@@ -226,18 +235,26 @@ def plan_capacity(snapshot: ClusterSnapshot, shape: PodShape, policies: Scheduli
                             left_out=list(group_rule_reasons(screening.left_out)), device=family.label,
                             memory_mib_per_device=max((c.memory_mib for c in request.containers), default=0),
                             cores_per_device=max((c.cores for c in request.containers), default=0))
+    catalog = policies.catalog
+    namespace = snapshot.namespace_quota(shape.namespace)
+    used = dict(namespace.used)
+    resources, families = quota_resources(catalog), family_quota_names(catalog)
     for view in rank_nodes([views[name] for name in candidates if name in views], options.node_policy):
         room = room_for(needs, traits[view.name], snapshot.requested.get(view.name)) if view.name in traits else None
         while may_fit(request, view, options) and (room is None or report.by_node.get(view.name, 0) < room):
             if report.fits >= limit:
                 report.limited = True
                 break
-            result = fit_pod(request, view, options)
+            quota = NamespaceQuota(shape.namespace, namespace.limits, used).pod_quota(request, catalog)
+            result = fit_pod(request, view, options, quota)
             if not isinstance(result, PodFit):
                 break
             types = {device.uuid: device.type for device in view.inventory.devices}
             gpu_type = "+".join(sorted({types[g.uuid] for container in result.grants for g in container}))
-            view = views[view.name] = with_booking(view, pod_booking(result.grants, init_count=request.init_count))
+            booking = pod_booking(result.grants, init_count=request.init_count)
+            for resource, amount in booking_quota_use(booking, result.grants, resources, families).items():
+                used[resource] = used.get(resource, 0) + amount
+            view = views[view.name] = with_booking(view, booking)
             report.fits += 1
             report.by_gpu_type[gpu_type] = report.by_gpu_type.get(gpu_type, 0) + 1
             for grant in (g for container in result.grants for g in container if g.instance is not None):
@@ -249,11 +266,14 @@ def plan_capacity(snapshot: ClusterSnapshot, shape: PodShape, policies: Scheduli
     if not report.limited:
         placed = {name: add_requests({}, needs.requests, count) for name, count in report.by_node.items()}
         after = snapshot.screen(needs, extra=placed)
-        final = choose_node(request, options, list(after.offered), views, snapshot.broken_nodes)
+        final = choose_node(request, options, list(after.offered), views, snapshot.broken_nodes,
+                            quota=NamespaceQuota(shape.namespace, namespace.limits, used).pod_quota(request, catalog))
         if isinstance(final, Placement):  # cannot happen: every node was filled until its fit failed
             raise ShapeError(f"internal error: node {final.node} still takes a pod after it was filled")
         filled = {name: reasons for name, reasons in after.left_out.items() if name not in screening.left_out}
         report.exhausted = merge_groups(group_rule_reasons(filled), group_reasons(final.reasons))
+    report.quota = {resource: f"{used.get(resource, 0)}/{limit}" for resource, limit in sorted(namespace.limits.items())
+                    if resource in (family.resources.memory, family.resources.cores)}
     report.by_gpu_type = dict(sorted(report.by_gpu_type.items(), key=lambda item: (-item[1], item[0])))
     report.by_node = dict(sorted(report.by_node.items(), key=lambda item: (-item[1], item[0])))
     report.by_mig_profile = dict(sorted(report.by_mig_profile.items(), key=lambda item: (-item[1], item[0])))

@@ -8,6 +8,7 @@ makes no sense — is one line on stderr and exit status 1, as kubectl does.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import gc
 import logging
 import sys
@@ -172,6 +173,9 @@ def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
                           help="the pod's spec.nodeSelector (repeatable)")
     capacity.add_argument("--cpu", default="", metavar="QUANTITY", help="the pod's cpu request, e.g. 4 or 500m")
     capacity.add_argument("--memory", default="", metavar="QUANTITY", help="the pod's memory request, e.g. 16Gi")
+    capacity.add_argument("-n", "--namespace", default="",
+                          help="the namespace whose device quotas the pods count against (default: the "
+                               "context's namespace, else default)")
     capacity.add_argument("--limit", type=_whole, default=DEFAULT_LIMIT, metavar="N",
                           help=f"stop counting at N pods (default {DEFAULT_LIMIT})")
     _connection_flags(capacity)
@@ -274,7 +278,8 @@ def run_capacity(arguments: argparse.Namespace) -> int:
                      node_policy=arguments.node_policy, gpu_policy=arguments.gpu_policy,
                      tolerations=tuple(arguments.toleration), node_selector=tuple(arguments.node_selector),
                      cpu=arguments.cpu, memory=arguments.memory, mig_profile=arguments.mig_profile.strip())
-    kube, _, source = _target(arguments)
+    kube, context_namespace, source = _target(arguments)
+    shape = dataclasses.replace(shape, namespace=arguments.namespace or context_namespace or "default")
     try:
         settings = _settings(kube, arguments)
         snapshot = read_snapshot(kube, label_selector=settings.node_label_selector, node_rules=True,

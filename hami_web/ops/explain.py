@@ -35,8 +35,10 @@ from hami_web.core.noderules import (
 )
 from hami_web.core.options import OptionsError, PodOptions
 from hami_web.core.policy import SchedulingPolicy
+from hami_web.core.quota import booking_quota_use, family_quota_names, quota_resources
 from hami_web.core.reasons import ReasonGroup, group_reasons
 from hami_web.core.requests import ContainerRequest, PodRequest, RequestError
+from hami_web.core.usage import pod_booking
 from hami_web.ops.snapshot import ClusterSnapshot
 from hami_web.state.pods import pod_usage
 
@@ -98,6 +100,7 @@ class Explanation:
     ruled_out_fit: str = ""  # a node whose GPUs would take the pod, and the node rule that keeps it out
     group_reasons: dict[str, str] = field(default_factory=dict)  # per node: why its device groups could not take it
     mig: list[str] = field(default_factory=list)  # why no MIG GPU takes a container (README.md#dynamic-mig)
+    quota: str = ""  # the namespace quota the pod waits on, when devices would take it (README.md#namespace-quotas)
 
 
 def _label(catalog: DeviceCatalog, cw: str) -> str:
@@ -247,7 +250,9 @@ def explain_pod(pod: Mapping[str, Any], snapshot: ClusterSnapshot, policies: Sch
     candidates = list(screening.offered)
     explanation.candidates = len(candidates)
     explanation.left_out = len(screening.left_out)
-    result = choose_node(request, options, candidates, snapshot.views, snapshot.broken_nodes)
+    namespace = str(metadata.get("namespace") or "default")
+    quota = snapshot.namespace_quota(namespace).pod_quota(request, catalog)
+    result = choose_node(request, options, candidates, snapshot.views, snapshot.broken_nodes, quota=quota)
     if isinstance(result, Placement):
         explanation.verdict, explanation.node = FITS, result.node
         explanation.message = f"the filter would place the pod on node {result.node} now"
@@ -265,10 +270,31 @@ def explain_pod(pod: Mapping[str, Any], snapshot: ClusterSnapshot, policies: Sch
         explanation.mig = _mig_notes(request, snapshot, candidates)
     total = len(candidates) + len(screening.left_out)
     explanation.message = f"no node fits: 0/{total} nodes are available"
+    if quota is not None:
+        explanation.quota = _quota_wait(request, options, candidates, snapshot, namespace, catalog)
+        if explanation.quota:
+            explanation.message = (f"no node fits because of the namespace's device quota, not for want of devices: "
+                                   f"{explanation.quota}")
+            return explanation
     if screening.left_out:
         explanation.message += (f" ({len(screening.left_out)} left out by kube-scheduler's node rules before "
                                 f"hami-web's filter)")
     return explanation
+
+
+def _quota_wait(request: PodRequest, options: PodOptions, candidates: Sequence[str], snapshot: ClusterSnapshot,
+                namespace: str, catalog: DeviceCatalog) -> str:
+    """When devices would take the pod but its namespace's quota does not: which limit, its use and what the pod
+    would book there ("" when the pod would not fit without the quota either)."""
+    free = choose_node(request, options, candidates, snapshot.views, snapshot.broken_nodes)
+    if not isinstance(free, Placement):
+        return ""
+    resources = quota_resources(catalog)
+    use = booking_quota_use(pod_booking(free.grants, init_count=request.init_count), free.grants, resources,
+                            family_quota_names(catalog))
+    excesses = snapshot.namespace_quota(namespace).booking_excess(use, resources)
+    return "; ".join(excess.describe() for excess in excesses) or \
+        f"namespace {namespace} is at or over a limit it asks for"
 
 
 def _ruled_out_fit(request: PodRequest, options: PodOptions, snapshot: ClusterSnapshot,

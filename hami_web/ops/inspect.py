@@ -17,6 +17,7 @@ from typing import Any
 from hami_web.core.grants import families_of
 from hami_web.core.groups import group_label
 from hami_web.core.mig import MIG_MODE, MigLayout, mig_layout
+from hami_web.core.quota import quota_usage_rows
 from hami_web.core.usage import NodeView
 from hami_web.ops.snapshot import ClusterSnapshot, NodeFacts
 
@@ -148,6 +149,19 @@ class NodeReport:
         return READY
 
 
+@dataclass(frozen=True, slots=True)
+class QuotaReport:
+    """One namespace's use of one quota resource against its limit (README.md#namespace-quotas); ``limit`` None: no
+    limit set (the use is shown all the same). A memory limit is in the resource's unit, its use in MiB: ``limit_mib``
+    is the limit in MiB (the limit times the family's memory factor)."""
+
+    namespace: str
+    resource: str
+    limit: int | None
+    used: int
+    limit_mib: int | None = None
+
+
 @dataclass(slots=True)
 class InspectReport:
     """The cluster totals (of all devices and of each family) and the nodes shown (sorted, maybe cut to
@@ -158,6 +172,8 @@ class InspectReport:
     nodes: list[NodeReport]
     unreadable_pods: dict[str, str]
     families: dict[str, FamilyReport] = field(default_factory=dict)
+    quotas: list[QuotaReport] = field(default_factory=list)
+    quota_warnings: list[str] = field(default_factory=list)
 
 
 def _ratio(used: int, total: int) -> float:
@@ -254,7 +270,8 @@ def _sort_key(sort: str) -> Callable[[NodeReport], Any]:
 
 def inspect_cluster(snapshot: ClusterSnapshot, *, nodes: Sequence[str] = (), sort: str = "name",
                     top: int = 0) -> InspectReport:
-    """Report the device nodes (or the named ``nodes``), cluster totals over all of them first.
+    """Report the device nodes (or the named ``nodes``), cluster totals over all of them first, and the namespaces'
+    quotas.
 
     ``top`` keeps the first N nodes after sorting; totals always cover every node. Raises `InspectError`
     for a named node that does not exist or has no devices.
@@ -296,7 +313,17 @@ def inspect_cluster(snapshot: ClusterSnapshot, *, nodes: Sequence[str] = (), sor
         report.gpus = _gpu_reports(snapshot.views.get(report.name), shares)
     return InspectReport(cluster=cluster, nodes_total=len(reports), nodes=shown,
                          unreadable_pods=dict(sorted(snapshot.broken_pods.items())),
-                         families=_cluster_families(reports))
+                         families=_cluster_families(reports), quotas=quota_reports(snapshot),
+                         quota_warnings=list(snapshot.quota_warnings))
+
+
+def quota_reports(snapshot: ClusterSnapshot) -> list[QuotaReport]:
+    """Each namespace under a device quota: its use against its limits, per quota resource with a limit or a use."""
+    factors = snapshot.quota_factors
+    limited = {namespace: snapshot.quota_used.get(namespace, {}) for namespace in snapshot.quota_limits}
+    return [QuotaReport(namespace=namespace, resource=resource, limit=limit, used=used,
+                        limit_mib=None if limit is None or resource not in factors else limit * factors[resource])
+            for namespace, resource, limit, used in quota_usage_rows(snapshot.quota_limits, limited)]
 
 
 def only_namespace(report: InspectReport, namespace: str) -> InspectReport:
@@ -307,4 +334,5 @@ def only_namespace(report: InspectReport, namespace: str) -> InspectReport:
             gpu.pods = [share for share in gpu.pods if share.namespace == namespace]
     report.unreadable_pods = {pod: error for pod, error in report.unreadable_pods.items()
                               if pod.startswith(f"{namespace}/")}
+    report.quotas = [quota for quota in report.quotas if quota.namespace == namespace]
     return report

@@ -121,7 +121,22 @@ def inspect_data(report: InspectReport) -> dict[str, Any]:
     families = {cw: {"nodes": family.nodes, **dataclasses.asdict(family.totals)}
                 for cw, family in report.families.items()}
     return {"cluster": {"nodes": report.nodes_total, **dataclasses.asdict(report.cluster), "families": families},
-            "nodes": nodes, "unreadablePods": report.unreadable_pods}
+            "nodes": nodes, "unreadablePods": report.unreadable_pods,
+            "namespaceQuotas": [dataclasses.asdict(quota) for quota in report.quotas],
+            "quotaWarnings": report.quota_warnings}
+
+
+def _quota_rows(report: InspectReport) -> list[list[str]]:
+    rows = []
+    for quota in report.quotas:
+        if quota.limit is None:
+            limit, share = "-", "-"
+        else:
+            limit = str(quota.limit) if quota.limit_mib in (None, quota.limit) else \
+                f"{quota.limit} ({quota.limit_mib} MiB)"
+            share = _percent(quota.used, quota.limit_mib if quota.limit_mib is not None else quota.limit)
+        rows.append([quota.namespace, quota.resource, str(quota.used), limit, share])
+    return rows
 
 
 def _usage(used: int, total: int) -> str:
@@ -209,6 +224,11 @@ def render_inspect(report: InspectReport, *, wide: bool = False, details: bool =
     for node in report.nodes:
         rows += _node_rows(node, wide, details)
     lines += table(headers, rows) if rows else ["No device nodes found."]
+    if report.quotas:
+        lines.append("")
+        lines += table(["NAMESPACE", "QUOTA", "USED", "LIMIT", "USE"], _quota_rows(report))
+    for warning in report.quota_warnings:
+        lines.append(f"warning: {warning}")
     if report.unreadable_pods:
         lines.append("")
         lines.append(f"{len(report.unreadable_pods)} pod(s) with unreadable GPU annotations (usage not counted):")
@@ -266,6 +286,8 @@ def render_explain(explanation: Explanation, *, wide: bool = False) -> str:
         lines += _described("Constraints", explanation.constraints)
     if explanation.settings_source:
         lines += _described("Settings", [explanation.settings_source])
+    if explanation.quota:
+        lines += _described("Quota", [explanation.quota])
     if explanation.verdict in (FITS, SCHEDULED) and explanation.placement:
         lines.append("")
         mig = any(gpu.mig for gpus in explanation.placement.values() for gpu in gpus)
@@ -333,6 +355,9 @@ def render_capacity(report: CapacityReport, *, wide: bool = False) -> str:
              *_described("Runs out", [runs_out])]
     if report.settings_source:
         lines += _described("Settings", [report.settings_source])
+    if report.quota:
+        lines += _described("Quota", [f"namespace {report.shape.namespace}: " + ", ".join(
+            f"{resource} {use} after these pods" for resource, use in report.quota.items())])
     if report.left_out:
         lines += _described("Left out", [f"{group.nodes} node(s): {group.cause} (e.g. {', '.join(group.examples)})"
                                          for group in report.left_out])

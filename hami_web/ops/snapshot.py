@@ -30,9 +30,18 @@ from hami_web.core.noderules import (
     screen_nodes,
 )
 from hami_web.core.options import PodOptions
+from hami_web.core.quota import (
+    NamespaceQuota,
+    booking_quota_use,
+    effective_limits,
+    family_quota_names,
+    memory_factors,
+    parse_resource_quota,
+    quota_resources,
+)
 from hami_web.core.requests import PodRequest
 from hami_web.core.usage import NodeView, build_node_view, sum_bookings
-from hami_web.kube import LIST_PAGE_SIZE, Kube, join_pages
+from hami_web.kube import LIST_PAGE_SIZE, Kube, KubeError, join_pages
 from hami_web.state.nodes import node_record, node_state
 from hami_web.state.pods import PodUsage, pod_key, pod_usage
 
@@ -63,10 +72,20 @@ class ClusterSnapshot:
     traits: dict[str, NodeTraits] = field(default_factory=dict)
     requested: dict[str, dict[str, int]] = field(default_factory=dict)
     catalog: DeviceCatalog = DEFAULT_CATALOG  # the families the snapshot was read with (their templates, for the tools)
+    # Namespace quotas (README.md#namespace-quotas): the effective limits and the booked use per namespace and
+    # resource, and what could not be read (a malformed value, or no permission to list ResourceQuotas).
+    quota_limits: dict[str, dict[str, int]] = field(default_factory=dict)
+    quota_used: dict[str, dict[str, int]] = field(default_factory=dict)
+    quota_warnings: list[str] = field(default_factory=list)
+    quota_factors: dict[str, int] = field(default_factory=dict)  # memory resource -> its family's memory factor
     # Screenings already made on this snapshot, by the pod's needs: the pods of one page mostly ask alike.
     _screenings: dict[str, Screening] = field(default_factory=dict, repr=False, compare=False)
     _misses: dict[tuple[PodRequest, PodOptions, str], NearMiss | None] = field(default_factory=dict, repr=False,
                                                                                 compare=False)
+
+    def namespace_quota(self, namespace: str) -> NamespaceQuota:
+        """The namespace's device limits and booked use, as the filter would judge them."""
+        return NamespaceQuota(namespace, self.quota_limits.get(namespace, {}), self.quota_used.get(namespace, {}))
 
     def node_traits(self) -> dict[str, NodeTraits]:
         """What the node rules read on each listed node; a node read without them shows only its cordon."""
@@ -101,8 +120,10 @@ class ClusterSnapshot:
 
 def build_snapshot(nodes: Iterable[Mapping[str, Any]], pods: Iterable[Mapping[str, Any]], *,
                    catalog: DeviceCatalog = DEFAULT_CATALOG, now: float | None = None,
-                   leave_out_pod_uid: str = "", node_rules: bool = False) -> ClusterSnapshot:
-    """Join node and pod objects as the cache does; ``leave_out_pod_uid`` drops one pod's own usage.
+                   leave_out_pod_uid: str = "", node_rules: bool = False,
+                   quotas: Iterable[Mapping[str, Any]] = ()) -> ClusterSnapshot:
+    """Join node and pod objects (and ResourceQuota objects) as the cache does; ``leave_out_pod_uid`` drops one pod's
+    own usage.
 
     The filter forgets a pod's earlier placement before deciding again
     (docs/scheduling-rules.md#the-filter-step-by-step, step 2); ``explain`` leaves the pod out for the same reason. With
@@ -130,6 +151,7 @@ def build_snapshot(nodes: Iterable[Mapping[str, Any]], pods: Iterable[Mapping[st
         if usage is not None:
             snapshot.usages.append(usage)
             by_node.setdefault(usage.node, []).append(usage)
+    _count_quotas(snapshot, quotas, catalog)
     for node in nodes:
         state = node_state(node_record(node, catalog=catalog), now=now, catalog=catalog)
         spec = node.get("spec") or {}
@@ -151,6 +173,35 @@ def build_snapshot(nodes: Iterable[Mapping[str, Any]], pods: Iterable[Mapping[st
     return snapshot
 
 
+def _count_quotas(snapshot: ClusterSnapshot, quotas: Iterable[Mapping[str, Any]], catalog: DeviceCatalog) -> None:
+    """The namespaces' effective limits, and what the snapshot's pods book against them."""
+    by_namespace: dict[str, list[Any]] = {}
+    for obj in quotas:
+        parsed = parse_resource_quota(obj, catalog)
+        snapshot.quota_warnings.extend(parsed.warnings)
+        by_namespace.setdefault(parsed.namespace, []).append(parsed)
+    for namespace, objects in by_namespace.items():
+        if limits := effective_limits(objects):
+            snapshot.quota_limits[namespace] = limits
+    resources, families = quota_resources(catalog), family_quota_names(catalog)
+    snapshot.quota_factors = memory_factors(catalog)
+    for usage in snapshot.usages:
+        for resource, amount in booking_quota_use(usage.booking, usage.grants, resources, families).items():
+            used = snapshot.quota_used.setdefault(usage.namespace, {})
+            used[resource] = used.get(resource, 0) + amount
+
+
+def _list_quotas(kube: Kube) -> tuple[list[JsonObject], str]:
+    """Every ResourceQuota object, or none and why when the API refuses (the tools' user may not list them)."""
+    try:
+        quotas, _ = join_pages(kube.list_resource_quotas(page_size=LIST_PAGE_SIZE))
+    except KubeError as error:
+        if error.status not in (401, 403, 404):
+            raise
+        return [], f"namespace quotas not shown: cannot list ResourceQuotas ({error})"
+    return quotas, ""
+
+
 def read_snapshot(kube: Kube, *, label_selector: str = "", catalog: DeviceCatalog = DEFAULT_CATALOG,
                   leave_out_pod_uid: str = "", node_rules: bool = False) -> ClusterSnapshot:
     """List nodes (by ``label_selector``) and pods from the API, page by page, and join them.
@@ -162,5 +213,9 @@ def read_snapshot(kube: Kube, *, label_selector: str = "", catalog: DeviceCatalo
                                                                 page_size=LIST_PAGE_SIZE))
         pods, _ = join_pages(kube.list_pods(page_size=LIST_PAGE_SIZE))
         nodes, _ = listing_nodes.result()
-    return build_snapshot(nodes, pods, catalog=catalog, leave_out_pod_uid=leave_out_pod_uid,
-                          node_rules=node_rules)
+    quotas, refused = _list_quotas(kube)
+    snapshot = build_snapshot(nodes, pods, catalog=catalog, leave_out_pod_uid=leave_out_pod_uid,
+                              node_rules=node_rules, quotas=quotas)
+    if refused:
+        snapshot.quota_warnings.append(refused)
+    return snapshot
