@@ -17,6 +17,14 @@ template slices, whole NPUs (1, 2, 4 and 8: the HCCS fill and its node-score ter
 (README.md#ascend-npus). Compare its figures with a run without it (NVIDIA) at the same size.
 ``--record FILE`` writes every placement (node and devices); ``--check FILE`` compares this run's placements with such
 a file, so a change to the core can show it decides exactly as before.
+
+``--quota N``: the pods belong to N namespaces (pod i to namespace i mod N), each under a ResourceQuota on GPU memory
+and cores (README.md#namespace-quotas), and each decision does what the cache does for a pod of such a namespace:
+read the namespace's limits and use, derive what they leave the pod, decide with it (``ResourceQuotaNotFit`` checked
+on every device tried), and count the placement's booking against the namespace. The limits are generous
+(``--quota-mib`` per namespace, default 10^9 MiB, so the placements are those of the run without quota, which
+``--check`` against a ``--record`` of it shows): the figures are the quota's overhead. ``--cpu-time`` times the
+thread's CPU instead of the wall clock, for a machine shared with other work.
 """
 
 from __future__ import annotations
@@ -28,6 +36,7 @@ import statistics
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -35,8 +44,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from hami_web.core.choose import NoPlacement, Placement, choose_node
 from hami_web.core.devices import Device, NodeInventory
+from hami_web.core.families import DEFAULT_CATALOG
 from hami_web.core.grants import describe_grants
 from hami_web.core.options import DeviceSelection, PodOptions
+from hami_web.core.quota import NamespaceQuota, booking_quota_use, family_quota_names, quota_resources
 from hami_web.core.requests import ContainerRequest, PodRequest
 from hami_web.core.usage import DeviceUsage, NodeView, build_node_view, pod_booking
 
@@ -167,11 +178,14 @@ IMPOSSIBLE_POD = ask(1, memory_mib=200_000)
 T = TypeVar("T")
 
 
+CLOCK = time.perf_counter  # --cpu-time: time.thread_time, what the decision itself costs on a shared machine
+
+
 def timed(call: Callable[[], T]) -> tuple[float, T]:
-    """Milliseconds taken by ``call`` and its result."""
-    start = time.perf_counter()
+    """Milliseconds taken by ``call`` (by `CLOCK`) and its result."""
+    start = CLOCK()
     result = call()
-    return (time.perf_counter() - start) * 1000, result
+    return (CLOCK() - start) * 1000, result
 
 
 def percentile(samples: list[float], share: float) -> float:
@@ -180,7 +194,38 @@ def percentile(samples: list[float], share: float) -> float:
     return ordered[min(len(ordered) - 1, int(share * len(ordered)))]
 
 
-def run(size: int, pods: int, seed: int, *, mixed: bool = False, ascend: bool = False) -> list[str]:
+@dataclass(slots=True)
+class QuotaBook:
+    """Namespaces under quota, as the cache keeps them: limits and booked use per namespace and resource."""
+
+    limits: dict[str, dict[str, int]]
+    used: dict[str, dict[str, int]] = field(default_factory=dict)
+
+    @classmethod
+    def generous(cls, namespaces: int, memory_mib: int) -> QuotaBook:
+        return cls(limits={f"team-{n:04d}": {"nvidia.com/gpumem": memory_mib, "nvidia.com/gpucores": memory_mib,
+                                             "hygon.com/dcumem": memory_mib} for n in range(namespaces)})
+
+    def decide(self, namespace: str, request: PodRequest, options: PodOptions, candidates: list[str],
+               views: dict[str, NodeView]) -> Placement | NoPlacement:
+        """The quota-aware decision of `ClusterCache.place`: what the limits leave the pod, then `choose_node`."""
+        quota = NamespaceQuota(namespace, self.limits[namespace], self.used.get(namespace, {})).pod_quota(
+            request, DEFAULT_CATALOG)
+        result = choose_node(request, options, candidates, views, quota=quota)
+        if isinstance(result, Placement):
+            booking = pod_booking(result.grants, init_count=request.init_count)
+            totals = self.used.setdefault(namespace, {})
+            for resource, amount in booking_quota_use(booking, result.grants, QUOTA_RESOURCES, QUOTA_FAMILIES).items():
+                totals[resource] = totals.get(resource, 0) + amount
+        return result
+
+
+QUOTA_RESOURCES = quota_resources(DEFAULT_CATALOG)
+QUOTA_FAMILIES = family_quota_names(DEFAULT_CATALOG)
+
+
+def run(size: int, pods: int, seed: int, *, mixed: bool = False, ascend: bool = False,
+        quota: QuotaBook | None = None) -> list[str]:
     """Generate one cluster, place ``pods`` pods, time the all-fail path, print the figures; the placements."""
     rng = random.Random(seed)
     build_ms, (views, usages) = timed(lambda: generate_ascend_cluster(size, rng) if ascend
@@ -193,7 +238,12 @@ def run(size: int, pods: int, seed: int, *, mixed: bool = False, ascend: bool = 
     impossible = npu_ask(1, 200_000) if ascend else IMPOSSIBLE_POD
     for number in range(pods):
         _, request, options = shapes[number % len(shapes)]
-        elapsed, result = timed(functools.partial(choose_node, request, options, candidates, views))
+        if quota is None:
+            elapsed, result = timed(functools.partial(choose_node, request, options, candidates, views))
+        else:
+            namespaces = sorted(quota.limits)
+            elapsed, result = timed(functools.partial(quota.decide, namespaces[number % len(namespaces)], request,
+                                                      options, candidates, views))
         per_pod.append(elapsed)
         placements.append(f"{size} {number} {result.node} {describe_grants(result.grants)}"
                           if isinstance(result, Placement) else f"{size} {number} -")
@@ -208,15 +258,21 @@ def run(size: int, pods: int, seed: int, *, mixed: bool = False, ascend: bool = 
     for _ in range(5):
         # Fresh views (as after usage changed everywhere) carry no remembered failures: the first-time cost.
         fresh = {name: build_node_view(view.inventory, usages.get(name, {})) for name, view in views.items()}
-        elapsed, result = timed(functools.partial(choose_node, impossible, PodOptions(), candidates, fresh))
+        if quota is None:
+            decide = functools.partial(choose_node, impossible, PodOptions(), candidates, fresh)
+        else:
+            decide = functools.partial(quota.decide, min(quota.limits), impossible, PodOptions(), candidates, fresh)
+        elapsed, result = timed(decide)
         assert isinstance(result, NoPlacement) and len(result.reasons) == size
         fail_runs.append(elapsed)
         # kube-scheduler retrying the same pending pod while the nodes are unchanged.
-        elapsed, result = timed(functools.partial(choose_node, impossible, PodOptions(), candidates, fresh))
+        elapsed, result = timed(decide)
         assert isinstance(result, NoPlacement) and len(result.reasons) == size
         retry_runs.append(elapsed)
     kind = (" (Ascend 910B3 NPUs, two HCCS groups)" if ascend else
             " (a third DCU nodes, a third GPUs + DCUs)" if mixed else "")
+    if quota is not None:
+        kind += f", pods of {len(quota.limits)} namespaces under quota"
     print(f"{size} nodes x {GPUS_PER_NODE} devices{kind} (cluster generated and views built in {build_ms:.0f} ms)")
     print(f"  {pods} typical pods: median {statistics.median(per_pod):.3f} ms, p95 {percentile(per_pod, 0.95):.3f} ms,"
           f" max {max(per_pod):.3f} ms per pod ({unplaced} not placed)")
@@ -236,11 +292,21 @@ def main() -> None:
     parser.add_argument("--ascend", action="store_true", help="8 Ascend 910B3 NPUs per node in two HCCS groups")
     parser.add_argument("--record", help="write every placement to this file")
     parser.add_argument("--check", help="compare every placement with this file (written by --record)")
+    parser.add_argument("--cpu-time", action="store_true",
+                        help="time the thread's CPU, not the wall clock (other processes on the machine do not count)")
+    parser.add_argument("--quota", type=int, default=0, metavar="N", help="pods of N namespaces under quota")
+    parser.add_argument("--quota-mib", type=int, default=10**9, metavar="MIB",
+                        help="each namespace's limit (GPU and DCU memory MiB, GPU cores)")
     arguments = parser.parse_args()
+    if arguments.cpu_time:
+        global CLOCK
+        CLOCK = time.thread_time
     print(f"python {sys.version.split()[0]}, choose_node per pod, candidates = every node")
     placements: list[str] = []
     for size in (int(part) for part in arguments.sizes.split(",")):
-        placements += run(size, arguments.pods, arguments.seed, mixed=arguments.mixed, ascend=arguments.ascend)
+        quota = QuotaBook.generous(arguments.quota, arguments.quota_mib) if arguments.quota else None
+        placements += run(size, arguments.pods, arguments.seed, mixed=arguments.mixed, ascend=arguments.ascend,
+                          quota=quota)
     if arguments.record:
         Path(arguments.record).write_text("\n".join(placements) + "\n")
     if arguments.check:
