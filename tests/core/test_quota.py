@@ -8,7 +8,8 @@ admission counts of a pod spec (containers summed, the largest init container, d
 whole-card asks as 0); what one pod's booking counts (per device the larger of init peak and containers' sum, only
 containers once init containers finished, per family); and the filter's ``ResourceQuotaNotFit`` before the memory
 check, counting the pod's own picks so far (earlier containers, earlier devices of a multi-device container,
-percentage asks resolved on each device, init containers by their peak), for NVIDIA and the other families alike.
+percentage asks resolved on each device, init containers by their peak), for NVIDIA and the other families alike,
+an Ascend choice by network groups judged whole; a room that surely covers the pod skipping the per-device checks.
 Cases follow HAMi v2.10.0 pkg/device/quota_test.go: TestFitQuota, TestFitQuotaExplicitZeroBlocks,
 TestAddQuotaAndDelQuota, TestDelQuotaNonLimitsKey.
 """
@@ -383,3 +384,18 @@ def test_a_room_that_covers_every_device_skips_the_checks(left: FamilyQuota, pic
     # Covered means every single device passes too.
     if covered:
         assert tally.fits("g1", ask[0], ask[1], False) and tally.fits("g0", ask[0], ask[1], True)
+
+
+def npus() -> NodeInventory:
+    devices = tuple(Device(uuid=f"n{i}", index=i, count=4, memory_mib=65536, cores=20, type="Ascend910B3", numa=0,
+                           healthy=True, family="Ascend910B3", network=0 if i < 4 else 1) for i in range(8))
+    return NodeInventory(name="node-1", devices=devices, topology=frozenset(), grouping={"Ascend910B3": "network"})
+
+
+@pytest.mark.parametrize(("left", "expected"), [
+    pytest.param(FamilyQuota(4 * 65536, None), (("n0", "n1", "n2", "n3"),), id="four-npus-in-one-group-fit"),
+    pytest.param(FamilyQuota(3 * 65536, None), f"4/8 {QUOTA_NOT_FIT}", id="a-group-choice-stands-or-fails-whole"),
+])
+def test_a_choice_by_network_groups_is_judged_whole(left: FamilyQuota, expected: Any) -> None:
+    request = ContainerRequest("c", False, 4, memory_mib=65536, family="Ascend910B3", grouped=True)
+    assert fit([request], npus(), left, "Ascend910B3") == expected
