@@ -9,7 +9,8 @@ whole-card asks as 0); what one pod's booking counts (per device the larger of i
 containers once init containers finished, per family); and the filter's ``ResourceQuotaNotFit`` before the memory
 check, counting the pod's own picks so far (earlier containers, earlier devices of a multi-device container,
 percentage asks resolved on each device, init containers by their peak), for NVIDIA and the other families alike,
-an Ascend choice by network groups judged whole; a room that surely covers the pod skipping the per-device checks.
+an Ascend choice by network groups judged whole, MIG instances counted by their profile; a room that surely covers
+the pod skipping the per-device checks.
 Cases follow HAMi v2.10.0 pkg/device/quota_test.go: TestFitQuota, TestFitQuotaExplicitZeroBlocks,
 TestAddQuotaAndDelQuota, TestDelQuotaNonLimitsKey.
 """
@@ -21,7 +22,7 @@ from typing import Any
 import pytest
 
 from hami_web.core import names
-from hami_web.core.devices import Device, NodeInventory
+from hami_web.core.devices import Device, NodeInventory, decode_register
 from hami_web.core.families import build_catalog
 from hami_web.core.fit import FitFailure, PodFit, fit_pod
 from hami_web.core.grants import DeviceGrant
@@ -42,6 +43,7 @@ from hami_web.core.quota import (
 )
 from hami_web.core.requests import ContainerRequest, PodRequest, RequestDefaults, pod_request
 from hami_web.core.usage import build_node_view, pod_booking
+from tests.core.builders import a100_mig_register
 
 CATALOG = build_catalog()
 ILUVATAR_CATALOG = build_catalog(enable_iluvatar=True)
@@ -399,3 +401,13 @@ def npus() -> NodeInventory:
 def test_a_choice_by_network_groups_is_judged_whole(left: FamilyQuota, expected: Any) -> None:
     request = ContainerRequest("c", False, 4, memory_mib=65536, family="Ascend910B3", grouped=True)
     assert fit([request], npus(), left, "Ascend910B3") == expected
+
+
+@pytest.mark.parametrize(("memory_left", "expected"), [
+    pytest.param(5000, (("GPU-a",),), id="the-profile-fits"),
+    pytest.param(4000, f"1/1 {QUOTA_NOT_FIT}", id="the-profile-books-more-than-asked"),
+])
+def test_a_mig_instance_counts_its_profile(memory_left: int, expected: Any) -> None:
+    a100 = decode_register(a100_mig_register("GPU-a"))[0]  # a 3000 MiB ask gets 1g.5gb: 4864 MiB, 14 cores
+    node = NodeInventory(name="node-1", devices=(a100,))
+    assert fit([c(memory_mib=3000, cores=5)], node, FamilyQuota(memory_left, None)) == expected
