@@ -210,7 +210,7 @@ def test_a_third_resource_is_one_registration() -> None:
         try:
             assert sync._cache.wait_synced(5)
             assert names.names == {"quota-a"}
-            assert [status.resource for status in sync.statuses()] == ["nodes", "pods", "configmaps"]
+            assert [status.resource for status in sync.statuses()] == ["nodes", "pods", "resourcequotas", "configmaps"]
             assert third.status.list_mode == STREAMING and sync.readiness() == (True, "cluster cache is in sync")
             apiserver.load([{**config_map, "metadata": {"name": "quota-b", "namespace": "team"}}])
             wait_for(lambda: names.names == {"quota-a", "quota-b"}, what="the new ConfigMap's event")
