@@ -23,7 +23,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from prometheus_client.registry import Collector
 
 from hami_web import __version__
-from hami_web.core.fit import core_capacity
+from hami_web.core.checks import core_capacity
 from hami_web.core.quota import quota_usage_rows
 from hami_web.core.reasons import reason_causes
 from hami_web.state.cache import LOCK_HOLD_BUCKETS_SECONDS, ClusterCache

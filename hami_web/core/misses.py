@@ -13,8 +13,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from hami_web.core import names
+from hami_web.core.checks import EXCLUSIVE_CORES, device_reasons
 from hami_web.core.devices import Device
-from hami_web.core.fit import EXCLUSIVE_CORES, device_reasons
 from hami_web.core.options import PodOptions
 from hami_web.core.requests import ContainerRequest, PodRequest
 from hami_web.core.usage import NodeView

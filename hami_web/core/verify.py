@@ -22,8 +22,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from hami_web.core import names
+from hami_web.core.checks import EXCLUSIVE_CORES, core_capacity, is_dynamic_mig
 from hami_web.core.devices import NodeInventory
-from hami_web.core.fit import EXCLUSIVE_CORES, core_capacity, is_dynamic_mig
 from hami_web.core.grants import PodGrants
 from hami_web.core.usage import NO_USAGE, DeviceUsage
 

@@ -22,6 +22,7 @@ from werkzeug.wrappers import Request, Response
 
 from hami_web.localcluster import selectors
 from hami_web.localcluster.errors import ApiError, bad_request, conflict, invalid, success_status
+from hami_web.localcluster.faults import cut_after, dripping, silent_for
 from hami_web.localcluster.httpserver import RESET_CONNECTION
 from hami_web.localcluster.resources import RESOURCE_TYPES, ResourceType, resource_type
 from hami_web.localcluster.reviews import review_access, review_token
@@ -119,11 +120,11 @@ class ApiServer:
         if fault is not None and fault.mode == FAULT_RESET:
             environ[RESET_CONNECTION] = True
         elif fault is not None and fault.mode == FAULT_DRIP:
-            response = _dripping(response, fault.seconds, self.stopping)
+            response = dripping(response, fault.seconds, self.stopping)
         elif fault is not None and fault.mode == FAULT_CUT:
-            response.response = _cut_after(response.response, fault.events, environ)
+            response.response = cut_after(response.response, fault.events, environ)
         elif fault is not None and fault.mode == FAULT_SILENT:
-            response.response = _silent_for(response.response, fault.seconds, self.stopping)
+            response.response = silent_for(response.response, fault.seconds, self.stopping)
         return response(environ, start_response)
 
     # -- routing ----------------------------------------------------------------------------------
@@ -346,46 +347,6 @@ class ApiServer:
                 last_sent = time.monotonic()
                 yield _event_line("BOOKMARK", {"kind": rt.kind, "apiVersion": rt.api_version,
                                                "metadata": {"resourceVersion": str(cursor)}})
-
-
-def _dripping(response: Response, seconds: float, stopping: threading.Event) -> Response:
-    """The same answer, its body sent one byte every ``seconds`` (chunked: the length is not announced)."""
-    body = response.get_data()
-
-    def drip() -> Iterator[bytes]:
-        for position in range(len(body)):
-            yield body[position:position + 1]
-            if stopping.wait(seconds):
-                return
-
-    return Response(drip(), status=response.status_code, content_type=response.content_type,
-                    direct_passthrough=True)
-
-
-def _cut_after(stream: Any, events: int, environ: dict[str, Any]) -> Iterator[bytes]:
-    """A watch stream that stops after ``events`` event lines and has the connection dropped, unterminated."""
-    sent = 0
-    for data in stream:
-        if sent >= events:
-            break
-        lines = data.splitlines(keepends=True)
-        kept = lines[:events - sent]
-        sent += len(kept)
-        yield b"".join(kept)
-    environ[RESET_CONNECTION] = True
-
-
-def _silent_for(stream: Any, seconds: float, stopping: threading.Event) -> Iterator[bytes]:
-    """A watch stream whose headers go out at once, then nothing for ``seconds`` (0: until the server stops).
-
-    The stream underneath is not read meanwhile, so nothing is lost: what happened during the silence follows it,
-    in order, as a proxy that stalled and then caught up would deliver it (and as a re-opened watch replays it).
-    """
-    iterator = iter(stream)
-    yield next(iterator, b"")
-    stopping.wait(seconds if seconds > 0 else None)
-    if not stopping.is_set():
-        yield from iterator
 
 
 def _visible(changes: list[Change], target: Target, predicate: selectors.Predicate) -> Iterator[tuple[str, Any]]:

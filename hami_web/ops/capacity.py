@@ -31,9 +31,10 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from hami_web.core import names
+from hami_web.core.checks import is_dynamic_mig
 from hami_web.core.choose import INVALID_REGISTER, Placement, choose_node, rank_nodes
 from hami_web.core.families import NVIDIA, DeviceCatalog, Family
-from hami_web.core.fit import PodFit, fit_pod, is_dynamic_mig, may_fit
+from hami_web.core.fit import PodFit, fit_pod, may_fit
 from hami_web.core.mig import MIG_MODE, candidate_profiles
 from hami_web.core.misses import CAPACITY_REASONS
 from hami_web.core.noderules import (

@@ -18,10 +18,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from hami_web.core import names
+from hami_web.core.checks import is_dynamic_mig, mig_pick
 from hami_web.core.choose import Placement, choose_node
 from hami_web.core.devices import AnnotationError
 from hami_web.core.families import DeviceCatalog, Family
-from hami_web.core.fit import is_dynamic_mig, mig_pick, passing_devices
+from hami_web.core.fit import passing_devices
 from hami_web.core.grants import PodGrants
 from hami_web.core.groups import describe_groups
 from hami_web.core.mig import candidate_profiles

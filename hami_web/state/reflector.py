@@ -36,16 +36,13 @@ with a key function), a sink for it, and `ClusterSync.register`::
 
 from __future__ import annotations
 
-import contextlib
 import functools
-import gc
 import logging
 import math
 import random
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -58,6 +55,7 @@ from hami_web.kube import (
     WatchEvent,
     WatchSilentError,
 )
+from hami_web.state.pages import collector_paused, each_page
 
 log = logging.getLogger(__name__)
 
@@ -196,55 +194,6 @@ class ReflectorOptions:
 
 class StreamingRefused(Exception):
     """The API server does not offer a streaming list (the message says how it answered)."""
-
-
-_collector_lock = threading.Lock()
-_collector_pauses = 0
-
-
-@contextlib.contextmanager
-def collector_paused() -> Iterator[None]:
-    """Keep the cyclic garbage collector from running while a list is fetched and decoded.
-
-    Decoding a list allocates tens of thousands of containers that all survive the decode, so the collector
-    would promote them and run full collections over the whole heap, several per page, each holding the GIL
-    (measured: a 1.4 MB page took 90 ms instead of 12). Collection only waits; the list's objects are freed by
-    reference counting as soon as they have been reduced to records.
-    """
-    global _collector_pauses
-    with _collector_lock:
-        _collector_pauses += 1
-        if _collector_pauses == 1:
-            gc.disable()
-    try:
-        yield
-    finally:
-        with _collector_lock:
-            _collector_pauses -= 1
-            if _collector_pauses == 0:
-                gc.enable()
-
-
-def each_page(pages: Iterable[ListPage]) -> Iterator[ListPage]:
-    """The pages of a list, the next one fetched on a helper thread while the caller reduces this one.
-
-    Overlapping the two keeps the API server encoding page N+1 while we decode page N, instead of each side
-    waiting for the other; each fetch and decode runs with the collector paused.
-    """
-    iterator = iter(pages)
-
-    def fetch() -> ListPage | None:
-        with collector_paused():
-            return next(iterator, None)
-
-    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="list-page") as pool:
-        upcoming = pool.submit(fetch)
-        while True:
-            page = upcoming.result()
-            if page is None:
-                return
-            upcoming = pool.submit(fetch)
-            yield page
 
 
 def event_version(event: WatchEvent) -> str:

@@ -17,8 +17,9 @@ from collections.abc import Mapping
 import pytest
 
 from hami_web.core import names
+from hami_web.core.checks import check_device
 from hami_web.core.devices import Device
-from hami_web.core.fit import FitFailure, PodFit, check_device, fit_pod
+from hami_web.core.fit import FitFailure, PodFit, fit_pod
 from hami_web.core.grants import DeviceGrant
 from hami_web.core.options import PodOptions
 from hami_web.core.requests import ContainerRequest, PodRequest

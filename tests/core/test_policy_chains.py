@@ -15,7 +15,8 @@ from __future__ import annotations
 import pytest
 
 from hami_web.core import names
-from hami_web.core.fit import FitFailure, device_score, fit_container, fit_pod, may_fit
+from hami_web.core.checks import device_score
+from hami_web.core.fit import FitFailure, fit_container, fit_pod, may_fit
 from hami_web.core.options import OptionsError, ScoringWeights, parse_gpu_policy, parse_scoring_weights, pod_options
 from hami_web.core.usage import DeviceUsage
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import pytest
 
+from hami_web.core.checks import device_score
 from hami_web.core.devices import Device
-from hami_web.core.fit import device_score
 from hami_web.core.requests import ContainerRequest
 from hami_web.core.usage import DeviceUsage, node_score
 

@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from hami_web.core import names
-from hami_web.core.fit import EXCLUSIVE_CORES
+from hami_web.core.checks import EXCLUSIVE_CORES
 from hami_web.localcluster import LocalCluster
 from hami_web.server.runtime import Runtime
 from hami_web.state.pods import pod_usage

@@ -21,9 +21,9 @@ from collections import Counter
 from typing import Any
 
 from hami_web.core import names
+from hami_web.core.checks import EXCLUSIVE_CORES
 from hami_web.core.devices import Device, encode_register_json
 from hami_web.core.families import DEFAULT_CATALOG
-from hami_web.core.fit import EXCLUSIVE_CORES
 from hami_web.localcluster import LocalCluster
 from hami_web.state.pods import pod_usage
 

@@ -1,0 +1,115 @@
+"""The checks one device goes through for one container, in a fixed order
+(docs/scheduling-rules.md#checks-for-one-device).
+
+Kept apart from the fit loop (`hami_web.core.fit`) because the bind's verification, the metrics, the operator
+tools and the near-miss explanations judge single devices with exactly these rules: one place, so a refusal the
+tools explain is the refusal the filter gave.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from hami_web.core import names
+from hami_web.core.devices import Device, NodeInventory
+from hami_web.core.mig import MIG_MODE, MigPlacement, MigProfile, candidate_profiles, choose_instance
+from hami_web.core.options import DEFAULT_WEIGHTS, DeviceSelection, PodOptions, ScoringWeights
+from hami_web.core.quota import QuotaTally
+from hami_web.core.requests import ContainerRequest
+
+EXCLUSIVE_CORES = 100
+# What one device offers a soft-split (Ascend hami-core) container, whatever its registered cores.
+SOFT_SPLIT_CORES = 100
+
+
+def core_capacity(device: Device, inventory: NodeInventory) -> int:
+    """The cores a device can give out: its own, or 100 on a node that allows its family's soft split (HAMi-core
+    shares an Ascend NPU's compute in percent, whatever its registered AI cores)."""
+    return max(device.cores, SOFT_SPLIT_CORES) if device.family in inventory.soft_split else device.cores
+
+
+def check_device(device: Device, used: Sequence[int], request: ContainerRequest, booked_memory_mib: int,
+                 options: PodOptions, cordoned: frozenset[str]) -> str:
+    """The first check ``device`` fails for ``request`` given its working usage, or ``""`` when it fits."""
+    return device_reasons((device,), [used], request, [booked_memory_mib], options, cordoned)[0]
+
+
+def is_dynamic_mig(device: Device) -> bool:
+    """Whether the device plugin carves ``device`` into MIG instances on demand (mode ``mig`` with profiles)."""
+    return device.mode == MIG_MODE and bool(device.mig_profiles)
+
+
+def mig_pick(device: Device, occupied: Sequence[MigPlacement],
+             memory_mib: int) -> tuple[MigProfile, MigPlacement] | None:
+    """The MIG instance a request of ``memory_mib`` gets on ``device`` beside ``occupied`` (README.md#dynamic-mig):
+    the smallest usable profile that covers it and has a free placement; None = ``CardMigTopologyInfeasible``."""
+    return choose_instance(candidate_profiles(device.mig_profiles), occupied, memory_mib)
+
+
+def device_reasons(devices: Sequence[Device], work: Sequence[Sequence[int]], request: ContainerRequest,
+                   booked: Sequence[int], options: PodOptions, cordoned: frozenset[str],
+                   selection: DeviceSelection | None = None, quota: QuotaTally | None = None) -> list[str]:
+    """For each device, the first check it fails (``""`` when it fits), in the order of
+    docs/scheduling-rules.md#checks-for-one-device.
+
+    ``selection`` is the pod's selection of the request's family (looked up in ``options`` when None). ``quota`` is
+    the pod's tally against its namespace's limits (README.md#namespace-quotas), None when the family is not
+    limited: a device is judged on the pod's picks so far plus itself, before the memory check. One loop
+    per node rather than one call per device: at thousands of nodes the per-call overhead is a large share of a
+    filter that has to explain every device of every node.
+    """
+    wanted_cores = request.cores
+    exclusive = wanted_cores == EXCLUSIVE_CORES
+    mutex = options.gpu.mutex
+    if selection is None:
+        selection = options.selection(request.family)
+    type_allowed, uuid_allowed = selection.type_allowed, selection.uuid_allowed
+    modes = selection.modes
+    type_verdicts: dict[str, bool] = {}
+    selects_uuids = selection.selects_uuids
+    reasons: list[str] = []
+    for device, (tasks, memory_mib, cores), booked_memory_mib in zip(devices, work, booked, strict=True):
+        type_ok = type_verdicts.get(device.type)
+        if type_ok is None:
+            type_ok = type_verdicts[device.type] = type_allowed(device.type)
+        if not device.healthy:
+            reason = names.CARD_NOT_HEALTH
+        elif device.uuid in cordoned:
+            reason = names.CARD_CORDONED
+        elif not type_ok or (modes is not None and not selection.mode_allowed(device.mode)):
+            reason = names.CARD_TYPE_MISMATCH
+        elif selects_uuids and not uuid_allowed(device.uuid):
+            reason = names.CARD_UUID_MISMATCH
+        elif device.mode == MIG_MODE and not device.mig_profiles:
+            reason = names.CARD_MIG_LEGACY_GEOMETRY  # pre-2.10 geometry: never placed (README.md#dynamic-mig)
+        elif tasks >= device.count:
+            reason = names.CARD_TIME_SLICING_EXHAUSTED
+        elif mutex and tasks > 0:
+            reason = names.EXCLUSIVE_DEVICE_ALLOCATE_CONFLICT  # mutex: only GPUs nobody uses
+        elif quota is not None and not quota.fits(device.uuid, booked_memory_mib, wanted_cores, request.init):
+            reason = names.RESOURCE_QUOTA_NOT_FIT
+        elif device.memory_mib - memory_mib < booked_memory_mib:
+            reason = names.CARD_INSUFFICIENT_MEMORY
+        elif device.cores - cores < wanted_cores:
+            reason = names.CARD_INSUFFICIENT_CORE
+        elif exclusive and device.cores == EXCLUSIVE_CORES and tasks > 0:
+            reason = names.EXCLUSIVE_DEVICE_ALLOCATE_CONFLICT
+        elif wanted_cores == 0 and device.cores != 0 and cores >= device.cores:
+            reason = names.CARD_COMPUTE_UNITS_EXHAUSTED
+        else:
+            reason = ""
+        reasons.append(reason)
+    return reasons
+
+
+def device_score(device: Device, used: Sequence[int], request: ContainerRequest,
+                 weights: ScoringWeights = DEFAULT_WEIGHTS) -> float:
+    """``10 × (a·(1+used)/count + b·(cores+usedcores)/totalcore + c·(mem+usedmem)/totalmem)`` for this request,
+    with ``a, b, c`` the pod's slot, core and memory weights (1, 1, 1 unless ``hami.io/device-scoring-weights``)."""
+    tasks, memory_mib, cores = used
+    score = weights.slot * (1 + tasks) / device.count if device.count else 0.0
+    if device.cores:
+        score += weights.core * (request.cores + cores) / device.cores
+    if device.memory_mib:
+        score += weights.memory * (request.booked_memory_mib(device.memory_mib) + memory_mib) / device.memory_mib
+    return 10 * score
