@@ -19,9 +19,9 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # the stall the probe test sets up
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # the stall tests/server/test_probes.py sets up
 
-from test_probes import APP_THREADS, STALL_SECONDS, gpu_node, gpu_pod, request, stalled_binds
+from server.test_probes import APP_THREADS, STALL_SECONDS, gpu_node, gpu_pod, request, stalled_binds
 
 from hami_web.localcluster import LocalCluster
 from hami_web.server.local import LocalServer, run_local_server

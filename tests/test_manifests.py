@@ -450,7 +450,7 @@ def test_dockerfile_runs_hami_web_serve_as_a_non_root_user() -> None:
 
 
 def test_webhook_only_receives_pods_asking_for_device_resources() -> None:
-    # The expression itself is run by a real kube-apiserver in tests/test_webhook_match_conditions.py.
+    # The expression itself is run by a real kube-apiserver in tests/admission/test_webhook_match_conditions.py.
     webhook = _one("MutatingWebhookConfiguration", "hami-web")["webhooks"][0]
     (condition,) = webhook["matchConditions"]
     expression = " ".join(condition["expression"].split())

@@ -4,7 +4,7 @@ Covers: `pod_options` (pod annotations override the flags; numa-bind; use/nouse 
 empty entries; unknown policy values → `OptionsError` with the exact message); the type and UUID rules (``A40`` matches
 ``NVIDIA-NVIDIA A40``, exact UUIDs); node ranking (binpack / spread, ties by name); GPU order for binpack / spread with
 ties by NUMA, index, UUID; numa-bind; topology-aware on the worked example's matrix (1 GPU → gpu1, 3 GPUs → gpu1, gpu2,
-gpu3); and the four user stories of tests/extender/test_seed_stories.py as two-pod sequences.
+gpu3); and the four user stories of tests/integration/test_seed_stories.py as two-pod sequences.
 """
 
 from __future__ import annotations

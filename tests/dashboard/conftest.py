@@ -18,7 +18,7 @@ from hami_web.kube import Kube
 from hami_web.localcluster import LocalCluster
 from hami_web.server.runtime import Runtime, build_runtime
 from hami_web.settings import Settings
-from tests.extender.helpers import SYNC_TIMEOUT_SECONDS, Scheduler, release_lock
+from tests.integration.helpers import SYNC_TIMEOUT_SECONDS, Scheduler, release_lock
 
 PENDING_POD = "ml/too-big"
 

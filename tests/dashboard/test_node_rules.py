@@ -22,7 +22,7 @@ from hami_web.kube import Kube
 from hami_web.localcluster import LocalCluster
 from hami_web.server.runtime import Runtime, build_runtime
 from hami_web.settings import Settings
-from tests.extender.helpers import SYNC_TIMEOUT_SECONDS, wait_for
+from tests.integration.helpers import SYNC_TIMEOUT_SECONDS, wait_for
 
 from .conftest import play_demo
 

@@ -29,7 +29,7 @@ from hami_web.settings import Settings
 from hami_web.state.cache import ClusterCache
 from hami_web.state.reflector import PAGINATED, STREAMING, KubeSource, Reflector
 from hami_web.state.sync import ClusterSync
-from tests.extender.helpers import delete_pod, gpu_limits, gpu_node, gpu_pod, gpus, wait_for
+from tests.integration.helpers import delete_pod, gpu_limits, gpu_node, gpu_pod, gpus, wait_for
 
 POD_PATH = "/api/v1/pods"
 NODE_PATH = "/api/v1/nodes"

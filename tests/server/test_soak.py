@@ -31,7 +31,7 @@ from hami_web.localcluster import LocalCluster
 from hami_web.server.local import free_port, write_kubeconfig
 from hami_web.state.pods import pod_usage
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+REPO_ROOT = Path(__file__).resolve().parents[2]
 NODES = ("node1", "node2", "node3")
 GPUS_PER_NODE, SHARES, MEMORY_MIB, CORES = 2, 4, 8000, 100
 WORKERS = 4

@@ -5,7 +5,7 @@ the ``HAMI_…`` twins of the new flags; two listeners on one port refused namin
 naming its flag; TLS on the webhook and extender listeners only (none under ``--insecure-http``); the app
 answering a plain JSON 404 for a route asked for on a listener that does not serve it — before any
 blueprint's handler (the extender's would turn it into a 200) — and every route when no listener is marked
-(an in-process test client). Over real sockets: ``tests/test_front.py``.
+(an in-process test client). Over real sockets: ``tests/server/test_front.py``.
 """
 
 from __future__ import annotations

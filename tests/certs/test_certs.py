@@ -312,7 +312,7 @@ def test_local_certificates_serve_127_0_0_1_and_localhost(tmp_path: Path) -> Non
 
 
 def test_bootstrap_script_runs_the_certs_command(tmp_path: Path) -> None:
-    script = Path(__file__).resolve().parents[1] / "certs" / "bootstrap.sh"
+    script = Path(__file__).resolve().parents[2] / "certs" / "bootstrap.sh"
     environment = {"PATH": "/usr/bin:/bin", "PYTHON": sys.executable}  # no hami-web on PATH: source tree
     result = subprocess.run(["sh", str(script), "--out-dir", str(tmp_path / "tls")], env=environment,
                             capture_output=True, text=True, timeout=60, check=False)

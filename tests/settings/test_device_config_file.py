@@ -17,7 +17,7 @@ from hami_web.cli import build_parser
 from hami_web.settings import Settings, SettingsError, build_settings, published_settings, settings_from_published
 
 # HAMi v2.10.0's chart payload (charts/hami/templates/scheduler/device-configmap.yaml, rendered with the defaults).
-HAMI_CHART_CONFIG = (Path(__file__).resolve().parent / "fixtures" / "hami-v2.10-device-config.yaml").read_text()
+HAMI_CHART_CONFIG = (Path(__file__).resolve().parents[1] / "fixtures" / "hami-v2.10-device-config.yaml").read_text()
 
 
 def _settings(*argv: str, environ: dict[str, str] | None = None) -> Settings:

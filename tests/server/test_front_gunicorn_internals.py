@@ -5,7 +5,7 @@ module with no compatibility promise); ``server/worker.py`` subclasses ``gunicor
 reads its attributes and ``cfg`` settings; ``server/serving.py`` and ``server/logs.py`` extend
 ``BaseApplication`` and ``glogging.Logger``. setup.cfg pins gunicorn below its next major; when an upgrade
 moves or reshapes one of these names, the failing test names it (and which of our modules uses it) instead
-of the front failing on its first request. The front's behaviour over real sockets is tests/test_front.py.
+of the front failing on its first request. The front's behaviour over real sockets is tests/server/test_front.py.
 """
 
 from __future__ import annotations

@@ -33,7 +33,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 
 from hami_web.certs.pki import ServingIdentity, create_ca, create_serving_certificate
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+REPO_ROOT = Path(__file__).resolve().parents[2]
 TOKEN = "match-conditions-admin-token"  # a throwaway token of a throwaway API server
 START_TIMEOUT_SECONDS = 60.0
 

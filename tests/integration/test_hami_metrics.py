@@ -36,7 +36,7 @@ HAMI_SCHEDULER_METRICS: dict[str, tuple[str, ...]] = {
     "hami_vgpu_core_allocated_ratio": CONTAINER,
     "hami_build_info": ("version", "revision", "build_date", "go_version", "compiler", "platform"),
 }
-# MIG instances: none in this cluster (tests/extender/test_mig.py has them); quotas: tests/extender/test_quota.py.
+# MIG instances: none in this cluster (tests/integration/test_mig.py has them); quotas: tests/integration/test_quota.py.
 NOT_SERVED = ("hami_node_gpu_mig_instance_info",)
 OUR_OWN = ("hami_web_request_duration_seconds", "hami_web_filter_results", "hami_web_filter_node_rejections",
            "hami_web_bind_results", "hami_web_webhook_reviews", "hami_web_node_lock_waits",

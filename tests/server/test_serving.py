@@ -44,7 +44,7 @@ from hami_web.server.tlsreload import ReloadingTLSContext
 from hami_web.server.worker import FrontWorker
 from hami_web.settings import Settings, SettingsError
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+REPO_ROOT = Path(__file__).resolve().parents[2]
 LOCAL_IDENTITY = ServingIdentity(common_name="localhost", dns_names=("localhost",), ip_addresses=("127.0.0.1",))
 
 SERVER_SCRIPT = """

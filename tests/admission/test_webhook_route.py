@@ -24,7 +24,7 @@ from flask.testing import FlaskClient
 import hami_web.routes.webhook as webhook_route
 from hami_web.services import EXTENSION_KEY
 
-FIXTURE = Path(__file__).parent / "fixtures" / "admission-review-v1.json"
+FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "admission-review-v1.json"
 UID = "18178cdb-1bf3-446d-9e4f-123a1260a8c6"
 
 
