@@ -46,13 +46,13 @@ def time_quantities() -> None:
 
 
 def _node() -> dict:
-    from tests.extender.helpers import gpu_node
+    from tests.integration.helpers import gpu_node
 
     return gpu_node("node1")
 
 
 def time_stalls(deadline_seconds: float, repeat: int) -> None:
-    from tests.extender.helpers import gpu_pod
+    from tests.integration.helpers import gpu_pod
 
     print(f"\n--extender-deadline {deadline_seconds:g}s; kube-scheduler httpTimeout {HTTP_TIMEOUT_SECONDS:g}s")
     print("route    API server             answered after   answer")
