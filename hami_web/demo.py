@@ -122,7 +122,7 @@ def _play(pod: dict[str, Any], *, webhook: _Https, extender: _Https, cluster: Lo
     cluster.load([admitted])
     created = cluster.get("pods", name, namespace) or admitted
     if created["spec"].get("schedulerName") != "hami-scheduler":
-        outcome.verdict, outcome.reason = "admitted", "not a GPU pod: left to the default scheduler"
+        outcome.verdict, outcome.reason = "admitted", "asks for no device: left to the default scheduler"
         return outcome
     result = extender.post("/filter", {"Pod": created, "Nodes": None, "NodeNames": node_names})
     if result.get("Error"):

@@ -37,8 +37,8 @@ class Conflict:
     reason: str
 
     def describe(self) -> str:
-        """``GPU <uuid>: <reason>``."""
-        return f"GPU {self.uuid}: {self.reason}"
+        """``device <uuid>: <reason>``."""
+        return f"device {self.uuid}: {self.reason}"
 
 
 @dataclass(frozen=True, slots=True)

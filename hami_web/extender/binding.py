@@ -163,7 +163,7 @@ class Binder:
                                f"hami-web (or its placement was dropped); kube-scheduler must filter it first",
                                request)
         if placed.node != node:
-            return self._abort(request, _Abort(f"pod {ref.key} was given GPUs on node {placed.node}, not {node}; "
+            return self._abort(request, _Abort(f"pod {ref.key} was given devices on node {placed.node}, not {node}; "
                                                f"filter it again", locked=False, annotated=False),
                                budget=self._deadline_seconds)
         with counting_calls() as calls:
@@ -227,7 +227,7 @@ class Binder:
             except InvalidError:
                 pass  # refused, nothing written: the read below says why
             except KubeError as error:
-                raise _Abort(f"cannot write the GPU booking onto the pod: {error}") from None
+                raise _Abort(f"cannot write the device booking onto the pod: {error}") from None
         if self._metrics is not None:
             self._metrics.observe_bind_reread("pod")
         try:
@@ -242,10 +242,10 @@ class Binder:
             return self._write_booking(placed, node, str(((pod or {}).get("metadata") or {}).get("resourceVersion")
                                                          or ""))
         except ConflictError as error:  # changed meanwhile: nothing of ours was written
-            raise _Abort(f"{where} changed while its GPUs were being booked ({error}); filter it again",
+            raise _Abort(f"{where} changed while its devices were being booked ({error}); filter it again",
                          annotated=False) from None
         except KubeError as error:
-            raise _Abort(f"cannot write the GPU booking onto the pod: {error}") from None
+            raise _Abort(f"cannot write the device booking onto the pod: {error}") from None
 
     def _verify_booking(self, placed: PodUsage, node: str, written: JsonObject) -> None:
         """Step 3: the placement must still fit beside every other booking the API shows on the node (`verify`), and
@@ -256,7 +256,7 @@ class Binder:
         except KubeError as error:
             raise _Abort(f"cannot read node {node}'s pods to verify the placement: {error}") from None
         if conflicts:
-            raise _Abort(f"GPUs given to pod {placed.namespace}/{placed.name} on node {node} are no longer free "
+            raise _Abort(f"devices given to pod {placed.namespace}/{placed.name} on node {node} are no longer free "
                          f"({conflicts}); another scheduler booked them first; filter it again",
                          kind=BindFailure.CONFLICT)
         try:
@@ -287,7 +287,7 @@ class Binder:
         if bound == node:
             raise _AlreadyBound
         if bound is None and error.outcome_unknown:
-            raise _Abort(f"pod {namespace}/{name}: no answer to its Binding to {node} ({error}); its GPUs and the "
+            raise _Abort(f"pod {namespace}/{name}: no answer to its Binding to {node} ({error}); its devices and the "
                          f"node lock stay until the API shows whether it was bound", kind=BindFailure.UNKNOWN)
         raise _Abort(str(error), in_cleanup_budget=True)
 

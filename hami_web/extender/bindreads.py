@@ -54,7 +54,7 @@ class BindReads:
         standing, may_overwrite = self._cache.standing_booking(pod)
         ours = (standing.node, standing.devices_text) == (placed.node, placed.devices_text) if standing else True
         if standing is not None and not may_overwrite and not ours:
-            return pod, (f"pod {placed.namespace}/{placed.name} already holds GPUs on node {standing.node} "
+            return pod, (f"pod {placed.namespace}/{placed.name} already holds devices on node {standing.node} "
                          f"({standing.devices_text}), booked by another scheduler; filter it again")
         return pod, ""
 
@@ -77,7 +77,7 @@ class BindReads:
         """
         view = self._cache.node_view(node)
         if view is None:
-            return f"node {node} is not a GPU node this hami-web knows"
+            return f"node {node} is not a node with devices this hami-web knows"
         bookings = []
         pods = self._kube.list_pods_on_node(node, assigned_label=names.LABEL_ASSIGNED_NODE,
                                             not_older_than=not_older_than)

@@ -131,7 +131,7 @@ class Filter:
             return "", ""
         if may_overwrite:
             return "", standing.devices_text
-        return (f"{where} already holds GPUs on node {standing.node} ({standing.devices_text}); it is not placed "
+        return (f"{where} already holds devices on node {standing.node} ({standing.devices_text}); it is not placed "
                 f"again"), ""
 
     def _report(self, outcome: FilterOutcome) -> None:

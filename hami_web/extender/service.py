@@ -86,7 +86,7 @@ class Extender:
                 result, node, gpus, message = "placed", outcome.placement.node, outcome.devices, PLACED_MESSAGE
                 self.decisions.forget_refusal(outcome.request.ref.uid)
             elif isinstance(outcome, Passthrough):
-                result, message = "passthrough", f"no GPU asked: {len(outcome.request.candidates)} nodes passed"
+                result, message = "passthrough", f"no device asked: {len(outcome.request.candidates)} nodes passed"
             else:
                 assert isinstance(outcome, Unschedulable)
                 result, message = "unschedulable", f"0/{len(outcome.reasons)} nodes fit"

@@ -255,7 +255,7 @@ class ClusterCache(CacheStore):
             held = self._held.get(uid)
             if held is not None and held.assumed_at is None and held.usage.devices_text != (replaces or None) \
                     and not self._claims.ours_abandoned(uid, held.usage.devices_text):
-                raise AlreadyBooked(f"pod {namespace}/{name} already holds GPUs on node {held.usage.node} "
+                raise AlreadyBooked(f"pod {namespace}/{name} already holds devices on node {held.usage.node} "
                                     f"({held.usage.devices_text}); it is not placed again")
             shadowed = held.api_usage if held is not None else None
             self._release_locked(uid)

@@ -77,7 +77,7 @@ def test_every_conflicting_gpu_is_named_in_uuid_order() -> None:
     ours = ((grant("g1", 2000, 0), grant("g0", 2000, 0)),)
     conflicts = _conflicts(others, ours)
     assert conflicts == [Conflict("g0", names.CARD_INSUFFICIENT_MEMORY), Conflict("g1", names.CARD_INSUFFICIENT_MEMORY)]
-    assert conflicts[0].describe() == "GPU g0: CardInsufficientMemory"
+    assert conflicts[0].describe() == "device g0: CardInsufficientMemory"
 
 
 def test_other_bookings_sum_usage_and_remember_exclusive_gpus() -> None:

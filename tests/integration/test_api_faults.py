@@ -121,8 +121,8 @@ def test_a_failed_booking_patch_leaves_no_booking_and_no_lock_of_ours(fast: tupl
 
     answer = scheduler.bind("pod1", "node1")
 
-    expected = ("pod default/pod1 changed while its GPUs were being booked" if status == 409
-                else "cannot write the GPU booking onto the pod:")
+    expected = ("pod default/pod1 changed while its devices were being booked" if status == 409
+                else "cannot write the device booking onto the pod:")
     assert answer["Error"].startswith(expected) and f"HTTP {status}" in answer["Error"]
     _assert_no_booking_of(scheduler, apiserver, runtime, "pod1")
     assert scheduler.schedule("pod2", ["node1"]) == "node1"
@@ -186,7 +186,7 @@ def test_a_booking_patch_that_stalls_past_the_deadline_fails_the_bind_and_books_
 
     answer = scheduler.bind("pod1", "node1")
 
-    assert answer["Error"].startswith("cannot write the GPU booking onto the pod:") and "deadline" in answer["Error"]
+    assert answer["Error"].startswith("cannot write the device booking onto the pod:") and "deadline" in answer["Error"]
     assert annotations_of(apiserver, "pods", "pod1", "default")[names.POD_BIND_PHASE] == "failed"
     if mode == "delay":
         # The stalled patch reaches the store only now, after the clean-up changed the pod: its resourceVersion
@@ -243,7 +243,7 @@ def test_a_booking_patch_applied_whose_answer_is_lost_fails_cleanly_and_the_retr
 
     answer = scheduler.bind("pod1", "node1")
 
-    assert answer["Error"].startswith("cannot write the GPU booking onto the pod:")
+    assert answer["Error"].startswith("cannot write the device booking onto the pod:")
     # The booking landed; the clean-up voided it, released our lock and dropped the placement.
     assert annotations_of(apiserver, "pods", "pod1", "default")[names.POD_BIND_PHASE] == "failed"
     assert names.NODE_LOCK not in annotations_of(apiserver, "nodes", "node1")
@@ -266,7 +266,7 @@ def test_a_booking_that_cannot_be_voided_is_honoured_and_the_gpu_not_given_twice
 
     answer = scheduler.bind("pod1", "node1")
 
-    assert answer["Error"].startswith("cannot write the GPU booking onto the pod:")
+    assert answer["Error"].startswith("cannot write the device booking onto the pod:")
     assert annotations_of(apiserver, "pods", "pod1", "default")[names.POD_BIND_PHASE] == "allocating"
     assert usage_by_gpu(runtime) == {"node1-gpu0": (1, 8000, 0)}  # still counted, whatever the watch says when
     assert runtime.cache.placed(_uid(scheduler, "pod1")) is None

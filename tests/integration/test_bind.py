@@ -226,7 +226,7 @@ def test_a_failed_booking_patch_is_an_error_and_leaks_no_capacity(apiserver: Loc
 
     answer = scheduler.bind("pod1", "node1")
 
-    assert answer["Error"].startswith("cannot write the GPU booking onto the pod:")
+    assert answer["Error"].startswith("cannot write the device booking onto the pod:")
     assert "nodeName" not in scheduler.pod("pod1")["spec"]
     assert names.POD_ASSIGNED_NODE not in scheduler.pod("pod1")["metadata"]["annotations"]
     assert _lock(apiserver) == ""
@@ -258,7 +258,7 @@ def test_a_booking_another_scheduler_wrote_first_fails_the_bind_and_voids_ours(a
 
     answer = scheduler.bind("pod1", "node1")
 
-    assert answer["Error"] == ("GPUs given to pod default/pod1 on node node1 are no longer free (GPU node1-gpu0: "
+    assert answer["Error"] == ("devices given to pod default/pod1 on node node1 are no longer free (device node1-gpu0: "
                                "CardTimeSlicingExhausted); another scheduler booked them first; filter it again")
     assert "nodeName" not in scheduler.pod("pod1")["spec"]
     assert _phase(apiserver, "pod1") == "failed"  # the booking bind wrote before verifying is void
@@ -282,7 +282,7 @@ def test_our_voided_booking_echoed_after_the_bind_gave_up_does_not_block_the_nex
     # The race behind the flaky test above, made deterministic: the watch brings the echo of the booking our bind
     # wrote only after the bind voided it and dropped its placement (a loaded machine delays the watch thread). The
     # cache then shows the pod holding that booking, as the API did for a moment; kube-scheduler's retry of the
-    # filter must not be refused as if another binder held the pod ("already holds GPUs ... not placed again").
+    # filter must not be refused as if another binder held the pod ("already holds devices ... not placed again").
     apiserver.load([gpu_node("node1", gpus("node1", 1, count=1)), gpu_pod("pod1")])
     runtime.sync.sync_now()
     runtime.sync.stop()  # from here the test delivers the watch's events, in the order under test

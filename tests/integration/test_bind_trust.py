@@ -155,7 +155,7 @@ def test_a_filter_of_a_pod_another_replica_took_places_nothing(cluster: None, ap
 
     answer = scheduler.filter("pod1", ["node1"])
 
-    expected = "is already bound to node node1" if bound else "already holds GPUs on node node1 (node1-gpu3"
+    expected = "is already bound to node node1" if bound else "already holds devices on node node1 (node1-gpu3"
     assert expected in answer["Error"] and "not placed again" in answer["Error"], answer
     assert answer["NodeNames"] is None
     pod = apiserver.get("pods", "pod1")
@@ -175,7 +175,7 @@ def test_a_bind_whose_pod_another_replica_booked_meanwhile_leaves_that_booking_a
 
     bound = scheduler.bind("pod1", "node1")
 
-    assert "already holds GPUs on node node1" in bound["Error"] and "booked by another scheduler" in bound["Error"]
+    assert "already holds devices on node node1" in bound["Error"] and "booked by another scheduler" in bound["Error"]
     annotations = annotations_of(apiserver, "pods", "pod1")
     assert annotations[names.POD_DEVICES_ALLOCATED] == theirs
     assert annotations[names.POD_BIND_PHASE] == "allocating"  # not voided: it is not ours

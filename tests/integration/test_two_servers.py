@@ -46,7 +46,7 @@ ATTEMPTS = 200
 BATCH = 6  # pods filtered ahead of their binds (kube-scheduler binds asynchronously)
 # Why a bind may be refused here, and nothing else: a held lock, or the other server got there first.
 EXPECTED_REFUSALS = ("is locked by", "no longer free", "already bound", "changed while", "was not placed by",
-                     "already holds GPUs", "filter it again")
+                     "already holds devices", "filter it again")
 
 
 def _pods(seed: int) -> list[dict[str, Any]]:
@@ -87,7 +87,7 @@ def _schedule_all(scheduler: Scheduler, names_in_order: list[str], refusals: lis
                 continue
             tried.add(name)
             answer = scheduler.filter(name, list(nodes))
-            if "already holds GPUs" in answer["Error"] or "already bound" in answer["Error"]:
+            if "already holds devices" in answer["Error"] or "already bound" in answer["Error"]:
                 refusals.append(answer["Error"])  # the other server's booking of this pod, seen by our cache or sent
             if answer["Error"] and retry_errors:
                 pending.append(name)
@@ -152,7 +152,7 @@ def test_two_servers_with_two_schedulers_never_overbook_a_gpu(apiserver: LocalCl
     unexplained = [message for message in refusals if not any(key in message for key in EXPECTED_REFUSALS)]
     assert not unexplained, unexplained
     causes = Counter(next(key for key in EXPECTED_REFUSALS if key in message) for message in refusals)
-    assert causes["already bound"] + causes["no longer free"] + causes["already holds GPUs"] > 0, causes
+    assert causes["already bound"] + causes["no longer free"] + causes["already holds devices"] > 0, causes
 
     expected = {uuid: tuple(sum(column) for column in zip(*grants, strict=True)) for uuid, grants in booked.items()}
     for server in servers:

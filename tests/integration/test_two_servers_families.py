@@ -163,7 +163,7 @@ def test_two_servers_never_overbook_a_device_of_any_family(apiserver: LocalClust
     unexplained = [message for message in refusals if not any(key in message for key in EXPECTED_REFUSALS)]
     assert not unexplained, unexplained
     causes = Counter(next(key for key in EXPECTED_REFUSALS if key in message) for message in refusals)
-    assert causes["already bound"] + causes["no longer free"] + causes["already holds GPUs"] > 0, causes
+    assert causes["already bound"] + causes["no longer free"] + causes["already holds devices"] > 0, causes
 
     # Device UUIDs are unique across nodes here, so the caches' per-UUID usage must match the API's.
     expected = {uuid: tuple(sum(column) for column in zip(*grants, strict=True))
@@ -189,7 +189,7 @@ def test_a_pod_refused_for_another_binders_booking_does_not_keep_our_first_place
                         FAMILY_KEYS["DCU"][1]: other, names.POD_BIND_PHASE: "allocating", names.POD_BIND_TIME: now},
         "labels": {names.LABEL_ASSIGNED_NODE: "hygon"}}})
     # ... so when kube-scheduler retries x here (our bind found the node locked), we refuse to place it again ...
-    assert "already holds GPUs" in scheduler.filter("x", ["hygon"])["Error"]
+    assert "already holds devices" in scheduler.filter("x", ["hygon"])["Error"]
     # ... and the other server's verification fails: its booking is voided, x is unbound and holds nothing.
     ours.kube.patch_pod("default", "x", {"metadata": {"annotations": {names.POD_BIND_PHASE: "failed"}}})
 
