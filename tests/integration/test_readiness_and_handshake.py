@@ -86,7 +86,7 @@ def test_readiness_counts_the_three_refresh_periods_from_the_moment_an_open_watc
         runtime.start()
         try:
             assert runtime.cache.wait_synced(30)
-            wait_for(lambda: runtime.sync.pods.watching and runtime.sync.nodes.watching, what="both watches open")
+            wait_for(lambda: all(status.watching for status in runtime.sync.statuses()), what="every watch open")
             clock.advance(60)
             assert _readyz(runtime)[0] == 200  # quiet, within the silence bound: in step
             for resource in ("pods", "nodes"):  # a re-open that races the stop is refused, not accepted

@@ -130,7 +130,7 @@ def test_an_open_watch_is_heard_however_long_it_is_silent_and_the_gauge_says_how
     with LocalCluster(bookmark_interval_seconds=3600) as apiserver:  # no bookmark unless a test asks for one
         apiserver.load(_cluster_objects())
         sync = bounded_sync(apiserver, clock=clock, watch_silence_bound_seconds=90.0)
-        wait_for(lambda: sync.pods.watching and sync.nodes.watching, what="both watches to be open")
+        wait_for(lambda: all(status.watching for status in sync.statuses()), what="every watch to be open")
         assert sync.readiness() == (True, "cluster cache is in sync")
 
         clock.advance(91)  # nothing changes: kube-apiserver sends nothing, the watches stay open and accepted
@@ -144,7 +144,7 @@ def test_readiness_never_flaps_on_a_quiet_cluster_while_silent_watches_are_reope
     with LocalCluster(bookmark_interval_seconds=3600) as apiserver:  # nothing changes, no bookmark is sent
         apiserver.load(_cluster_objects())
         sync = bounded_sync(apiserver)
-        wait_for(lambda: sync.pods.watching and sync.nodes.watching, what="both watches to be open")
+        wait_for(lambda: all(status.watching for status in sync.statuses()), what="every watch to be open")
         answers = set()
         until = time.monotonic() + 5 * BOUND_SECONDS
         while time.monotonic() < until:
