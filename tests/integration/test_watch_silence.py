@@ -158,7 +158,7 @@ def test_readiness_fails_once_no_watch_is_accepted_for_the_bound(bounded_sync: S
     with LocalCluster(bookmark_interval_seconds=3600) as apiserver:
         apiserver.load(_cluster_objects())
         sync = bounded_sync(apiserver)
-        wait_for(lambda: sync.pods.watching, what="the pod watch to be open")
+        wait_for(lambda: all(status.watching for status in sync.statuses()), what="every watch to be open")
         apiserver.inject_failure("GET", "pods", status=503, count=10_000)  # re-opens and lists refused from now
         reason = wait_for(lambda: (lambda answer: answer[1] if not answer[0] else None)(sync.readiness()),
                           timeout_seconds=2 * BOUND_SECONDS + SLACK_SECONDS + 3,
