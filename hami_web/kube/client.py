@@ -115,7 +115,7 @@ class Kube:
 
     def list_resource_quotas(self, *, page_size: int = 0) -> Iterator[ListPage]:
         """ResourceQuota objects of every namespace in pages (README.md#namespace-quotas); see `list_nodes`."""
-        return self._pages("list resourcequotas", "/api/v1/resourcequotas", [], page_size=page_size)
+        return self.list_collection("/api/v1/resourcequotas", page_size=page_size)
 
     def list_booked_pods_in_namespace(self, namespace: str, *, assigned_label: str,
                                       not_older_than: str = "") -> list[JsonObject]:
@@ -223,15 +223,6 @@ class Kube:
         query = watch_query(resource_version=resource_version, timeout_seconds=timeout_seconds,
                             initial_events=initial_events, label_selector=label_selector)
         return stream_events(self._transport, f"watch {path.rsplit('/', 1)[-1]}", path, query,
-                             timeout_seconds=timeout_seconds, silence_seconds=silence_seconds, on_open=on_open)
-
-    def watch_resource_quotas(self, *, resource_version: str, timeout_seconds: int, silence_seconds: float = 0.0,
-                              on_open: Callable[[], None] | None = None,
-                              initial_events: bool = False) -> Iterator[WatchEvent]:
-        """ResourceQuota events after ``resource_version``; see `watch_pods`."""
-        query = watch_query(resource_version=resource_version, timeout_seconds=timeout_seconds,
-                            initial_events=initial_events)
-        return stream_events(self._transport, "watch resourcequotas", "/api/v1/resourcequotas", query,
                              timeout_seconds=timeout_seconds, silence_seconds=silence_seconds, on_open=on_open)
 
     # -- events -----------------------------------------------------------------------------------

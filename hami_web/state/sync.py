@@ -155,8 +155,8 @@ class ClusterSync:
                                        self.options, clock))
         pods.add_sink(PodCacheSink(cache, clock))
         # ResourceQuota objects: the namespaces' device limits (README.md#namespace-quotas).
-        quotas = self.register(Reflector(KubeSource(QUOTAS, kube.list_resource_quotas, kube.watch_resource_quotas,
-                                                    quota_key), self.options, clock))
+        quotas = self.register(Reflector(KubeSource.collection(kube, QUOTAS, "/api/v1/resourcequotas", quota_key),
+                                         self.options, clock))
         quotas.add_sink(QuotaCacheSink(cache))
         self.nodes = nodes.status
         self.pods = pods.status
