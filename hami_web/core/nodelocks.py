@@ -169,5 +169,6 @@ def order_rules(rules: Iterable[LockRule]) -> tuple[LockRule, ...]:
 
 
 def bare_lock_live(rule: LockRule, value: str, *, now: float, default_timeout_seconds: float) -> bool:
-    """Whether a lock that names no owner holds its node: readable and younger than its rule's timeout."""
+    """Whether a lock holds its node by its age alone: readable and younger than its rule's timeout (all that a
+    lock naming no owner can tell; the binder's check once the owner has had its say)."""
     return not age_stale_reason(rule.parse(value), now=now, timeout_seconds=rule.timeout(default_timeout_seconds))

@@ -30,6 +30,7 @@ from hami_web.core.nodelocks import (
     Owner,
     SeenNode,
     age_stale_reason,
+    bare_lock_live,
     order_rules,
     stale_reason,
 )
@@ -208,7 +209,7 @@ class NodeLock:
                 return False  # a bind again: the API says whether the lock is still ours
             if rule.key == MUTEX_LOCK.key and seen.owner_done:
                 continue
-            if not age_stale_reason(rule.parse(value), now=now, timeout_seconds=rule.timeout(self._timeout_seconds)):
+            if bare_lock_live(rule, value, now=now, default_timeout_seconds=self._timeout_seconds):
                 return False
         return True
 
