@@ -24,22 +24,10 @@ from hami_web.core.families import parse_device_config
 from hami_web.core.requests import RequestDefaults, pod_request
 from hami_web.settings import Settings
 
+from .test_admission_families import container
+
 SETTINGS = Settings(enable_ascend=True)
 HAMI_CORE = {"huawei.com/vnpu-mode": "hami-core"}
-
-
-def container(name: str = "c", *, limits: dict[str, Any] | None = None, requests: dict[str, Any] | None = None,
-              env: list[dict[str, Any]] | None = None) -> dict[str, Any]:
-    built: dict[str, Any] = {"name": name, "image": "busybox"}
-    if limits is not None or requests is not None:
-        built["resources"] = {}
-        if limits is not None:
-            built["resources"]["limits"] = dict(limits)
-        if requests is not None:
-            built["resources"]["requests"] = dict(requests)
-    if env is not None:
-        built["env"] = env
-    return built
 
 
 def pod(*containers: dict[str, Any], annotations: dict[str, str] | None = None,
