@@ -223,6 +223,21 @@ def build_node_view(inventory: NodeInventory, usage_by_uuid: Mapping[str, Device
     )
 
 
+def trial_view(view: NodeView, usage: tuple[DeviceUsage, ...]) -> NodeView:
+    """``view`` with ``usage`` in place of its own, for a what-if fit that is never stored (preemption's dry run, which
+    fits a node once per pod it takes off or puts back): only what `core.fit.fit_pod` reads is replaced, the aggregates
+    (score, family stats) are the old ones. A node with dynamic MIG GPUs is rebuilt whole: its faults depend on usage.
+    """
+    if view.dynamic_mig or any(used.instances for used in view.usage):
+        return build_node_view(view.inventory, {device.uuid: used for device, used in
+                                                zip(view.inventory.devices, usage, strict=True)})
+    return NodeView(inventory=view.inventory, usage=usage,
+                    usage_rows=tuple((used.tasks, used.memory_mib, used.cores) for used in usage), score=view.score,
+                    usable_devices=view.usable_devices, max_free_memory_mib=view.max_free_memory_mib,
+                    max_free_cores=view.max_free_cores, device_types=view.device_types,
+                    idle_devices=view.idle_devices, family_stats=view.family_stats)
+
+
 def _mig_faults(inventory: NodeInventory, usage: tuple[DeviceUsage, ...],
                 usage_by_uuid: Mapping[str, DeviceUsage]) -> tuple[MigFault, ...]:
     known = {device.uuid for device in inventory.devices}
