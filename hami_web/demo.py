@@ -46,7 +46,7 @@ from hami_web.state.pods import pod_usage
 EXPECT_ANNOTATION = "demo.hami.io/expect"
 # The demo's server runs with NVIDIA, Hygon DCU, Cambricon MLU and Ascend (--enable-ascend; no --enable-iluvatar).
 SERVER_ARGUMENTS = ("--refresh-interval", "10s", "--enable-ascend")
-CATALOG = build_catalog(enable_ascend=True)
+CATALOG = build_catalog(enable={"ascend"})
 
 
 @dataclass(slots=True)

@@ -252,7 +252,7 @@ def test_extender_points_at_the_loopback_extender_listener_in_the_same_pod() -> 
 # Every family hami-web can schedule, Iluvatar's and Ascend's chips included: the shipped configuration must serve a
 # server started with --enable-iluvatar or --enable-ascend (the entries are inert without: the webhook routes no such
 # pod to us), as HAMi's chart lists them all.
-ALL_FAMILIES = build_catalog(enable_iluvatar=True, enable_ascend=True)
+ALL_FAMILIES = build_catalog(enable={"iluvatar", "ascend"})
 
 
 def test_extender_manages_every_device_resource_name_of_every_family() -> None:

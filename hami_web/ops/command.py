@@ -14,7 +14,7 @@ import logging
 import sys
 from collections.abc import Sequence
 
-from hami_web.core.families import NVIDIA
+from hami_web.core.families import NVIDIA, gated_specs
 from hami_web.core.options import NODE_POLICIES, OptionsError, parse_gpu_policy
 from hami_web.kube import Kube, KubeError, NotFoundError, resolve_client
 from hami_web.ops.capacity import DEFAULT_LIMIT, PodShape, ShapeError, plan_capacity
@@ -75,8 +75,8 @@ POLICY_FLAGS = {"selector": ("node_label_selector", "--selector"),
                 "default_mem": ("default_mem_mib", "--default-mem"),
                 "default_cores": ("default_cores", "--default-cores"),
                 "scheduler_name": ("scheduler_name", "--scheduler-name"),
-                "enable_iluvatar": ("enable_iluvatar", "--enable-iluvatar"),
-                "enable_ascend": ("enable_ascend", "--enable-ascend")}
+                # the gated families' switches (the registry's): Settings.of reads ``enable_<name>``
+                **{f"enable_{spec.name}": (f"enable_{spec.name}", spec.flag) for spec in gated_specs()}}
 
 
 def _settings_group(parser: argparse.ArgumentParser) -> argparse._ArgumentGroup:
@@ -85,8 +85,9 @@ def _settings_group(parser: argparse.ArgumentParser) -> argparse._ArgumentGroup:
         "the server's settings: read from the ConfigMap the server publishes; a flag given here overrides one")
     group.add_argument("--settings-configmap", default=DEFAULT_SETTINGS_CONFIGMAP, metavar="NAMESPACE/NAME",
                        help=f"where the server publishes them, or off (default {DEFAULT_SETTINGS_CONFIGMAP})")
-    for flag in ("--enable-iluvatar", "--enable-ascend"):
-        group.add_argument(flag, nargs="?", const=True, type=argument_type(flag), default=None, metavar="BOOL",
+    for flag in (spec.flag for spec in gated_specs()):
+        group.add_argument(flag, dest=f"enable_{flag.removeprefix('--enable-')}", nargs="?", const=True,
+                           type=argument_type(flag), default=None, metavar="BOOL",
                            help=option_help(flag))
     return group
 

@@ -26,9 +26,11 @@ from hami_web.core.families import (
     DeviceConfigError,
     ResourceNames,
     build_catalog,
+    config_document,
+    gated_specs,
     parse_device_config,
 )
-from hami_web.core.families.config import config_document
+from hami_web.core.families import nvidia as nvidia_spec
 from hami_web.core.families.nvidia import nvidia_family
 from hami_web.core.policy import AdmissionPolicy, SchedulingPolicy
 from hami_web.core.requests import RequestDefaults
@@ -75,6 +77,7 @@ DEFAULT_SETTINGS_CONFIGMAP = "hami-system/hami-web-settings"
 PRIVILEGED_POLICIES = ("deny", "skip")
 LOG_FORMATS = ("text", "json")
 ENV_PREFIX = "HAMI_"
+_ENABLE = "enable"  # the option-table group of the families' switches
 
 
 class SettingsError(ValueError):
@@ -101,8 +104,8 @@ class Settings:
     overwrite_env: bool = False
     resources: ResourceNames = field(default_factory=ResourceNames)
     device_config_file: str = ""
-    enable_iluvatar: bool = False
-    enable_ascend: bool = False
+    # The gated families enabled (by spec name: ``--enable-iluvatar`` adds "iluvatar"); the others are always on.
+    enabled_families: frozenset[str] = frozenset()
     device_config: DeviceConfig = field(default_factory=DeviceConfig)
     settings_configmap: str = DEFAULT_SETTINGS_CONFIGMAP
     serving: ServingSettings = field(default_factory=ServingSettings)
@@ -119,10 +122,9 @@ class Settings:
         nvidia = nvidia_family(resources=self.resources, default_memory_mib=self.default_mem_mib,
                                default_cores=self.default_cores, default_count=self.default_gpu,
                                overwrite_env=self.overwrite_env,
-                               memory_factor=self.device_config.nvidia.memory_factor or 1)
+                               memory_factor=self.device_config.get(nvidia_spec.SPEC).memory_factor or 1)
         try:
-            catalog = build_catalog(nvidia=nvidia, config=self.device_config, enable_iluvatar=self.enable_iluvatar,
-                                    enable_ascend=self.enable_ascend)
+            catalog = build_catalog(nvidia=nvidia, config=self.device_config, enable=self.enabled_families)
         except DeviceConfigError as error:
             raise SettingsError(f"invalid device configuration: {error}") from None
         object.__setattr__(self, "devices", catalog)
@@ -141,8 +143,12 @@ class Settings:
         """A copy with ``values`` named flat replaced (`Settings.of`); `TypeError` naming a field no group has."""
         top: dict[str, Any] = {}
         groups: dict[str, dict[str, Any]] = {}
+        enabled = set(self.enabled_families)
         for name, value in values.items():
-            if name in _TOP_FIELDS:
+            if name in _ENABLE_FIELDS:
+                (enabled.add if value else enabled.discard)(_ENABLE_FIELDS[name])
+                top["enabled_families"] = frozenset(enabled)
+            elif name in _TOP_FIELDS:
                 top[name] = value
             elif name in _GROUP_OF_FIELD:
                 groups.setdefault(_GROUP_OF_FIELD[name], {})[name] = value
@@ -156,6 +162,8 @@ class Settings:
 _GROUPS = {"serving": ServingSettings, "watch": WatchSettings, "binding": BindSettings, "api": ApiSettings}
 _TOP_FIELDS = frozenset(field.name for field in dataclasses.fields(Settings)
                         if field.init and field.name not in _GROUPS)
+# ``Settings.of(enable_iluvatar=True)``: a gated family's switch named flat, as its flag reads.
+_ENABLE_FIELDS = {f"enable_{spec.name}": spec.name for spec in gated_specs()}
 _GROUP_OF_FIELD = {field.name: group for group, kind in _GROUPS.items() for field in dataclasses.fields(kind)}
 
 
@@ -245,13 +253,12 @@ _OPTIONS: tuple[_Option, ...] = (
             "after the free ones (never excluding them); false = strict HAMi node order (true)", is_switch=True),
     _Option("--device-config-file", "device_config_file", plain_text,
             "HAMi's device config (device-config.yaml of the hami-scheduler-device ConfigMap): resource names and "
-            "settings of the nvidia, hygon, cambricon, iluvatars and vnpus sections; flags given explicitly win over "
+            "settings of each registered family's section (nvidia, hygon, cambricon, iluvatars, vnpus, …); flags "
+            "given explicitly win over "
             "it"),
-    _Option("--enable-iluvatar", "enable_iluvatar", parse_bool,
-            "schedule Iluvatar GPUs (the chips of the device config's iluvatars list) (false)", is_switch=True),
-    _Option("--enable-ascend", "enable_ascend", parse_bool,
-            "schedule Huawei Ascend NPUs (the chips of the device config's vnpus.configs, else HAMi's chart's seven) "
-            "(false)", is_switch=True),
+    # One switch per family HAMi gates (the registry's specs with a flag): the target "enable.<name>".
+    *(_Option(spec.flag, f"{_ENABLE}.{spec.name}", parse_bool, spec.flag_help, is_switch=True)
+      for spec in gated_specs()),
     _Option("--settings-configmap", "settings_configmap", configmap_or_off,
             "ConfigMap NAMESPACE/NAME where the scheduling settings are published at start-up for kubectl hami, "
             f"or off ({DEFAULT_SETTINGS_CONFIGMAP})"),
@@ -284,8 +291,8 @@ def option_help(flag: str) -> str:
 # operator tools decide as this server does without being told its flags.
 PUBLISHED_FLAGS = ("--scheduler-name", "--node-scheduler-policy", "--gpu-scheduler-policy", "--default-mem",
                    "--default-cores", "--default-gpu", "--node-label-selector", "--resource-name", "--resource-mem",
-                   "--resource-mem-percentage", "--resource-cores", "--resource-priority", "--enable-iluvatar",
-                   "--enable-ascend")
+                   "--resource-mem-percentage", "--resource-cores", "--resource-priority",
+                   *(spec.flag for spec in gated_specs()))
 
 # The data key under which the device config the server read is published (HAMi's YAML, only what was set).
 PUBLISHED_DEVICE_CONFIG = "device-config.yaml"
@@ -337,6 +344,9 @@ def build_settings(namespace: argparse.Namespace | None = None,
         else:
             top[name] = value
     resources = nested.pop("resources", {})
+    switches = nested.pop(_ENABLE, {})
+    if switches:
+        top["enabled_families"] = frozenset(name for name, on in switches.items() if on)
     if top.get("device_config_file"):
         config = read_device_config(top["device_config_file"])
         top["device_config"] = config
@@ -369,7 +379,7 @@ def read_device_config(path: str) -> DeviceConfig:
 def _fill_from_device_config(config: DeviceConfig, top: dict[str, Any], resources: dict[str, Any]) -> None:
     """Precedence (README.md#configuration, ``--device-config-file``): an explicit flag, else the file, else the chart
     default (the field's default)."""
-    nvidia = config.nvidia
+    nvidia = config.get(nvidia_spec.SPEC)
     for key, value in (("count", nvidia.count), ("memory", nvidia.memory),
                        ("memory_percentage", nvidia.memory_percentage), ("cores", nvidia.cores),
                        ("priority", nvidia.priority)):
@@ -410,8 +420,9 @@ def published_settings(settings: Settings) -> dict[str, str]:
     data = {}
     for option in _OPTIONS:
         if option.flag in PUBLISHED_FLAGS:
-            value: Any = settings
-            for name in option.target.split("."):
+            group, _, family = option.target.partition(".")
+            value: Any = family in settings.enabled_families if group == _ENABLE else settings
+            for name in option.target.split(".") if group != _ENABLE else ():
                 value = getattr(value, name)
             data[option.flag.removeprefix("--")] = str(value)
     document = config_document(settings.device_config)

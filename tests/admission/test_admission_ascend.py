@@ -26,7 +26,7 @@ from hami_web.settings import Settings
 
 from .test_admission_families import container
 
-SETTINGS = Settings(enable_ascend=True)
+SETTINGS = Settings.of(enable_ascend=True)
 HAMI_CORE = {"huawei.com/vnpu-mode": "hami-core"}
 
 
@@ -195,7 +195,7 @@ def test_910c_module_pairs(limits: str, requests: str | None, written_limit: str
 
 def test_910c_without_super_pod_keeps_odd_counts() -> None:
     """HAMi Test_MutateAdmission910C_VNPUSplit: a config without superPod neither pairs nor refuses."""
-    settings = Settings(enable_ascend=True, device_config=parse_device_config(
+    settings = Settings.of(enable_ascend=True, device_config=parse_device_config(
         {"vnpus": {"configs": [{"commonWord": "Ascend910C", "superPod": False}]}}))
     decision, stored = review(pod(container(limits={"huawei.com/Ascend910C": "1",
                                                     "huawei.com/Ascend910C-memory": "16384"})), settings)
@@ -227,7 +227,7 @@ def test_nothing_happens_while_ascend_is_off() -> None:
 
 # --- runtimeClassName and overwriteEnv ----------------------------------------------------------------------------
 
-CONFIGURED = Settings(enable_ascend=True, device_config=parse_device_config({"vnpus": {"configs": [
+CONFIGURED = Settings.of(enable_ascend=True, device_config=parse_device_config({"vnpus": {"configs": [
     {"commonWord": "Ascend910B3", "runtimeClassName": "ascend", "overwriteEnv": True},
     {"commonWord": "Ascend310P", "overwriteEnv": True}]}}))
 

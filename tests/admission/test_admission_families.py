@@ -25,7 +25,7 @@ from hami_web.admission import AdmissionDecision, review_pod
 from hami_web.core.requests import ContainerRequest, RequestDefaults, pod_request
 from hami_web.settings import Settings
 
-SETTINGS = Settings(enable_iluvatar=True)
+SETTINGS = Settings.of(enable_iluvatar=True)
 SCHEDULED = "scheduled by hami-scheduler: GPU containers"
 SOL = "SOL_CONTINER_NAME"
 

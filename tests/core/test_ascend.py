@@ -1,6 +1,6 @@
 """Ascend NPUs in the core (README.md#ascend-npus): the families, their config, the fit, HCCS groups and 910C pairs.
 
-Covers: ``build_catalog(enable_ascend=True)`` adding the seven chips of HAMi's chart with their keys, resources and
+Covers: ``build_catalog(enable={"ascend"})`` adding the seven chips of HAMi's chart with their keys, resources and
 templates, and the chart's ``vnpus`` section building the same families; ``vnpus`` overrides (templates, names,
 ``hamiVnpuCore``, ``superPod``) and every refusal naming its key; template rounding per chip; ``custominfo.NetworkID``
 decoded (numbers only) and HCCS grouping only when every NPU of the chip reports one; HAMi's ``TestDevices_Fit`` table
@@ -24,7 +24,7 @@ import yaml
 
 from hami_web.core.choose import NoPlacement, Placement, choose_node
 from hami_web.core.devices import NO_NETWORK, Device, decode_register, encode_register_json
-from hami_web.core.families import DeviceConfigError, build_catalog, parse_device_config
+from hami_web.core.families import DeviceConfigError, ascend, build_catalog, parse_device_config
 from hami_web.core.families.ascend import DEFAULT_CHIPS
 from hami_web.core.fit import FitFailure, PodFit, fit_pod, group_score_bound
 from hami_web.core.grants import DeviceGrant, bind_annotations, booking_annotations
@@ -33,7 +33,7 @@ from hami_web.core.requests import ContainerRequest, PodRequest, RequestDefaults
 from hami_web.core.usage import DeviceUsage, NodeView, build_node_view
 from hami_web.state.nodes import node_record, node_state
 
-CATALOG = build_catalog(enable_ascend=True)
+CATALOG = build_catalog(enable={"ascend"})
 CHIPS = ("Ascend910A", "Ascend910B2", "Ascend910B3", "Ascend910B4", "Ascend910B4-1", "Ascend310P", "Ascend910C")
 CHART_CONFIG = Path(__file__).parents[1] / "fixtures" / "hami-v2.10-device-config.yaml"
 
@@ -116,11 +116,11 @@ def test_chart_defaults_per_chip(cw: str, allocatable: int, capacity: int, templ
 
 def test_the_charts_vnpus_section_builds_the_same_families() -> None:
     config = parse_device_config(yaml.safe_load(CHART_CONFIG.read_text()))
-    assert config.vnpus.chips is not None
-    assert sorted(config.vnpus.chips, key=lambda chip: chip.common_word) == sorted(
+    assert config.get(ascend.SPEC).chips is not None
+    assert sorted(config.get(ascend.SPEC).chips, key=lambda chip: chip.common_word) == sorted(
         DEFAULT_CHIPS, key=lambda chip: chip.common_word)
-    assert config.vnpus.hami_vnpu_core is False
-    assert build_catalog(config=config, enable_ascend=True) == CATALOG
+    assert config.get(ascend.SPEC).hami_vnpu_core is False
+    assert build_catalog(config=config, enable={"ascend"}) == CATALOG
 
 
 def test_vnpus_overrides_reach_the_family() -> None:
@@ -130,7 +130,7 @@ def test_vnpus_overrides_reach_the_family() -> None:
          "templates": [{"name": "big", "memory": 32768}, {"name": "small", "memory": 8192}]},
         {"commonWord": "Ascend950", "chipName": "950", "memoryAllocatable": 100000, "memoryCapacity": 120000,
          "superPod": True}]}})
-    catalog = build_catalog(config=config, enable_ascend=True)
+    catalog = build_catalog(config=config, enable={"ascend"})
     assert [f.cw for f in catalog if f.kind == "ascend"] == ["Ascend910B3", "Ascend950"]
     b3 = catalog["Ascend910B3"]
     assert b3.resources.count == "huawei.com/npu" and b3.resources.memory == "huawei.com/Ascend910B3-memory"
@@ -169,7 +169,7 @@ def test_two_chips_with_one_common_word_are_refused() -> None:
     # HAMi's TestDevices_Fit config lists 910B4 and 910B4-1 both as Ascend910B4: one key, two meanings.
     config = parse_device_config({"vnpus": {"configs": [{"commonWord": "Ascend910B4"}, {"commonWord": "Ascend910B4"}]}})
     with pytest.raises(DeviceConfigError, match="common word Ascend910B4 names two device families"):
-        build_catalog(config=config, enable_ascend=True)
+        build_catalog(config=config, enable={"ascend"})
 
 
 @pytest.mark.parametrize(("cw", "memory", "expected"), [
@@ -246,7 +246,7 @@ def test_hccs_grouping_applies_only_when_every_npu_reports_its_group() -> None:
 def test_soft_split_is_allowed_by_the_node_annotation_else_the_config(annotations: dict[str, str],
                                                                       hami_vnpu_core: bool, allowed: bool) -> None:
     catalog = build_catalog(config=parse_device_config({"vnpus": {"hamiVnpuCore": hami_vnpu_core}}),
-                            enable_ascend=True)
+                            enable={"ascend"})
     annotations = {**annotations, "hami.io/node-register-Ascend910B3": encode_register_json(eight_910b())}
     state = node_state(node_record({"metadata": {"name": "n", "annotations": annotations}}, catalog=catalog), now=0,
                        catalog=catalog)
@@ -537,7 +537,7 @@ def test_runtime_info_lists_every_containers_npus(grants: list[list[DeviceGrant]
 
 def test_the_booking_writes_runtime_info_and_the_bind_predicate_time() -> None:
     grants = ((DeviceGrant("Ascend910B3-0", 16384, 0, "Ascend910B3"),), (DeviceGrant("GPU-0", 1000, 0),))
-    catalog = build_catalog(enable_ascend=True)
+    catalog = build_catalog(enable={"ascend"})
     booked = booking_annotations(grants, catalog)
     assert booked["huawei.com/Ascend910B3"] == '[{"UUID":"Ascend910B3-0","temp":"vir05_1c_16g","memory":16384}]'
     written = bind_annotations(grants, catalog, now_seconds=42)
@@ -631,7 +631,7 @@ def test_hami_generate_resource_requests(limits: dict[str, str], expected: Conta
 def test_hami_generate_resource_requests_factor() -> None:
     """Test_GenerateResourceRequestsFactor "factor 10": 128 × 10 MiB."""
     config = parse_device_config({"vnpus": {"configs": [{"commonWord": "Ascend910A", "memoryFactor": 10}]}})
-    catalog = build_catalog(config=config, enable_ascend=True)
+    catalog = build_catalog(config=config, enable={"ascend"})
     request = pod_request({"spec": {"containers": [_container({"huawei.com/Ascend910A": "1",
                                                                "huawei.com/Ascend910A-memory": "128"})]}},
                           RequestDefaults.of(catalog))

@@ -1,7 +1,7 @@
 """The registry of device families (README.md#device-families): the catalog, each family's record, and HAMi's device
 config.
 
-Covers: `DEFAULT_CATALOG` holding NVIDIA, DCU and MLU, `build_catalog(enable_iluvatar=True)` adding MR-V100, MR-V50,
+Covers: `DEFAULT_CATALOG` holding NVIDIA, DCU and MLU, `build_catalog(enable={"iluvatar"})` adding MR-V100, MR-V50,
 BI-V150 and BI-V100, families kept in common-word order; each family's resource names and annotation keys as the table
 of README.md#device-families writes them (register, handshake, ``…-devices-to-allocate`` / ``-allocated``, UUID pins,
 lock), its memory factor and default cores; one table that runs every family of the catalog through the same behaviours
@@ -31,16 +31,19 @@ from hami_web.core.families import (
     DeviceConfigError,
     Family,
     build_catalog,
+    cambricon,
+    config_document,
+    hygon,
+    iluvatar,
+    nvidia,
     parse_device_config,
 )
-from hami_web.core.families.config import (
-    CambriconConfig,
-    DeviceConfig,
-    HygonConfig,
-    NvidiaConfig,
-    config_document,
-)
+from hami_web.core.families.cambricon import DEFAULT_RESOURCES as MLU_NAMES
+from hami_web.core.families.hygon import DEFAULT_RESOURCES as DCU_NAMES
+from hami_web.core.families.hygon import HygonConfig
 from hami_web.core.families.iluvatar import IluvatarChip, default_chip
+from hami_web.core.families.nvidia import NvidiaConfig
+from hami_web.core.families.spec import DeviceConfig
 from hami_web.core.grants import booking_annotations
 from hami_web.core.options import pod_options
 from hami_web.core.requests import ContainerRequest, RequestDefaults, pod_request
@@ -48,7 +51,12 @@ from hami_web.core.usage import build_node_view
 from hami_web.state.nodes import node_record, node_state
 from hami_web.state.pods import pod_usage
 
-FULL_CATALOG = build_catalog(enable_iluvatar=True)
+FULL_CATALOG = build_catalog(enable={"iluvatar"})
+
+
+def _hygon(**names: str) -> DeviceConfig:
+    """A device config whose ``hygon`` section changes ``names`` of the chart's."""
+    return DeviceConfig(sections={"hygon": HygonConfig(resources=replace(DCU_NAMES, **names))})
 ILUVATAR_CHIPS = ("MR-V100", "MR-V50", "BI-V150", "BI-V100")
 
 
@@ -220,23 +228,23 @@ def test_a_pod_of_a_family_ignores_other_families_nodes(cw: str) -> None:
 # --- resource names must be unambiguous ------------------------------------------------------------------------
 
 @pytest.mark.parametrize(("config", "message"), [
-    pytest.param(DeviceConfig(hygon=HygonConfig(count="nvidia.com/gpu")),
+    pytest.param(_hygon(count="nvidia.com/gpu"),
                  "resource nvidia.com/gpu is used by both", id="hygon-count-is-nvidia-count"),
-    pytest.param(DeviceConfig(hygon=HygonConfig(memory="nvidia.com/gpumem")),
+    pytest.param(_hygon(memory="nvidia.com/gpumem"),
                  "resource nvidia.com/gpumem is used by both", id="hygon-memory-is-nvidia-memory"),
-    pytest.param(DeviceConfig(hygon=HygonConfig(memory="hygon.com/dcucores")),
+    pytest.param(_hygon(memory="hygon.com/dcucores"),
                  "resource hygon.com/dcucores is given twice for DCU", id="hygon-memory-is-its-cores"),
-    pytest.param(DeviceConfig(iluvatars=(replace(default_chip("MR-V100"), resources=replace(
-        default_chip("MR-V100").resources, count="hygon.com/dcunum")),)),
+    pytest.param(DeviceConfig(sections={"iluvatar": (replace(default_chip("MR-V100"), resources=replace(
+        default_chip("MR-V100").resources, count="hygon.com/dcunum")),)}),
                  "resource hygon.com/dcunum is used by both DCU and MR-V100", id="iluvatar-count-is-dcu-count"),
-    pytest.param(DeviceConfig(iluvatars=(default_chip("MR-V100"), IluvatarChip(
-        common_word="MR-V101", chip_name="MR-V101", resources=default_chip("MR-V100").resources))),
+    pytest.param(DeviceConfig(sections={"iluvatar": (default_chip("MR-V100"), IluvatarChip(
+        common_word="MR-V101", chip_name="MR-V101", resources=default_chip("MR-V100").resources))}),
                  "resource iluvatar.ai/MR-V100-vgpu is used by both MR-V100 and MR-V101",
                  id="two-chips-share-names"),
 ])
 def test_a_resource_name_of_two_families_is_refused(config: DeviceConfig, message: str) -> None:
     with pytest.raises(DeviceConfigError, match=message):
-        build_catalog(config=config, enable_iluvatar=True)
+        build_catalog(config=config, enable={"iluvatar"})
 
 
 @pytest.mark.parametrize("words", [
@@ -247,7 +255,7 @@ def test_a_resource_name_of_two_families_is_refused(config: DeviceConfig, messag
 def test_a_common_word_registered_twice_is_a_config_error(words: tuple[str, ...]) -> None:
     config = parse_device_config({"iluvatars": [{"commonWord": word} for word in words]})
     with pytest.raises(DeviceConfigError):
-        build_catalog(config=config, enable_iluvatar=True)
+        build_catalog(config=config, enable={"iluvatar"})
 
 
 def test_iluvatar_names_from_the_config_are_ignored_while_iluvatar_is_disabled() -> None:
@@ -266,20 +274,18 @@ HAMI_CHART_DEVICE_CONFIG = (Path(__file__).resolve().parents[1] / "fixtures"
 
 def test_hami_chart_device_config_reads_as_the_chart_defaults() -> None:
     config = parse_device_config(yaml.safe_load(HAMI_CHART_DEVICE_CONFIG))
-    assert config.nvidia == NvidiaConfig(
+    assert config.get(nvidia.SPEC) == NvidiaConfig(
         count="nvidia.com/gpu", memory="nvidia.com/gpumem", memory_percentage="nvidia.com/gpumem-percentage",
         cores="nvidia.com/gpucores", priority="nvidia.com/priority", overwrite_env=False, default_memory_mib=0,
         default_cores=0, default_count=1, memory_factor=1)
-    assert config.hygon == HygonConfig(count="hygon.com/dcunum", memory="hygon.com/dcumem",
-                                       cores="hygon.com/dcucores", memory_factor=1)
-    assert config.cambricon == CambriconConfig(count="cambricon.com/vmlu", memory="cambricon.com/mlu.smlu.vmemory",
-                                               cores="cambricon.com/mlu.smlu.vcore")
-    assert config.iluvatars == tuple(default_chip(cw) for cw in ILUVATAR_CHIPS)
+    assert config.get(hygon.SPEC) == HygonConfig(resources=DCU_NAMES, memory_factor=1)
+    assert config.get(cambricon.SPEC) == MLU_NAMES
+    assert config.get(iluvatar.SPEC) == tuple(default_chip(cw) for cw in ILUVATAR_CHIPS)
 
 
 def test_hami_chart_device_config_builds_the_default_catalog() -> None:
     config = parse_device_config(yaml.safe_load(HAMI_CHART_DEVICE_CONFIG))
-    assert build_catalog(config=config, enable_iluvatar=True) == FULL_CATALOG
+    assert build_catalog(config=config, enable={"iluvatar"}) == FULL_CATALOG
     assert build_catalog(config=config) == DEFAULT_CATALOG
 
 
@@ -289,21 +295,25 @@ def test_hami_chart_device_config_builds_the_default_catalog() -> None:
     pytest.param({"metax": {"resourceCountName": 5}, "mthreads": "anything"}, DeviceConfig(),
                  id="sections-we-do-not-read-are-not-checked"),
     pytest.param({"nvidia": None, "hygon": None}, DeviceConfig(), id="null-sections"),
-    pytest.param({"nvidia": {"overwriteEnv": "true"}}, DeviceConfig(nvidia=NvidiaConfig(overwrite_env=True)),
+    pytest.param({"nvidia": {"overwriteEnv": "true"}},
+                 DeviceConfig(sections={"nvidia": NvidiaConfig(overwrite_env=True)}),
                  id="overwriteEnv-rendered-as-text"),
-    pytest.param({"hygon": {"memoryFactor": 0}}, DeviceConfig(hygon=HygonConfig(memory_factor=1)),
+    pytest.param({"hygon": {"memoryFactor": 0}}, DeviceConfig(sections={"hygon": HygonConfig(memory_factor=1)}),
                  id="memoryFactor-0-means-1"),
     pytest.param({"hygon": {"resourceCountName": " hygon.com/dcu "}},
-                 DeviceConfig(hygon=HygonConfig(count="hygon.com/dcu")), id="names-trimmed"),
-    pytest.param({"iluvatars": []}, DeviceConfig(iluvatars=()), id="no-chips"),
+                 _hygon(count="hygon.com/dcu"), id="names-trimmed"),
+    pytest.param({"iluvatars": []}, DeviceConfig(sections={"iluvatar": ()}), id="no-chips"),
     pytest.param({"cambricon": {"resourceCountName": "cambricon.com/mlu"}},
-                 DeviceConfig(cambricon=CambriconConfig(count="cambricon.com/mlu")), id="cambricon-count-as-hami-flag"),
-    pytest.param({"iluvatars": [{"commonWord": "MR-V100"}]}, DeviceConfig(iluvatars=(default_chip("MR-V100"),)),
+                 DeviceConfig(sections={"cambricon": replace(MLU_NAMES, count="cambricon.com/mlu")}),
+                 id="cambricon-count-as-hami-flag"),
+    pytest.param({"iluvatars": [{"commonWord": "MR-V100"}]},
+                 DeviceConfig(sections={"iluvatar": (default_chip("MR-V100"),)}),
                  id="chip-with-only-a-common-word-gets-chart-names"),
     pytest.param({"iluvatars": [{"commonWord": "BI-V150", "chipName": "BI150",
                                  "resourceCountName": "iluvatar.ai/vgpu"}]},
-                 DeviceConfig(iluvatars=(IluvatarChip(common_word="BI-V150", chip_name="BI150", resources=replace(
-                     default_chip("BI-V150").resources, count="iluvatar.ai/vgpu")),)), id="chip-with-own-names"),
+                 DeviceConfig(sections={"iluvatar": (IluvatarChip(
+                     common_word="BI-V150", chip_name="BI150", resources=replace(
+                         default_chip("BI-V150").resources, count="iluvatar.ai/vgpu")),)}), id="chip-with-own-names"),
 ])
 def test_partial_device_configs_read_what_they_say(document: object, expected: DeviceConfig) -> None:
     assert parse_device_config(document) == expected
@@ -333,8 +343,8 @@ def test_configured_cambricon_names_reach_the_mlu_family_and_its_capacity_reader
 
 
 def test_an_empty_iluvatars_list_enables_no_chip() -> None:
-    assert isinstance(build_catalog(config=DeviceConfig(iluvatars=()), enable_iluvatar=True), DeviceCatalog)
-    assert [f.cw for f in build_catalog(config=DeviceConfig(iluvatars=()), enable_iluvatar=True)] == [
+    assert isinstance(build_catalog(config=DeviceConfig(sections={"iluvatar": ()}), enable={"iluvatar"}), DeviceCatalog)
+    assert [f.cw for f in build_catalog(config=DeviceConfig(sections={"iluvatar": ()}), enable={"iluvatar"})] == [
         "DCU", "MLU", "NVIDIA"]
 
 

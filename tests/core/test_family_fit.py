@@ -46,7 +46,7 @@ from hami_web.core.usage import DeviceUsage, NodeView, build_node_view
 from hami_web.state.nodes import node_record, node_state
 from hami_web.state.pods import pod_usage
 
-FULL_CATALOG = build_catalog(enable_iluvatar=True)
+FULL_CATALOG = build_catalog(enable={"iluvatar"})
 DCU = FULL_CATALOG["DCU"]
 MR_V100 = FULL_CATALOG["MR-V100"]
 NVIDIA = FULL_CATALOG["NVIDIA"]

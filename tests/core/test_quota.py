@@ -46,7 +46,7 @@ from hami_web.core.usage import build_node_view, pod_booking
 from tests.core.builders import a100_mig_register
 
 CATALOG = build_catalog()
-ILUVATAR_CATALOG = build_catalog(enable_iluvatar=True)
+ILUVATAR_CATALOG = build_catalog(enable={"iluvatar"})
 RESOURCES = quota_resources(ILUVATAR_CATALOG)
 MEM = RESOURCES["nvidia.com/gpumem"]
 CORES = RESOURCES["nvidia.com/gpucores"]

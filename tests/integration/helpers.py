@@ -119,7 +119,7 @@ DCU_REGISTER = "hami.io/node-dcu-register"
 DCU_TYPE = "DCU-BW100"
 FRESH_HANDSHAKE = "Requesting_2099-01-01 00:00:00"
 # Every family hami-web knows, Iluvatar's and Ascend's chips included: the builders look register keys up here.
-ALL_FAMILIES = build_catalog(enable_iluvatar=True, enable_ascend=True)
+ALL_FAMILIES = build_catalog(enable={"iluvatar", "ascend"})
 
 
 def dcus(node: str, how_many: int = 2, *, count: int = 4, memory_mib: int = 65520, cores: int = 100,

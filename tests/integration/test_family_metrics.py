@@ -35,7 +35,7 @@ from .helpers import (
 )
 
 MIB = 1024 * 1024
-FAMILIES = build_catalog(enable_iluvatar=True)
+FAMILIES = build_catalog(enable={"iluvatar"})
 DCU, MR_V100 = FAMILIES["DCU"], FAMILIES["MR-V100"]
 ILUVATAR_UUID = "GPU-bad51c5a-ed4c-591d-91bf-c04a12e19eae"
 MLU_UUID = "mlu-0-cambricon-mlu-0"

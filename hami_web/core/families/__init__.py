@@ -1,20 +1,19 @@
 """Device families (README.md#device-families): the registry of what accelerators hami-web schedules, and how they are
 enabled.
 
-A family is a record (`Family`); the enabled ones form the server's `DeviceCatalog`. Registering a family is one
-module and one entry in `build_catalog`: the fit, the codecs, the webhook, the bind and the tools read the
-record and never name a vendor.
+A family is a record (`Family`) built by its vendor module's spec (`FamilySpec`, whose docstring says how to add a
+family: one module and one line of `REGISTRY`); the enabled ones form the server's `DeviceCatalog`. The fit, the
+codecs, the webhook, the bind and the tools read the record and never name a vendor; the flags, the device-config
+reader and what is published for the tools read the registry.
 """
 
 from __future__ import annotations
 
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import replace
+from typing import Any
 
-from hami_web.core.families.ascend import DEFAULT_CHIPS as ASCEND_CHIPS
-from hami_web.core.families.ascend import ascend_family
-from hami_web.core.families.cambricon import DEFAULT_RESOURCES as CAMBRICON_RESOURCES
-from hami_web.core.families.cambricon import cambricon_family
-from hami_web.core.families.config import DeviceConfig, DeviceConfigError, parse_device_config
+from hami_web.core.families.config import type_name
 from hami_web.core.families.family import (
     MODULE_PAIRS,
     NETWORK_GROUPS,
@@ -23,14 +22,13 @@ from hami_web.core.families.family import (
     AdmissionRewrite,
     AdmissionRules,
     DeviceCatalog,
+    DeviceConfigError,
     Family,
     ResourceNames,
 )
-from hami_web.core.families.hygon import DEFAULT_RESOURCES as HYGON_RESOURCES
-from hami_web.core.families.hygon import hygon_family
-from hami_web.core.families.iluvatar import DEFAULT_CHIPS, iluvatar_family
 from hami_web.core.families.nvidia import CW as NVIDIA
-from hami_web.core.families.nvidia import nvidia_family
+from hami_web.core.families.registry import REGISTRY
+from hami_web.core.families.spec import DeviceConfig, FamilySpec
 
 __all__ = [
     "DEFAULT_CATALOG",
@@ -38,6 +36,7 @@ __all__ = [
     "NETWORK_GROUPS",
     "NODE_LOCK",
     "NVIDIA",
+    "REGISTRY",
     "AdmissionAsk",
     "AdmissionRewrite",
     "AdmissionRules",
@@ -45,43 +44,66 @@ __all__ = [
     "DeviceConfig",
     "DeviceConfigError",
     "Family",
+    "FamilySpec",
     "ResourceNames",
     "build_catalog",
+    "config_document",
+    "gated_specs",
     "parse_device_config",
 ]
 
 
-def build_catalog(*, nvidia: Family | None = None, config: DeviceConfig | None = None,
-                  enable_iluvatar: bool = False, enable_ascend: bool = False) -> DeviceCatalog:
-    """The enabled families: NVIDIA (as given, else chart defaults), Hygon and Cambricon always; Iluvatar's and
-    Ascend's chips when enabled (the device config's lists, else the chart's chips).
+def gated_specs(registry: Sequence[FamilySpec[Any]] = REGISTRY) -> tuple[FamilySpec[Any], ...]:
+    """The specs HAMi gates behind a flag (``--enable-<name>``), in registry order."""
+    return tuple(spec for spec in registry if spec.flag)
 
-    ``config`` supplies what the device config file says for the families other than NVIDIA, whose settings the
-    flags and the file have already merged into ``nvidia``.
-    """
+
+def build_catalog(*, nvidia: Family | None = None, config: DeviceConfig | None = None,
+                  enable: Collection[str] = (), registry: Sequence[FamilySpec[Any]] = REGISTRY) -> DeviceCatalog:
+    """The enabled families: every spec without a flag, and those with one whose name is in ``enable``, each built
+    from its section of ``config`` (its default when absent). ``nvidia``, when given, replaces the NVIDIA family
+    built from the file (the server merges its flags into it first)."""
     config = config or DeviceConfig()
-    hygon = config.hygon
-    families = [
-        nvidia or nvidia_family(),
-        hygon_family(resources=ResourceNames(count=hygon.count or HYGON_RESOURCES.count,
-                                             memory=hygon.memory or HYGON_RESOURCES.memory, memory_percentage="",
-                                             cores=hygon.cores or HYGON_RESOURCES.cores, priority=""),
-                     memory_factor=hygon.memory_factor or 1),
-        cambricon_family(resources=ResourceNames(
-            count=config.cambricon.count or CAMBRICON_RESOURCES.count,
-            memory=config.cambricon.memory or CAMBRICON_RESOURCES.memory, memory_percentage="",
-            cores=config.cambricon.cores or CAMBRICON_RESOURCES.cores, priority="")),
-    ]
-    if enable_iluvatar:
-        chips = DEFAULT_CHIPS if config.iluvatars is None else config.iluvatars
-        families.extend(iluvatar_family(chip) for chip in chips)
-    if enable_ascend:
-        vnpus = config.vnpus
-        families.extend(ascend_family(chip, soft_split_default=bool(vnpus.hami_vnpu_core))
-                        for chip in (ASCEND_CHIPS if vnpus.chips is None else vnpus.chips))
+    unknown = set(enable) - {spec.name for spec in gated_specs(registry)}
+    if unknown:
+        raise DeviceConfigError(f"no family named {', '.join(sorted(unknown))} can be enabled")
+    families: list[Family] = []
+    for spec in registry:
+        if spec.flag and spec.name not in enable:
+            continue
+        families.extend(spec.build(config.get(spec)))
+    if nvidia is not None:
+        families = [nvidia if family.cw == nvidia.cw else family for family in families]
     catalog = DeviceCatalog(families=tuple(families))
     _check_names(catalog)
     return catalog
+
+
+def parse_device_config(document: object, registry: Sequence[FamilySpec[Any]] = REGISTRY) -> DeviceConfig:
+    """Read a loaded ``device-config.yaml``: each registered family's section by its spec; `DeviceConfigError` names
+    the key that is wrong. Keys no family reads are ignored."""
+    if document is None:
+        return DeviceConfig()
+    if not isinstance(document, Mapping):
+        raise DeviceConfigError(f"the document must be a map of device sections, got {type_name(document)}")
+    sections: dict[str, object] = {}
+    for spec in registry:
+        if not spec.section or document.get(spec.section) is None:
+            continue
+        value = spec.read(document[spec.section], spec.section)
+        if value != spec.default:
+            sections[spec.name] = value
+    return DeviceConfig(sections=sections)
+
+
+def config_document(config: DeviceConfig, registry: Sequence[FamilySpec[Any]] = REGISTRY) -> dict[str, object]:
+    """``config`` as HAMi's YAML document (only what is set): what the server publishes for the operator tools,
+    which read it back with `parse_device_config`."""
+    document: dict[str, object] = {}
+    for spec in registry:
+        if spec.section and (value := spec.publish(config.get(spec))) is not None:
+            document[spec.section] = value
+    return document
 
 
 def _check_names(catalog: DeviceCatalog) -> None:

@@ -15,9 +15,10 @@ from the other families is kept here as data on the record and a few pure rules 
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from hami_web.core.families import config
 from hami_web.core.families.family import (
     MODULE_PAIRS,
     NETWORK_GROUPS,
@@ -25,11 +26,13 @@ from hami_web.core.families.family import (
     AdmissionRewrite,
     AdmissionRules,
     BookedDevice,
+    DeviceConfigError,
     Family,
     MemoryTemplates,
     ResourceNames,
     VnpuTemplate,
 )
+from hami_web.core.families.spec import FamilySpec
 
 KIND = "ascend"
 SOFT_SPLIT_KEY = "huawei.com/vnpu-mode"
@@ -168,3 +171,98 @@ class RuntimeInfo:
                 entries.append({key: value for key, value in entry.items() if value})
         return {f"huawei.com/{self.cw}": json.dumps(entries, separators=(",", ":"))}
 
+
+
+@dataclass(frozen=True, slots=True)
+class VnpuConfig:
+    """The ``vnpus`` section: ``hamiVnpuCore`` and the chips of ``configs`` (None when the file lists none)."""
+
+    hami_vnpu_core: bool | None = None
+    chips: tuple[AscendChip, ...] | None = None
+
+
+def _vnpu_templates(entry: Mapping[str, object], where: str) -> tuple[VnpuTemplate, ...] | None:
+    listed = config.entries(entry.get("templates"), f"{where}.templates")
+    if listed is None:
+        return None
+    templates: list[VnpuTemplate] = []
+    for here, template in listed:
+        name = config.string(template, "name", here)
+        if not name:
+            raise DeviceConfigError(f"{here}.name: a template needs a name")
+        memory = config.integer(template, "memory", here, minimum=1, maximum=1 << 21)
+        if memory is None:
+            raise DeviceConfigError(f"{here}.memory: a template needs its memory in MiB")
+        templates.append(VnpuTemplate(name=name, memory_mib=memory))
+    return tuple(templates)
+
+
+def _vnpu_chip(entry: Mapping[str, object], where: str) -> AscendChip:
+    word = entry.get("commonWord")
+    if not isinstance(word, str) or not config.COMMON_WORD.fullmatch(word.strip()):
+        raise DeviceConfigError(f"{where}.commonWord: {word!r} is not a common word like Ascend910B3")
+    word = word.strip()
+    chart = default_chip(word)
+    resources = chart.resources if chart else ResourceNames(
+        count=f"huawei.com/{word}", memory=f"huawei.com/{word}-memory", memory_percentage="",
+        cores=f"huawei.com/{word}-core", priority="")
+    allocatable = config.integer(entry, "memoryAllocatable", where, minimum=1, maximum=1 << 21)
+    capacity = config.integer(entry, "memoryCapacity", where, minimum=1, maximum=1 << 21)
+    templates = _vnpu_templates(entry, where)
+    if chart is None and (allocatable is None or capacity is None):
+        raise DeviceConfigError(f"{where}: chip {word} is not one of HAMi's chart; give its memoryAllocatable and "
+                                f"memoryCapacity")
+    memory = MemoryTemplates(
+        templates=chart.memory.templates if templates is None and chart else templates or (),
+        allocatable_mib=allocatable or (chart.memory.allocatable_mib if chart else 0),
+        capacity_mib=capacity or (chart.memory.capacity_mib if chart else 0))
+    if memory.capacity_mib < memory.allocatable_mib:
+        raise DeviceConfigError(f"{where}: memoryCapacity {memory.capacity_mib} is below memoryAllocatable "
+                                f"{memory.allocatable_mib}")
+    return AscendChip(
+        common_word=word, chip_name=config.string(entry, "chipName", where) or (chart.chip_name if chart else word),
+        resources=ResourceNames(
+            count=config.resource(entry, "resourceName", where) or resources.count,
+            memory=config.resource(entry, "resourceMemoryName", where) or resources.memory, memory_percentage="",
+            cores=config.resource(entry, "resourceCoreName", where) or resources.cores, priority=""),
+        memory=memory,
+        memory_factor=config.memory_factor(entry, where) or 1,
+        runtime_class_name=config.string(entry, "runtimeClassName", where) or "",
+        overwrite_env=bool(config.boolean(entry, "overwriteEnv", where)),
+        super_pod=bool(config.boolean(entry, "superPod", where)) if entry.get("superPod") is not None
+        else bool(chart and chart.super_pod))
+
+
+def read_vnpus(value: object, where: str) -> VnpuConfig:
+    """The ``vnpus`` section: ``hamiVnpuCore`` and the chips of ``configs``."""
+    section = config.section_map(value, where)
+    listed = config.entries(section.get("configs"), f"{where}.configs")
+    chips = None if listed is None else tuple(_vnpu_chip(entry, where) for where, entry in listed)
+    return VnpuConfig(hami_vnpu_core=config.boolean(section, "hamiVnpuCore", where), chips=chips)
+
+
+def publish_vnpus(vnpus: VnpuConfig) -> object | None:
+    """The section back (None when nothing was set)."""
+    document: dict[str, object] = {}
+    if vnpus.hami_vnpu_core is not None:
+        document["hamiVnpuCore"] = vnpus.hami_vnpu_core
+    if vnpus.chips is not None:
+        document["configs"] = [{
+            "chipName": chip.chip_name, "commonWord": chip.common_word, "resourceName": chip.resources.count,
+            "resourceMemoryName": chip.resources.memory, "resourceCoreName": chip.resources.cores,
+            "memoryAllocatable": chip.memory.allocatable_mib, "memoryCapacity": chip.memory.capacity_mib,
+            "memoryFactor": chip.memory_factor, "runtimeClassName": chip.runtime_class_name,
+            "overwriteEnv": chip.overwrite_env, "superPod": chip.super_pod,
+            "templates": [{"name": t.name, "memory": t.memory_mib} for t in chip.memory.templates],
+        } for chip in vnpus.chips]
+    return document or None
+
+
+SPEC = FamilySpec(
+    name=KIND, label="Huawei Ascend NPU", section="vnpus", default=VnpuConfig(), read=read_vnpus,
+    publish=publish_vnpus,
+    build=lambda vnpus: tuple(ascend_family(chip, soft_split_default=bool(vnpus.hami_vnpu_core))
+                              for chip in (DEFAULT_CHIPS if vnpus.chips is None else vnpus.chips)),
+    flag="--enable-ascend", chart_value="ascend.enabled",
+    flag_help="schedule Huawei Ascend NPUs (the chips of the device config's vnpus.configs, else HAMi's chart's "
+              "seven) (false)")

@@ -17,7 +17,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from hami_web.core.devices import AnnotationError, Device
+from hami_web.core.families import config
 from hami_web.core.families.family import AdmissionRules, Family, ResourceNames
+from hami_web.core.families.spec import FamilySpec
 from hami_web.core.limits import MAX_DEVICE_INDEX, MAX_DEVICE_MEMORY_MIB, quote, uuid_problem
 from hami_web.core.nodelocks import LockRule
 from hami_web.core.quantities import QuantityError, parse_whole_quantity
@@ -140,3 +142,18 @@ def cambricon_family(*, resources: ResourceNames = DEFAULT_RESOURCES) -> Family:
         unknown_type=CW,
         booking_extras=dsmlu_annotations,
     )
+
+
+def read_cambricon(value: object, where: str) -> ResourceNames:
+    """The ``cambricon`` section: names only (the memory factor is fixed at 256 MiB)."""
+    return config.resource_names(config.section_map(value, where), where, DEFAULT_RESOURCES)
+
+
+def publish_cambricon(resources: ResourceNames) -> object | None:
+    """The section back (the names that differ from the chart's; None when none does)."""
+    return config.names_document(config.changed_names(resources, DEFAULT_RESOURCES))
+
+
+SPEC = FamilySpec(name=KIND, label="Cambricon MLU", section="cambricon", default=DEFAULT_RESOURCES,
+                  read=read_cambricon, publish=publish_cambricon,
+                  build=lambda resources: (cambricon_family(resources=resources),))

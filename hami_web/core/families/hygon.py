@@ -7,7 +7,11 @@ a container a DCU container (``MutateAdmission`` looks at limits only and mutate
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
+from hami_web.core.families import config
 from hami_web.core.families.family import AdmissionRules, Family, ResourceNames
+from hami_web.core.families.spec import FamilySpec
 
 CW = "DCU"
 KIND = "hygon"
@@ -31,3 +35,30 @@ def hygon_family(*, resources: ResourceNames = DEFAULT_RESOURCES, memory_factor:
         nouse_uuid_key="hygon.com/nouse-gpuuuid",
         admission=AdmissionRules(),
     )
+
+
+@dataclass(frozen=True, slots=True)
+class HygonConfig:
+    """The ``hygon`` section: the resource names (chart names when left out) and the memory factor."""
+
+    resources: ResourceNames = DEFAULT_RESOURCES
+    memory_factor: int | None = None
+
+
+def read_hygon(value: object, where: str) -> HygonConfig:
+    """The ``hygon`` section."""
+    section = config.section_map(value, where)
+    return HygonConfig(resources=config.resource_names(section, where, DEFAULT_RESOURCES),
+                       memory_factor=config.memory_factor(section, where))
+
+
+def publish_hygon(hygon: HygonConfig) -> object | None:
+    """The section back: the names that differ from the chart's, and the factor when set."""
+    return config.names_document((*config.changed_names(hygon.resources, DEFAULT_RESOURCES),
+                                  ("memoryFactor", hygon.memory_factor)))
+
+
+SPEC = FamilySpec(name=KIND, label="Hygon DCU", section="hygon", default=HygonConfig(), read=read_hygon,
+                  publish=publish_hygon,
+                  build=lambda hygon: (hygon_family(resources=hygon.resources,
+                                                    memory_factor=hygon.memory_factor or 1),))

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from hami_web.core.families.family import AdmissionRules, Family, ResourceNames
+from hami_web.core.families import config
+from hami_web.core.families.family import AdmissionRules, DeviceConfigError, Family, ResourceNames
+from hami_web.core.families.spec import FamilySpec
 
 KIND = "iluvatar"
 MEMORY_FACTOR = 256
@@ -51,3 +53,39 @@ def iluvatar_family(chip: IluvatarChip) -> Family:
         nouse_uuid_key=f"hami.io/no-use-{cw}-uuid",
         admission=AdmissionRules(cores_per_count=True, container_name_env="SOL_CONTINER_NAME"),
     )
+
+
+def read_iluvatars(value: object, where: str) -> tuple[IluvatarChip, ...] | None:
+    """The ``iluvatars`` list: each chip's common word, name and resource names (derived from the word by default)."""
+    listed = config.entries(value, where)
+    if listed is None:
+        return None
+    chips: list[IluvatarChip] = []
+    for here, entry in listed:
+        word = entry.get("commonWord")
+        if not isinstance(word, str) or not config.COMMON_WORD.fullmatch(word.strip()):
+            raise DeviceConfigError(f"{here}.commonWord: {word!r} is not a common word like MR-V100")
+        word = word.strip()
+        chip_name = entry.get("chipName", word)
+        if not isinstance(chip_name, str):
+            raise DeviceConfigError(f"{here}.chipName: expected a string, got {config.type_name(chip_name)}")
+        chips.append(IluvatarChip(common_word=word, chip_name=chip_name.strip() or word,
+                                  resources=config.resource_names(entry, here, default_chip(word).resources)))
+    return tuple(chips)
+
+
+def publish_iluvatars(chips: tuple[IluvatarChip, ...] | None) -> object | None:
+    """The list back (None when the file had none)."""
+    if chips is None:
+        return None
+    return [{"chipName": chip.chip_name, "commonWord": chip.common_word, "resourceCountName": chip.resources.count,
+             "resourceMemoryName": chip.resources.memory, "resourceCoreName": chip.resources.cores}
+            for chip in chips]
+
+
+SPEC: FamilySpec[tuple[IluvatarChip, ...] | None] = FamilySpec(
+    name=KIND, label="Iluvatar GPU", section="iluvatars", default=None, read=read_iluvatars,
+    publish=publish_iluvatars,
+    build=lambda chips: tuple(iluvatar_family(chip) for chip in (DEFAULT_CHIPS if chips is None else chips)),
+    flag="--enable-iluvatar", chart_value="iluvatar.enabled",
+    flag_help="schedule Iluvatar GPUs (the chips of the device config's iluvatars list) (false)")

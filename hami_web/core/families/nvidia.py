@@ -7,10 +7,13 @@ config; everything else is fixed by HAMi's NVIDIA device plugin, which reads wha
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from hami_web.core import names
+from hami_web.core.families import config
 from hami_web.core.families.family import AdmissionRules, Family, ResourceNames
+from hami_web.core.families.spec import FamilySpec
 from hami_web.core.mig import encode_reservations
 
 CW = names.VENDOR
@@ -52,3 +55,64 @@ def nvidia_family(*, resources: ResourceNames = DEFAULT_RESOURCES, memory_factor
                                  priority_env="CUDA_TASK_PRIORITY", visible_devices_env="NVIDIA_VISIBLE_DEVICES",
                                  overwrite_env=overwrite_env),
     )
+
+
+@dataclass(frozen=True, slots=True)
+class NvidiaConfig:
+    """The ``nvidia`` section: each field None when the file leaves it out (the flags and the chart fill the rest)."""
+
+    count: str | None = None
+    memory: str | None = None
+    memory_percentage: str | None = None
+    cores: str | None = None
+    priority: str | None = None
+    overwrite_env: bool | None = None
+    default_memory_mib: int | None = None
+    default_cores: int | None = None
+    default_count: int | None = None
+    memory_factor: int | None = None
+
+
+def read_nvidia(value: object, where: str) -> NvidiaConfig:
+    """The ``nvidia`` section as HAMi's ``NvidiaConfig`` reads it."""
+    section = config.section_map(value, where)
+    return NvidiaConfig(
+        count=config.resource(section, "resourceCountName", where),
+        memory=config.resource(section, "resourceMemoryName", where),
+        memory_percentage=config.resource(section, "resourceMemoryPercentageName", where),
+        cores=config.resource(section, "resourceCoreName", where),
+        priority=config.resource(section, "resourcePriorityName", where),
+        overwrite_env=config.boolean(section, "overwriteEnv", where),
+        default_memory_mib=config.integer(section, "defaultMemory", where, minimum=0, maximum=1 << 19),
+        default_cores=config.integer(section, "defaultCores", where, minimum=0, maximum=100),
+        default_count=config.integer(section, "defaultGPUNum", where, minimum=1, maximum=128),
+        memory_factor=config.memory_factor(section, where),
+    )
+
+
+def publish_nvidia(nvidia: NvidiaConfig) -> object | None:
+    """The section back, only what was set."""
+    return config.names_document((
+        ("resourceCountName", nvidia.count), ("resourceMemoryName", nvidia.memory),
+        ("resourceMemoryPercentageName", nvidia.memory_percentage), ("resourceCoreName", nvidia.cores),
+        ("resourcePriorityName", nvidia.priority), ("overwriteEnv", nvidia.overwrite_env),
+        ("defaultMemory", nvidia.default_memory_mib), ("defaultCores", nvidia.default_cores),
+        ("defaultGPUNum", nvidia.default_count), ("memoryFactor", nvidia.memory_factor)))
+
+
+def build_nvidia(nvidia: NvidiaConfig) -> tuple[Family, ...]:
+    """The NVIDIA family as the file alone configures it (the server merges its flags first and passes the result to
+    `hami_web.core.families.build_catalog` as an override)."""
+    return (nvidia_family(
+        resources=ResourceNames(count=nvidia.count or DEFAULT_RESOURCES.count,
+                                memory=nvidia.memory or DEFAULT_RESOURCES.memory,
+                                memory_percentage=nvidia.memory_percentage or DEFAULT_RESOURCES.memory_percentage,
+                                cores=nvidia.cores or DEFAULT_RESOURCES.cores,
+                                priority=nvidia.priority or DEFAULT_RESOURCES.priority),
+        memory_factor=nvidia.memory_factor or 1, default_memory_mib=nvidia.default_memory_mib or 0,
+        default_cores=nvidia.default_cores or 0, default_count=nvidia.default_count or 1,
+        overwrite_env=bool(nvidia.overwrite_env)),)
+
+
+SPEC = FamilySpec(name=KIND, label="NVIDIA GPU", section="nvidia", default=NvidiaConfig(), read=read_nvidia,
+                  publish=publish_nvidia, build=build_nvidia)

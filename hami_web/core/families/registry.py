@@ -1,0 +1,20 @@
+"""The registry: every family hami-web knows, one line each (hami_web.core.families.spec says how to add one).
+
+Order does not matter (the catalog sorts families by common word); a family whose spec has a ``flag`` is built only
+when that flag enables it, every other one always (as HAMi v2.10 registers its vendors unconditionally).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hami_web.core.families import ascend, cambricon, hygon, iluvatar, nvidia
+from hami_web.core.families.spec import FamilySpec
+
+REGISTRY: tuple[FamilySpec[Any], ...] = (
+    nvidia.SPEC,
+    hygon.SPEC,
+    cambricon.SPEC,
+    iluvatar.SPEC,
+    ascend.SPEC,
+)
