@@ -46,6 +46,7 @@ from hami_web.core.choose import NoPlacement, Placement, choose_node
 from hami_web.core.devices import Device, NodeInventory
 from hami_web.core.families import DEFAULT_CATALOG
 from hami_web.core.grants import describe_grants
+from hami_web.core.groups import NETWORK_GROUPS
 from hami_web.core.options import DeviceSelection, PodOptions
 from hami_web.core.quota import NamespaceQuota, booking_quota_use, family_quota_names, quota_resources
 from hami_web.core.requests import ContainerRequest, PodRequest
@@ -117,7 +118,7 @@ def generate_ascend_cluster(size: int, rng: random.Random
             elif rng.random() < BUSY_GPU_SHARE:
                 slices = rng.randint(1, 3)
                 usage[device.uuid] = DeviceUsage(slices, slices * NPU_SLICE_MIB, 0)
-        inventory = NodeInventory(name=name, devices=npus, topology=frozenset(), grouping={NPU: "network"},
+        inventory = NodeInventory(name=name, devices=npus, topology=frozenset(), grouping={NPU: NETWORK_GROUPS},
                                   soft_split=frozenset({NPU}) if number % 3 == 0 else frozenset())
         views[name] = build_node_view(inventory, usage)
         usages[name] = usage

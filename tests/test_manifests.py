@@ -33,7 +33,7 @@ import yaml
 from kubernetes import client
 
 from hami_web import __version__
-from hami_web.core.families import build_catalog
+from hami_web.core.families import build_catalog, gated_specs
 from hami_web.server.app import create_app
 from hami_web.server.listeners import ROUTES_BY_AUDIENCE
 from hami_web.settings import ResourceNames, Settings, split_host_port
@@ -252,7 +252,7 @@ def test_extender_points_at_the_loopback_extender_listener_in_the_same_pod() -> 
 # Every family hami-web can schedule, Iluvatar's and Ascend's chips included: the shipped configuration must serve a
 # server started with --enable-iluvatar or --enable-ascend (the entries are inert without: the webhook routes no such
 # pod to us), as HAMi's chart lists them all.
-ALL_FAMILIES = build_catalog(enable={"iluvatar", "ascend"})
+ALL_FAMILIES = build_catalog(enable={spec.name for spec in gated_specs()})
 
 
 def test_extender_manages_every_device_resource_name_of_every_family() -> None:

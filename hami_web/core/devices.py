@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from hami_web.core.limits import (
     MAX_DEVICE_CORES,
@@ -29,6 +30,9 @@ from hami_web.core.limits import (
     uuid_problem,
 )
 from hami_web.core.mig import MigPlacement, MigProfile
+
+if TYPE_CHECKING:
+    from hami_web.core.groups import Grouping
 
 
 class AnnotationError(ValueError):
@@ -81,7 +85,7 @@ class NodeInventory:
     # The families whose soft split (Ascend hami-core) this node allows, and how each family's multi-device
     # containers are picked here (README.md#ascend-npus: "network" = HCCS groups, "pairs" = module pairs).
     soft_split: frozenset[str] = frozenset()
-    grouping: Mapping[str, str] = field(default_factory=dict)
+    grouping: Mapping[str, Grouping] = field(default_factory=dict)
     groups: Mapping[str, tuple[int, int]] = field(init=False, compare=False, repr=False)
 
     def __post_init__(self) -> None:

@@ -16,9 +16,8 @@ from itertools import combinations
 from hami_web.core import names
 from hami_web.core.checks import SOFT_SPLIT_CORES, check_device, device_reasons, device_score, is_dynamic_mig, mig_pick
 from hami_web.core.devices import Device, NodeInventory
-from hami_web.core.families import NETWORK_GROUPS
 from hami_web.core.grants import DeviceGrant, PodGrants, merge_grants
-from hami_web.core.groups import GROUP_SCORE_WEIGHT, group_share, pick_in_groups
+from hami_web.core.groups import GROUP_SCORE_WEIGHT, group_share
 from hami_web.core.mig import MIG_MODE, MigInstance, MigPlacement
 from hami_web.core.options import BINPACK, SPREAD, DeviceSelection, PodOptions
 from hami_web.core.quota import PodQuota, QuotaTally
@@ -175,8 +174,7 @@ def fit_container(request: ContainerRequest, inventory: NodeInventory, work: Wor
     grouping = inventory.grouping.get(request.family) if inventory.grouping else None
     topology = options.gpu.topology_aware and (inventory.topology is None or request.family in inventory.topology)
     if grouping:
-        chosen = pick_in_groups(grouping, _policy_order(pool, devices, family_work, request, options), devices,
-                                request.count)
+        chosen = grouping.pick(_policy_order(pool, devices, family_work, request, options), devices, request.count)
         if len(chosen) < request.count:
             reasons[names.ALLOCATED_CARDS_INSUFFICIENT_REQUEST] = len(passing)
             return _failure(reasons, total)
@@ -431,7 +429,7 @@ def fit_pod(request: PodRequest, view: NodeView, options: PodOptions,
             if isinstance(result, FitFailure):
                 return _named(result, family, len(blocks), inventory)
             grants.append(result)
-        if inventory.grouping.get(family) == NETWORK_GROUPS:
+        if (grouping := inventory.grouping.get(family)) is not None and grouping.scored:
             group_score += _group_score(grants, inventory)
         parts.append(tuple(grants))
     if len(parts) == 1:

@@ -150,7 +150,8 @@ def booking_annotations(grants: Sequence[Sequence[DeviceGrant]], catalog: Device
         family = catalog[cw]
         own = family_grants(grants, cw)
         text = encode_pod_devices(own)
-        annotations[family.to_allocate_key] = text
+        if family.to_allocate_key:
+            annotations[family.to_allocate_key] = text
         annotations[family.allocated_key] = text
         if family.booking_extras is not None:
             annotations.update(family.booking_extras(own))

@@ -5,28 +5,121 @@ report their HCCS group (``custominfo.NetworkID``): a container asking for sever
 passing NPUs, then the next, and the node earns a score term for how much of each container sits in one group. An
 Ascend 910C module carries two NPUs (index ÷ 2) that only run together, so a multi-NPU container takes whole modules.
 HAMi breaks ties between groups at random; we take the lower group (or module) id, so placements are reproducible.
+
+A way of grouping is an object a family's record holds (`hami_web.core.families.Family.grouping`): the fit, the node
+reader and the tools call its methods and never ask which one it is. A new way is one more class here.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
 
-from hami_web.core.devices import Device
-from hami_web.core.families import MODULE_PAIRS, NETWORK_GROUPS
+from hami_web.core.devices import NO_NETWORK, Device
 
 # Node-score weight of a container kept inside one HCCS group (HAMi's ``Ascend910NetworkWeight``).
 GROUP_SCORE_WEIGHT = 10
 MODULE_SIZE = 2
 
 
-def pick_in_groups(grouping: str, ordered: Sequence[int], devices: Sequence[Device], count: int) -> list[int]:
-    """``count`` of the passing positions ``ordered`` (policy order) as ``grouping`` wants them, or fewer when the
-    groups cannot hold the request (the caller reports ``AllocatedCardsInsufficientRequest``)."""
-    if grouping == NETWORK_GROUPS:
+class Grouping(Protocol):
+    """How a family's multi-device containers are picked on a node, and how the tools show it.
+
+    ``scored``: the node earns `GROUP_SCORE_WEIGHT` × the share of each container kept in one group (HCCS), and the
+    node's aggregates track each group's free memory for the score's bound.
+    """
+
+    @property
+    def scored(self) -> bool: ...
+
+    def applies(self, devices: Sequence[Device]) -> bool:
+        """Whether the grouping holds on a node whose devices of the family are ``devices``."""
+        ...
+
+    def pick(self, ordered: Sequence[int], devices: Sequence[Device], count: int) -> list[int]:
+        """``count`` of the passing positions ``ordered`` (policy order) as the grouping wants them, or fewer when the
+        groups cannot hold the request (the caller reports ``AllocatedCardsInsufficientRequest``)."""
+        ...
+
+    def describe(self, passing: Sequence[Device], count: int) -> str:
+        """Why the devices that pass cannot hold ``count`` this way (for ``explain``), "" when they can."""
+        ...
+
+    def label(self, device: Device) -> str:
+        """The group a device belongs to, for the tools (``HCCS 3``, ``module 1``)."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class NetworkGroups:
+    """Ascend HCCS groups (``custominfo.NetworkID``): a multi-NPU container is filled from the largest group first;
+    they apply only when every device of the family reports its group (HAMi's ``hasNetworkID``)."""
+
+    scored: bool = True
+
+    def applies(self, devices: Sequence[Device]) -> bool:
+        """Every device reports its group."""
+        return all(device.network != NO_NETWORK for device in devices)
+
+    def pick(self, ordered: Sequence[int], devices: Sequence[Device], count: int) -> list[int]:
+        """From the largest group (ties: lower id), then the next (`_fill_networks`)."""
         return _fill_networks(ordered, devices, count)
-    if grouping == MODULE_PAIRS and count > 1:
-        return _whole_modules(ordered, devices, count)
-    return list(ordered[:count])
+
+    def describe(self, passing: Sequence[Device], count: int) -> str:
+        """The groups with a free NPU and how many each holds."""
+        sizes: dict[int, int] = {}
+        for device in passing:
+            sizes[device.network] = sizes.get(device.network, 0) + 1
+        if len(passing) >= count:
+            return ""
+        listed = ", ".join(f"group {network}: {sizes[network]}" for network in sorted(sizes)) or "none"
+        return f"HCCS groups with a free NPU ({listed}) hold {len(passing)} of the {count} asked"
+
+    def label(self, device: Device) -> str:
+        """``HCCS <id>``."""
+        return f"HCCS {device.network}"
+
+
+@dataclass(frozen=True, slots=True)
+class ModulePairs:
+    """Ascend 910C modules of two NPUs (index ÷ 2) that only run together: a multi-NPU container takes whole ones."""
+
+    scored: bool = False
+
+    def applies(self, devices: Sequence[Device]) -> bool:
+        """Always: the module is the device index's."""
+        return True
+
+    def pick(self, ordered: Sequence[int], devices: Sequence[Device], count: int) -> list[int]:
+        """Whole modules (`_whole_modules`) for several NPUs; one NPU as the policy orders them."""
+        return _whole_modules(ordered, devices, count) if count > 1 else list(ordered[:count])
+
+    def describe(self, passing: Sequence[Device], count: int) -> str:
+        """The whole modules free, and those with one NPU free."""
+        if count <= 1:
+            return ""
+        modules: dict[int, int] = {}
+        for device in passing:
+            modules[device.index // MODULE_SIZE] = modules.get(device.index // MODULE_SIZE, 0) + 1
+        whole = sorted(module for module, free in modules.items() if free == MODULE_SIZE)
+        if count % MODULE_SIZE == 0 and len(whole) * MODULE_SIZE >= count:
+            return ""
+        halves = sorted(module for module, free in modules.items() if free < MODULE_SIZE)
+        text = f"{len(whole)} whole module(s) free ({', '.join(map(str, whole)) or 'none'}) for {count} NPUs"
+        if halves:
+            text += f"; modules with one NPU free: {', '.join(map(str, halves))}"
+        if count % MODULE_SIZE:
+            text += "; an odd count is never whole modules"
+        return text
+
+    def label(self, device: Device) -> str:
+        """``module <n>``."""
+        return f"module {device.index // MODULE_SIZE}"
+
+
+NETWORK_GROUPS = NetworkGroups()
+MODULE_PAIRS = ModulePairs()
 
 
 def _fill_networks(ordered: Sequence[int], devices: Sequence[Device], count: int) -> list[int]:
@@ -71,39 +164,3 @@ def group_share(networks: Sequence[int]) -> float:
     for network in networks:
         sizes[network] = sizes.get(network, 0) + 1
     return max(sizes.values()) / len(networks)
-
-
-def describe_groups(grouping: str, passing: Sequence[Device], count: int) -> str:
-    """Why the devices that pass cannot hold ``count`` in ``grouping``'s way (for ``explain``), "" when they can."""
-    if grouping == NETWORK_GROUPS:
-        sizes: dict[int, int] = {}
-        for device in passing:
-            sizes[device.network] = sizes.get(device.network, 0) + 1
-        if len(passing) >= count:
-            return ""
-        listed = ", ".join(f"group {network}: {sizes[network]}" for network in sorted(sizes)) or "none"
-        return f"HCCS groups with a free NPU ({listed}) hold {len(passing)} of the {count} asked"
-    if grouping == MODULE_PAIRS and count > 1:
-        modules: dict[int, int] = {}
-        for device in passing:
-            modules[device.index // MODULE_SIZE] = modules.get(device.index // MODULE_SIZE, 0) + 1
-        whole = sorted(module for module, free in modules.items() if free == MODULE_SIZE)
-        if count % MODULE_SIZE == 0 and len(whole) * MODULE_SIZE >= count:
-            return ""
-        halves = sorted(module for module, free in modules.items() if free < MODULE_SIZE)
-        text = f"{len(whole)} whole module(s) free ({', '.join(map(str, whole)) or 'none'}) for {count} NPUs"
-        if halves:
-            text += f"; modules with one NPU free: {', '.join(map(str, halves))}"
-        if count % MODULE_SIZE:
-            text += "; an odd count is never whole modules"
-        return text
-    return ""
-
-
-def group_label(grouping: str, device: Device) -> str:
-    """The group a device belongs to, for the tools: ``HCCS <id>``, ``module <n>``, or ""."""
-    if grouping == NETWORK_GROUPS:
-        return f"HCCS {device.network}"
-    if grouping == MODULE_PAIRS:
-        return f"module {device.index // MODULE_SIZE}"
-    return ""

@@ -124,12 +124,14 @@ class LockRule:
 
     ``names_owner``: the value is ``<time>,<namespace>,<pod>`` (`format_lock`) and the owner's fate counts; else the
     value is a bare RFC3339 time, whose owner only the binder that wrote it knows. ``stale_after_seconds``: a lock
-    older than this may be taken over (None: the server's ``--node-lock-timeout``).
+    older than this may be taken over (None: the server's ``--node-lock-timeout``). ``released_by_binder``: no device
+    plugin reads or removes it, so the bind removes it itself once the pod is bound (`BIND_LOCK`).
     """
 
     key: str
     names_owner: bool = True
     stale_after_seconds: float | None = None
+    released_by_binder: bool = False
 
     def timeout(self, default_seconds: float) -> float:
         """Seconds after which a lock of this rule is stale, ``default_seconds`` being ``--node-lock-timeout``."""
@@ -155,6 +157,11 @@ class LockRule:
 
 # HAMi's node lock, shared by every family that does not bring its own.
 MUTEX_LOCK = LockRule(key=NODE_LOCK)
+# hami-web's own lock for the families HAMi binds without one (Enflame, Metax GPU, Mthreads, AWS Neuron: their device
+# plugins read no lock): HAMi has one scheduler, hami-web may run several, and two binds of one node must still be one
+# after the other so that no device is promised twice. Only binders read it; the bind removes it once the pod is bound,
+# and a lock left by a binder that died is stale after a minute.
+BIND_LOCK = LockRule(key="hami-web.io/bind.lock", stale_after_seconds=60.0, released_by_binder=True)
 
 
 def format_time(now: float) -> str:

@@ -14,7 +14,6 @@ from typing import Any
 
 from hami_web.core.families import (
     DEFAULT_CATALOG,
-    NETWORK_GROUPS,
     NVIDIA,
     DeviceCatalog,
     Family,
@@ -226,7 +225,7 @@ def family_request(container: Mapping[str, Any], *, init: bool, family: Family) 
     cores = family.default_cores if cores is None else cores
     return ContainerRequest(name=name, init=init, count=count, memory_mib=memory_mib,
                             memory_percent=memory_percent or FULL_CARD_PERCENT, cores=min(cores, MAX_CORES),
-                            family=family.cw, grouped=family.grouping == NETWORK_GROUPS)
+                            family=family.cw, grouped=family.grouping is not None and family.grouping.scored)
 
 
 def pod_request(pod: Mapping[str, Any], defaults: RequestDefaults) -> PodRequest:

@@ -12,7 +12,6 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from hami_web.core.devices import NodeInventory
-from hami_web.core.families import NETWORK_GROUPS
 from hami_web.core.grants import PodGrants
 from hami_web.core.mig import MIG_MODE, MigInstance, MigPlacement, legacy_parent
 from hami_web.core.migreservations import MigFault, mig_faults
@@ -247,7 +246,8 @@ def _mig_faults(inventory: NodeInventory, usage: tuple[DeviceUsage, ...],
 
 def _family_stats(inventory: NodeInventory, usage: tuple[DeviceUsage, ...], first: int, end: int) -> FamilyStats:
     usable = idle = max_free_memory = max_free_cores = 0
-    grouped = inventory.grouping.get(inventory.devices[first].family) == NETWORK_GROUPS if end > first else False
+    grouping = inventory.grouping.get(inventory.devices[first].family) if end > first else None
+    grouped = grouping is not None and grouping.scored
     groups: dict[int, list[int]] = {}
     for position in range(first, end):
         device, booked = inventory.devices[position], usage[position]

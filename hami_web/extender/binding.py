@@ -191,7 +191,20 @@ class Binder:
                 pass  # a retry after a Binding whose answer was lost: done; our lock stays as after a bind
             except _Abort as abort:
                 return self._abort(request, abort, budget=bind_deadline.seconds)
+            self._release_binders_locks(placed, node)
         return Bound(request, devices=placed.devices_text)
+
+    def _release_binders_locks(self, placed: PodUsage, node: str) -> None:
+        """Once bound, remove the locks no device plugin removes (`BIND_LOCK`, taken for the families HAMi binds
+        without a lock); the others stay for the device plugin, as HAMi leaves them. A failed removal is logged: the
+        lock is stale within a minute."""
+        if not any(rule.released_by_binder for rule in self._locks(placed)):
+            return
+        try:
+            self._lock.release(node, placed.namespace, placed.name, only_binders=True)
+        except KubeError as error:
+            log.warning("bind pod=%s/%s node=%s: cannot remove the bind lock: %s", placed.namespace, placed.name,
+                        node, error)
 
     # -- the steps -----------------------------------------------------------------------------------
 

@@ -250,9 +250,10 @@ class NodeLock:
         self._claims.settle(node, writes, namespace, pod, written=True)
         return str((locked.get("metadata") or {}).get("resourceVersion") or "")
 
-    def release(self, node: str, namespace: str, pod: str) -> bool:
-        """Remove every lock ``namespace/pod`` holds on ``node``, in one patch; True when removed. Never touches
-        another's lock (a bare-time lock is ours only if it still shows the value this process wrote for the pod)."""
+    def release(self, node: str, namespace: str, pod: str, *, only_binders: bool = False) -> bool:
+        """Remove every lock ``namespace/pod`` holds on ``node`` (``only_binders``: only those no device plugin removes,
+        `LockRule.released_by_binder`), in one patch; True when removed. Never touches another's lock (a bare-time lock
+        is ours only if it still shows the value this process wrote for the pod)."""
         for attempt in range(MAX_TRIES):
             try:
                 current = self._kube.get_node(node)
@@ -260,8 +261,8 @@ class NodeLock:
                 return False
             metadata = current.get("metadata") or {}
             annotations = metadata.get("annotations") or {}
-            ours = [rule for rule in self._rules
-                    if self._ours(rule, node, namespace, pod, str(annotations.get(rule.key) or ""), maybe=True)]
+            ours = [rule for rule in self._rules if (rule.released_by_binder or not only_binders)
+                    and self._ours(rule, node, namespace, pod, str(annotations.get(rule.key) or ""), maybe=True)]
             if not ours:
                 return False
             patch = {"metadata": {"resourceVersion": metadata.get("resourceVersion"),

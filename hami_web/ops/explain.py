@@ -24,7 +24,6 @@ from hami_web.core.devices import AnnotationError
 from hami_web.core.families import DeviceCatalog, Family
 from hami_web.core.fit import passing_devices
 from hami_web.core.grants import PodGrants
-from hami_web.core.groups import describe_groups
 from hami_web.core.mig import candidate_profiles
 from hami_web.core.misses import NearMiss
 from hami_web.core.noderules import (
@@ -150,7 +149,7 @@ def _group_reasons(request: PodRequest, options: PodOptions, snapshot: ClusterSn
             continue
         for ask in request.containers:
             grouping = view.inventory.grouping.get(ask.family) if ask.count else None
-            text = describe_groups(grouping, passing_devices(ask, view, options), ask.count) if grouping else ""
+            text = grouping.describe(passing_devices(ask, view, options), ask.count) if grouping else ""
             if text:
                 said[node] = f"{ask.family} container {ask.name}: {text}"
                 break

@@ -15,7 +15,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from hami_web.core.grants import families_of
-from hami_web.core.groups import group_label
 from hami_web.core.mig import MIG_MODE, MigLayout, mig_layout
 from hami_web.core.quota import quota_usage_rows
 from hami_web.core.usage import NodeView
@@ -230,7 +229,7 @@ def _gpu_reports(view: NodeView | None, shares: dict[str, list[PodShare]]) -> li
                       healthy=device.healthy, cordoned=device.uuid in cordoned, memory_mib=device.memory_mib,
                       memory_booked_mib=used.memory_mib, cores=device.cores, cores_booked=used.cores,
                       tasks=used.tasks, task_slots=device.count,
-                      group=group_label(grouping[device.family], device) if device.family in grouping else "",
+                      group=grouping[device.family].label(device) if device.family in grouping else "",
                       pods=shares.get(device.uuid, []),
                       mig=mig_layout(device.mig_profiles, used.instances)
                       if device.mode == MIG_MODE and device.mig_profiles else None,

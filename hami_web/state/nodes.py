@@ -18,7 +18,6 @@ from typing import Any
 
 from hami_web.core import names
 from hami_web.core.devices import (
-    NO_NETWORK,
     AnnotationError,
     Device,
     NodeInventory,
@@ -26,7 +25,8 @@ from hami_web.core.devices import (
     decode_pair_scores,
     decode_register,
 )
-from hami_web.core.families import DEFAULT_CATALOG, NETWORK_GROUPS, DeviceCatalog
+from hami_web.core.families import DEFAULT_CATALOG, DeviceCatalog
+from hami_web.core.groups import Grouping
 from hami_web.core.quantities import QuantityError, parse_whole_quantity
 
 log = logging.getLogger(__name__)
@@ -207,16 +207,16 @@ def handshake_due(record: NodeRecord) -> tuple[str, ...]:
                  if family.handshake_key and (not family.handshake or family.handshake.startswith("Reported")))
 
 
-def _groupings(devices: list[Device], catalog: DeviceCatalog) -> dict[str, str]:
-    """How each family's multi-device containers are picked on this node: the family's ``grouping``, where HCCS
-    groups (``network``) apply only when every device of the family reports its group (as HAMi's ``hasNetworkID``)."""
+def _groupings(devices: list[Device], catalog: DeviceCatalog) -> dict[str, Grouping]:
+    """How each family's multi-device containers are picked on this node: the family's ``grouping`` where it applies
+    to the node's devices of the family (HCCS groups only when every device reports its group, as HAMi's
+    ``hasNetworkID``)."""
     present = {device.family for device in devices}
-    groupings: dict[str, str] = {}
+    groupings: dict[str, Grouping] = {}
     for family in catalog:
-        if not family.grouping or family.cw not in present:
+        if family.grouping is None or family.cw not in present:
             continue
-        if family.grouping == NETWORK_GROUPS and any(
-                device.network == NO_NETWORK for device in devices if device.family == family.cw):
+        if not family.grouping.applies([device for device in devices if device.family == family.cw]):
             continue
         groupings[family.cw] = family.grouping
     return groupings

@@ -28,6 +28,7 @@ from hami_web.core.families import DeviceConfigError, ascend, build_catalog, par
 from hami_web.core.families.ascend import DEFAULT_CHIPS
 from hami_web.core.fit import FitFailure, PodFit, fit_pod, group_score_bound
 from hami_web.core.grants import DeviceGrant, bind_annotations, booking_annotations
+from hami_web.core.groups import MODULE_PAIRS, NETWORK_GROUPS
 from hami_web.core.options import PodOptions, pod_options
 from hami_web.core.requests import ContainerRequest, PodRequest, RequestDefaults, pod_request
 from hami_web.core.usage import DeviceUsage, NodeView, build_node_view
@@ -63,7 +64,7 @@ def view_of(devices: Sequence[Device], used: Mapping[str, tuple[int, int, int]] 
 def ask(cw: str, count: int = 1, *, memory_mib: int = 0, memory_percent: int = 100, cores: int = 0,
         name: str = "main") -> ContainerRequest:
     return ContainerRequest(name=name, init=False, count=count, memory_mib=memory_mib, memory_percent=memory_percent,
-                            cores=cores, family=cw, grouped=CATALOG[cw].grouping == "network")
+                            cores=cores, family=cw, grouped=CATALOG[cw].grouping is NETWORK_GROUPS)
 
 
 def options(annotations: Mapping[str, str] | None = None, *, node_policy: str = "binpack",
@@ -95,7 +96,8 @@ def test_each_chip_derives_its_keys_and_resources_from_its_common_word(cw: str) 
     assert family.resources.managed() == (f"huawei.com/{cw}", f"huawei.com/{cw}-memory", f"huawei.com/{cw}-core")
     assert family.lock_key == "hami.io/mutex.lock"
     assert family.admission.visible_devices_env == "ASCEND_VISIBLE_DEVICES"
-    assert family.grouping == ("pairs" if cw == "Ascend910C" else "network" if cw.startswith("Ascend910") else "")
+    assert family.grouping is (MODULE_PAIRS if cw == "Ascend910C"
+                               else NETWORK_GROUPS if cw.startswith("Ascend910") else None)
 
 
 @pytest.mark.parametrize(("cw", "allocatable", "capacity", "templates"), [
@@ -231,11 +233,11 @@ def eight_910b(*, networks: Sequence[int] = (0, 0, 0, 0, 1, 1, 1, 1), cw: str = 
 
 
 def test_hccs_grouping_applies_only_when_every_npu_reports_its_group() -> None:
-    assert view_of(eight_910b()).inventory.grouping == {"Ascend910B3": "network"}
+    assert view_of(eight_910b()).inventory.grouping == {"Ascend910B3": NETWORK_GROUPS}
     partial = eight_910b()
     partial[3] = replace(partial[3], network=NO_NETWORK)
     assert view_of(partial).inventory.grouping == {}
-    assert view_of([npu("c-0", "Ascend910C", index=0, network=0)]).inventory.grouping == {"Ascend910C": "pairs"}
+    assert view_of([npu("c-0", "Ascend910C", index=0, network=0)]).inventory.grouping == {"Ascend910C": MODULE_PAIRS}
     assert view_of([npu("p-0", "Ascend310P", network=0)]).inventory.grouping == {}
 
 

@@ -26,6 +26,7 @@ from hami_web.core.devices import Device, NodeInventory, decode_register
 from hami_web.core.families import build_catalog
 from hami_web.core.fit import FitFailure, PodFit, fit_pod
 from hami_web.core.grants import DeviceGrant
+from hami_web.core.groups import NETWORK_GROUPS
 from hami_web.core.options import PodOptions
 from hami_web.core.quota import (
     FamilyQuota,
@@ -391,7 +392,7 @@ def test_a_room_that_covers_every_device_skips_the_checks(left: FamilyQuota, pic
 def npus() -> NodeInventory:
     devices = tuple(Device(uuid=f"n{i}", index=i, count=4, memory_mib=65536, cores=20, type="Ascend910B3", numa=0,
                            healthy=True, family="Ascend910B3", network=0 if i < 4 else 1) for i in range(8))
-    return NodeInventory(name="node-1", devices=devices, topology=frozenset(), grouping={"Ascend910B3": "network"})
+    return NodeInventory(name="node-1", devices=devices, topology=frozenset(), grouping={"Ascend910B3": NETWORK_GROUPS})
 
 
 @pytest.mark.parametrize(("left", "expected"), [

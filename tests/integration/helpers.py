@@ -22,7 +22,7 @@ from flask.testing import FlaskClient
 
 from hami_web.core import names
 from hami_web.core.devices import AnnotationError, Device, decode_register, encode_register_json, encode_register_text
-from hami_web.core.families import build_catalog
+from hami_web.core.families import build_catalog, gated_specs
 from hami_web.kube import ConflictError, Kube
 from hami_web.localcluster import LocalCluster
 from hami_web.server.runtime import Runtime
@@ -119,7 +119,7 @@ DCU_REGISTER = "hami.io/node-dcu-register"
 DCU_TYPE = "DCU-BW100"
 FRESH_HANDSHAKE = "Requesting_2099-01-01 00:00:00"
 # Every family hami-web knows, Iluvatar's and Ascend's chips included: the builders look register keys up here.
-ALL_FAMILIES = build_catalog(enable={"iluvatar", "ascend"})
+ALL_FAMILIES = build_catalog(enable={spec.name for spec in gated_specs()})
 
 
 def dcus(node: str, how_many: int = 2, *, count: int = 4, memory_mib: int = 65520, cores: int = 100,

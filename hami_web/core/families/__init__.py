@@ -13,10 +13,9 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
+from hami_web.core.families import registry as _registry
 from hami_web.core.families.config import type_name
 from hami_web.core.families.family import (
-    MODULE_PAIRS,
-    NETWORK_GROUPS,
     NODE_LOCK,
     AdmissionAsk,
     AdmissionRewrite,
@@ -32,8 +31,6 @@ from hami_web.core.families.spec import DeviceConfig, FamilySpec
 
 __all__ = [
     "DEFAULT_CATALOG",
-    "MODULE_PAIRS",
-    "NETWORK_GROUPS",
     "NODE_LOCK",
     "NVIDIA",
     "REGISTRY",
@@ -53,13 +50,18 @@ __all__ = [
 ]
 
 
-def gated_specs(registry: Sequence[FamilySpec[Any]] = REGISTRY) -> tuple[FamilySpec[Any], ...]:
+def gated_specs(registry: Sequence[FamilySpec[Any]] | None = None) -> tuple[FamilySpec[Any], ...]:
     """The specs HAMi gates behind a flag (``--enable-<name>``), in registry order."""
-    return tuple(spec for spec in registry if spec.flag)
+    return tuple(spec for spec in _specs(registry) if spec.flag)
+
+
+def _specs(registry: Sequence[FamilySpec[Any]] | None) -> Sequence[FamilySpec[Any]]:
+    """``registry``, else `REGISTRY` as it is now (read at each call, so a test may add a family to it)."""
+    return _registry.REGISTRY if registry is None else registry
 
 
 def build_catalog(*, nvidia: Family | None = None, config: DeviceConfig | None = None,
-                  enable: Collection[str] = (), registry: Sequence[FamilySpec[Any]] = REGISTRY) -> DeviceCatalog:
+                  enable: Collection[str] = (), registry: Sequence[FamilySpec[Any]] | None = None) -> DeviceCatalog:
     """The enabled families: every spec without a flag, and those with one whose name is in ``enable``, each built
     from its section of ``config`` (its default when absent). ``nvidia``, when given, replaces the NVIDIA family
     built from the file (the server merges its flags into it first)."""
@@ -68,7 +70,7 @@ def build_catalog(*, nvidia: Family | None = None, config: DeviceConfig | None =
     if unknown:
         raise DeviceConfigError(f"no family named {', '.join(sorted(unknown))} can be enabled")
     families: list[Family] = []
-    for spec in registry:
+    for spec in _specs(registry):
         if spec.flag and spec.name not in enable:
             continue
         families.extend(spec.build(config.get(spec)))
@@ -79,7 +81,7 @@ def build_catalog(*, nvidia: Family | None = None, config: DeviceConfig | None =
     return catalog
 
 
-def parse_device_config(document: object, registry: Sequence[FamilySpec[Any]] = REGISTRY) -> DeviceConfig:
+def parse_device_config(document: object, registry: Sequence[FamilySpec[Any]] | None = None) -> DeviceConfig:
     """Read a loaded ``device-config.yaml``: each registered family's section by its spec; `DeviceConfigError` names
     the key that is wrong. Keys no family reads are ignored."""
     if document is None:
@@ -87,7 +89,7 @@ def parse_device_config(document: object, registry: Sequence[FamilySpec[Any]] = 
     if not isinstance(document, Mapping):
         raise DeviceConfigError(f"the document must be a map of device sections, got {type_name(document)}")
     sections: dict[str, object] = {}
-    for spec in registry:
+    for spec in _specs(registry):
         if not spec.section or document.get(spec.section) is None:
             continue
         value = spec.read(document[spec.section], spec.section)
@@ -96,11 +98,11 @@ def parse_device_config(document: object, registry: Sequence[FamilySpec[Any]] = 
     return DeviceConfig(sections=sections)
 
 
-def config_document(config: DeviceConfig, registry: Sequence[FamilySpec[Any]] = REGISTRY) -> dict[str, object]:
+def config_document(config: DeviceConfig, registry: Sequence[FamilySpec[Any]] | None = None) -> dict[str, object]:
     """``config`` as HAMi's YAML document (only what is set): what the server publishes for the operator tools,
     which read it back with `parse_device_config`."""
     document: dict[str, object] = {}
-    for spec in registry:
+    for spec in _specs(registry):
         if spec.section and (value := spec.publish(config.get(spec))) is not None:
             document[spec.section] = value
     return document

@@ -20,8 +20,6 @@ from dataclasses import dataclass
 
 from hami_web.core.families import config
 from hami_web.core.families.family import (
-    MODULE_PAIRS,
-    NETWORK_GROUPS,
     AdmissionAsk,
     AdmissionRewrite,
     AdmissionRules,
@@ -33,6 +31,7 @@ from hami_web.core.families.family import (
     VnpuTemplate,
 )
 from hami_web.core.families.spec import FamilySpec
+from hami_web.core.groups import MODULE_PAIRS, NETWORK_GROUPS
 
 KIND = "ascend"
 SOFT_SPLIT_KEY = "huawei.com/vnpu-mode"
@@ -110,7 +109,7 @@ def ascend_family(chip: AscendChip, *, soft_split_default: bool = False) -> Fami
         soft_split_mode=SOFT_SPLIT_MODE,
         soft_split_node_key=SOFT_SPLIT_NODE_KEY,
         soft_split_default=soft_split_default,
-        grouping=MODULE_PAIRS if pairs else NETWORK_GROUPS if cw.startswith(HCCS_PREFIX) else "",
+        grouping=MODULE_PAIRS if pairs else NETWORK_GROUPS if cw.startswith(HCCS_PREFIX) else None,
         booking_extras=RuntimeInfo(cw=cw, templates=chip.memory),
         predicate_time=True,
         admission=AdmissionRules(resize=admit_ascend, pair_count=pairs and chip.super_pod,

@@ -14,7 +14,8 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from hami_web.core.devices import Device
-from hami_web.core.nodelocks import MUTEX_LOCK, LockRule, order_rules
+from hami_web.core.groups import Grouping
+from hami_web.core.nodelocks import BIND_LOCK, MUTEX_LOCK, LockRule, order_rules
 
 
 class DeviceConfigError(ValueError):
@@ -39,9 +40,6 @@ class InventorySource(Protocol):
 
 # Extra pod annotations a family's device plugin reads, from the family's grants (one entry per container).
 BookingExtras = Callable[[Sequence[Sequence[Any]]], dict[str, str]]
-# Values of `Family.grouping`: how a container asking several devices of the family is given them.
-NETWORK_GROUPS = "network"  # from the largest group of one network (Ascend HCCS, ``custominfo.NetworkID``)
-MODULE_PAIRS = "pairs"  # whole modules of two devices (index ÷ 2: Ascend 910C)
 
 
 @dataclass(frozen=True, slots=True)
@@ -175,12 +173,15 @@ class Family:
     selection key (or ``handshake_key``) means the family has no such selection (handshake). Three hooks for the
     families that differ in kind: ``inventory`` reads the devices from elsewhere than ``register_key``; a device
     of type ``unknown_type`` is one whose model is unknown, which any type selection refuses; ``booking_extras``
-    adds pod annotations to a booking. ``lock`` is the node lock a bind of the family's pods takes.
+    adds pod annotations to a booking. ``lock`` is the node lock a bind of the family's pods takes for its device
+    plugin (None: HAMi takes none; the bind then takes hami-web's own `BIND_LOCK`, which it removes once bound). An
+    empty ``to_allocate_key`` means the device plugin reads only ``allocated_key``, and only that is written.
 
     Ascend's differences (README.md#ascend-npus) are data too: ``templates`` (hard split), soft split (the pod
     annotation ``soft_split_key`` = ``soft_split_mode`` asks for it; a node allows it by its ``soft_split_node_key``
-    annotation, else ``soft_split_default``), ``grouping`` (how a multi-device container is picked: ``network`` =
-    HCCS groups, ``pairs`` = whole modules) and ``predicate_time`` (the bind also writes HAMi's ``predicate-time``).
+    annotation, else ``soft_split_default``), ``grouping`` (how a multi-device container is picked: a
+    `hami_web.core.groups.Grouping`, e.g. HCCS groups or whole modules) and ``predicate_time`` (the bind also writes
+    HAMi's ``predicate-time``).
     """
 
     cw: str
@@ -191,7 +192,7 @@ class Family:
     handshake_key: str
     to_allocate_key: str
     allocated_key: str
-    lock: LockRule = MUTEX_LOCK
+    lock: LockRule | None = MUTEX_LOCK
     memory_factor: int = 1
     default_memory_mib: int = 0
     default_cores: int = 0
@@ -215,13 +216,18 @@ class Family:
     soft_split_mode: str = ""
     soft_split_node_key: str = ""
     soft_split_default: bool = False
-    grouping: str = ""
+    grouping: Grouping | None = None
     predicate_time: bool = False
+
+    @property
+    def bind_lock(self) -> LockRule:
+        """The node lock a bind of this family's pods takes: its device plugin's, else hami-web's `BIND_LOCK`."""
+        return self.lock or BIND_LOCK
 
     @property
     def lock_key(self) -> str:
         """The node-lock annotation a bind of this family's pods takes."""
-        return self.lock.key
+        return self.bind_lock.key
 
     def soft_split_allowed(self, node_annotations: Mapping[str, object]) -> bool:
         """Whether a node lets this family's pods use soft split: its ``soft_split_node_key`` annotation when present
@@ -280,7 +286,7 @@ class DeviceCatalog:
 
     def lock_rules(self) -> tuple[LockRule, ...]:
         """The node locks in use, each once, in the order a bind takes them (`order_rules`)."""
-        return order_rules([family.lock for family in self.families])
+        return order_rules([family.bind_lock for family in self.families])
 
     def lock_rule(self, key: str) -> LockRule:
         """The rule of node-lock annotation ``key`` (HAMi's own for a key no family names)."""
@@ -288,4 +294,4 @@ class DeviceCatalog:
 
     def locks_for(self, families: Sequence[str]) -> tuple[LockRule, ...]:
         """The node locks a bind of a pod holding devices of ``families`` (common words) takes, in order."""
-        return order_rules([self._by_cw[cw].lock for cw in families if cw in self._by_cw])
+        return order_rules([self._by_cw[cw].bind_lock for cw in families if cw in self._by_cw])
