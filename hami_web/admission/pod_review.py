@@ -87,25 +87,10 @@ def review_pod(pod: object, policy: AdmissionPolicy, *, quotas: QuotaBook | None
     gpu_containers: list[str] = []
     privileged_containers: list[str] = []
     families_used: dict[str, Family] = {}
-    annotations = (pod.get("metadata") or {}).get("annotations") or {}
-    for slot, container in iter_containers(mutated):
-        target = container
-        if _is_privileged(container):
-            privileged_containers.append(slot.name)
-            if policy.privileged_policy == "skip":
-                continue
-            # Still read (and validate) what it asks for, so a GPU pod is refused below, but mutate
-            # a throw-away copy: a privileged container is never changed.
-            target = copy.deepcopy(container)
-        try:
-            used = _mutate_container(target, slot.name, policy, annotations)
-        except QuantityError as error:
-            return _deny(MALFORMED, str(error))
-        except FamilyRefusal as refusal:
-            return _deny(MALFORMED, str(refusal))
-        if used:
-            gpu_containers.append(slot.name)
-            families_used.update((family.cw, family) for family in used)
+    try:
+        _mutate_containers(mutated, policy, gpu_containers, privileged_containers, families_used)
+    except (QuantityError, FamilyRefusal) as error:
+        return _deny(MALFORMED, str(error))
 
     if not gpu_containers:
         message = "pod asks for no GPU"
@@ -136,6 +121,26 @@ def review_pod(pod: object, policy: AdmissionPolicy, *, quotas: QuotaBook | None
         mutated["spec"]["runtimeClassName"] = runtime_classes[0]
     return _allow(pod, mutated, f"scheduled by {policy.scheduler_name}: GPU containers "
                                 f"{', '.join(gpu_containers)}")
+
+
+def _mutate_containers(mutated: dict[str, Any], policy: AdmissionPolicy, gpu_containers: list[str],
+                       privileged_containers: list[str], families_used: dict[str, Family]) -> None:
+    """Mutate every container of ``mutated`` in place, noting which ask for devices (and of which families) and
+    which are privileged. Raises `QuantityError` or `FamilyRefusal` as `_mutate_container` does."""
+    annotations = (mutated.get("metadata") or {}).get("annotations") or {}
+    for slot, container in iter_containers(mutated):
+        target = container
+        if _is_privileged(container):
+            privileged_containers.append(slot.name)
+            if policy.privileged_policy == "skip":
+                continue
+            # Still read (and validate) what it asks for, so a GPU pod is refused below, but mutate
+            # a throw-away copy: a privileged container is never changed.
+            target = copy.deepcopy(container)
+        used = _mutate_container(target, slot.name, policy, annotations)
+        if used:
+            gpu_containers.append(slot.name)
+            families_used.update((family.cw, family) for family in used)
 
 
 class FamilyRefusal(ValueError):

@@ -8,7 +8,7 @@ tools explain is the refusal the filter gave.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from hami_web.core import names
 from hami_web.core.devices import Device, NodeInventory
@@ -46,6 +46,18 @@ def mig_pick(device: Device, occupied: Sequence[MigPlacement],
     return choose_instance(candidate_profiles(device.mig_profiles), occupied, memory_mib)
 
 
+class _Verdicts(dict[str, bool]):
+    """The pod's type selection judged once per device type of a node: a missing type is judged and kept."""
+
+    def __init__(self, judge: Callable[[str], bool]) -> None:
+        super().__init__()
+        self._judge = judge
+
+    def __missing__(self, device_type: str) -> bool:
+        verdict = self[device_type] = self._judge(device_type)
+        return verdict
+
+
 def device_reasons(devices: Sequence[Device], work: Sequence[Sequence[int]], request: ContainerRequest,
                    booked: Sequence[int], options: PodOptions, cordoned: frozenset[str],
                    selection: DeviceSelection | None = None, quota: QuotaTally | None = None) -> list[str]:
@@ -65,18 +77,15 @@ def device_reasons(devices: Sequence[Device], work: Sequence[Sequence[int]], req
         selection = options.selection(request.family)
     type_allowed, uuid_allowed = selection.type_allowed, selection.uuid_allowed
     modes = selection.modes
-    type_verdicts: dict[str, bool] = {}
+    type_verdicts = _Verdicts(type_allowed)
     selects_uuids = selection.selects_uuids
     reasons: list[str] = []
     for device, (tasks, memory_mib, cores), booked_memory_mib in zip(devices, work, booked, strict=True):
-        type_ok = type_verdicts.get(device.type)
-        if type_ok is None:
-            type_ok = type_verdicts[device.type] = type_allowed(device.type)
         if not device.healthy:
             reason = names.CARD_NOT_HEALTH
         elif device.uuid in cordoned:
             reason = names.CARD_CORDONED
-        elif not type_ok or (modes is not None and not selection.mode_allowed(device.mode)):
+        elif not type_verdicts[device.type] or (modes is not None and not selection.mode_allowed(device.mode)):
             reason = names.CARD_TYPE_MISMATCH
         elif selects_uuids and not uuid_allowed(device.uuid):
             reason = names.CARD_UUID_MISMATCH

@@ -11,24 +11,21 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from itertools import combinations
 
 from hami_web.core import names
-from hami_web.core.checks import SOFT_SPLIT_CORES, check_device, device_reasons, device_score, is_dynamic_mig, mig_pick
+from hami_web.core.checks import SOFT_SPLIT_CORES, check_device, device_reasons, is_dynamic_mig, mig_pick
 from hami_web.core.devices import Device, NodeInventory
 from hami_web.core.grants import DeviceGrant, PodGrants, merge_grants
 from hami_web.core.groups import GROUP_SCORE_WEIGHT, group_share
 from hami_web.core.mig import MIG_MODE, MigInstance, MigPlacement
-from hami_web.core.options import BINPACK, SPREAD, DeviceSelection, PodOptions
+from hami_web.core.options import DeviceSelection, PodOptions
+from hami_web.core.ordering import WorkingUsage, choose_positions, policy_order, topology_aware, topology_pick
 from hami_web.core.quota import PodQuota, QuotaTally
 from hami_web.core.requests import ContainerRequest, PodRequest
 from hami_web.core.usage import NodeView
 
 INVALID_REGISTER = "InvalidRegisterAnnotation"
 
-# Working usage per GPU position: (tasks, memory MiB, cores). Booking replaces an entry with a new tuple, so a
-# working copy is one list of references and a node that fails allocates nothing more.
-WorkingUsage = list[Sequence[int]]
 # Working MIG occupancy per GPU position (the placements booked, this pod's picks included), kept beside a
 # `WorkingUsage` on nodes with dynamic MIG GPUs (README.md#dynamic-mig).
 WorkingPlacements = list[tuple[MigPlacement, ...]]
@@ -66,54 +63,6 @@ def _failure(reasons: dict[str, int], total: int) -> FitFailure:
     return FitFailure(reasons=tuple(sorted(reasons.items())), total=total)
 
 
-def _policy_order(positions: list[int], devices: Sequence[Device], work: WorkingUsage,
-                  request: ContainerRequest, options: PodOptions) -> list[int]:
-    """``positions`` sorted by the policy's keys in the order written, then device index, then UUID."""
-    sort_keys = options.gpu.sort_keys
-    weights = options.scoring_weights
-    scored = BINPACK in sort_keys or SPREAD in sort_keys
-
-    def order(p: int) -> tuple[float | int | str, ...]:
-        device = devices[p]
-        score = device_score(device, work[p], request, weights) if scored else 0.0
-        parts: list[float | int | str] = [-score if key == BINPACK else score if key == SPREAD else device.numa
-                                          for key in sort_keys]
-        return (*parts, device.index, device.uuid)
-
-    return sorted(positions, key=order)
-
-
-def _pair_score(inventory: NodeInventory, first: str, second: str) -> int:
-    return inventory.pair_scores.get(first, {}).get(second, 0)
-
-
-def _topology_pick(positions: list[int], devices: Sequence[Device], inventory: NodeInventory,
-                   count: int) -> list[int]:
-    """HAMi's topology-aware choice; candidates visited from the highest GPU index down, first best wins."""
-    ordered = sorted(positions, key=lambda p: (-devices[p].index, devices[p].uuid))
-    if len(ordered) == count:
-        return ordered
-    uuids = {p: devices[p].uuid for p in ordered}
-    if count == 1:
-        # One GPU: the one with the weakest links to the others, keeping well-linked groups free.
-        def links(p: int) -> int:
-            return sum(_pair_score(inventory, uuids[p], uuids[q]) for q in ordered if q != p)
-
-        best = ordered[0]
-        best_links = links(best)
-        for p in ordered[1:]:
-            if (candidate := links(p)) < best_links:
-                best, best_links = p, candidate
-        return [best]
-    best_group: tuple[int, ...] = ()
-    best_total = -1
-    for group in combinations(ordered, count):
-        total = sum(_pair_score(inventory, uuids[a], uuids[b]) for a, b in combinations(group, 2))
-        if total > best_total:
-            best_group, best_total = group, total
-    return list(best_group)
-
-
 def fit_container(request: ContainerRequest, inventory: NodeInventory, work: WorkingUsage, options: PodOptions,
                   occupied: WorkingPlacements | None = None,
                   quota: QuotaTally | None = None) -> tuple[DeviceGrant, ...] | FitFailure:
@@ -140,10 +89,7 @@ def fit_container(request: ContainerRequest, inventory: NodeInventory, work: Wor
         devices = offered
     reasons: dict[str, int] = {}
     passing: list[int] = []
-    if request.memory_mib > 0:
-        booked = [request.memory_mib] * total
-    else:
-        booked = [request.booked_memory_mib(device.memory_mib) for device in devices]
+    booked = _booked(request, devices)
     largest = max(booked, default=0)
     # A room that covers the largest ask of every device the container may take needs no check per device.
     per_device = None if quota is None or quota.covers(largest, request.cores) else quota
@@ -158,48 +104,51 @@ def fit_container(request: ContainerRequest, inventory: NodeInventory, work: Wor
                                options)
         return fitted if quota is None or isinstance(fitted, FitFailure) else \
             _mig_within_quota(fitted, quota, request, reasons, total)
-    pool = passing
-    if selection.numa_bind:
-        groups: dict[int, list[int]] = {}
-        for position in passing:
-            groups.setdefault(devices[position].numa, []).append(position)
-        pool = next((groups[numa] for numa in sorted(groups) if len(groups[numa]) >= request.count), [])
-        if not pool and len(passing) >= request.count:
-            reasons[names.NUMA_NOT_FIT] = len(passing)
-            return _failure(reasons, total)
-    if len(pool) < request.count:
+    pool = _numa_pool(passing, devices, request) if selection.numa_bind else passing
+    if not pool and selection.numa_bind and len(passing) >= request.count:
+        reasons[names.NUMA_NOT_FIT] = len(passing)
+        return _failure(reasons, total)
+    chosen = choose_positions(pool, devices, family_work, inventory, request, options) \
+        if len(pool) >= request.count else []
+    if len(chosen) < request.count:
         if passing:
             reasons[names.ALLOCATED_CARDS_INSUFFICIENT_REQUEST] = len(passing)
         return _failure(reasons, total)
-    grouping = inventory.grouping.get(request.family) if inventory.grouping else None
-    topology = options.gpu.topology_aware and (inventory.topology is None or request.family in inventory.topology)
-    if grouping:
-        chosen = grouping.pick(_policy_order(pool, devices, family_work, request, options), devices, request.count)
-        if len(chosen) < request.count:
-            reasons[names.ALLOCATED_CARDS_INSUFFICIENT_REQUEST] = len(passing)
-            return _failure(reasons, total)
-    elif topology and options.gpu.spec_topology:
-        chosen = _topology_pick(pool, devices, inventory, request.count)
-    elif topology:
-        # In a chain topology-aware only filters: it picks the GPUs, the sort keys order them.
-        chosen = _policy_order(_topology_pick(pool, devices, inventory, request.count), devices, family_work,
-                               request, options)
-    else:
-        chosen = _policy_order(pool, devices, family_work, request, options)[:request.count]
     if quota is not None and request.count > 1 and not quota.covers(largest * request.count,
                                                                      request.cores * request.count):
         chosen = _within_quota(chosen, pool, devices, family_work, request, options, booked, quota, reasons,
-                               regroup=not grouping)
+                               regroup=inventory.grouping.get(request.family) is None)
         if len(chosen) < request.count:
             if chosen:
                 reasons[names.ALLOCATED_CARDS_INSUFFICIENT_REQUEST] = len(chosen)
             return _failure(reasons, total)
+    return _book(chosen, devices, first, work, booked, request, selection.soft_split, quota)
+
+
+def _booked(request: ContainerRequest, devices: Sequence[Device]) -> list[int]:
+    """The memory the container books on each device: its MiB ask, or its share of each device's memory."""
+    if request.memory_mib > 0:
+        return [request.memory_mib] * len(devices)
+    return [request.booked_memory_mib(device.memory_mib) for device in devices]
+
+
+def _numa_pool(passing: list[int], devices: Sequence[Device], request: ContainerRequest) -> list[int]:
+    """The passing positions of the lowest NUMA node that holds the whole request (numa-bind), or none."""
+    groups: dict[int, list[int]] = {}
+    for position in passing:
+        groups.setdefault(devices[position].numa, []).append(position)
+    return next((groups[numa] for numa in sorted(groups) if len(groups[numa]) >= request.count), [])
+
+
+def _book(chosen: list[int], devices: Sequence[Device], first: int, work: WorkingUsage, booked: Sequence[int],
+          request: ContainerRequest, soft_split: bool, quota: QuotaTally | None) -> tuple[DeviceGrant, ...]:
+    """Book the chosen devices on the working copy (and the quota tally) and say what the container got."""
     grants = []
     for position in chosen:
         tasks, memory_mib, cores = work[first + position]
         work[first + position] = (tasks + 1, memory_mib + booked[position], cores + request.cores)
         grants.append(DeviceGrant(uuid=devices[position].uuid, memory_mib=booked[position], cores=request.cores,
-                                  vendor=request.family, soft_split=selection.soft_split))
+                                  vendor=request.family, soft_split=soft_split))
         if quota is not None:
             quota.add(devices[position].uuid, booked[position], request.cores, request.init)
     return tuple(grants)
@@ -221,7 +170,7 @@ def _within_quota(chosen: list[int], pool: list[int], devices: Sequence[Device],
         return []
     trial.copy_from(quota)
     picked: list[int] = []
-    for position in _policy_order(pool, devices, work, request, options):
+    for position in policy_order(pool, devices, work, request, options):
         if len(picked) == request.count:
             break
         if _try_add(trial, devices[position].uuid, booked[position], request):
@@ -361,11 +310,10 @@ def _fit_with_mig(request: ContainerRequest, inventory: NodeInventory, family: t
             reasons[names.CARD_MIG_TOPOLOGY_INFEASIBLE] = reasons.get(names.CARD_MIG_TOPOLOGY_INFEASIBLE, 0) + 1
         else:
             candidates.append(position)
-    ordered = _policy_order(candidates, devices, family_work, request, options)
-    topology = options.gpu.topology_aware and (inventory.topology is None or request.family in inventory.topology)
-    distinct = topology and len(candidates) >= request.count
+    ordered = policy_order(candidates, devices, family_work, request, options)
+    distinct = topology_aware(request, inventory, options) and len(candidates) >= request.count
     if distinct:  # topology-aware: its pick of distinct GPUs, one instance each
-        ordered = _topology_pick(candidates, devices, inventory, request.count)
+        ordered = topology_pick(candidates, devices, inventory, request.count)
 
     def attempt(order: Sequence[int]) -> _MigFill:
         return _fill(order, request.count, request, devices, first, work, occupied, booked, options,
