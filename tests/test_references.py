@@ -16,9 +16,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 SOURCE_DIRECTORIES = ("hami_web", "tests")
 
-# What a docstring must not point at: the specification file or its sections (the word on its own, so the
-# identifiers ``_SPEC_ORDER`` or ``SPEC_FLAGS`` do not count), an issue number, a design seed file.
-OUTSIDE = re.compile(r"SPEC\.md|\bSPEC\b|\bissue [0-9]|\bseeds/[0-9]")
+# What a docstring must not point at: the specification file or its sections (the word on its own in prose, so the
+# identifiers ``_SPEC_ORDER``, ``SPEC_FLAGS``, a family module's ``SPEC = FamilySpec(…)`` or ``nvidia.SPEC`` do not
+# count), an issue number, a design seed file.
+OUTSIDE = re.compile(r"SPEC\.md|(?<![.\w])SPEC\b(?!\s*[=:,)\[]|\s*$)|\bissue [0-9]|\bseeds/[0-9]")
 # A cited page, optionally with a section: README.md#scale, docs/wire-formats.md#handshake, wire-formats.md.
 CITATION = re.compile(r"(?<![\w/.-])((?:docs/)?[\w-]+\.md)(#[\w-]+)?")
 # A relative Markdown link in a docs page: [text](../README.md#scale), [text](wire-formats.md), [text](#handshake).
@@ -80,6 +81,12 @@ def test_github_anchor_matches_githubs_rule() -> None:
     assert github_anchor("The admission webhook (`POST /webhook`)") == "the-admission-webhook-post-webhook"
     assert github_anchor("Compatibility with HAMi v2.10") == "compatibility-with-hami-v210"
     assert github_anchor("High availability (active and standby)") == "high-availability-active-and-standby"
+
+
+def test_the_outside_pattern_tells_prose_from_identifiers() -> None:
+    assert OUTSIDE.search("checked in SPEC order") and OUTSIDE.search("issue 41")
+    assert not any(OUTSIDE.search(code) for code in ("SPEC = FamilySpec(", "SPEC: FamilySpec[int] = x",
+                                                      "    nvidia.SPEC,", "SPEC_FLAGS", "_SPEC_ORDER"))
 
 
 def test_no_source_file_cites_a_document_outside_the_repository() -> None:
