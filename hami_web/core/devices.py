@@ -437,3 +437,32 @@ def _pair_score(value: object, where: str) -> int:
 def decode_cordon(text: str) -> frozenset[str]:
     """Decode ``hami.io/device-cordon``: a comma list of GPU UUIDs that take no new allocations."""
     return frozenset(part.strip() for part in text.split(",") if part.strip())
+
+
+def load_go_json(text: str) -> object:
+    """``text`` decoded as Go's ``encoding/json`` fills a struct (keys folded, ``null`` = absent, ``-0`` kept apart,
+    NaN refused), for the families whose device plugin writes its own JSON schema; `AnnotationError` if invalid."""
+    return _load_json(text, pairs=True)
+
+
+def go_field_int(entry: Mapping[str, object], key: str, where: str, *, maximum: int, unsigned: bool = False) -> int:
+    """Field ``key`` (lower case) of a `load_go_json` object as a Go integer within range; absent = 0."""
+    return _go_number(entry[key], key, where, unsigned=unsigned, maximum=maximum) if key in entry else 0
+
+
+def go_field_string(entry: Mapping[str, object], key: str, where: str) -> str:
+    """Field ``key`` (lower case) of a `load_go_json` object as a Go string; absent = ""."""
+    return _json_string(entry, key, where)
+
+
+def go_field_bool(entry: Mapping[str, object], key: str, where: str) -> bool:
+    """Field ``key`` (lower case) of a `load_go_json` object as a Go bool; absent = false."""
+    value = entry.get(key, False)
+    if not isinstance(value, bool):
+        raise AnnotationError(f"{where}: field {quote(key)} is {_json_kind(value)}, not a boolean")
+    return value
+
+
+def json_kind(value: object) -> str:
+    """How a decoded JSON value is named in an error (``a list``, ``the number 3``)."""
+    return _json_kind(value)

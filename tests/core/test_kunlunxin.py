@@ -1,0 +1,343 @@
+"""Kunlunxin XPU and vXPU rules (hami_web.core.families.kunlunxin), table-driven from HAMi v2.10's
+``pkg/device/kunlun/topo_test.go``, ``device_test.go`` and ``vdevice_test.go`` (each case names its Go test), and the
+topology picker checked on every occupancy of eight cards against a brute-force reference written from the rules.
+
+Covers: the picker (counts 1, 2, 4, 8 and the refused ones; wings, cross pairs, cross quads; slot order as HAMi
+hands it), the bubble score, vXPU memory rounding and derived cores, one slice size per card, mutex on idle cards
+only, whole-XPU fit and ``BAIDU_COM_DEVICE_IDX``.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+from itertools import combinations
+
+import pytest
+
+from hami_web.core.devices import Device
+from hami_web.core.families.kunlunxin import (
+    CARD_MEMORY_MIB,
+    CROSS_PAIRS,
+    CROSS_QUADS,
+    CardTopology,
+    Slot,
+    VxpuAsk,
+    bubble_score,
+    device_idx_annotation,
+    pick_cards,
+    round_vxpu_memory_mib,
+    vxpu_fits,
+    xpu_fits,
+)
+
+
+def slots(busy: Sequence[int] = (), order: Sequence[int] = tuple(range(8))) -> list[Slot]:
+    """Eight cards in ``order`` (slot order), those in ``busy`` not fitting (HAMi topo_test.go ``newDevices``)."""
+    return [Slot(index=index, fits=index not in busy) for index in order]
+
+
+def only_free(free: Sequence[int]) -> list[int]:
+    """HAMi topo_test.go ``onlyFree``: the busy cards that leave exactly ``free`` free."""
+    return [index for index in range(8) if index not in free]
+
+
+# HAMi device_test.go Test_graphSelect (FitXPU: a card fits when unused): (case, busy cards, count, picked).
+GRAPH_SELECT = [
+    ("full allocate", (), 8, (0, 1, 2, 3, 4, 5, 6, 7)),
+    ("full allocate not success", (5,), 8, ()),
+    ("allocate 2 cards", (5,), 2, (4, 6)),
+    ("allocate 1 card (one busy on the right)", (5,), 1, (4,)),
+    ("allocate 1 card (two busy on the right)", (6, 7), 1, (4,)),
+    ("allocate 2 card according to interconnect", (0, 1, 2, 4, 5, 6), 2, (3, 7)),
+    ("allocate 4 cards according to interconnect when have 5 cards", (2, 3, 7), 4, (0, 1, 4, 5)),
+    ("allocate 4 cards according to interconnect when have 6 cards, leave 2 cards unconnected", (3, 6), 4,
+     (0, 1, 4, 5)),
+    ("allocate 4 cards according to interconnect when have 6 cards, leave 2 cards connected", (2, 6), 4,
+     (0, 1, 4, 5)),
+    # HAMi topo_test.go
+    ("TestGraghSelect_AllEightAvailable", (), 8, (0, 1, 2, 3, 4, 5, 6, 7)),
+    ("TestGraghSelect_EightNotFullyAvailable", (0,), 8, ()),
+    ("TestGraghSelect_SingleDevice", (), 1, (0,)),
+    ("TestGraghSelect_FourFromLeftWing", (4, 5, 6, 7), 4, (0, 1, 2, 3)),
+    ("TestInterconnect_TwoDevices (only the pair 0-4 free)", only_free((0, 4)), 2, (0, 4)),
+    ("TestInterconnect_FourDevices (only the quad 0-1-4-5 free)", only_free((0, 1, 4, 5)), 4, (0, 1, 4, 5)),
+    ("TestInterconnect_UnsupportedCount", (), 3, ()),
+]
+
+
+@pytest.mark.parametrize(("busy", "count", "picked"), [case[1:] for case in GRAPH_SELECT],
+                         ids=[case[0] for case in GRAPH_SELECT])
+def test_picker_matches_hamis_graph_select_table(busy: Sequence[int], count: int, picked: tuple[int, ...]) -> None:
+    """HAMi device_test.go Test_graphSelect and topo_test.go TestGraghSelect_* / TestInterconnect_*."""
+    assert pick_cards(slots(busy), count) == picked
+
+
+def test_two_cards_with_every_card_free_are_linked() -> None:
+    """HAMi topo_test.go TestInterconnect_TwoDevices_ChoosesAmongMultipleCandidates: two distinct linked cards."""
+    first, second = pick_cards(slots(), 2)
+    assert first != second and first // 4 == second // 4
+
+
+@pytest.mark.parametrize("count", [0, 3, 5, 6, 7, 9, 16])
+def test_counts_outside_one_two_four_eight_are_never_placed(count: int) -> None:
+    """HAMi graghSelect: only 1, 2, 4 and 8 cards have a shape (TestInterconnect_UnsupportedCount)."""
+    assert pick_cards(slots(), count) == ()
+
+
+# HAMi device_test.go Test_graphSelectVXPU: (case, per card (tasks, used MiB), ask MiB, count, picked).
+IDLE = (0, 0)
+GRAPH_SELECT_VXPU = [
+    ("full allocate with unused devices", [IDLE] * 8, 24576, 8, (0, 1, 2, 3, 4, 5, 6, 7)),
+    ("allocate with matching memory requirements",
+     [IDLE, (1, 24576), IDLE, (2, 49152), IDLE, (1, 49152), IDLE, IDLE], 24576, 4, (0, 1, 2, 3)),
+    ("allocate with mixed memory requirements",
+     [IDLE, (2, 49152), IDLE, (1, 49152), IDLE, (1, 24576), IDLE, IDLE], 24576, 4, (4, 5, 6, 7)),
+    ("no suitable devices due to memory mismatch", [(1, 49152)] * 8, 24576, 2, ()),
+    ("allocate 1 card with matching memory",
+     [(1, 24576), (1, 24576), (1, 49152), IDLE, IDLE, (1, 24576), IDLE, IDLE], 24576, 1, (0,)),
+    ("allocate 2 cards with different memory requirements",
+     [IDLE, (2, 49152), (1, 24576), (1, 49152), IDLE, IDLE, (1, 24576), IDLE], 24576, 2, (0, 1)),
+]
+
+
+@pytest.mark.parametrize(("cards", "ask", "count", "picked"), [case[1:] for case in GRAPH_SELECT_VXPU],
+                         ids=[case[0] for case in GRAPH_SELECT_VXPU])
+def test_vxpu_picker_matches_hamis_table(cards: list[tuple[int, int]], ask: int, count: int,
+                                         picked: tuple[int, ...]) -> None:
+    """HAMi device_test.go Test_graphSelectVXPU: the picker over FitVXPU (a card shared by one slice size)."""
+    fitting = [Slot(index, vxpu_fits(healthy=True, total_memory_mib=CARD_MEMORY_MIB, tasks=tasks,
+                                     used_memory_mib=used, ask_memory_mib=ask, mutex=False))
+               for index, (tasks, used) in enumerate(cards)]
+    assert pick_cards(fitting, count) == picked
+
+
+def test_picker_reads_wings_by_slot_and_links_by_index() -> None:
+    """HAMi graghSelect counts a wing by the card's position in the list it is handed and names cards by index:
+    with the busy cards sorted last (binpack), one card goes to the slot wing holding a lone free card."""
+    order = (1, 2, 3, 4, 5, 6, 7, 0)  # card 0 busy, sorted to the end
+    assert pick_cards(slots(busy=(0,), order=order), 1) == (5,)
+    assert pick_cards(slots(busy=(0,)), 1) == (1,)  # in index order the left wing has three free
+
+
+# ---- the sweep: every occupancy of eight cards, each count, against a reference written from the rules ----
+
+def reference_pick(order: Sequence[int], fitting: frozenset[int], count: int) -> tuple[int, ...]:
+    """What the rules say, by brute force: enumerate every set of ``count`` fitting cards, keep the shapes the rules
+    allow, and take the best by the rules' preference.
+
+    Rules (HAMi topo.go): eight cards only all together. Otherwise a container stays inside one wing (slots 0–3 or
+    4–7 of the list) when a wing can hold it, taking that wing's first fitting cards; the wing is the one whose
+    number of fitting cards comes first in the preference (one card: 1, 3, 2, 4; else count, count+1, …, 4), the
+    left first on a tie. When no wing can, two cards are a cross pair (i, i+4), the first fitting card in slot order
+    first; four cards are a listed cross quad, and only when 4–6 cards fit: with 4 or 5 the first listed quad they
+    hold, with 6 the first whose two leftover cards are linked (same wing or a cross pair), else the last they hold.
+    """
+    if count == 8:
+        return tuple(order) if len(order) == 8 and fitting >= set(order) else ()
+    if count not in (1, 2, 4):
+        return ()
+    wing_of = {index: position // 4 for position, index in enumerate(order)}
+    in_wing = [[i for i in order if wing_of[i] == wing and i in fitting] for wing in (0, 1)]
+    preference = (1, 3, 2, 4) if count == 1 else tuple(range(count, 5))
+    ranked: list[tuple[tuple[int, ...], tuple[int, ...]]] = []
+    for combo in combinations(sorted(fitting), count):
+        wings = {wing_of[i] for i in combo}
+        if len(wings) == 1:
+            wing = wings.pop()
+            first_fitting = in_wing[wing][:count]
+            if sorted(first_fitting) == list(combo):
+                ranked.append(((0, preference.index(len(in_wing[wing])), wing), tuple(first_fitting)))
+        elif count == 2 and combo[1] - combo[0] == 4:
+            first = min(combo, key=order.index)
+            ranked.append(((1, order.index(first)), (first, combo[0] + combo[1] - first)))
+        elif count == 4 and combo in CROSS_QUADS and len(fitting) in (4, 5, 6):
+            position = CROSS_QUADS.index(combo)
+            if len(fitting) < 6:
+                ranked.append(((1, position), combo))
+            else:
+                a, b = sorted(fitting - set(combo))
+                linked = a // 4 == b // 4 or (a, b) in CROSS_PAIRS
+                ranked.append(((1, 0, position) if linked else (1, 1, -position), combo))
+    return min(ranked)[1] if ranked else ()
+
+
+def _occupancies() -> list[frozenset[int]]:
+    return [frozenset(i for i in range(8) if mask >> i & 1) for mask in range(256)]
+
+
+@pytest.mark.parametrize("count", [0, 1, 2, 3, 4, 5, 6, 7, 8])
+def test_picker_agrees_with_the_reference_on_all_256_occupancies(count: int) -> None:
+    """Generated: every subset of eight cards free, in index order, for each count."""
+    for fitting in _occupancies():
+        want = reference_pick(tuple(range(8)), fitting, count)
+        got = pick_cards([Slot(i, i in fitting) for i in range(8)], count)
+        assert got == want, f"free {sorted(fitting)} count {count}: picked {got}, rules say {want}"
+
+
+def test_picker_agrees_with_the_reference_in_shuffled_slot_orders() -> None:
+    """Generated: the 256 occupancies in 12 random slot orders (HAMi hands the picker policy-sorted cards)."""
+    rng = random.Random(38)
+    for _ in range(12):
+        order = tuple(rng.sample(range(8), 8))
+        for fitting in _occupancies():
+            for count in (1, 2, 4, 8):
+                want = reference_pick(order, fitting, count)
+                got = pick_cards([Slot(i, i in fitting) for i in order], count)
+                assert got == want, f"order {order} free {sorted(fitting)} count {count}: {got} vs {want}"
+
+
+def test_every_pick_is_a_set_of_fitting_distinct_cards_of_the_count() -> None:
+    """Whatever the occupancy, a pick never holds a busy card, a card twice, or a wrong number of cards."""
+    for fitting in _occupancies():
+        for count in (1, 2, 4, 8):
+            picked = pick_cards([Slot(i, i in fitting) for i in range(8)], count)
+            assert picked == () or (len(set(picked)) == count and set(picked) <= fitting)
+
+
+def test_cards_past_the_eighth_are_never_picked() -> None:
+    """The topology is eight cards; a ninth slot is in no wing (HAMi's devicepick never reaches it)."""
+    ten = [Slot(i, i >= 6) for i in range(10)]
+    assert pick_cards(ten, 2) == (6, 7)
+    assert pick_cards(ten, 4) == ()
+
+
+# ---- the bubble score ----
+
+@pytest.mark.parametrize(("used_before", "chosen", "score"), [
+    # HAMi topo_test.go TestCalcscore
+    ((0,), (0, 1), 3000.0),
+    ((0,), (4,), 2000.0),
+    ((0, 1), (0,), 1000.0),
+    ((0, 1, 2, 3), (0,), 0.0),
+    # HAMi device_test.go Test_ScoreNode: Scenario 1 (left wing busy, all eight given), Scenario 2 (idle node)
+    ((0, 1, 2, 3), (0, 1, 2, 3, 4, 5, 6, 7), 3000.0),
+    ((), (0,), 0.0),
+    # bubbles: empty 1, whole wing 0+1, lone card 2+1; a change of -2 is none of HAMi's cases: 1000
+    ((0, 4), (0, 1, 2, 3), 1000.0),
+])
+def test_bubble_score(used_before: tuple[int, ...], chosen: tuple[int, ...], score: float) -> None:
+    """HAMi ScoreNode / calcscore / countbubble (TestCountbubble's values are the bubbles behind each row)."""
+    assert bubble_score(used_before, chosen) == score
+
+
+# ---- vXPU ----
+
+@pytest.mark.parametrize(("ask", "rounded"), [
+    # HAMi vdevice_test.go Test_trimMemory
+    (0, 24576), (24576, 24576), (24577, 49152), (49152, 49152), (49153, 98304), (200000, 98304),
+    (1, 24576), (98304, 98304),
+])
+def test_vxpu_memory_rounds_to_hamis_templates(ask: int, rounded: int) -> None:
+    """HAMi vdevice_test.go Test_trimMemory."""
+    assert round_vxpu_memory_mib(ask) == rounded
+
+
+@pytest.mark.parametrize(("memory", "ask"), [
+    # HAMi vdevice_test.go Test_KunlunVDevices_GenerateResourceRequests
+    (None, VxpuAsk(memory_mib=98304, cores=100)),  # vcount without memory defaults to full device
+    (24576, VxpuAsk(memory_mib=24576, cores=25)),  # vcount with memory from requests fallback
+    (30000, VxpuAsk(memory_mib=49152, cores=50)),
+    (0, VxpuAsk(memory_mib=98304, cores=100)),
+    (60000, VxpuAsk(memory_mib=98304, cores=100)),
+])
+def test_vxpu_cores_follow_memory(memory: int | None, ask: VxpuAsk) -> None:
+    """HAMi GenerateResourceRequests: cores = memory × 100 ÷ 98,304; no memory = a whole card."""
+    assert VxpuAsk.for_memory(memory) == ask
+
+
+@pytest.mark.parametrize(("healthy", "tasks", "used", "ask", "mutex", "fits"), [
+    # HAMi vdevice_test.go Test_FitVXPU_direct
+    (True, 0, 90000, 20000, False, False),  # would exceed total memory
+    (True, 0, 0, 24576, False, True),  # idle device always fits
+    (True, 2, 49152, 24576, False, True),  # shared device with matching average memory
+    (True, 1, 49152, 24576, False, False),  # shared device with mismatched average memory
+    (False, 0, 0, 24576, False, False),  # unhealthy device is rejected
+    # HAMi device_test.go TestKunlunVDevices_Fit_Mutex: a matching busy card is shared, except under mutex
+    (True, 1, 24576, 24576, False, True),
+    (True, 1, 24576, 24576, True, False),
+    (True, 0, 0, 24576, True, True),
+])
+def test_vxpu_card_fit(healthy: bool, tasks: int, used: int, ask: int, mutex: bool, fits: bool) -> None:
+    """HAMi FitVXPU, and the mutex policy's idle-card rule of KunlunVDevices.Fit."""
+    assert vxpu_fits(healthy=healthy, total_memory_mib=CARD_MEMORY_MIB, tasks=tasks, used_memory_mib=used,
+                     ask_memory_mib=ask, mutex=mutex) is fits
+
+
+def test_vxpu_card_smaller_than_the_ask_never_fits() -> None:
+    """HAMi device_test.go TestKunlunVDevices_Fit_NumaNotFit: 2,048 MiB asked of cards of 1,024."""
+    assert not vxpu_fits(healthy=True, total_memory_mib=1024, tasks=0, used_memory_mib=0, ask_memory_mib=2048,
+                         mutex=False)
+
+
+def test_slices_of_two_sizes_never_share_a_card() -> None:
+    """A card holding quarter slices takes only quarters until full; one holding a half takes only a half."""
+    quarters = [vxpu_fits(healthy=True, total_memory_mib=CARD_MEMORY_MIB, tasks=n, used_memory_mib=n * 24576,
+                          ask_memory_mib=24576, mutex=False) for n in range(5)]
+    assert quarters == [True, True, True, True, False]
+    assert not vxpu_fits(healthy=True, total_memory_mib=CARD_MEMORY_MIB, tasks=1, used_memory_mib=49152,
+                         ask_memory_mib=24576, mutex=False)
+    assert not vxpu_fits(healthy=True, total_memory_mib=CARD_MEMORY_MIB, tasks=1, used_memory_mib=24576,
+                         ask_memory_mib=49152, mutex=False)
+
+
+@pytest.mark.parametrize(("healthy", "tasks", "fits"), [(True, 0, True), (True, 1, False), (False, 0, False)])
+def test_whole_xpu_fits_an_idle_healthy_card(healthy: bool, tasks: int, fits: bool) -> None:
+    """HAMi FitXPU (device_test.go TestKunlunDevices_Fit_NumaNotFit: every card busy, nothing fits)."""
+    assert xpu_fits(healthy=healthy, tasks=tasks) is fits
+
+
+@pytest.mark.parametrize(("containers", "value"), [
+    ([[0, 1]], "0,1"),
+    ([[0], [4, 5]], "4,5"),  # HAMi PatchAnnotations: each container overwrites the key
+    ([[3], []], "3"),
+    ([[]], ""),
+])
+def test_device_idx_annotation(containers: list[list[int]], value: str) -> None:
+    """HAMi KunlunDevices.PatchAnnotations: ``BAIDU_COM_DEVICE_IDX`` of the last container holding cards."""
+    assert device_idx_annotation(containers) == value
+
+
+# ---- the topology as the family's way of grouping ----
+
+def xpus(count: int = 8) -> list[Device]:
+    return [Device(uuid=f"n-kunlun-{i}", index=i, count=100, memory_mib=CARD_MEMORY_MIB, cores=100, type="kunlun",
+                   family="kunlun") for i in range(count)]
+
+
+def test_grouping_picks_by_index_whatever_the_policy_order() -> None:
+    """The fit hands passing positions in policy order; the topology reads the card indices (Test_graphSelect's
+    "allocate 2 cards": card 5 busy, two cards → 4 and 6)."""
+    devices = xpus()
+    ordered = [7, 6, 4, 3, 2, 1, 0]  # some policy's order, card 5 busy
+    assert sorted(CardTopology().pick(ordered, devices, 2)) == [4, 6]
+
+
+def test_grouping_maps_indices_back_to_positions() -> None:
+    """Devices need not be listed in index order: the pick returns positions in the node's list."""
+    devices = list(reversed(xpus()))  # position p holds card 7 - p
+    picked = CardTopology().pick([0, 1, 2, 3, 4, 5, 6, 7], devices, 4)
+    assert sorted(devices[p].index for p in picked) == [0, 1, 2, 3]
+
+
+@pytest.mark.parametrize(("free", "count", "picked"), [
+    ((0, 1, 2, 4), 4, [0, 1, 2, 4]),  # no wing or quad holds them: the first in policy order, as HAMi places it
+    ((1, 6), 2, [1, 6]),  # no cross pair
+    ((0, 1, 2, 4), 3, []),  # three is never a shape
+    ((0, 1, 2, 3, 4, 5, 6), 8, []),  # eight needs every card
+])
+def test_grouping_falls_back_to_the_policy_order_where_hami_would_place(free: tuple[int, ...], count: int,
+                                                                        picked: list[int]) -> None:
+    """HAMi runs graghSelect on its policy-sorted list (free cards first), so enough free cards for 1, 2 or 4 are
+    always placed there; ours keeps the real topology first and never refuses those."""
+    assert CardTopology().pick(list(free), xpus(), count) == picked
+
+
+def test_grouping_describes_and_labels() -> None:
+    """``explain`` says why no shape holds; the tools name a card's wing."""
+    topology, devices = CardTopology(), xpus()
+    assert topology.describe(devices[:3], 3) == "3 cards is not a Kunlunxin shape (1, 2, 4 or 8 cards)"
+    assert topology.describe(devices[:3], 4) == "cards free for the container: 0, 1, 2; 4 asked"
+    assert topology.describe(devices[:4], 4) == ""
+    assert (topology.label(devices[2]), topology.label(devices[5])) == ("wing 0-3", "wing 4-7")
+    assert topology.applies(devices) and not topology.scored
