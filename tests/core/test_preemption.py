@@ -47,7 +47,7 @@ from hami_web.core.requests import ContainerRequest, PodRequest
 from hami_web.core.usage import NodeView, build_node_view, pod_booking, sum_bookings
 from tests.core.builders import a100_mig_register, gpu
 
-CATALOG = build_catalog(enable_iluvatar=True, enable_ascend=True)
+CATALOG = build_catalog(enable=("iluvatar", "ascend"))
 OPTIONS = PodOptions(node_policy="binpack", gpu_policy="binpack")
 
 
