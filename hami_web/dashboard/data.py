@@ -13,9 +13,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from hami_web.core.families import NVIDIA
 from hami_web.core.noderules import is_rule_reason
-from hami_web.core.options import NODE_POLICIES, OptionsError, parse_gpu_policy
+from hami_web.core.options import GPU_POLICIES, NODE_POLICIES
 from hami_web.core.policy import SchedulingPolicy
 from hami_web.core.quota import memory_factors
 from hami_web.core.reasons import group_reasons
@@ -28,8 +27,10 @@ from hami_web.ops.capacity import PodShape, ShapeError, plan_capacity
 from hami_web.ops.explain import explain_pod
 from hami_web.ops.inspect import FamilyReport, GpuReport, inspect_cluster
 from hami_web.ops.render import explain_data
+from hami_web.ops.shape import form_bounds, shape_from_form
 from hami_web.ops.snapshot import ClusterSnapshot, NodeFacts
 from hami_web.settings import Settings
+from hami_web.settings.values import whole
 from hami_web.state.cache import ClusterCache
 from hami_web.state.decisions import BIND, FILTER, DecisionLog
 
@@ -37,6 +38,7 @@ METRICS = ("memory", "cores")
 SORTS = ("fullness", "name", "pods")
 DEFAULT_PER_PAGE = 50
 MAX_PER_PAGE = 500
+MAX_PAGE = 1_000_000
 PENDING_PER_PAGE = 25
 LATENCY_WINDOW_SECONDS = 600.0
 LATENCY_MIN_WINDOW_SECONDS = 10.0
@@ -95,18 +97,14 @@ class DashboardSources:
 # -- parameters -------------------------------------------------------------------------------------------
 
 
-def _whole(args: Mapping[str, str], name: str, default: int, *, low: int = 0, high: int | None = None) -> int:
+def _whole(args: Mapping[str, str], name: str, default: int, *, low: int, high: int) -> int:
     raw = str(args.get(name, "") or "").strip()
     if not raw:
         return default
     try:
-        value = int(raw)
-    except ValueError:
-        raise QueryError(f"{name} must be a whole number, got {raw!r}") from None
-    if value < low or (high is not None and value > high):
-        bounds = f"between {low} and {high}" if high is not None else f"at least {low}"
-        raise QueryError(f"{name} must be {bounds}, got {value}")
-    return value
+        return whole(low, high)(raw)
+    except ValueError as error:
+        raise QueryError(f"{name} {error}") from None
 
 
 def _one_of(args: Mapping[str, str], name: str, options: tuple[str, ...], default: str) -> str:
@@ -114,15 +112,6 @@ def _one_of(args: Mapping[str, str], name: str, options: tuple[str, ...], defaul
     if value not in options:
         raise QueryError(f"{name} must be one of {', '.join(options)}, got {value!r}")
     return value
-
-
-def _gpu_policy(args: Mapping[str, str]) -> str:
-    """What the filter accepts: a single policy or a chain such as ``binpack,numa``; empty = the server's."""
-    value = str(args.get("gpu_policy", "") or "").strip()
-    try:
-        return parse_gpu_policy(value, source="gpu_policy") if value else ""
-    except OptionsError as error:
-        raise QueryError(str(error)) from None
 
 
 def _paging(total: int, page: int, per_page: int) -> dict[str, int]:
@@ -214,7 +203,7 @@ def overview(sources: DashboardSources, args: Mapping[str, str]) -> dict[str, An
     family = _one_of(args, "family", ("", *families), "")
     gpu_type = str(args.get("type", "") or "").strip()
     node_filter = str(args.get("node", "") or "").strip()
-    page = _whole(args, "page", 1, low=1)
+    page = _whole(args, "page", 1, low=1, high=MAX_PAGE)
     per_page = _whole(args, "per_page", DEFAULT_PER_PAGE, low=1, high=MAX_PER_PAGE)
     snapshot = sources.snapshot()
     whole = inspect_cluster(snapshot, top=1)
@@ -261,7 +250,7 @@ def pending(sources: DashboardSources, args: Mapping[str, str]) -> dict[str, Any
     ``last_filter`` is what the filter answered (its own per-node reasons, grouped by cause); ``now`` is
     `explain_pod` on the current cache, with the nearest miss — it may already fit if capacity was freed.
     """
-    page = _whole(args, "page", 1, low=1)
+    page = _whole(args, "page", 1, low=1, high=MAX_PAGE)
     now = sources.decisions.now()
     snapshot = sources.snapshot()
     placed = {usage.uid for usage in snapshot.usages}
@@ -316,31 +305,13 @@ def decisions(sources: DashboardSources, args: Mapping[str, str]) -> dict[str, A
 # -- what-if ----------------------------------------------------------------------------------------------
 
 
-def _listed(args: Mapping[str, str], name: str) -> tuple[str, ...]:
-    """A comma-separated form field (``nvidia.com/gpu:NoSchedule, dedicated=ml``) as its entries."""
-    return tuple(part.strip() for part in str(args.get(name, "") or "").split(",") if part.strip())
-
-
 def parse_shape(args: Mapping[str, str]) -> PodShape | None:
-    """The pod shape of the what-if form, or None when the form was not submitted (no ``gpus``)."""
-    if not str(args.get("gpus", "") or "").strip():
-        return None
-    memory_mib = _whole(args, "memory_mib", 0)
-    memory_percent = _whole(args, "memory_percent", 0, high=100)
-    mig_profile = str(args.get("mig_profile", "") or "").strip()
-    if sum(bool(given) for given in (memory_mib, memory_percent, mig_profile)) > 1:
-        raise QueryError("give one of memory_mib, memory_percent and mig_profile")
-    numa = str(args.get("numa_bind", "") or "").strip().lower()
-    if numa not in ("", "true", "false", "on", "off", "1", "0"):
-        raise QueryError(f"numa_bind must be true or false, got {numa!r}")
-    return PodShape(family=str(args.get("family", "") or "").strip() or NVIDIA,
-                    gpus=_whole(args, "gpus", 1, low=1, high=64), memory_mib=memory_mib,
-                    tolerations=_listed(args, "tolerations"), node_selector=_listed(args, "node_selector"),
-                    memory_percent=memory_percent, cores=_whole(args, "cores", 0, high=100),
-                    gpu_type=str(args.get("type", "") or "").strip(),
-                    node_policy=_one_of(args, "node_policy", ("", *NODE_POLICIES), ""),
-                    gpu_policy=_gpu_policy(args),
-                    numa_bind=numa in ("true", "on", "1"), mig_profile=mig_profile)
+    """The pod shape of the what-if form (`ops.shape`, the table capacity's flags come from too), or None when the
+    form was not submitted (no ``gpus``)."""
+    try:
+        return shape_from_form(args)
+    except ShapeError as error:
+        raise QueryError(str(error)) from None
 
 
 def whatif(sources: DashboardSources, args: Mapping[str, str]) -> dict[str, Any]:
@@ -348,15 +319,16 @@ def whatif(sources: DashboardSources, args: Mapping[str, str]) -> dict[str, Any]
     shape = parse_shape(args)
     types = sorted({t for view in sources.cache.node_views().values() for t in view.device_types})
     families = [{"cw": family.cw, "label": family.label} for family in sources.settings.devices]
+    form = {"bounds": form_bounds(), "node_policies": list(NODE_POLICIES), "gpu_policies": list(GPU_POLICIES)}
     if shape is None:
-        return {"shape": None, "answer": None, "gpu_types": types, "families": families}
+        return {"shape": None, "answer": None, "gpu_types": types, "families": families, "form": form}
     try:
         report = plan_capacity(sources.snapshot(), shape, sources.policies())
     except ShapeError as error:
         raise QueryError(str(error)) from None
     by_node = list(report.by_node.items())
     return {
-        "shape": dataclasses.asdict(shape), "gpu_types": types, "families": families,
+        "shape": dataclasses.asdict(shape), "gpu_types": types, "families": families, "form": form,
         "answer": {"fits": report.fits, "limited": report.limited, "limit": report.limit,
                    "device": report.device, "memory_mib_per_device": report.memory_mib_per_device,
                    "cores_per_device": report.cores_per_device,

@@ -14,10 +14,9 @@ import logging
 import sys
 from collections.abc import Sequence
 
-from hami_web.core.families import NVIDIA, gated_specs
-from hami_web.core.options import NODE_POLICIES, OptionsError, parse_gpu_policy
+from hami_web.core.families import gated_specs
 from hami_web.kube import Kube, KubeError, NotFoundError, resolve_client
-from hami_web.ops.capacity import DEFAULT_LIMIT, PodShape, ShapeError, plan_capacity
+from hami_web.ops.capacity import DEFAULT_LIMIT, ShapeError, plan_capacity
 from hami_web.ops.explain import explain_pod
 from hami_web.ops.inspect import SORT_KEYS, InspectError, inspect_cluster, only_namespace
 from hami_web.ops.render import (
@@ -31,31 +30,25 @@ from hami_web.ops.render import (
     render_inspect,
 )
 from hami_web.ops.serversettings import ToolSettings, tool_settings
+from hami_web.ops.shape import add_shape_flags, shape_from_flags
 from hami_web.ops.snapshot import ClusterSnapshot, read_snapshot
 from hami_web.settings import DEFAULT_SETTINGS_CONFIGMAP, argument_type, option_help
+from hami_web.settings.values import whole
 
 
 class CommandError(Exception):
     """Stops a command with one line on stderr and exit status 1."""
 
 
-def _whole(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"{text!r} must not be negative")
-    return value
+# The most nodes --top shows and the most pods --limit counts.
+MAX_COUNT = 1_000_000
 
 
-def _gpu_policy(text: str) -> str:
-    """What the server's --gpu-scheduler-policy accepts: a policy or a chain such as ``binpack,numa``."""
-    if not text:
-        return ""  # capacity's --gpu-policy default: the server's
+def _count(text: str) -> int:
+    """A whole number of nodes or pods, for argparse."""
     try:
-        return parse_gpu_policy(text, source="GPU policy")
-    except OptionsError as error:
+        return whole(0, MAX_COUNT)(text)
+    except ValueError as error:
         raise argparse.ArgumentTypeError(str(error)) from None
 
 
@@ -126,7 +119,7 @@ def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
                        help="with -d, list the pods of every namespace (the default)")
     inspect.add_argument("--sort", choices=SORT_KEYS, default=None,
                          help="name (default), or fullest first by memory, cores or pods")
-    inspect.add_argument("--top", type=_whole, default=0, metavar="N",
+    inspect.add_argument("--top", type=_count, default=0, metavar="N",
                          help="only the first N nodes (fullest by memory unless --sort says otherwise)")
     _connection_flags(inspect)
     _settings_group(inspect)
@@ -147,37 +140,11 @@ def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
                                    description="Places pods of one shape one after another with the real "
                                                "policies until none fits; says where they go and what runs "
                                                "out first.")
-    capacity.add_argument("--family", default=NVIDIA, metavar="CW",
-                          help="the device family the pod asks for, by its common word (default NVIDIA; DCU, the "
-                               "Iluvatar chips with --enable-iluvatar, the Ascend chips with --enable-ascend): the "
-                               "flags below are its resources")
-    capacity.add_argument("--gpus", type=_whole, default=1, metavar="N", help="devices per pod (default 1)")
-    memory = capacity.add_mutually_exclusive_group()
-    memory.add_argument("--gpumem", type=_whole, default=0, metavar="MIB",
-                        help="memory per device: the family's memory resource (MiB times its memory factor)")
-    memory.add_argument("--gpumem-percentage", type=_whole, default=0, metavar="P", help="memory per device in %%")
-    memory.add_argument("--mig-profile", default="", metavar="NAME",
-                        help="a dynamic MIG instance of this profile per device, e.g. 2g.10gb: its memory, on MIG GPUs "
-                             "(nvidia.com/vgpu-mode: mig)")
-    capacity.add_argument("--gpucores", type=_whole, default=0, metavar="C", help="cores per device in %% (0-100)")
-    capacity.add_argument("--type", default="", metavar="T",
-                          help="device types allowed (the family's use-type annotation, nvidia.com/use-gputype)")
-    capacity.add_argument("--numa-bind", action="store_true", help="all devices of the pod on one NUMA node")
-    capacity.add_argument("--node-policy", choices=NODE_POLICIES, default="",
-                          help="the pod's hami.io/node-scheduler-policy (default: the server's)")
-    capacity.add_argument("--gpu-policy", type=_gpu_policy, default="", metavar="POLICY",
-                          help="the pod's hami.io/gpu-scheduler-policy (default: the server's)")
-    capacity.add_argument("--toleration", action="append", default=[], metavar="KEY[=VALUE][:EFFECT]",
-                          help="a toleration of the pod (repeatable; * tolerates every taint); without one, "
-                               "tainted nodes are left out as kube-scheduler leaves them out")
-    capacity.add_argument("--node-selector", action="append", default=[], metavar="KEY=VALUE",
-                          help="the pod's spec.nodeSelector (repeatable)")
-    capacity.add_argument("--cpu", default="", metavar="QUANTITY", help="the pod's cpu request, e.g. 4 or 500m")
-    capacity.add_argument("--memory", default="", metavar="QUANTITY", help="the pod's memory request, e.g. 16Gi")
+    add_shape_flags(capacity)
     capacity.add_argument("-n", "--namespace", default="",
                           help="the namespace whose device quotas the pods count against (default: the "
                                "context's namespace, else default)")
-    capacity.add_argument("--limit", type=_whole, default=DEFAULT_LIMIT, metavar="N",
+    capacity.add_argument("--limit", type=_count, default=DEFAULT_LIMIT, metavar="N",
                           help=f"stop counting at N pods (default {DEFAULT_LIMIT})")
     _connection_flags(capacity)
     _policy_flags(capacity)
@@ -273,12 +240,10 @@ def run_explain(arguments: argparse.Namespace) -> int:
 
 def run_capacity(arguments: argparse.Namespace) -> int:
     """``capacity --gpus N --gpumem MIB|--gpumem-percentage P --gpucores C …``."""
-    shape = PodShape(family=arguments.family.strip(), gpus=arguments.gpus, memory_mib=arguments.gpumem,
-                     memory_percent=arguments.gpumem_percentage,
-                     cores=arguments.gpucores, gpu_type=arguments.type, numa_bind=arguments.numa_bind,
-                     node_policy=arguments.node_policy, gpu_policy=arguments.gpu_policy,
-                     tolerations=tuple(arguments.toleration), node_selector=tuple(arguments.node_selector),
-                     cpu=arguments.cpu, memory=arguments.memory, mig_profile=arguments.mig_profile.strip())
+    try:
+        shape = shape_from_flags(arguments)
+    except ShapeError as error:
+        raise CommandError(f"error: {error}") from None
     kube, context_namespace, source = _target(arguments)
     shape = dataclasses.replace(shape, namespace=arguments.namespace or context_namespace or "default")
     try:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import ipaddress
 import re
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 from hami_web.core.options import parse_gpu_policy
 
@@ -78,6 +79,29 @@ def positive_int(text: str) -> int:
     if value < 1:
         raise ValueError("must be at least 1")
     return value
+
+
+@dataclass(frozen=True, slots=True)
+class Whole:
+    """A whole number from ``low`` to ``high``, the message saying which bound was passed and by what; the bounds
+    stay readable (a form shows them as its inputs' min and max)."""
+
+    low: int
+    high: int
+
+    def __call__(self, text: str) -> int:
+        try:
+            value = int(text.strip())
+        except ValueError:
+            raise ValueError(f"must be a whole number, got {text.strip()!r}") from None
+        if not self.low <= value <= self.high:
+            raise ValueError(f"must be between {self.low} and {self.high}, got {value}")
+        return value
+
+
+def whole(low: int, high: int) -> Whole:
+    """`Whole` from ``low`` to ``high``."""
+    return Whole(low, high)
 
 
 def non_negative_duration(text: str) -> float:
