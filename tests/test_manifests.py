@@ -1,5 +1,8 @@
 """Deployment artefacts: the manifests in ``k8s/``, the Dockerfile and the certificate script.
 
+``k8s/`` is the Helm chart ``charts/hami-web`` rendered with its default values (``charts/render_k8s.py``;
+``tests/charts`` checks they are identical and covers the other values), so these checks hold for the chart too.
+
 Covers: every manifest validates against the official client's models (kinds, required fields, no unknown
 fields); the kustomization lists every file; names, ports, paths, namespace, Secret and scheduler name agree
 across files and with the code (Service → container port, webhook → Service and ``/webhook``, the
@@ -48,6 +51,7 @@ API_VERSIONS = {
     "ClusterRole": "rbac.authorization.k8s.io/v1", "ClusterRoleBinding": "rbac.authorization.k8s.io/v1",
     "Role": "rbac.authorization.k8s.io/v1", "RoleBinding": "rbac.authorization.k8s.io/v1",
     "MutatingWebhookConfiguration": "admissionregistration.k8s.io/v1", "PodDisruptionBudget": "policy/v1",
+    "Lease": "coordination.k8s.io/v1",
 }
 CLUSTER_SCOPED = {"Namespace", "ClusterRole", "ClusterRoleBinding", "MutatingWebhookConfiguration"}
 
@@ -110,7 +114,8 @@ DEPLOYMENT = _one("Deployment", "hami-web")
 POD = DEPLOYMENT["spec"]["template"]["spec"]
 SERVER = _container(POD, "hami-web")
 SCHEDULER = _container(POD, "kube-scheduler")
-JOB_POD = _one("Job", "hami-web-certs")["spec"]["template"]["spec"]
+(CERTS_JOB,) = [doc for _, doc in DOCUMENTS if doc["kind"] == "Job"]  # hami-web-certs-<hash of its pod>
+JOB_POD = CERTS_JOB["spec"]["template"]["spec"]
 CRON_POD = _one("CronJob", "hami-web-certs-renew")["spec"]["jobTemplate"]["spec"]["template"]["spec"]
 SCHEDULER_CONFIG_MAP = _one("ConfigMap", "hami-scheduler-config")
 SCHEDULER_CONFIG = yaml.safe_load(SCHEDULER_CONFIG_MAP["data"]["config.yaml"])
@@ -508,7 +513,7 @@ def _exposed_metric_names() -> set[str]:
 def test_monitoring_component_scrapes_the_metrics_listener() -> None:
     kustomization = _monitoring("kustomization.yaml")
     assert kustomization["kind"] == "Component"
-    assert sorted(kustomization["resources"]) == ["service.yaml", "servicemonitor.yaml"]
+    assert sorted(kustomization["resources"]) == ["dashboard.yaml", "service.yaml", "servicemonitor.yaml"]
     service, monitor = _monitoring("service.yaml"), _monitoring("servicemonitor.yaml")
     client.V1Service.model_validate(service)
     assert service["spec"]["selector"].items() <= DEPLOYMENT["spec"]["template"]["metadata"]["labels"].items()
@@ -525,10 +530,11 @@ def test_monitoring_component_scrapes_the_metrics_listener() -> None:
 
 
 def test_grafana_dashboard_queries_only_series_we_serve() -> None:
-    generator = _monitoring("kustomization.yaml")["configMapGenerator"][0]
-    assert generator["options"]["labels"]["grafana_dashboard"] == "1"
-    (source,) = generator["files"]
-    dashboard = json.loads((MONITORING / source.split("=", 1)[1]).read_text())
+    config_map = _monitoring("dashboard.yaml")
+    client.V1ConfigMap.model_validate(config_map)
+    assert config_map["metadata"]["labels"]["grafana_dashboard"] == "1"
+    (text,) = config_map["data"].values()
+    dashboard = json.loads(text)
     expressions = [target["expr"] for panel in dashboard["panels"] for target in panel["targets"]]
     used = {name for expr in expressions for name in re.findall(r"\bhami_\w+", expr)}
     assert used - _exposed_metric_names() == set()
