@@ -26,6 +26,7 @@ from kubernetes import client
 
 from hami_web import __version__
 from hami_web.cli import build_parser
+from hami_web.core.families import gated_specs
 from hami_web.settings import build_settings
 
 from . import helm
@@ -152,7 +153,7 @@ def test_hami_fixture_set_lines_mean_what_they_mean_in_hami(tmp_path: Path) -> N
             "--node-label-selector=gpu=on"} <= set(arguments)
     assert one(documents, "Deployment")["spec"]["replicas"] == 2
     settings = _server_settings(documents, tmp_path)
-    assert settings.enable_ascend and settings.enable_iluvatar
+    assert {"ascend", "iluvatar"} <= settings.enabled_families
     no_webhook = template(*_set("scheduler.admissionWebhook.enabled=false"))
     assert not [d for d in no_webhook if d["kind"] == "MutatingWebhookConfiguration"]
 
@@ -193,6 +194,20 @@ def test_every_family_on_adds_the_flags_and_keeps_the_resources() -> None:
     # The managed resources and the webhook are the same either way: they list every family (inert when off).
     assert scheduler_config(default)["extenders"] == scheduler_config(every)["extenders"]
     assert one(default, "MutatingWebhookConfiguration") == one(every, "MutatingWebhookConfiguration")
+
+
+def test_the_chart_gates_exactly_the_registry_s_gated_families(tmp_path: Path) -> None:
+    """Each family the registry enables by a flag has its ``devices.<value>`` switch in the chart, and only those."""
+    specs = gated_specs()
+    assert specs
+    default_arguments = container(template(), "hami-web")["args"]
+    for spec in specs:
+        documents = template("--set", f"devices.{spec.chart_value}=true")
+        assert spec.flag in container(documents, "hami-web")["args"] and spec.flag not in default_arguments
+        assert spec.name in _server_settings(documents, tmp_path).enabled_families
+    enable_flags = {a for a in container(template(*MATRIX["every-family"]), "hami-web")["args"]
+                    if a.startswith("--enable-")}
+    assert enable_flags == {spec.flag for spec in specs}
 
 
 def test_webhook_off_renders_no_webhook_no_service_and_certs_skip_it() -> None:
