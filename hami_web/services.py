@@ -15,6 +15,7 @@ from typing import Protocol, cast
 from flask import current_app
 
 from hami_web.core.quota import QuotaBook
+from hami_web.extender.collaborators import EventSink
 from hami_web.extender.outcomes import BindOutcome, BindRequest, FilterOutcome, FilterRequest, UnreadableArgs
 from hami_web.settings import Settings
 
@@ -72,6 +73,7 @@ class Services:
     # The dashboard's sources (`hami_web.dashboard.data.DashboardSources`: the dashboard is a layer above this one).
     dashboard: object = None
     quotas: QuotaBook | None = None  # the namespaces' device quotas the webhook checks (the cache)
+    events: EventSink | None = None  # where the webhook records an event about a pod admitted with warnings
 
 
 def services() -> Services:

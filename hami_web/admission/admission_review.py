@@ -41,6 +41,7 @@ class ReviewResponse(TypedDict):
     status: NotRequired[ReviewStatus]
     patchType: NotRequired[Literal["JSONPatch"]]
     patch: NotRequired[str]
+    warnings: NotRequired[list[str]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,6 +59,12 @@ class AdmissionAnswer:
     uid: str = ""
     pod: str = ""
     patch: list[dict[str, Any]] = field(default_factory=list)
+    warnings: tuple[str, ...] = ()
+    # The pod's namespace and name as the request gives them ("" when it has only a generateName): what an event
+    # about the warnings names.
+    namespace: str = ""
+    name: str = ""
+    dry_run: bool = False
 
 
 def review_admission(body: object, policy: AdmissionPolicy, quotas: QuotaBook | None = None) -> AdmissionAnswer:
@@ -94,9 +101,14 @@ def review_admission(body: object, policy: AdmissionPolicy, quotas: QuotaBook | 
     if decision.patch:
         response["patchType"] = "JSONPatch"
         response["patch"] = base64.b64encode(json.dumps(decision.patch).encode()).decode("ascii")
+    if decision.warnings:
+        # kube-apiserver caps each warning at 120 characters only in its own header; kubectl prints them whole.
+        response["warnings"] = list(decision.warnings)
     review = {"apiVersion": api_version, "kind": REVIEW_KIND, "response": response}
+    namespace, name = _pod_names(request)
     return AdmissionAnswer(body=review, http_status=200, allowed=decision.allowed, message=decision.message,
-                           uid=uid, pod=pod_label, patch=decision.patch)
+                           uid=uid, pod=pod_label, patch=decision.patch, warnings=decision.warnings,
+                           namespace=namespace, name=name, dry_run=request.get("dryRun") is True)
 
 
 def reject_unreadable_body(message: str) -> AdmissionAnswer:
@@ -138,12 +150,21 @@ def _review_request(request: dict[str, Any], policy: AdmissionPolicy, quotas: Qu
 
 def _pod_label(request: dict[str, Any]) -> str:
     """``namespace/name`` for logs; pods created with generateName have no name yet."""
+    namespace, name = _pod_names(request)
+    if not name:
+        pod = request.get("object")
+        metadata = pod.get("metadata") if isinstance(pod, dict) else None
+        if isinstance(metadata, dict) and isinstance(metadata.get("generateName"), str) and metadata["generateName"]:
+            name = f"{metadata['generateName']}*"
+    return f"{namespace}/{name or '?'}"
+
+
+def _pod_names(request: dict[str, Any]) -> tuple[str, str]:
+    """The pod's namespace and name from the object, else the request ("" when unknown)."""
     pod = request.get("object")
     metadata = pod.get("metadata") if isinstance(pod, dict) else None
     metadata = metadata if isinstance(metadata, dict) else {}
     namespace = metadata.get("namespace") or request.get("namespace") or ""
-    name = metadata.get("name") or request.get("name")
-    if not name and metadata.get("generateName"):
-        name = f"{metadata['generateName']}*"
-    return f"{namespace}/{name or '?'}"
+    name = metadata.get("name") or request.get("name") or ""
+    return (namespace if isinstance(namespace, str) else "", name if isinstance(name, str) else "")
 

@@ -15,7 +15,7 @@ device plugins and GPU exporters run privileged and rely on ``NVIDIA_VISIBLE_DEV
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, cast
 
@@ -25,7 +25,7 @@ from hami_web.admission.pod_shape import PodShapeError, check_pod_shape, iter_co
 from hami_web.core import names
 from hami_web.core.families import AdmissionAsk, AdmissionRewrite, Family, ResourceNames
 from hami_web.core.limits import quote
-from hami_web.core.options import OptionsError, parse_scoring_weights
+from hami_web.core.options import GO_FALSE, GO_TRUE, OptionsError, parse_scoring_weights
 from hami_web.core.policy import AdmissionPolicy
 from hami_web.core.quantities import QuantityError, parse_whole_quantity
 from hami_web.core.quota import EXCEEDING, QuotaBook
@@ -55,13 +55,15 @@ class AdmissionDecision:
     """What the webhook answers for one pod.
 
     ``patch`` is an RFC 6902 operation list (empty when nothing changes, always empty when denied);
-    ``code`` is 200 when allowed, else 400 (malformed pod) or 403 (refused by policy).
+    ``code`` is 200 when allowed, else 400 (malformed pod) or 403 (refused by policy); ``warnings`` say what the
+    rules changed or ignored where we are stricter than HAMi v2.10 but admit the pod as it does (kubectl prints them).
     """
 
     allowed: bool
     message: str
     patch: list[dict[str, Any]] = field(default_factory=list)
     code: int = 200
+    warnings: tuple[str, ...] = ()
 
 
 def review_pod(pod: object, policy: AdmissionPolicy, *, quotas: QuotaBook | None = None,
@@ -84,11 +86,12 @@ def review_pod(pod: object, policy: AdmissionPolicy, *, quotas: QuotaBook | None
         return AdmissionDecision(allowed=True, message=MESSAGE_OTHER_SCHEDULER)
 
     mutated = copy.deepcopy(pod)
+    warnings: list[str] = []
     gpu_containers: list[str] = []
     privileged_containers: list[str] = []
     families_used: dict[str, Family] = {}
     try:
-        _mutate_containers(mutated, policy, gpu_containers, privileged_containers, families_used)
+        _mutate_containers(mutated, policy, gpu_containers, privileged_containers, families_used, warnings)
     except (QuantityError, FamilyRefusal) as error:
         return _deny(MALFORMED, str(error))
 
@@ -96,7 +99,7 @@ def review_pod(pod: object, policy: AdmissionPolicy, *, quotas: QuotaBook | None
         message = "pod asks for no GPU"
         if privileged_containers and policy.privileged_policy == "skip":
             message += f" (privileged containers left alone: {', '.join(privileged_containers)})"
-        return _allow(pod, mutated, message)
+        return _allow(pod, mutated, message, warnings)
     if privileged_containers and policy.privileged_policy == "deny":
         return _deny(FORBIDDEN, f"container {privileged_containers[0]} is privileged")
     if spec.get("nodeName"):
@@ -104,7 +107,8 @@ def review_pod(pod: object, policy: AdmissionPolicy, *, quotas: QuotaBook | None
     # check_pod_shape has made sure metadata.annotations, when present, is a map of strings.
     weights = ((pod.get("metadata") or {}).get("annotations") or {}).get(names.POD_SCORING_WEIGHTS)
     if weights is not None:
-        # As HAMi v2.10: refused at creation, not left Pending with a filter error (the filter checks it too).
+        # HAMi v2.10's webhook lets it through and its filter then fails the pod on every cycle: it can never run, so
+        # it is refused at creation instead of left Pending (the filter checks it too, for pods that skip us).
         try:
             parse_scoring_weights(weights)
         except OptionsError as error:
@@ -119,14 +123,17 @@ def review_pod(pod: object, policy: AdmissionPolicy, *, quotas: QuotaBook | None
                        if family.admission.runtime_class_name]
     if runtime_classes and not mutated["spec"].get("runtimeClassName"):
         mutated["spec"]["runtimeClassName"] = runtime_classes[0]
+    annotations = (pod.get("metadata") or {}).get("annotations") or {}
+    warnings.extend(_annotation_warnings(annotations, families_used.values()))
     return _allow(pod, mutated, f"scheduled by {policy.scheduler_name}: GPU containers "
-                                f"{', '.join(gpu_containers)}")
+                                f"{', '.join(gpu_containers)}", warnings)
 
 
 def _mutate_containers(mutated: dict[str, Any], policy: AdmissionPolicy, gpu_containers: list[str],
-                       privileged_containers: list[str], families_used: dict[str, Family]) -> None:
+                       privileged_containers: list[str], families_used: dict[str, Family], warnings: list[str]) -> None:
     """Mutate every container of ``mutated`` in place, noting which ask for devices (and of which families) and
-    which are privileged. Raises `QuantityError` or `FamilyRefusal` as `_mutate_container` does."""
+    which are privileged, and adding to ``warnings``. Raises `QuantityError` or `FamilyRefusal` as `_mutate_container`
+    does."""
     annotations = (mutated.get("metadata") or {}).get("annotations") or {}
     for slot, container in iter_containers(mutated):
         target = container
@@ -137,7 +144,7 @@ def _mutate_containers(mutated: dict[str, Any], policy: AdmissionPolicy, gpu_con
             # Still read (and validate) what it asks for, so a GPU pod is refused below, but mutate
             # a throw-away copy: a privileged container is never changed.
             target = copy.deepcopy(container)
-        used = _mutate_container(target, slot.name, policy, annotations)
+        used = _mutate_container(target, slot.name, policy, annotations, warnings)
         if used:
             gpu_containers.append(slot.name)
             families_used.update((family.cw, family) for family in used)
@@ -166,8 +173,20 @@ def _quota_refusal(mutated: dict[str, Any], namespace: str, policy: AdmissionPol
     return _deny(FORBIDDEN, f"{EXCEEDING}: {excess.describe()}")
 
 
+def _annotation_warnings(annotations: dict[str, str], families: Iterable[Family]) -> list[str]:
+    """Warnings for pod annotations HAMi v2.10 reads as "no" without a word: a NUMA binding Go's ``ParseBool`` does
+    not read (``assertNuma``)."""
+    warnings = []
+    for family in families:
+        value = annotations.get(family.numa_bind_key) if family.numa_bind_key else None
+        if value is not None and value not in GO_TRUE and value not in GO_FALSE:
+            warnings.append(f"{family.numa_bind_key} {quote(value)} is not a boolean (true, 1, t, false, 0, f, …): "
+                            f"no NUMA binding, as HAMi v2.10 reads it")
+    return warnings
+
+
 def _mutate_container(container: dict[str, Any], name: str, policy: AdmissionPolicy,
-                      annotations: dict[str, str]) -> list[Family]:
+                      annotations: dict[str, str], warnings: list[str]) -> list[Family]:
     """Validate one container's device resources of every family and apply each family's rewrites
     (README.md#the-admission-webhook-post-webhook for NVIDIA, README.md#device-families for the others).
 
@@ -178,7 +197,11 @@ def _mutate_container(container: dict[str, Any], name: str, policy: AdmissionPol
     used: list[Family] = []
     unused: list[Family] = []
     for family in policy.devices:
-        if _mutate_for_family(container, name, family, annotations):
+        for variable, value in family.admission.every_container_env:
+            _set_env(container, variable, value)
+        if family.admission.notice and family.admission.notice not in warnings:
+            warnings.append(family.admission.notice)
+        if _mutate_for_family(container, name, family, annotations, warnings):
             used.append(family)
         else:
             unused.append(family)
@@ -191,7 +214,8 @@ def _mutate_container(container: dict[str, Any], name: str, policy: AdmissionPol
     return used
 
 
-def _mutate_for_family(container: dict[str, Any], name: str, family: Family, annotations: dict[str, str]) -> bool:
+def _mutate_for_family(container: dict[str, Any], name: str, family: Family, annotations: dict[str, str],
+                       warnings: list[str]) -> bool:
     """One family's rules for one container; whether the container uses the family."""
     names = family.resources
     rules = family.admission
@@ -208,9 +232,16 @@ def _mutate_for_family(container: dict[str, Any], name: str, family: Family, ann
         _set_env(container, rules.priority_env, str(asked[names.priority]))
     if not uses:
         return False
+    if names.cores and (asked.get(names.cores) or 0) > MAX_CORES and not (rules.cores_per_count and (count or 0) > 1):
+        # HAMi v2.10 clamps the cores to 100 in every family's Fit ("core limit can't exceed 100"); we write the
+        # clamp into the spec so the pod says what it is given, and tell the owner.
+        _set_quantity(container, names.cores, MAX_CORES)
+        warnings.append(f"container {name}: {names.cores} {asked[names.cores]} is over 100 (100 = one whole device): "
+                        f"set to 100, as HAMi v2.10's filter clamps it")
+        asked[names.cores] = MAX_CORES
     if rules.resize is not None and count is not None:
         _resize(container, name, family, rules.resize, count, asked, annotations)
-    if rules.whole_card_cores and names.cores and asked.get(names.cores) is None and _asks_whole_card(asked, names):
+    if rules.whole_card_cores and names.cores and names.cores not in asked and _asks_whole_card(asked, names):
         # A task that wants all of a card's memory gets all of its compute too (newer HAMi does the
         # same): the booking then shows the card as fully taken, and the extender's exclusive-card
         # check keeps it off cards that already run a task.
@@ -269,29 +300,29 @@ def _read_quantities(container: dict[str, Any], name: str, family: Family) -> di
                                                                   memory_factor=family.memory_factor))
             if resource == names.memory_percentage and value > FULL_CARD_PERCENT:
                 raise QuantityError(f"container {name}: {resource}: {quote(raw)} is outside 0..100")
-            if resource == names.cores and value > MAX_CORES and not family.admission.cores_per_count:
-                raise QuantityError(f"container {name}: {resource}: {quote(raw)} is over 100 (100 = one whole GPU)")
             values.setdefault(resource, value)
-    cores = values.get(names.cores) if names.cores else None
-    if cores is not None and cores > MAX_CORES and (values.get(names.count) or 1) <= 1:
-        # Iluvatar: a multi-device container's cores are rewritten to 100 × count (whole cards), whatever they
-        # were, as HAMi does; a single device cannot give more than itself.
-        raise QuantityError(f"container {name}: {names.cores}: {cores} is over 100 (100 = one whole device)")
     return values
 
 
 def _asks_whole_card(asked: dict[str, int], names: ResourceNames) -> bool:
-    """Whether the memory ask is the whole card: percentage 100, or neither memory nor percentage.
-
-    A value of 0 counts as unset for both (docs/scheduling-rules.md#what-a-pod-asks-for, as HAMi does).
-    """
-    percent = asked.get(names.memory_percentage) or 0 if names.memory_percentage else 0
-    memory_mib = asked.get(names.memory) or 0
-    return percent == FULL_CARD_PERCENT or (percent == 0 and memory_mib == 0)
+    """Whether the memory ask is the whole card, decided by which keys are there (HAMi v2.10's
+    ``defaultExclusiveCoreIfNeeded``): a percentage, when given, must be 100; else no memory may be given. A
+    ``gpumem: 0`` or ``gpumem-percentage: 0`` is given, so it asks no exclusive card."""
+    if names.memory_percentage and names.memory_percentage in asked:
+        return asked[names.memory_percentage] == FULL_CARD_PERCENT
+    return not names.memory or names.memory not in asked
 
 
 def _is_privileged(container: dict[str, Any]) -> bool:
     return (container.get("securityContext") or {}).get("privileged") is True
+
+
+def _set_quantity(container: dict[str, Any], resource: str, value: int) -> None:
+    """Write ``value`` for ``resource`` in the container's limits and, where it is there, its requests."""
+    _limits(container)[resource] = str(value)
+    requests = container["resources"].get("requests")
+    if isinstance(requests, dict) and resource in requests:
+        requests[resource] = str(value)
 
 
 def _limits(container: dict[str, Any]) -> dict[str, Any]:
@@ -325,9 +356,10 @@ def _set_env(container: dict[str, Any], name: str, value: str) -> None:
         env.append(wanted)
 
 
-def _allow(original: dict[str, Any], mutated: dict[str, Any], message: str) -> AdmissionDecision:
+def _allow(original: dict[str, Any], mutated: dict[str, Any], message: str,
+           warnings: Iterable[str] = ()) -> AdmissionDecision:
     operations = jsonpatch.make_patch(original, mutated).patch
-    return AdmissionDecision(allowed=True, message=message, patch=operations)
+    return AdmissionDecision(allowed=True, message=message, patch=operations, warnings=tuple(warnings))
 
 
 def _deny(code: int, message: str) -> AdmissionDecision:

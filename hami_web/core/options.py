@@ -32,8 +32,13 @@ SORT_KEYS = frozenset({BINPACK, SPREAD, NUMA})
 # then GPU index break ties.
 _SPEC_ORDER = {BINPACK: (BINPACK, NUMA), SPREAD: (SPREAD, NUMA)}
 SCORING_WEIGHT_KEYS = ("slot", "core", "memory")
-MAX_SCORING_WEIGHT = 1_000_000
-_WHOLE_NUMBER = re.compile(r"[0-9]+")
+# HAMi v2.10 reads each weight with Go's ``strconv.ParseInt(…, 10, 64)``: any int64 that is not negative.
+MAX_SCORING_WEIGHT = (1 << 63) - 1
+_WHOLE_NUMBER = re.compile(r"[+-]?[0-9]+")
+# Go's ``strconv.ParseBool``, which HAMi v2.10 reads ``nvidia.com/numa-bind`` with (``assertNuma``): exactly these
+# spellings, nothing trimmed; anything else is an error HAMi reads as false.
+GO_TRUE = frozenset({"1", "t", "T", "TRUE", "true", "True"})
+GO_FALSE = frozenset({"0", "f", "F", "FALSE", "false", "False"})
 
 
 class OptionsError(ValueError):
@@ -248,10 +253,13 @@ def parse_scoring_weights(value: str, *, source: str = names.POD_SCORING_WEIGHTS
             raise OptionsError(f'{source} "{value}": {key} is given twice')
         if not _WHOLE_NUMBER.fullmatch(number):
             raise OptionsError(f'{source} "{value}": {key} "{number}" is not a whole number >= 0')
+        negative = number.startswith("-")
         # Length first: int() of thousands of digits is refused by Python itself (and slow before that).
-        digits = number.lstrip("0") or "0"
+        digits = number.lstrip("+-").lstrip("0") or "0"
+        if negative and digits != "0":
+            raise OptionsError(f'{source} "{value}": {key} "{number}" is not a whole number >= 0')
         if len(digits) > len(str(MAX_SCORING_WEIGHT)) or int(digits) > MAX_SCORING_WEIGHT:
-            raise OptionsError(f'{source} "{value}": {key} is over {MAX_SCORING_WEIGHT}')
+            raise OptionsError(f'{source} "{value}": {key} is over {MAX_SCORING_WEIGHT} (a 64-bit integer)')
         weights[key] = int(digits)
     missing = [key for key in SCORING_WEIGHT_KEYS if key not in weights]
     if missing:
@@ -273,7 +281,7 @@ def family_selection(annotations: Mapping[str, str], family: Family) -> DeviceSe
         nouse_types=_split(text(family.nouse_type_key), upper=True),
         use_uuids=frozenset(_split(text(family.use_uuid_key), upper=False)),
         nouse_uuids=frozenset(_split(text(family.nouse_uuid_key), upper=False)),
-        numa_bind=text(family.numa_bind_key).strip().lower() == "true",
+        numa_bind=text(family.numa_bind_key) in GO_TRUE,
         modes=modes.strip() if modes is not None else None,
         unknown_type=family.unknown_type,
         # HAMi compares the value exactly (``vnpuMode == "hami-core"``).

@@ -9,7 +9,7 @@ would send the pod to a node where it cannot run.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from hami_web.core.families import (
@@ -20,7 +20,6 @@ from hami_web.core.families import (
     ResourceNames,
     with_nvidia,
 )
-from hami_web.core.families.nvidia import nvidia_family
 from hami_web.core.limits import MAX_DEVICE_MEMORY_MIB, MAX_GPUS_PER_CONTAINER, MAX_QUANTITY
 from hami_web.core.quantities import QuantityError, parse_whole_quantity
 
@@ -133,10 +132,8 @@ class RequestDefaults:
         nvidia = self.catalog.get(NVIDIA)
         if nvidia is not None and (nvidia.resources, nvidia.default_memory_mib, nvidia.default_cores) != (
                 self.resources, self.default_mem_mib, self.default_cores):
-            family = nvidia_family(resources=self.resources, default_memory_mib=self.default_mem_mib,
-                                   default_cores=self.default_cores, memory_factor=nvidia.memory_factor,
-                                   default_count=nvidia.admission.default_count,
-                                   overwrite_env=nvidia.admission.overwrite_env)
+            family = replace(nvidia, resources=self.resources, default_memory_mib=self.default_mem_mib,
+                             default_cores=self.default_cores)
             object.__setattr__(self, "catalog", with_nvidia(self.catalog, family))
 
     @property

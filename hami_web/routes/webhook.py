@@ -22,6 +22,7 @@ from hami_web.services import services
 log = logging.getLogger(__name__)
 
 blueprint = Blueprint("webhook", __name__)
+ADMISSION_WARNING_REASON = "AdmittedWithWarnings"
 
 
 @blueprint.post("/webhook")
@@ -35,6 +36,7 @@ def admission_webhook() -> tuple[Response, int]:
     else:
         answer = review_admission(body, services().settings.admission, quotas=services().quotas)
     _log_answer(answer)
+    _record_warnings(answer)
     _observe(allowed=answer.allowed)
     return jsonify(answer.body), answer.http_status
 
@@ -61,8 +63,19 @@ def _unexpected_error(error: Exception) -> tuple[Response, int]:
 
 
 def _log_answer(answer: AdmissionAnswer) -> None:
-    log.info("admission %s uid=%s allowed=%s patch_ops=%d http=%d: %s", answer.pod or "-", answer.uid or "-",
-             answer.allowed, len(answer.patch), answer.http_status, answer.message, extra={"pod": answer.pod})
+    warned = f" (warnings: {'; '.join(answer.warnings)})" if answer.warnings else ""
+    log.info("admission %s uid=%s allowed=%s patch_ops=%d http=%d: %s%s", answer.pod or "-", answer.uid or "-",
+             answer.allowed, len(answer.patch), answer.http_status, answer.message, warned, extra={"pod": answer.pod})
+
+
+def _record_warnings(answer: AdmissionAnswer) -> None:
+    """An event on the pod naming what admission changed or ignored (the review's warnings reach only the creator's
+    terminal). A pod created with generateName has no name yet, and a dry run creates nothing: neither gets one."""
+    events = services().events
+    if events is None or not answer.warnings or not answer.allowed or not answer.name or answer.dry_run:
+        return
+    events.record(namespace=answer.namespace, name=answer.name, uid="", reason=ADMISSION_WARNING_REASON,
+                  message="; ".join(answer.warnings), warning=True)
 
 
 def _observe(*, allowed: bool) -> None:

@@ -14,6 +14,7 @@ from flask.json.provider import DefaultJSONProvider
 from werkzeug.exceptions import HTTPException
 
 from hami_web.core.quota import QuotaBook
+from hami_web.extender.collaborators import EventSink
 from hami_web.server.listeners import RoutesByListener
 from hami_web.services import EXTENSION_KEY, ExtenderCalls, Readiness, RouteMetrics, Services
 from hami_web.settings import Settings
@@ -24,9 +25,10 @@ MAX_BODY_BYTES = 4 * 1024 * 1024
 
 
 def create_app(settings: Settings, *, readiness: Readiness | None = None, extender: ExtenderCalls | None = None,
-               metrics: RouteMetrics | None = None, dashboard: object = None, quotas: QuotaBook | None = None) -> Flask:
+               metrics: RouteMetrics | None = None, dashboard: object = None, quotas: QuotaBook | None = None,
+               events: EventSink | None = None) -> Flask:
     """Build the app with its blueprints; collaborators left as None disable the routes that need them (``quotas``
-    None: the webhook checks no namespace quota)."""
+    None: the webhook checks no namespace quota; ``events`` None: admission warnings are not recorded as events)."""
     from hami_web.routes import extender as extender_routes
     from hami_web.routes import health, webhook
 
@@ -36,7 +38,8 @@ def create_app(settings: Settings, *, readiness: Readiness | None = None, extend
     json_provider.sort_keys = False
     app.json = json_provider
     app.extensions[EXTENSION_KEY] = Services(settings=settings, readiness=readiness, extender=extender,
-                                             metrics=metrics, dashboard=dashboard, quotas=quotas)
+                                             metrics=metrics, dashboard=dashboard, quotas=quotas,
+                                             events=events)
     app.register_blueprint(health.blueprint)
     app.register_blueprint(webhook.blueprint)
     app.register_blueprint(extender_routes.blueprint)

@@ -99,6 +99,7 @@ def build_runtime(settings: Settings, *, kube: Kube | None = None, clock: Callab
         sync.reflector("nodes").add_sink(node_traits)
         dashboard = DashboardSources(settings=settings, cache=cache, decisions=decisions, kube=kube,
                                      node_traits=node_traits)
-    app = create_app(settings, readiness=sync, extender=extender, metrics=metrics, dashboard=dashboard, quotas=cache)
+    app = create_app(settings, readiness=sync, extender=extender, metrics=metrics, dashboard=dashboard, quotas=cache,
+                     events=events)
     return Runtime(settings=settings, kube=kube, cache=cache, sync=sync, events=events, extender=extender,
                    metrics=metrics, app=app, decisions=decisions, stopping=stopping)

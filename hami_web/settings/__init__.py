@@ -119,10 +119,13 @@ class Settings:
     admission: AdmissionPolicy = field(init=False, compare=False, repr=False)
 
     def __post_init__(self) -> None:
+        nvidia_config = self.device_config.get(nvidia_spec.SPEC)
         nvidia = nvidia_family(resources=self.resources, default_memory_mib=self.default_mem_mib,
                                default_cores=self.default_cores, default_count=self.default_gpu,
                                overwrite_env=self.overwrite_env,
-                               memory_factor=self.device_config.get(nvidia_spec.SPEC).memory_factor or 1)
+                               memory_factor=nvidia_config.memory_factor or 1,
+                               runtime_class_name=nvidia_config.runtime_class_name or "",
+                               core_policy=nvidia_config.gpu_core_policy or "")
         try:
             catalog = build_catalog(nvidia=nvidia, config=self.device_config, enable=self.enabled_families)
         except DeviceConfigError as error:

@@ -277,7 +277,7 @@ def test_hami_chart_device_config_reads_as_the_chart_defaults() -> None:
     assert config.get(nvidia.SPEC) == NvidiaConfig(
         count="nvidia.com/gpu", memory="nvidia.com/gpumem", memory_percentage="nvidia.com/gpumem-percentage",
         cores="nvidia.com/gpucores", priority="nvidia.com/priority", overwrite_env=False, default_memory_mib=0,
-        default_cores=0, default_count=1, memory_factor=1)
+        default_cores=0, default_count=1, memory_factor=1, runtime_class_name="", gpu_core_policy="default")
     assert config.get(hygon.SPEC) == HygonConfig(resources=DCU_NAMES, memory_factor=1)
     assert config.get(cambricon.SPEC) == MLU_NAMES
     assert config.get(iluvatar.SPEC) == tuple(default_chip(cw) for cw in ILUVATAR_CHIPS)

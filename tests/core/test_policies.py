@@ -33,8 +33,9 @@ A40_1_LOOKALIKE = "GPU-03f69c50-207a-2038-9b45-23cac89cb67e"
     pytest.param({names.POD_GPU_POLICY: " spread "}, PodOptions(node_policy="spread", gpu_policy="spread"),
                  id="policy-value-trimmed"),
     pytest.param({names.POD_NUMA_BIND: "true"}, PodOptions("spread", "binpack", numa_bind=True), id="numa-bind-true"),
-    pytest.param({names.POD_NUMA_BIND: " TRUE "}, PodOptions("spread", "binpack", numa_bind=True),
-                 id="numa-bind-case-insensitive"),
+    # HAMi v2.10 assertNuma: Go's strconv.ParseBool, which trims nothing (" TRUE " is an error, so false).
+    pytest.param({names.POD_NUMA_BIND: "TRUE"}, PodOptions("spread", "binpack", numa_bind=True), id="numa-bind-TRUE"),
+    pytest.param({names.POD_NUMA_BIND: " TRUE "}, PodOptions("spread", "binpack"), id="numa-bind-spaces-not-trimmed"),
     pytest.param({names.POD_NUMA_BIND: "yes"}, PodOptions("spread", "binpack"), id="numa-bind-only-true-counts"),
     pytest.param({names.POD_USE_GPU_TYPE: " a40, ,A100 ,", names.POD_NOUSE_GPU_TYPE: "t4,,"},
                  PodOptions("spread", "binpack", use_types=("A40", "A100"), nouse_types=("T4",)),

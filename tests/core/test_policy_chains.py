@@ -108,10 +108,15 @@ KEY = names.POD_SCORING_WEIGHTS
                  f'{KEY} "slot:1,core=1,memory=1": entry "slot:1" is not key=value '
                  "(expected slot=<n>,core=<n>,memory=<n>)", id="not-key-value"),
     pytest.param("", f'{KEY} "": entry "" is not key=value (expected slot=<n>,core=<n>,memory=<n>)', id="empty"),
-    pytest.param("slot=9999999,core=1,memory=1", f'{KEY} "slot=9999999,core=1,memory=1": slot is over 1000000',
-                 id="too-large"),
+    # HAMi v2.10 ParseDeviceScoringWeights: strconv.ParseInt(…, 10, 64), so any int64 >= 0 is a weight.
+    pytest.param("slot=9223372036854775808,core=1,memory=1",
+                 f'{KEY} "slot=9223372036854775808,core=1,memory=1": slot is over 9223372036854775807 (a 64-bit '
+                 "integer)", id="past-int64"),
     pytest.param("slot=" + "9" * 5000 + ",core=1,memory=1",
-                 f'{KEY} "slot={"9" * 5000},core=1,memory=1": slot is over 1000000', id="thousands-of-digits"),
+                 f'{KEY} "slot={"9" * 5000},core=1,memory=1": slot is over 9223372036854775807 (a 64-bit integer)',
+                 id="thousands-of-digits"),
+    pytest.param("slot=-1,core=1,memory=1", f'{KEY} "slot=-1,core=1,memory=1": slot "-1" is not a whole number >= 0',
+                 id="negative"),
     pytest.param("slot=0001,core=00,memory=1000000", None, id="leading-zeros-and-the-maximum-are-fine"),
 ])
 def test_bad_scoring_weights_are_refused_with_the_problem_named(value: str, message: str | None) -> None:

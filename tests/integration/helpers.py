@@ -332,6 +332,19 @@ def annotations_of(apiserver: LocalCluster, resource: str, name: str, namespace:
     return dict((obj.get("metadata") or {}).get("annotations") or {})
 
 
+def admission_response(runtime: Runtime, pod: dict[str, Any], namespace: str = NAMESPACE, *,
+                       dry_run: bool = False) -> dict[str, Any]:
+    """The webhook's ``response`` for a pod CREATE in ``namespace``, through the runtime's app."""
+    review = {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+              "request": {"uid": "review-1", "kind": {"group": "", "version": "v1", "kind": "Pod"},
+                          "operation": "CREATE", "namespace": namespace, "object": pod, "dryRun": dry_run}}
+    response = runtime.app.test_client().post("/webhook", data=json.dumps(review), content_type="application/json")
+    assert response.status_code == 200, response.get_data(as_text=True)
+    answer = response.get_json()["response"]
+    assert isinstance(answer, dict)
+    return answer
+
+
 def events_for(apiserver: LocalCluster, pod: str, namespace: str = NAMESPACE) -> list[dict[str, Any]]:
     """Events recorded about ``pod``, oldest first (call ``runtime.events.flush()`` first)."""
     events = [event for event in apiserver.list("events", namespace)

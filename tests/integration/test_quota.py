@@ -29,6 +29,7 @@ from .helpers import (
     NAMESPACE,
     RuntimeFactory,
     Scheduler,
+    admission_response,
     delete_pod,
     gpu_limits,
     gpu_node,
@@ -68,14 +69,7 @@ def limit_seen(runtime: Runtime, resource: str, value: int | None, namespace: st
 
 def admit(runtime: Runtime, pod: dict[str, Any], namespace: str = TEAM) -> dict[str, Any]:
     """The webhook's answer for a pod CREATE in ``namespace``."""
-    review = {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
-              "request": {"uid": "review-1", "kind": {"group": "", "version": "v1", "kind": "Pod"},
-                          "operation": "CREATE", "namespace": namespace, "object": pod}}
-    response = runtime.app.test_client().post("/webhook", data=json.dumps(review), content_type="application/json")
-    assert response.status_code == 200, response.get_data(as_text=True)
-    answer = response.get_json()["response"]
-    assert isinstance(answer, dict)
-    return answer
+    return admission_response(runtime, pod, namespace)
 
 
 def mem_pod(name: str, memory_mib: int, *, namespace: str = TEAM) -> dict[str, Any]:

@@ -145,7 +145,11 @@ class AdmissionRules:
       to ``visible_devices_off``;
     - ``resize``: a hook that rewrites (or refuses) the count and memory of a container of the family (Ascend's
       templates), with ``pair_count`` (a single device is rounded up to a module of two) for it to read;
-    - ``runtime_class_name``: set on a pod that uses the family and names none.
+    - ``runtime_class_name``: set on a pod that uses the family and names none;
+    - ``every_container_env``: variables set on every container the webhook reviews, whether it uses the family or
+      not (NVIDIA's ``gpuCorePolicy``: HAMi v2.10 writes ``GPU_CORE_UTILIZATION_POLICY`` in each one);
+    - ``notice``: an admission warning for every pod given ``every_container_env`` (a setting passed on as written
+      that the device plugin does not know).
     """
 
     count_in_requests: bool = False
@@ -160,6 +164,8 @@ class AdmissionRules:
     resize: Callable[[Family, AdmissionAsk], AdmissionRewrite] | None = None
     pair_count: bool = False
     runtime_class_name: str = ""
+    every_container_env: tuple[tuple[str, str], ...] = ()
+    notice: str = ""
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,6 +19,9 @@ from hami_web.core.mig import encode_reservations
 CW = names.VENDOR
 KIND = "nvidia"
 DEFAULT_RESOURCES = ResourceNames()
+# ``nvidia.gpuCorePolicy`` (HAMi v2.10 ``GPUCoreUtilizationPolicy``): HAMi-core's values ("default" writes nothing).
+CORE_POLICY_ENV = "GPU_CORE_UTILIZATION_POLICY"
+CORE_POLICIES = ("default", "force", "disable")
 
 
 def mig_reservations(grants: Sequence[Sequence[Any]]) -> dict[str, str]:
@@ -30,8 +33,18 @@ def mig_reservations(grants: Sequence[Sequence[Any]]) -> dict[str, str]:
 
 def nvidia_family(*, resources: ResourceNames = DEFAULT_RESOURCES, memory_factor: int = 1,
                   default_memory_mib: int = 0, default_cores: int = 0, default_count: int = 1,
-                  overwrite_env: bool = False) -> Family:
-    """The NVIDIA family with the given names and defaults (HAMi's chart values when left out)."""
+                  overwrite_env: bool = False, runtime_class_name: str = "", core_policy: str = "") -> Family:
+    """The NVIDIA family with the given names and defaults (HAMi's chart values when left out).
+
+    ``runtime_class_name`` and ``core_policy`` are the device config's ``nvidia.runtimeClassName`` and
+    ``nvidia.gpuCorePolicy``, applied as HAMi v2.10's ``MutateAdmission`` does: the runtime class on a GPU pod naming
+    none, the policy as ``GPU_CORE_UTILIZATION_POLICY`` in every container unless it is "" or ``default``. A policy
+    HAMi-core does not know is written all the same (HAMi does) and each pod is told so in a warning.
+    """
+    core_env = ((CORE_POLICY_ENV, core_policy),) if core_policy and core_policy != "default" else ()
+    notice = "" if not core_env or core_policy in CORE_POLICIES else (
+        f"nvidia.gpuCorePolicy {core_policy!r} of the device config is none of {', '.join(CORE_POLICIES)}: "
+        f"{CORE_POLICY_ENV}={core_policy} is set as HAMi v2.10 sets it, and HAMi-core runs with its default policy")
     return Family(
         cw=CW, kind=KIND, label="NVIDIA GPU", resources=resources,
         register_key=names.NODE_REGISTER,
@@ -53,7 +66,8 @@ def nvidia_family(*, resources: ResourceNames = DEFAULT_RESOURCES, memory_factor
         topology=True,
         admission=AdmissionRules(count_in_requests=True, default_count=default_count, whole_card_cores=True,
                                  priority_env="CUDA_TASK_PRIORITY", visible_devices_env="NVIDIA_VISIBLE_DEVICES",
-                                 overwrite_env=overwrite_env),
+                                 overwrite_env=overwrite_env, runtime_class_name=runtime_class_name,
+                                 every_container_env=core_env, notice=notice),
     )
 
 
@@ -71,6 +85,8 @@ class NvidiaConfig:
     default_cores: int | None = None
     default_count: int | None = None
     memory_factor: int | None = None
+    runtime_class_name: str | None = None
+    gpu_core_policy: str | None = None
 
 
 def read_nvidia(value: object, where: str) -> NvidiaConfig:
@@ -87,6 +103,8 @@ def read_nvidia(value: object, where: str) -> NvidiaConfig:
         default_cores=config.integer(section, "defaultCores", where, minimum=0, maximum=100),
         default_count=config.integer(section, "defaultGPUNum", where, minimum=1, maximum=128),
         memory_factor=config.memory_factor(section, where),
+        runtime_class_name=config.string(section, "runtimeClassName", where),
+        gpu_core_policy=config.string(section, "gpuCorePolicy", where),
     )
 
 
@@ -97,7 +115,8 @@ def publish_nvidia(nvidia: NvidiaConfig) -> object | None:
         ("resourceMemoryPercentageName", nvidia.memory_percentage), ("resourceCoreName", nvidia.cores),
         ("resourcePriorityName", nvidia.priority), ("overwriteEnv", nvidia.overwrite_env),
         ("defaultMemory", nvidia.default_memory_mib), ("defaultCores", nvidia.default_cores),
-        ("defaultGPUNum", nvidia.default_count), ("memoryFactor", nvidia.memory_factor)))
+        ("defaultGPUNum", nvidia.default_count), ("memoryFactor", nvidia.memory_factor),
+        ("runtimeClassName", nvidia.runtime_class_name), ("gpuCorePolicy", nvidia.gpu_core_policy)))
 
 
 def build_nvidia(nvidia: NvidiaConfig) -> tuple[Family, ...]:
@@ -111,7 +130,8 @@ def build_nvidia(nvidia: NvidiaConfig) -> tuple[Family, ...]:
                                 priority=nvidia.priority or DEFAULT_RESOURCES.priority),
         memory_factor=nvidia.memory_factor or 1, default_memory_mib=nvidia.default_memory_mib or 0,
         default_cores=nvidia.default_cores or 0, default_count=nvidia.default_count or 1,
-        overwrite_env=bool(nvidia.overwrite_env)),)
+        overwrite_env=bool(nvidia.overwrite_env), runtime_class_name=nvidia.runtime_class_name or "",
+        core_policy=nvidia.gpu_core_policy or ""),)
 
 
 SPEC = FamilySpec(name=KIND, label="NVIDIA GPU", section="nvidia", default=NvidiaConfig(), read=read_nvidia,
