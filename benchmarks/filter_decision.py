@@ -22,7 +22,8 @@ a file, so a change to the core can show it decides exactly as before.
 and cores (README.md#namespace-quotas), and each decision does what the cache does for a pod of such a namespace:
 read the namespace's limits and use, derive what they leave the pod, decide with it (``ResourceQuotaNotFit`` checked
 on every device tried), and count the placement's booking against the namespace. The limits are generous
-(``--quota-mib`` per namespace, default 10^9 MiB, so the placements are those of the run without quota, which
+(``--quota-mib`` per namespace, default 10^13 MiB, above what any pod could book since a device may hold up
+to 2^31 MiB, so the placements are those of the run without quota, which
 ``--check`` against a ``--record`` of it shows): the figures are the quota's overhead. ``--cpu-time`` times the
 thread's CPU instead of the wall clock, for a machine shared with other work.
 """
@@ -296,7 +297,7 @@ def main() -> None:
     parser.add_argument("--cpu-time", action="store_true",
                         help="time the thread's CPU, not the wall clock (other processes on the machine do not count)")
     parser.add_argument("--quota", type=int, default=0, metavar="N", help="pods of N namespaces under quota")
-    parser.add_argument("--quota-mib", type=int, default=10**9, metavar="MIB",
+    parser.add_argument("--quota-mib", type=int, default=10**13, metavar="MIB",
                         help="each namespace's limit (GPU and DCU memory MiB, GPU cores)")
     arguments = parser.parse_args()
     if arguments.cpu_time:

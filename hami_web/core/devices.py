@@ -26,6 +26,7 @@ from hami_web.core.limits import (
     MAX_NUMBER_CHARS,
     MAX_PAIR_SCORE,
     MAX_TYPE_CHARS,
+    MIN_NUMA_NODE,
     quote,
     uuid_problem,
 )
@@ -107,11 +108,13 @@ _TEXT_FIELDS_LONG = 9
 # scores and metrics finite (a 400-digit devmem made every float conversion overflow).
 _FIELD_MAXIMUM = {"count": MAX_DEVICE_SHARES, "devmem": MAX_DEVICE_MEMORY_MIB, "devcore": MAX_DEVICE_CORES,
                   "numa": MAX_NUMA_NODE, "index": MAX_DEVICE_INDEX}
+_FIELD_MINIMUM = {"numa": MIN_NUMA_NODE}
 
 
 def _in_range(value: int, what: str, where: str, maximum: int) -> int:
-    if not 0 <= value <= maximum:
-        raise AnnotationError(f"{where}: {what} {quote(value)} is outside 0..{maximum}")
+    minimum = _FIELD_MINIMUM.get(what, 0)
+    if not minimum <= value <= maximum:
+        raise AnnotationError(f"{where}: {what} {quote(value)} is outside {minimum}..{maximum}")
     return value
 
 

@@ -8,18 +8,23 @@ gauge, or make Python expand an integer of millions of digits (``1e2000000``).
 
 from __future__ import annotations
 
-# A GPU's memory in MiB (after the device plugin's memory scaling): today's largest cards have ~190,000 MiB.
-MAX_DEVICE_MEMORY_MIB = 1 << 19  # 512 GiB
+# HAMi v2.10 holds a device's share count, memory and cores in Go int32s (``DeviceInfo``): the register bounds.
+GO_INT32_MAX = (1 << 31) - 1
+# A GPU's memory in MiB (after the device plugin's memory scaling, which on an 80–180 GB card goes past 512 GiB):
+# anything HAMi reads (an int32), so a node it schedules on is one we schedule on.
+MAX_DEVICE_MEMORY_MIB = GO_INT32_MAX
 # A GPU's compute in percent of one GPU: 100 × the device plugin's core scaling.
 MAX_DEVICE_CORES = 10_000
 # Compute one task may book on one GPU: 100 = the whole GPU.
 MAX_TASK_CORES = 100
-# Tasks that may share one GPU (HAMi's device-split-count; its default is 10).
-MAX_DEVICE_SHARES = 1_024
+# Tasks that may share one GPU (HAMi's device-split-count; its default is 10): an int32, as HAMi reads it.
+MAX_DEVICE_SHARES = GO_INT32_MAX
 # GPUs one container may ask for, and a GPU's index / NUMA node number.
 MAX_GPUS_PER_CONTAINER = 128
 MAX_DEVICE_INDEX = 4_096
 MAX_NUMA_NODE = 4_096
+# NVML reports -1 for a GPU whose NUMA node it does not know; HAMi reads it as written.
+MIN_NUMA_NODE = -1
 # A pair score between two GPUs (``hami.io/node-nvidia-score``); HAMi's are in the tens.
 MAX_PAIR_SCORE = 1_000_000
 # Any other quantity (gpucores, percentages, priority) before its own check: a 32-bit int, as Kubernetes'

@@ -24,7 +24,7 @@ from typing import Any, Protocol
 
 from hami_web.core.families import DeviceCatalog, Family
 from hami_web.core.grants import PodGrants
-from hami_web.core.limits import MAX_DEVICE_MEMORY_MIB
+from hami_web.core.limits import MAX_DEVICE_MEMORY_MIB, MAX_TASK_CORES
 from hami_web.core.quantities import QuantityError, parse_whole_quantity
 from hami_web.core.requests import ContainerRequest, PodRequest
 from hami_web.core.usage import DeviceUsage
@@ -240,7 +240,10 @@ class NamespaceQuota:
         for cw, containers in request.blocks():
             family = catalog.get(cw)
             left = self.family_quota(family) if family is not None else None
-            if left is not None and not _surely_within(left, containers):
+            # A family with dynamic MIG books an instance's profile, which may be larger than the ask (4,000 MiB
+            # asked, 1g.5gb's 4,864 booked): only the fit, which knows the profile, can tell, as /bind will count it.
+            profiled = family is not None and bool(family.reservations_key)
+            if left is not None and not _surely_within(left, containers, profiled=profiled):
                 families.append((cw, left))
         return PodQuota(families=tuple(families)) if families else None
 
@@ -264,11 +267,13 @@ class NamespaceQuota:
         return None
 
 
-def _surely_within(left: FamilyQuota, containers: Sequence[ContainerRequest]) -> bool:
+def _surely_within(left: FamilyQuota, containers: Sequence[ContainerRequest], *, profiled: bool = False) -> bool:
     """Whether the most ``containers`` could book (every container's devices at once, a percentage or whole-device
-    ask as the largest device there is) stays within ``left``."""
-    memory = sum(ask.count * (ask.memory_mib or MAX_DEVICE_MEMORY_MIB) for ask in containers)
-    cores = sum(ask.count * ask.cores for ask in containers)
+    ask as the largest device there is) stays within ``left``. With ``profiled`` (dynamic MIG) an ask may be rounded
+    up to a profile: as much as a whole device and 100 cores per instance."""
+    memory = sum(ask.count * (MAX_DEVICE_MEMORY_MIB if profiled else ask.memory_mib or MAX_DEVICE_MEMORY_MIB)
+                 for ask in containers)
+    cores = sum(ask.count * (MAX_TASK_CORES if profiled else ask.cores) for ask in containers)
     return ((left.memory_left_mib is None or memory <= left.memory_left_mib)
             and (left.cores_left is None or cores <= left.cores_left))
 

@@ -49,7 +49,8 @@ def test_absurd_quantities_are_refused_naming_the_resource(value: Any, message: 
 
 @pytest.mark.parametrize(("limits", "message"), [
     pytest.param({GPU: "129"}, "nvidia.com/gpu: '129' is over the limit of 128", id="gpu-count"),
-    pytest.param({GPU: "1", MEM: "2Ti"}, "nvidia.com/gpumem: '2Ti' is over the limit of 524288", id="gpumem"),
+    # HAMi v2.10 GenerateResourceRequests refuses a gpumem over MaxInt32 / memoryFactor.
+    pytest.param({GPU: "1", MEM: "2Gi"}, "nvidia.com/gpumem: '2Gi' is over the limit of 2147483647", id="gpumem"),
     pytest.param({GPU: "1e100000"}, "nvidia.com/gpu: '1e100000' is over the limit of 128", id="gpu-1e100000"),
 ])
 def test_a_pod_asking_more_than_any_gpu_has_is_a_request_error(limits: dict[str, str], message: str) -> None:
@@ -59,7 +60,7 @@ def test_a_pod_asking_more_than_any_gpu_has_is_a_request_error(limits: dict[str,
 
 
 def test_values_at_the_limits_are_accepted() -> None:
-    pod = {"spec": {"containers": [{"name": "main", "resources": {"limits": {GPU: "128", MEM: "512Ki"}}}]}}
+    pod = {"spec": {"containers": [{"name": "main", "resources": {"limits": {GPU: "128", MEM: "2147483647"}}}]}}
     (container,) = pod_request(pod, RequestDefaults()).containers
     assert (container.count, container.memory_mib) == (128, MAX_DEVICE_MEMORY_MIB)
 
@@ -76,15 +77,17 @@ def _json_device(**overrides: Any) -> str:
 @pytest.mark.parametrize(("text", "message"), [
     pytest.param(f"GPU-a,10,{HUGE},100,NVIDIA-A40,0,true:", "devmem '" , id="text-400-digit-devmem"),
     pytest.param(f"GPU-a,10,8000,{HUGE},NVIDIA-A40,0,true:", "devcore '", id="text-400-digit-devcore"),
-    pytest.param("GPU-a,10,2000000,100,NVIDIA-A40,0,true:", "devmem 2000000 is outside 0..524288",
-                 id="text-devmem-over-a-tebibyte"),
+    pytest.param("GPU-a,10,2147483648,100,NVIDIA-A40,0,true:", "devmem 2147483648 is outside 0..2147483647",
+                 id="text-devmem-past-int32"),
     pytest.param("GPU-a,10,8000,20000,NVIDIA-A40,0,true:", "devcore 20000 is outside 0..10000", id="text-devcore"),
-    pytest.param("GPU-a,99999,8000,100,NVIDIA-A40,0,true:", "count 99999 is outside 0..1024", id="text-count"),
+    pytest.param("GPU-a,2147483648,8000,100,NVIDIA-A40,0,true:", "count 2147483648 is outside 0..2147483647",
+                 id="text-count-past-int32"),
     pytest.param("GPU-a,-1,8000,100,NVIDIA-A40,0,true:", "count -1 is outside", id="text-negative-count"),
     pytest.param(_json_device(devmem=1e308), "'devmem' is the number 1e+308, not an integer", id="json-1e308-devmem"),
     pytest.param(_json_device(devcore=10 ** 400), "devcore", id="json-400-digit-devcore"),
     pytest.param(_json_device(devmem=-5), "devmem -5 is outside", id="json-negative-devmem"),
-    pytest.param(_json_device(numa=100000), "numa 100000 is outside 0..4096", id="json-numa"),
+    pytest.param(_json_device(numa=100000), "numa 100000 is outside -1..4096", id="json-numa"),
+    pytest.param(_json_device(numa=-2), "numa -2 is outside -1..4096", id="json-numa-below-unknown"),
     pytest.param(_json_device(id="GPU-a,GPU-b"), "contains ','", id="uuid-with-comma"),
     pytest.param(_json_device(id="GPU-a:x"), "contains ':'", id="uuid-with-colon"),
     pytest.param(_json_device(id="GPU-a;x"), "contains ';'", id="uuid-with-semicolon"),
@@ -101,6 +104,17 @@ def test_a_register_annotation_out_of_range_is_refused_saying_why(text: str, mes
     assert len(str(caught.value)) < 300
 
 
+@pytest.mark.parametrize(("text", "expected"), [
+    # HAMi v2.10 DeviceInfo: Count and Devmem are int32, Numa an int; its decoders take any such value as written.
+    pytest.param("GPU-a,10,655360,100,NVIDIA-H200,0,true:", (10, 655360, 0), id="text-655360-mib"),
+    pytest.param("GPU-a,2048,8000,100,NVIDIA-A40,-1,true:", (2048, 8000, -1), id="text-2048-shares-numa-unknown"),
+    pytest.param(_json_device(devmem=2147483647, count=1025, numa=-1), (1025, 2147483647, -1), id="json-int32-max"),
+])
+def test_a_register_hami_reads_is_read_as_written(text: str, expected: tuple[int, int, int]) -> None:
+    (device,) = decode_register(text)
+    assert (device.count, device.memory_mib, device.numa) == expected
+
+
 def test_a_pair_score_out_of_range_is_refused() -> None:
     with pytest.raises(AnnotationError, match=r"outside 0\.\.1000000"):
         decode_pair_scores(json.dumps([{"uuid": "a", "score": {"b": 1e308}}]))
@@ -114,7 +128,7 @@ def test_a_pair_score_out_of_range_is_refused() -> None:
 @pytest.mark.parametrize(("text", "message"), [
     pytest.param(f"GPU-a,NVIDIA,{HUGE},30:;", "memory is longer than 32 characters", id="400-digit-memory"),
     pytest.param(f"GPU-a,NVIDIA,1000,{HUGE}:;", "cores is longer than 32 characters", id="400-digit-cores"),
-    pytest.param("GPU-a,NVIDIA,2000000,30:;", "memory 2000000 is over the limit of 524288", id="memory"),
+    pytest.param("GPU-a,NVIDIA,2147483648,30:;", "memory 2147483648 is over the limit of 2147483647", id="memory"),
     pytest.param("GPU-a,NVIDIA,1000,101:;", "cores 101 is over the limit of 100", id="cores-over-100"),
 ])
 def test_a_pod_device_annotation_out_of_range_is_refused(text: str, message: str) -> None:

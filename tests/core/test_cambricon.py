@@ -99,7 +99,7 @@ def test_a_node_without_readable_capacity_has_no_mlu(node: dict[str, Any]) -> No
                  id="vcore-more-cards-than-any-index"),
     pytest.param({VCORE: "100", VMEMORY: "x"}, f"status.capacity[{VMEMORY}]: 'x' is not a whole number",
                  id="vmemory-text"),
-    pytest.param({VCORE: "100", VMEMORY: "4096"}, "is 1048576 MiB a card, over the limit of 524288",
+    pytest.param({VCORE: "100", VMEMORY: "8388608"}, "is 2147483648 MiB a card, over the limit of 2147483647",
                  id="card-memory-over-the-limit"),
     pytest.param({VCORE: True}, f"status.capacity[{VCORE}]: True is not", id="vcore-boolean"),
 ])

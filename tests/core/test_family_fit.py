@@ -314,7 +314,7 @@ def test_iluvatar_container_requests(spec: dict[str, Any], expected: ContainerRe
 @pytest.mark.parametrize("memory", [
     pytest.param("16Gi", id="hami-memory-overflowing-int32"),
     pytest.param("16.0Gi", id="hami-decimal-form-memory"),
-    pytest.param("2049", id="beyond-512-gib"),
+    pytest.param("8388608", id="beyond-int32-mib"),
 ])
 def test_iluvatar_oversized_memory_is_an_error(memory: str) -> None:
     spec = container(limits={"iluvatar.ai/MR-V100-vgpu": "1", "iluvatar.ai/MR-V100.vMem": memory})
