@@ -226,7 +226,9 @@ def _mutate_for_family(container: dict[str, Any], name: str, family: Family, ann
             asked.get(r) is not None for r in names.managed() if r != names.count):
         count = rules.default_count
         _limits(container)[names.count] = str(count)
-    uses = count is not None and count > 0
+    # A count given, even 0, makes the container the family's (HAMi v2.10's MutateAdmission of every family): the pod
+    # is routed to us with the family's additions, and /filter and /bind pass it through.
+    uses = count is not None
     if rules.priority_env and names.priority and names.priority in limits:
         # HAMi reads the priority from limits only; _read_quantities took the limits value first.
         _set_env(container, rules.priority_env, str(asked[names.priority]))

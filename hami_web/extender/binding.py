@@ -30,14 +30,15 @@ A member of a gang (label ``scheduling.x-k8s.io/pod-group`` or ``spec.scheduling
 locked waits for the lock; any other pod is answered at once, and so is a member when ``max_lock_waiters`` binds
 already wait (each holds one of the server's few request threads).
 
-Only a pod this process placed (same uid, namespace, name and node) is bound: ``/bind`` uses hami-web's
-RBAC, and must not bind a pod we never chose GPUs for. Anything else is refused before any lock or pod is
-touched. The answer must always reach kube-scheduler inside its ``httpTimeout`` (30 s), so a bind's API calls
-share one deadline: ``--extender-deadline``, or for a gang member that waits, ``--node-lock-retry-timeout``
-counted from the start of the bind, which the lock wait and the calls after it share. The cleanup after a
-failure gets ``min(deadline/3, 3 s)`` more. When the Binding's outcome is unknown, the pod is read back: bound
-means success; unreadable means the booking and our lock stay (the pod may be running on those GPUs) and
-kube-scheduler is told to retry.
+Only a pod this process placed (same uid, namespace, name and node) is bound: ``/bind`` uses hami-web's RBAC, and must
+not bind a pod we never chose GPUs for. The one exception is a pod that asks for no device of ours (a count of 0,
+which the webhook routes to us as HAMi v2.10 does): read back, it is bound as HAMi binds it, with no lock and no
+booking. Anything else is refused before any lock or pod is touched. The answer must always reach kube-scheduler
+inside its ``httpTimeout`` (30 s), so a bind's API calls share one deadline: ``--extender-deadline``, or for a gang
+member that waits, ``--node-lock-retry-timeout`` counted from the start of the bind, which the lock wait and the calls
+after it share. The cleanup after a failure gets ``min(deadline/3, 3 s)`` more. When the Binding's outcome is unknown,
+the pod is read back: bound means success; unreadable means the booking and our lock stay (the pod may be running on
+those GPUs) and kube-scheduler is told to retry.
 """
 
 from __future__ import annotations
@@ -51,6 +52,7 @@ from hami_web.core import names
 from hami_web.core.families import DEFAULT_CATALOG, DeviceCatalog
 from hami_web.core.grants import bind_annotations, booking_locks, cleared_annotations
 from hami_web.core.nodelocks import LockRule
+from hami_web.core.requests import RequestDefaults, RequestError, pod_request
 from hami_web.extender.bindreads import BindReads
 from hami_web.extender.collaborators import BindMetrics, EventSink
 from hami_web.extender.deadlines import after_deadline_seconds
@@ -145,6 +147,7 @@ class Binder:
         self._metrics = metrics
         self._clock = clock
         self._reads = BindReads(kube=kube, cache=cache, catalog=catalog)
+        self._request_defaults = RequestDefaults.of(catalog)
 
     def bind(self, request: BindRequest | UnreadableArgs) -> BindOutcome:
         """Bind one pod to the node kube-scheduler picked; every failure is an outcome (`BindRefused`)."""
@@ -158,10 +161,9 @@ class Binder:
         ref, node = request.ref, request.node
         placed = self._cache.placed(ref.uid)
         if placed is None or (placed.namespace, placed.name) != (ref.namespace, ref.name):
-            # Not ours to bind: nothing is touched (no lock, no pod patch, the booking of the real uid stays).
-            return BindRefused(BindFailure.NOT_OURS, f"pod {ref.key} (uid {ref.uid}) was not placed by this "
-                               f"hami-web (or its placement was dropped); kube-scheduler must filter it first",
-                               request)
+            # Not ours to bind, unless it asks for no device at all: nothing is touched (no lock, no pod patch, the
+            # booking of the real uid stays).
+            return self._bind_deviceless(request)
         if placed.node != node:
             return self._abort(request, _Abort(f"pod {ref.key} was given devices on node {placed.node}, not {node}; "
                                                f"filter it again", locked=False, annotated=False),
@@ -173,6 +175,34 @@ class Binder:
         if isinstance(outcome, Bound):
             self._cache.mark_bound(ref.uid)
         return outcome
+
+    def _bind_deviceless(self, request: BindRequest) -> BindOutcome:
+        """Bind a pod that asks for no device of ours, as HAMi v2.10's ``Bind`` binds any pod its filter passed: a
+        count of 0 (``nvidia.com/gpu: 0``) is routed to us by the webhook as HAMi routes it, and ``/filter`` passes it
+        on every node. The pod is read first: the same uid, unbound, asking for nothing we book; else it is refused
+        as not placed by us, and nothing is touched."""
+        ref, node = request.ref, request.node
+        refusal = BindRefused(BindFailure.NOT_OURS, f"pod {ref.key} (uid {ref.uid}) was not placed by this hami-web "
+                              f"(or its placement was dropped); kube-scheduler must filter it first", request)
+        with deadline(self._deadline_seconds):
+            try:
+                pod = self._kube.get_pod(ref.namespace, ref.name)
+            except KubeError:
+                return refusal
+            try:
+                asks = pod_request(pod, self._request_defaults).asks_for_gpu
+            except RequestError:
+                return refusal
+            if (pod.get("metadata") or {}).get("uid") != ref.uid or asks:
+                return refusal
+            if (pod.get("spec") or {}).get("nodeName"):
+                return Bound(request, devices="") if pod["spec"]["nodeName"] == node else refusal
+            try:
+                self._kube.bind_pod(ref.namespace, ref.name, node, uid=ref.uid)
+            except KubeError as error:
+                return BindRefused(BindFailure.FAILED, f"pod {ref.key} asks for no device: its Binding to {node} "
+                                   f"failed: {error}", request)
+        return Bound(request, devices="")
 
     def _bind_placed(self, request: BindRequest, placed: PodUsage) -> BindOutcome:
         """The saga, step by step under the bind's deadline: lock the node, write the booking, verify it against the

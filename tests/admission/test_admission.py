@@ -232,9 +232,6 @@ def test_gpu_container_limits_after_patch(limits: dict[str, Any] | None, request
 
 
 NO_GPU_CASES = [
-    pytest.param(container(limits={"hami.io/gpu": "0"}), id="explicit-zero-count"),
-    pytest.param(container(limits={"hami.io/gpu": "0", "hami.io/gpumem": "3k"}),
-                 id="explicit-zero-count-with-gpumem-gets-no-count"),
     pytest.param(container(limits={"cpu": "1"}), id="only-cpu"),
     pytest.param(container(limits={GPU: "1"}), id="names-other-than-the-configured-ones"),
     pytest.param(container(limits={"hami.io/priority": "1"}, env=[{"name": "CUDA_TASK_PRIORITY", "value": "1"}]),
@@ -313,7 +310,8 @@ ENV_CASES = [
     pytest.param({GPU: "1"}, None, TASK_PRIORITY_1, Settings(), TASK_PRIORITY_1,
                  id="env-without-priority-limit-is-kept"),
     pytest.param({"cpu": "1"}, None, None, OVERWRITE, HIDDEN_GPUS, id="overwrite-env-hides-gpus"),
-    pytest.param({GPU: "0"}, None, None, OVERWRITE, HIDDEN_GPUS, id="overwrite-env-on-zero-count"),
+    # HAMi v2.10 NvidiaGPUDevices.MutateAdmission: a count given, even 0, is a GPU container; only others are hidden.
+    pytest.param({GPU: "0"}, None, None, OVERWRITE, None, id="overwrite-env-spares-a-zero-count"),
     pytest.param({"cpu": "1"}, None, [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}], OVERWRITE, HIDDEN_GPUS,
                  id="overwrite-env-replaces-all"),
     pytest.param({"cpu": "1"}, None, HIDDEN_GPUS, OVERWRITE, HIDDEN_GPUS, id="overwrite-env-not-added-twice"),

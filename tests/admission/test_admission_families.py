@@ -83,7 +83,7 @@ ROUTE_ONLY = {"DCU": ("hygon.com/dcunum", "hygon.com/dcumem", "hygon.com/dcucore
     pytest.param({"requests": {"count": "1"}}, False, id="count-only-in-requests"),
     pytest.param({"limits": {"memory": "1024"}}, False, id="memory-without-count"),
     pytest.param({"limits": {"cores": "50"}}, False, id="cores-without-count"),
-    pytest.param({"limits": {"count": "0"}}, False, id="count-zero"),
+    pytest.param({"limits": {"count": "0"}}, True, id="count-zero-is-given"),
 ])
 def test_a_dcu_or_mlu_count_in_limits_routes_the_pod_without_mutating_it(cw: str, shape: dict[str, dict[str, str]],
                                                                          routed: bool) -> None:

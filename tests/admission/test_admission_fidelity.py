@@ -215,3 +215,28 @@ def test_the_review_carries_the_warnings_and_the_patch() -> None:
 def test_a_review_without_warnings_has_no_warnings_key() -> None:
     answer = review_admission(_review(_pod(_gpu())), Settings().admission)
     assert "warnings" not in answer.body["response"]
+
+
+# --- a count of 0: routed to us with HAMi's additions (each family's MutateAdmission: the count key is there) ---------
+
+@pytest.mark.parametrize(("limits", "settings", "added"), [
+    # NvidiaGPUDevices.MutateAdmission: mutateContainerResource true; defaultExclusiveCoreIfNeeded adds 100 cores.
+    pytest.param({GPU: "0"}, Settings(), {CORES: "100"}, id="nvidia-gets-exclusive-cores"),
+    pytest.param({GPU: "0", "nvidia.com/gpumem": "3000"}, Settings(), {}, id="nvidia-with-gpumem-gets-nothing"),
+    # DCUDevices.MutateAdmission / CambriconDevices.MutateAdmission: routed, nothing added.
+    pytest.param({"hygon.com/dcunum": "0"}, Settings(), {}, id="dcu"),
+    pytest.param({"cambricon.com/vmlu": "0"}, Settings(), {}, id="mlu"),
+    # ascend Devices.MutateAdmission: the whole NPU's memory written in limits (and requests).
+    pytest.param({"huawei.com/Ascend910B3": "0"}, Settings.of(enable_ascend=True),
+                 {"huawei.com/Ascend910B3-memory": "65536"}, id="ascend-gets-the-whole-npu-memory"),
+])
+def test_a_count_of_zero_is_routed_with_the_family_additions(limits: dict[str, str], settings: Settings,
+                                                             added: dict[str, str]) -> None:
+    patched, _ = _patched(_pod(_gpu_limits(limits)), settings)
+    assert patched["spec"]["schedulerName"] == "hami-scheduler"
+    assert patched["spec"]["containers"][0]["resources"]["limits"] == {**limits, **added}
+
+
+def test_a_count_of_zero_takes_the_runtime_class() -> None:
+    patched, _ = _patched(_pod(_gpu(count="0")), _settings(runtimeClassName="nvidia"))
+    assert patched["spec"]["runtimeClassName"] == "nvidia"
