@@ -77,7 +77,7 @@ class DeviceSelection:
     (docs/scheduling-rules.md#checks-for-one-device, steps 2-3).
 
     A device qualifies when its type contains the family's common word and passes ``use_types`` / ``nouse_types``
-    (upper-cased substrings; a device of ``unknown_type``, whose model is unknown, passes neither), its UUID passes
+    (upper-cased substrings; a device of ``unknown_type``, whose model is unknown, passes both), its UUID passes
     ``use_uuids`` / ``nouse_uuids`` (exact), and, when ``modes`` is set
     (``nvidia.com/vgpu-mode``), the value contains the device's mode. ``numa_bind`` keeps a container's devices on
     one NUMA node.
@@ -90,7 +90,7 @@ class DeviceSelection:
     nouse_uuids: frozenset[str] = frozenset()
     numa_bind: bool = False
     modes: str | None = None
-    unknown_type: str = ""  # the type of a device whose model is unknown: any use/nouse type refuses it
+    unknown_type: str = ""  # the type of a device whose model is unknown: no use/nouse type rule applies to it
     soft_split: bool = False  # the pod asks for the family's soft split (Ascend ``huawei.com/vnpu-mode: hami-core``)
     # Verdicts per card type, filled on first use: a node list holds few distinct types but many devices.
     _type_verdicts: dict[str, bool] = field(default_factory=dict, init=False, compare=False, repr=False)
@@ -111,8 +111,10 @@ class DeviceSelection:
         upper = device_type.upper()
         if self.family.upper() not in upper:
             return False
-        if (self.use_types or self.nouse_types) and self.unknown_type and upper == self.unknown_type.upper():
-            return False
+        if self.unknown_type and upper == self.unknown_type.upper():
+            # The model is unknown here, so no type rule can be judged: HAMi v2.10 reads no MLU type annotation at
+            # all and places the pod, so the rules are ignored on such a device (README.md#device-families).
+            return True
         if self.use_types and not any(wanted in upper for wanted in self.use_types):
             return False
         return not any(unwanted in upper for unwanted in self.nouse_types)

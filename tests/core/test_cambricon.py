@@ -194,8 +194,11 @@ def test_the_lock_annotations_are_kept_on_the_record() -> None:
     pytest.param({"cambricon.com/use-mlutype": "MLU290,MLU370"}, "MLU370-X4", True, id="use-list"),
     pytest.param({"cambricon.com/nouse-mlutype": "MLU370"}, "MLU370-X4", False, id="nouse-matching-model"),
     pytest.param({"cambricon.com/nouse-mlutype": "MLU290"}, "MLU370-X4", True, id="nouse-other-model"),
-    pytest.param({"cambricon.com/use-mlutype": "MLU"}, "MLU", False, id="use-with-model-unknown"),
-    pytest.param({"cambricon.com/nouse-mlutype": "MLU290"}, "MLU", False, id="nouse-with-model-unknown"),
+    # HAMi v2.10's CambriconDevices reads neither annotation and places the pod: where the model is unknown, neither
+    # can be judged, so both are ignored (README.md#device-families).
+    pytest.param({"cambricon.com/use-mlutype": "MLU"}, "MLU", True, id="use-with-model-unknown-ignored"),
+    pytest.param({"cambricon.com/use-mlutype": "MLU370"}, "MLU", True, id="use-a-model-where-unknown-ignored"),
+    pytest.param({"cambricon.com/nouse-mlutype": "MLU290"}, "MLU", True, id="nouse-with-model-unknown-ignored"),
     pytest.param({"hygon.com/use-dcutype": "BW"}, "MLU", True, id="another-familys-selection"),
     pytest.param({"cambricon.com/use-gpuuuid": "n1-cambricon-mlu-0"}, "MLU", True, id="uuid-pin-is-not-a-type"),
 ])

@@ -4,7 +4,7 @@
 Covers: an MLU pod bound with HAMi's Cambricon annotations (``hami.io/cambricon-mlu-devices-…``,
 ``CAMBRICON_DSMLU_PROFILE``, ``CAMBRICON_DSMLU_ASSIGNED``) from a node whose only inventory is its capacity, with the
 lock ``cambricon.com/dsmlu.lock`` (a bare RFC3339 time) and never ``hami.io/mutex.lock``; the whole-card and
-exclusive-cores defaults; UUID pinning; type selection by the node's ``Model`` and refused where the model is unknown;
+exclusive-cores defaults; UUID pinning; type selection by the node's ``Model``, ignored where the model is unknown;
 a capacity change through the node's status reaching the inventory; the lock: a fresh one refuses the bind (``node <n>
 has been locked within 2 minutes``, nothing written), an old or unparsable one is taken over, a failed bind clears only
 our own value (a value replaced meanwhile, another pod's or another process's is left alone, one whose write's answer
@@ -150,8 +150,9 @@ def test_a_uuid_pin_picks_the_card(mlus: Runtime, mlu_scheduler: Scheduler, apis
     pytest.param("MLU370-X4", {"cambricon.com/use-mlutype": "MLU290"}, "2/2 CardTypeMismatch", id="use-other-model"),
     pytest.param("MLU370-X4", {"cambricon.com/nouse-mlutype": "MLU370"}, "2/2 CardTypeMismatch",
                  id="nouse-this-model"),
-    pytest.param(None, {"cambricon.com/use-mlutype": "MLU370"}, "2/2 CardTypeMismatch", id="model-unknown-use"),
-    pytest.param(None, {"cambricon.com/nouse-mlutype": "MLU290"}, "2/2 CardTypeMismatch", id="model-unknown-nouse"),
+    # HAMi v2.10 reads no MLU type annotation: where the model is unknown it is ignored and the pod placed.
+    pytest.param(None, {"cambricon.com/use-mlutype": "MLU370"}, "", id="model-unknown-use-ignored"),
+    pytest.param(None, {"cambricon.com/nouse-mlutype": "MLU290"}, "", id="model-unknown-nouse-ignored"),
     pytest.param("MLU370-X4", {"cambricon.com/use-mlutype": "MLU370"}, "", id="use-this-model"),
     pytest.param(None, {}, "", id="model-unknown-no-selection"),
 ])
