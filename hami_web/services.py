@@ -15,7 +15,6 @@ from typing import Protocol, cast
 from flask import current_app
 
 from hami_web.core.quota import QuotaBook
-from hami_web.extender.collaborators import EventSink
 from hami_web.extender.outcomes import BindOutcome, BindRequest, FilterOutcome, FilterRequest, UnreadableArgs
 from hami_web.settings import Settings
 
@@ -62,6 +61,15 @@ class RouteMetrics(Protocol):
         ...
 
 
+class PodEvents(Protocol):
+    """Records an Event about a pod off the request path (the extender's `EventRecorder`): the webhook's face of it."""
+
+    def record(self, *, namespace: str, name: str, uid: str, reason: str, message: str,
+               warning: bool = False, series: str = "") -> None:
+        """Queue the event."""
+        ...
+
+
 @dataclass(slots=True)
 class Services:
     """Everything the routes need; fields are None when that part is not running (e.g. webhook-only tests)."""
@@ -73,7 +81,7 @@ class Services:
     # The dashboard's sources (`hami_web.dashboard.data.DashboardSources`: the dashboard is a layer above this one).
     dashboard: object = None
     quotas: QuotaBook | None = None  # the namespaces' device quotas the webhook checks (the cache)
-    events: EventSink | None = None  # where the webhook records an event about a pod admitted with warnings
+    events: PodEvents | None = None  # where the webhook records an event about a pod admitted with warnings
 
 
 def services() -> Services:

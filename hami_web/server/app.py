@@ -14,9 +14,8 @@ from flask.json.provider import DefaultJSONProvider
 from werkzeug.exceptions import HTTPException
 
 from hami_web.core.quota import QuotaBook
-from hami_web.extender.collaborators import EventSink
 from hami_web.server.listeners import RoutesByListener
-from hami_web.services import EXTENSION_KEY, ExtenderCalls, Readiness, RouteMetrics, Services
+from hami_web.services import EXTENSION_KEY, ExtenderCalls, PodEvents, Readiness, RouteMetrics, Services
 from hami_web.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -26,7 +25,7 @@ MAX_BODY_BYTES = 4 * 1024 * 1024
 
 def create_app(settings: Settings, *, readiness: Readiness | None = None, extender: ExtenderCalls | None = None,
                metrics: RouteMetrics | None = None, dashboard: object = None, quotas: QuotaBook | None = None,
-               events: EventSink | None = None) -> Flask:
+               events: PodEvents | None = None) -> Flask:
     """Build the app with its blueprints; collaborators left as None disable the routes that need them (``quotas``
     None: the webhook checks no namespace quota; ``events`` None: admission warnings are not recorded as events)."""
     from hami_web.routes import extender as extender_routes
