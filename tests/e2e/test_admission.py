@@ -39,11 +39,12 @@ def test_a_gpu_pod_with_a_node_name_is_refused_with_our_message(control_plane: C
 
 def test_an_invalid_quantity_is_refused_naming_the_container_and_resource(control_plane: ControlPlane,
                                                                          namespace: str) -> None:
-    manifest = pod_manifest("too-many-cores", [gpu_container("cuda", {"nvidia.com/gpu": "1",
-                                                                      "nvidia.com/gpucores": "150"})])
+    manifest = pod_manifest("too-much-memory", [gpu_container("cuda", {"nvidia.com/gpu": "1",
+                                                                       "nvidia.com/gpumem-percentage": "150"})])
     status, message = _refusal(control_plane, namespace, manifest)
     assert status == 400
-    assert message.startswith(f'admission webhook "{WEBHOOK}" denied the request: container cuda: nvidia.com/gpucores')
+    assert message.startswith(f'admission webhook "{WEBHOOK}" denied the request: container cuda: '
+                              "nvidia.com/gpumem-percentage")
 
 
 def test_a_pod_without_gpus_is_left_to_the_default_scheduler(control_plane: ControlPlane, namespace: str) -> None:
