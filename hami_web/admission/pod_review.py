@@ -25,7 +25,7 @@ from hami_web.admission.pod_shape import PodShapeError, check_pod_shape, iter_co
 from hami_web.core import names
 from hami_web.core.families import AdmissionAsk, AdmissionRewrite, Family, ResourceNames
 from hami_web.core.limits import quote
-from hami_web.core.options import GO_FALSE, GO_TRUE, OptionsError, parse_scoring_weights
+from hami_web.core.options import GO_FALSE, GO_TRUE, OptionsError, parse_scoring_weights, policy_warnings
 from hami_web.core.policy import AdmissionPolicy
 from hami_web.core.quantities import QuantityError, parse_whole_quantity
 from hami_web.core.quota import EXCEEDING, QuotaBook
@@ -174,9 +174,9 @@ def _quota_refusal(mutated: dict[str, Any], namespace: str, policy: AdmissionPol
 
 
 def _annotation_warnings(annotations: dict[str, str], families: Iterable[Family]) -> list[str]:
-    """Warnings for pod annotations HAMi v2.10 reads as "no" without a word: a NUMA binding Go's ``ParseBool`` does
-    not read (``assertNuma``)."""
-    warnings = []
+    """Warnings for pod annotations HAMi v2.10 reads otherwise than meant, without a word: a NUMA binding Go's
+    ``ParseBool`` does not read (``assertNuma``), an unknown GPU or node policy (`policy_warnings`)."""
+    warnings = policy_warnings(annotations)
     for family in families:
         value = annotations.get(family.numa_bind_key) if family.numa_bind_key else None
         if value is not None and value not in GO_TRUE and value not in GO_FALSE:

@@ -1,7 +1,8 @@
 """Per-pod placement options: policies, scoring weights and GPU type / UUID selection, from pod annotations.
 
-Pod annotations override the service-wide flags. An unknown policy value is an error for that pod: a typo
-like ``binpak`` silently falling back to the default would place the pod against its owner's intent.
+Pod annotations override the service-wide flags. An unknown policy value is read as HAMi v2.10 reads it (a GPU policy
+as ``spread``, unknown keys of a chain dropped; a node policy as ``binpack``): HAMi places such a pod, so we do too, and
+the webhook warns its owner (`policy_warnings`) that a typo like ``binpak`` fell back.
 
 The GPU policy is either one of the single values (binpack, spread, topology-aware) or, as in HAMi v2.10, a
 comma-separated chain: ``mutex`` and ``topology-aware`` act as filters, ``binpack`` / ``spread`` / ``numa`` are sort
@@ -188,13 +189,45 @@ def _text(annotations: Mapping[str, str], key: str) -> str | None:
 
 
 def _policy(annotations: Mapping[str, str], key: str, default: str, allowed: tuple[str, ...]) -> str:
+    return _node_policy_read(annotations, key, default, allowed)[0]
+
+
+def _node_policy_read(annotations: Mapping[str, str], key: str, default: str,
+                      allowed: tuple[str, ...]) -> tuple[str, str]:
+    """The node policy and, for a value that is none of ``allowed``, what was done: HAMi v2.10's ``NodeScoreList``
+    sorts anything but ``spread`` as ``binpack``."""
     value = _text(annotations, key)
     if value is None:
-        return default
+        return default, ""
     if value.strip() not in allowed:
         expected = ", ".join(allowed[:-1]) + f" or {allowed[-1]}"
-        raise OptionsError(f'unknown {key} "{value}" (expected {expected})')
-    return value.strip()
+        return BINPACK, f'unknown {key} "{value}" (expected {expected}): read as "{BINPACK}", as HAMi v2.10 reads it'
+    return value.strip(), ""
+
+
+def read_pod_gpu_policy(value: str) -> tuple[str, str]:
+    """A pod's GPU policy as HAMi v2.10 reads it, and what was done with a value `parse_gpu_policy` refuses ("" when
+    nothing): a single unknown value sorts as ``spread`` (``DeviceUsageList.Less``), unknown keys of a chain are
+    dropped (``gpuSortKeyChain``, ``PolicyContains``) and a chain left with none sorts as ``spread``."""
+    try:
+        return parse_gpu_policy(value), ""
+    except OptionsError as error:
+        if not isinstance(value, str):
+            raise
+        known = [key for key in _policy_keys(value) if key in GPU_POLICY_KEYS] if "," in value else []
+        read = ",".join(known) or SPREAD
+        return read, f'{error}: read as "{read}", as HAMi v2.10 reads it'
+
+
+def policy_warnings(annotations: Mapping[str, str]) -> list[str]:
+    """What the pod's policy annotations say that HAMi v2.10 reads otherwise than their owner meant (the webhook's
+    warnings): an unknown GPU or node policy."""
+    warnings = []
+    gpu = _text(annotations, names.POD_GPU_POLICY)
+    if gpu is not None:
+        warnings.append(read_pod_gpu_policy(gpu)[1])
+    warnings.append(_node_policy_read(annotations, names.POD_NODE_POLICY, BINPACK, NODE_POLICIES)[1])
+    return [warning for warning in warnings if warning]
 
 
 def _policy_keys(text: str) -> list[str]:
@@ -301,7 +334,7 @@ def pod_options(annotations: Mapping[str, str] | None, *, node_policy: str, gpu_
                        if selection.constrained)
     return PodOptions(
         node_policy=_policy(annotations, names.POD_NODE_POLICY, node_policy, NODE_POLICIES),
-        gpu_policy=gpu_policy if pod_gpu_policy is None else parse_gpu_policy(pod_gpu_policy),
+        gpu_policy=gpu_policy if pod_gpu_policy is None else read_pod_gpu_policy(pod_gpu_policy)[0],
         scoring_weights=DEFAULT_WEIGHTS if weights is None else parse_scoring_weights(weights),
         selections=selections,
     )

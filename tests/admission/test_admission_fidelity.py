@@ -240,3 +240,17 @@ def test_a_count_of_zero_is_routed_with_the_family_additions(limits: dict[str, s
 def test_a_count_of_zero_takes_the_runtime_class() -> None:
     patched, _ = _patched(_pod(_gpu(count="0")), _settings(runtimeClassName="nvidia"))
     assert patched["spec"]["runtimeClassName"] == "nvidia"
+
+
+# --- an unknown policy: placed as HAMi v2.10 reads it (DeviceUsageList.Less: spread; NodeScoreList.Less: binpack) --
+
+@pytest.mark.parametrize(("annotations", "warning"), [
+    pytest.param({names.POD_GPU_POLICY: "best"}, 'unknown hami.io/gpu-scheduler-policy "best" (expected binpack, '
+                 'spread or topology-aware): read as "spread", as HAMi v2.10 reads it', id="gpu"),
+    pytest.param({names.POD_NODE_POLICY: "binpak"}, 'unknown hami.io/node-scheduler-policy "binpak" (expected binpack '
+                 'or spread): read as "binpack", as HAMi v2.10 reads it', id="node"),
+    pytest.param({names.POD_GPU_POLICY: "binpack,numa", names.POD_NODE_POLICY: "spread"}, None, id="known"),
+])
+def test_an_unknown_policy_is_admitted_with_a_warning(annotations: dict[str, str], warning: str | None) -> None:
+    _, warnings = _patched(_pod(_gpu(), annotations=annotations), Settings())
+    assert warnings == ((warning,) if warning else ())

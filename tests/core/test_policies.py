@@ -17,7 +17,7 @@ from hami_web.core import names
 from hami_web.core.choose import NoPlacement, Placement, choose_node, rank_nodes
 from hami_web.core.devices import Device
 from hami_web.core.fit import fit_container
-from hami_web.core.options import OptionsError, PodOptions, pod_options
+from hami_web.core.options import PodOptions, pod_options, policy_warnings
 from hami_web.core.usage import DeviceUsage, NodeView
 
 from .builders import ask, book, gpu, inventory, pod, view
@@ -48,21 +48,25 @@ def test_pod_options(annotations: Mapping[str, str] | None, expected: PodOptions
     assert pod_options(annotations, node_policy="spread", gpu_policy="binpack") == expected
 
 
-@pytest.mark.parametrize(("annotations", "message"), [
-    pytest.param({names.POD_GPU_POLICY: "binpak"},
-                 'unknown hami.io/gpu-scheduler-policy "binpak" (expected binpack, spread or topology-aware)',
-                 id="gpu-policy-typo"),
-    pytest.param({names.POD_GPU_POLICY: ""},
-                 'unknown hami.io/gpu-scheduler-policy "" (expected binpack, spread or topology-aware)',
-                 id="gpu-policy-empty"),
-    pytest.param({names.POD_NODE_POLICY: "topology-aware"},
-                 'unknown hami.io/node-scheduler-policy "topology-aware" (expected binpack or spread)',
-                 id="node-policy-gpu-only-value"),
+# HAMi v2.10: DeviceUsageList.Less sorts an unknown GPU policy as spread, NodeScoreList.Less an unknown node policy
+# as binpack; the webhook warns (policy_warnings).
+@pytest.mark.parametrize(("annotations", "read", "warning"), [
+    pytest.param({names.POD_GPU_POLICY: "binpak"}, ("spread", "spread"),
+                 'unknown hami.io/gpu-scheduler-policy "binpak" (expected binpack, spread or topology-aware): read '
+                 'as "spread", as HAMi v2.10 reads it', id="gpu-policy-typo"),
+    pytest.param({names.POD_GPU_POLICY: ""}, ("spread", "spread"),
+                 'unknown hami.io/gpu-scheduler-policy "" (expected binpack, spread or topology-aware): read as '
+                 '"spread", as HAMi v2.10 reads it', id="gpu-policy-empty"),
+    pytest.param({names.POD_NODE_POLICY: "topology-aware"}, ("binpack", "binpack"),
+                 'unknown hami.io/node-scheduler-policy "topology-aware" (expected binpack or spread): read as '
+                 '"binpack", as HAMi v2.10 reads it', id="node-policy-gpu-only-value"),
 ])
-def test_unknown_policy_is_an_error_with_exact_message(annotations: Mapping[str, str], message: str) -> None:
-    with pytest.raises(OptionsError) as caught:
-        pod_options(annotations, node_policy="binpack", gpu_policy="spread")
-    assert str(caught.value) == message
+def test_unknown_policy_is_read_as_hami_reads_it_with_a_warning(annotations: Mapping[str, str],
+                                                                read: tuple[str, str], warning: str) -> None:
+    options = pod_options(annotations, node_policy="spread", gpu_policy="binpack")
+    policy = options.gpu_policy if names.POD_GPU_POLICY in annotations else options.node_policy
+    assert policy == read[0]
+    assert policy_warnings(annotations) == [warning]
 
 
 @pytest.mark.parametrize(("use", "nouse", "card_type", "allowed"), [

@@ -17,7 +17,14 @@ import pytest
 from hami_web.core import names
 from hami_web.core.checks import device_score
 from hami_web.core.fit import FitFailure, fit_container, fit_pod, may_fit
-from hami_web.core.options import OptionsError, ScoringWeights, parse_gpu_policy, parse_scoring_weights, pod_options
+from hami_web.core.options import (
+    OptionsError,
+    ScoringWeights,
+    parse_gpu_policy,
+    parse_scoring_weights,
+    pod_options,
+    policy_warnings,
+)
 from hami_web.core.usage import DeviceUsage
 
 from .builders import ask, gpu, inventory, pod, view
@@ -38,23 +45,26 @@ def test_gpu_policy_chain_is_normalised(value: str, normalised: str) -> None:
     assert parse_gpu_policy(value) == normalised
 
 
-@pytest.mark.parametrize(("value", "message"), [
-    pytest.param("binpack,foo", 'unknown hami.io/gpu-scheduler-policy key "foo" in "binpack,foo" '
+@pytest.mark.parametrize(("value", "read", "message"), [
+    # HAMi v2.10 gpuSortKeyChain / PolicyContains: unknown keys of a chain are dropped; none left sorts as spread.
+    pytest.param("binpack,foo", "binpack", 'unknown hami.io/gpu-scheduler-policy key "foo" in "binpack,foo" '
                  "(expected a comma-separated list of binpack, spread, numa, mutex, topology-aware)",
                  id="unknown-key-named"),
-    pytest.param("mutex, Binpack", 'unknown hami.io/gpu-scheduler-policy key "Binpack" in "mutex, Binpack" '
+    pytest.param("mutex, Binpack", "mutex", 'unknown hami.io/gpu-scheduler-policy key "Binpack" in "mutex, Binpack" '
                  "(expected a comma-separated list of binpack, spread, numa, mutex, topology-aware)",
                  id="keys-are-case-sensitive"),
-    pytest.param(" , ", 'hami.io/gpu-scheduler-policy " , " names no policy '
+    pytest.param(" , ", "spread", 'hami.io/gpu-scheduler-policy " , " names no policy '
                  "(expected a comma-separated list of binpack, spread, numa, mutex, topology-aware)",
                  id="only-commas"),
-    pytest.param("best", 'unknown hami.io/gpu-scheduler-policy "best" (expected binpack, spread or topology-aware)',
+    # DeviceUsageList.Less: a single value it does not know sorts as spread.
+    pytest.param("best", "spread",
+                 'unknown hami.io/gpu-scheduler-policy "best" (expected binpack, spread or topology-aware)',
                  id="single-value-keeps-spec-message"),
 ])
-def test_bad_gpu_policy_is_an_error_naming_the_key(value: str, message: str) -> None:
-    with pytest.raises(OptionsError) as caught:
-        pod_options({names.POD_GPU_POLICY: value}, node_policy="binpack", gpu_policy="spread")
-    assert str(caught.value) == message
+def test_bad_gpu_policy_is_read_as_hami_reads_it_naming_the_key(value: str, read: str, message: str) -> None:
+    options = pod_options({names.POD_GPU_POLICY: value}, node_policy="binpack", gpu_policy="spread")
+    assert options.gpu_policy == read
+    assert policy_warnings({names.POD_GPU_POLICY: value}) == [f'{message}: read as "{read}", as HAMi v2.10 reads it']
 
 
 @pytest.mark.parametrize(("value", "weights"), [

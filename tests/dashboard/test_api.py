@@ -138,17 +138,19 @@ def test_a_mig_gpu_is_drawn_as_its_slices(client: FlaskClient, demo: DemoCluster
     assert demo.outcomes["ml/mig-inference"] == demo.outcomes["ml/mig-training-pair"] == "mig-a100-1"
     nodes = {node["name"]: node for node in _get(client, "/ui/api/overview?sort=name")["nodes"]}
     cells = nodes["mig-a100-1"]["gpus"]
-    # The pair comes second and GPU spread sends it to the emptier GPU, which takes both of its instances.
+    # The pair comes second and GPU spread sends it to the emptier GPU, which takes both of its instances; the pod
+    # whose policy is a typo (read as spread, as HAMi v2.10 reads it) comes later and takes a 1g.5gb beside the first.
     assert [cell["mig"]["instances"] for cell in cells] == [
-        [{"profile": "1g.10gb", "placement": "6+2", "pod": "ml/mig-inference"}],
+        [{"profile": "1g.5gb", "placement": "5+1", "pod": "ml/typo-policy"},
+         {"profile": "1g.10gb", "placement": "6+2", "pod": "ml/mig-inference"}],
         [{"profile": "3g.20gb", "placement": "0+4", "pod": "ml/mig-training-pair"},
          {"profile": "3g.20gb", "placement": "4+4", "pod": "ml/mig-training-pair"}]]
-    assert [[s["used"] for s in cell["mig"]["slices"]] for cell in cells] == [[False] * 6 + [True] * 2, [True] * 8]
+    assert [[s["used"] for s in cell["mig"]["slices"]] for cell in cells] == [[False] * 5 + [True] * 3, [True] * 8]
     assert [s["first"] for s in cells[1]["mig"]["slices"]] == [True, False, False, False, True, False, False, False]
-    assert cells[0]["mig"]["free"][:3] == ["1g.5gb@0,1,2,3,4,5", "1g.10gb@0,2,4", "2g.10gb@0,2,4"]
+    assert cells[0]["mig"]["free"][:3] == ["1g.5gb@0,1,2,3,4", "1g.10gb@0,2", "2g.10gb@0,2"]
     assert all(cell["mig"] is None for cell in nodes["gpu-a40-1"]["gpus"])
     page = client.get("/ui/?sort=name").get_data(as_text=True)
-    assert page.count('class="slice used') == 10 and page.count('class="slice"') == 6
+    assert page.count('class="slice used') == 11 and page.count('class="slice"') == 5
 
 
 def test_every_cell_carries_its_family_and_the_dcu_node_shows_its_dcus(client: FlaskClient, demo: DemoCluster
@@ -282,8 +284,9 @@ def test_the_dashboard_is_served_on_its_own_listener_only(client: FlaskClient, a
 
 def test_whatif_counts_pods_of_a_mig_profile(client: FlaskClient) -> None:
     answer = _get(client, "/ui/api/whatif?gpus=1&mig_profile=2g.10gb")["answer"]
-    # mig-a100-1 after the demo: GPU 0 holds a 1g.10gb at slices 6-7 (three 2g.10gb fit), GPU 1 is full.
-    assert (answer["fits"], answer["by_mig_profile"], answer["memory_mib_per_device"]) == (3, {"2g.10gb": 3}, 9984)
+    # mig-a100-1 after the demo: GPU 0 holds a 1g.10gb at slices 6-7 and a 1g.5gb at 5 (two 2g.10gb fit), GPU 1 is
+    # full.
+    assert (answer["fits"], answer["by_mig_profile"], answer["memory_mib_per_device"]) == (2, {"2g.10gb": 2}, 9984)
     page = client.get("/ui/whatif?gpus=1&mig_profile=2g.10gb").get_data(as_text=True)
     assert 'id="whatif-mig"' in page and "2g.10gb" in page
     refused = client.get("/ui/api/whatif?gpus=1&mig_profile=2g.10gb&memory_mib=100")

@@ -3,9 +3,9 @@ are stricter than HAMi v2.10 admits the pod, says so in the AdmissionReview's ``
 on the pod.
 
 Covers: ``gpucores`` over 100 (clamped, as every HAMi family's ``Fit`` clamps it), a ``nvidia.com/numa-bind`` Go's
-``ParseBool`` cannot read (ignored, as HAMi's ``assertNuma``), an unknown ``nvidia.gpuCorePolicy`` (written as
-HAMi's ``MutateAdmission`` writes it); a dry run gets the warnings but no event; a pod without a name yet
-(generateName) gets the warnings only.
+``ParseBool`` cannot read (ignored, as HAMi's ``assertNuma``), an unknown ``nvidia.gpuCorePolicy`` (written as HAMi's
+``MutateAdmission`` writes it), an unknown GPU policy (read as ``spread``, as HAMi's ``DeviceUsageList.Less``); a dry
+run gets the warnings but no event; a pod without a name yet (generateName) gets the warnings only.
 """
 
 from __future__ import annotations
@@ -42,6 +42,9 @@ CASES = [
     pytest.param(_plain(gpu_pod("numa", gpu_limits(), annotations={names.POD_NUMA_BIND: "yes"})), {},
                  "nvidia.com/numa-bind 'yes' is not a boolean (true, 1, t, false, 0, f, …): no NUMA binding, as HAMi "
                  "v2.10 reads it", id="numa-bind-not-a-boolean"),
+    pytest.param(_plain(gpu_pod("gpu-policy", gpu_limits(), annotations={names.POD_GPU_POLICY: "best"})), {},
+                 'unknown hami.io/gpu-scheduler-policy "best" (expected binpack, spread or topology-aware): read as '
+                 '"spread", as HAMi v2.10 reads it', id="unknown-gpu-policy"),
     pytest.param(_plain(gpu_pod("policy", gpu_limits())), {"gpuCorePolicy": "strict"},
                  "nvidia.gpuCorePolicy 'strict' of the device config is none of default, force, disable: "
                  "GPU_CORE_UTILIZATION_POLICY=strict is set as HAMi v2.10 sets it, and HAMi-core runs with its default "

@@ -77,9 +77,6 @@ def test_policy_chains_reach_the_decision(apiserver: LocalCluster, runtime: Runt
 
 
 @pytest.mark.parametrize(("key", "value", "message"), [
-    pytest.param(names.POD_GPU_POLICY, "mutex,exclusive",
-                 'unknown hami.io/gpu-scheduler-policy key "exclusive" in "mutex,exclusive" '
-                 "(expected a comma-separated list of binpack, spread, numa, mutex, topology-aware)", id="chain-key"),
     pytest.param(names.POD_SCORING_WEIGHTS, "slot=1,core=1",
                  'hami.io/device-scoring-weights "slot=1,core=1": missing memory '
                  "(expected slot=<n>,core=<n>,memory=<n>)", id="weights-missing-key"),

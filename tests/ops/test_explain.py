@@ -1,13 +1,13 @@
 """``explain``: the decision the filter would make for a pod right now, and why.
 
-Covers: an unschedulable pod gets its reasons grouped by cause with example nodes, its constraints and the
-nearest miss (golden, JSON); the per-node reasons and the placement are exactly what the running filter
-answers, pod after pod, for shapes that exercise every rule (NUMA binding, topology-aware, an init container,
-type exclusion, an exclusive card, pod-level policies; checked against ``/filter`` of a real runtime on the
-same API server, each fitting pod bound so its booking reaches the API); a pod that
-fits gets its node and GPUs (golden); a pod asking for no GPU, a pod with an unknown policy, a pod already
-bound (its GPUs from its annotation); the pod's own booking is left out, as the filter forgets it; a GPU pod
-not routed to hami-scheduler is flagged.
+Covers: an unschedulable pod gets its reasons grouped by cause with example nodes, its constraints and the nearest
+miss (golden, JSON); the per-node reasons and the placement are exactly what the running filter answers, pod after
+pod, for shapes that exercise every rule (NUMA binding, topology-aware, an init container, type exclusion, an
+exclusive card, pod-level policies; checked against ``/filter`` of a real runtime on the same API server, each
+fitting pod bound so its booking reaches the API); a pod that fits gets its node and GPUs (golden); a pod asking for
+no GPU, a pod with an unknown policy (read as HAMi v2.10 reads it), a pod already bound (its GPUs from its
+annotation); the pod's own booking is left out, as the filter forgets it; a GPU pod not routed to hami-scheduler is
+flagged.
 """
 
 from __future__ import annotations
@@ -140,10 +140,12 @@ def test_a_pod_without_gpus_is_not_ours(run: Run) -> None:
                   "schedule it")
 
 
-def test_an_unknown_policy_is_the_filters_error(run: Run) -> None:
+def test_an_unknown_policy_is_read_as_hami_reads_it(run: Run) -> None:
+    """``binpak`` is read as ``spread`` (HAMi v2.10's ``DeviceUsageList.Less``) and the pod fits, as the filter
+    places it."""
     outcome = run("explain", "typo")
     assert outcome.code == 0
-    assert_golden("explain-invalid.txt", outcome.out)
+    assert_golden("explain-unknown-policy.txt", outcome.out)
 
 
 def test_a_bound_pod_shows_the_gpus_it_holds(run: Run) -> None:
