@@ -80,7 +80,7 @@ def test_inventory_keys_are_read_as_go_reads_them() -> None:
     ('[{"uuid": "a"}, {"uuid": "a"}]', "listed twice"),
     ('[{"uuid": "a", "totalVRam": "32768"}]', "not an integer"),
     ('[{"uuid": "a", "totalVRam": 1e40}]', "not an integer"),
-    ('[{"uuid": "a", "totalDevCount": 99999999}]', "outside"),
+    ('[{"uuid": "a", "totalDevCount": 2147483648}]', "outside"),
     ('[{"uuid": "a", "healthy": "yes"}]', "not a boolean"),
     ('[{"uuid": "a", "qosPolicy": 3}]', "not a string"),
 ])
