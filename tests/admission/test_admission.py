@@ -195,7 +195,9 @@ CONTAINER_MUTATION_CASES = [
                  id="percentage-below-100-no-exclusive-cores"),
     pytest.param({GPU: "1", PCT: "100"}, None, Settings(), {GPU: "1", PCT: "100", CORES: "100"},
                  id="percentage-100-gets-exclusive-cores"),
-    # HAMi v2.10 defaultExclusiveCoreIfNeeded decides by the keys' presence, not their values.
+    # HAMi v2.10 defaultExclusiveCoreIfNeeded decides by the keys' presence, not their values
+    # (TestMutateAdmissionDefaultsExclusiveCore "memory size present treated as shareable", "non-exclusive percentage";
+    # the filter then books the whole card: TestZeroMemoryPercentageIsAccountedAsWholeCard).
     pytest.param({GPU: "1", MEM: "0"}, None, Settings(), {GPU: "1", MEM: "0"},
                  id="gpumem-zero-is-given-no-exclusive-cores"),
     pytest.param({GPU: "1", PCT: "0"}, None, Settings(), {GPU: "1", PCT: "0"},

@@ -127,6 +127,7 @@ def test_device_config_round_trips_both_keys() -> None:
 
 
 # --- gpucores over 100: clamped to 100, as every HAMi v2.10 family's Fit does ("core limit can't exceed 100") ---
+# (pkg/device/nvidia/device_test.go TestDevices_Fit "fit success: but core limit can't exceed 100")
 
 @pytest.mark.parametrize(("limits", "resource", "settings"), [
     pytest.param({GPU: "1", CORES: "150"}, CORES, Settings(), id="nvidia"),
@@ -167,7 +168,7 @@ def test_large_scoring_weights_are_admitted(weights: str) -> None:
     assert (decision.allowed, decision.warnings) == (True, ())
 
 
-# --- nvidia.com/numa-bind: Go's strconv.ParseBool (HAMi v2.10 assertNuma) ---------------------------------------------
+# --- nvidia.com/numa-bind: Go's strconv.ParseBool (HAMi v2.10 assertNuma; TestAssertNuma "NumaBind invalid value") --
 
 @pytest.mark.parametrize(("value", "bound"), [
     *(pytest.param(value, True, id=f"true-{value}") for value in ("1", "t", "T", "TRUE", "true", "True")),
@@ -223,7 +224,8 @@ def test_a_review_without_warnings_has_no_warnings_key() -> None:
     # NvidiaGPUDevices.MutateAdmission: mutateContainerResource true; defaultExclusiveCoreIfNeeded adds 100 cores.
     pytest.param({GPU: "0"}, Settings(), {CORES: "100"}, id="nvidia-gets-exclusive-cores"),
     pytest.param({GPU: "0", "nvidia.com/gpumem": "3000"}, Settings(), {}, id="nvidia-with-gpumem-gets-nothing"),
-    # DCUDevices.MutateAdmission / CambriconDevices.MutateAdmission: routed, nothing added.
+    # DCUDevices.MutateAdmission / CambriconDevices.MutateAdmission: routed, nothing added (hygon device_test.go
+    # Test_MutateAdmission "set to resource limits": the key in limits is what routes).
     pytest.param({"hygon.com/dcunum": "0"}, Settings(), {}, id="dcu"),
     pytest.param({"cambricon.com/vmlu": "0"}, Settings(), {}, id="mlu"),
     # ascend Devices.MutateAdmission: the whole NPU's memory written in limits (and requests).
