@@ -73,16 +73,68 @@ class _ZoneGauge(GaugeMetricFamily):
 class _ClusterCollector(Collector):
     """Reads the cache (and the sync loops, when running) at scrape time."""
 
-    def __init__(self, cache: ClusterCache, sync: Any = None) -> None:
+    def __init__(self, cache: ClusterCache, sync: Any = None, *, legacy: bool = False) -> None:
         self._cache = cache
         self._sync = sync
+        self._legacy = legacy
 
     def collect(self) -> Iterator[Metric]:
         yield from self._gpu_families()
         yield from self._mig_families()
         yield from self._container_families()
         yield from self._quota_families()
+        if self._legacy:
+            yield from self._legacy_families()
         yield from self._own_families()
+
+    def _legacy_families(self) -> Iterator[Metric]:
+        """HAMi's ``--legacy-metrics``: the names and label names before v2.8, beside the current ones
+        (``cmd/scheduler/metrics.go``: cores raw, not in percent; every series with ``zone``, as HAMi wraps them)."""
+        gpu = ["nodeid", "deviceuuid", "deviceidx", "devicetype"]
+        memory_limit = _ZoneGauge("GPUDeviceMemoryLimit", "Device memory limit for a certain GPU", gpu)
+        core_limit = _ZoneGauge("GPUDeviceCoreLimit", "Device memory core limit for a certain GPU", gpu)
+        memory_used = _ZoneGauge("GPUDeviceMemoryAllocated", "Device memory allocated for a certain GPU",
+                                 ["nodeid", "deviceuuid", "deviceidx", "devicecores", "devicetype"])
+        shared = _ZoneGauge("GPUDeviceSharedNum", "Number of containers sharing this GPU", gpu)
+        core_used = _ZoneGauge("GPUDeviceCoreAllocated", "Device core allocated for a certain GPU", gpu)
+        overview = _ZoneGauge("nodeGPUOverview", "GPU overview on a certain node",
+                              ["nodeid", "deviceuuid", "deviceidx", "devicecores", "devicememorylimit", "devicetype"])
+        memory_ratio = _ZoneGauge("nodeGPUMemoryPercentage", "GPU Memory Allocated Percentage on a certain GPU",
+                                  ["nodeid", "deviceuuid", "deviceidx"])
+        mig = _ZoneGauge("nodeGPUMigInstance", "GPU Sharing mode. 0 for hami-core, 1 for mig, 2 for mps",
+                         ["nodeid", "deviceuuid", "deviceidx", "migname"])
+        for name, view in sorted(self._cache.node_views().items()):
+            for device, usage in zip(view.inventory.devices, view.usage, strict=True):
+                index, cores = str(device.index), str(device.cores)
+                labels = [name, device.uuid, index, device.type]
+                memory_limit.add(labels, device.memory_mib * MIB)
+                core_limit.add(labels, device.cores)
+                memory_used.add([name, device.uuid, index, cores, device.type], usage.memory_mib * MIB)
+                shared.add(labels, usage.tasks)
+                core_used.add(labels, usage.cores)
+                overview.add([name, device.uuid, index, cores, str(device.memory_mib), device.type],
+                             usage.memory_mib * MIB)
+                if device.memory_mib > 0:
+                    memory_ratio.add([name, device.uuid, index], usage.memory_mib / device.memory_mib)
+                for instance in usage.instances:
+                    mig.add([name, device.uuid, index, f"{instance.profile}-{_optional(instance.gpu_instance_id)}"], 1)
+        container = ["podnamespace", "nodename", "podname", "containeridx", "deviceuuid"]
+        vgpu_memory = _ZoneGauge("vGPUMemoryAllocated", "vGPU memory allocated from a container", container)
+        vgpu_cores = _ZoneGauge("vGPUCoreAllocated", "vGPU core allocated from a container", container)
+        for pod in self._cache.pod_usages():
+            for position, grants in enumerate(pod.grants):
+                for grant in grants:
+                    labels = [pod.namespace, pod.node, pod.name, str(position), grant.uuid]
+                    vgpu_memory.add(labels, grant.memory_mib * MIB)
+                    vgpu_cores.add(labels, grant.cores)
+        quota = _ZoneGauge("QuotaUsed", "resourcequota usage for a certain device",
+                           ["quotanamespace", "quotaName", "limit"])
+        for namespace, resource, limit, amount in quota_usage_rows(*self._cache.quota_usage()):
+            quota.add([namespace, resource, str(limit or 0)], amount)
+        yield from (memory_limit, core_limit, memory_used, shared, core_used, overview, memory_ratio, vgpu_memory,
+                    vgpu_cores, quota)
+        if mig.samples:
+            yield mig
 
     def _gpu_families(self) -> Iterator[Metric]:
         """Per device of every family, HAMi v2.10's scheduler metrics (names, label names and units as its
@@ -253,7 +305,7 @@ class _ClusterCollector(Collector):
 class Metrics:
     """The app's metrics: request latencies, decision outcomes, and the cluster collector."""
 
-    def __init__(self, cache: ClusterCache | None = None, sync: Any = None) -> None:
+    def __init__(self, cache: ClusterCache | None = None, sync: Any = None, *, legacy: bool = False) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
         self._latency = Histogram("hami_web_request_duration_seconds", "time to answer a request",
                                   ["route"], registry=self.registry, buckets=LATENCY_BUCKETS)
@@ -281,7 +333,7 @@ class Metrics:
             go_version=f"python{platform.python_version()}", compiler=platform.python_implementation(),
             platform=f"{platform.system().lower()}/{GO_ARCH.get(platform.machine(), platform.machine())}").set(1)
         if cache is not None:
-            self.registry.register(_ClusterCollector(cache, sync))
+            self.registry.register(_ClusterCollector(cache, sync, legacy=legacy))
 
     def observe_request(self, route: str, seconds: float) -> None:
         """Record how long a ``/filter``, ``/bind`` or ``/webhook`` call took."""

@@ -44,6 +44,10 @@ class ExtenderCalls(Protocol):
         """When the extender was last called (which replica is active)."""
         ...
 
+    def leadership(self) -> str | None:
+        """Under ``--leader-elect``, leader or standby and who holds the Lease (no API call); else None."""
+        ...
+
 
 class RouteMetrics(Protocol):
     """What the routes report to and serve from the metrics (`hami_web.metrics.Metrics`)."""

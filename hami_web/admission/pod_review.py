@@ -82,7 +82,12 @@ def review_pod(pod: object, policy: AdmissionPolicy, *, quotas: QuotaBook | None
     spec = pod["spec"]
     if not spec.get("containers"):
         return _deny(MALFORMED, MESSAGE_NO_CONTAINERS)
-    if (spec.get("schedulerName") or DEFAULT_SCHEDULER) not in (DEFAULT_SCHEDULER, policy.scheduler_name):
+    # As HAMi's webhook.Handle: another scheduler's pod is left alone, and so is default-scheduler's when
+    # --force-overwrite-default-scheduler=false; a pod naming none is ours (the API has defaulted it before a
+    # webhook sees it, so only a hand-made review has none).
+    ours = (DEFAULT_SCHEDULER, policy.scheduler_name) if policy.force_overwrite_default_scheduler else (
+        policy.scheduler_name,)
+    if spec.get("schedulerName") and spec["schedulerName"] not in ours:
         return AdmissionDecision(allowed=True, message=MESSAGE_OTHER_SCHEDULER)
 
     mutated = copy.deepcopy(pod)

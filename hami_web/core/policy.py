@@ -53,3 +53,5 @@ class AdmissionPolicy:
     scheduler_name: str = "hami-scheduler"
     privileged_policy: str = "deny"
     devices: DeviceCatalog = DEFAULT_CATALOG
+    # HAMi's --force-overwrite-default-scheduler: false leaves a pod that names default-scheduler to it.
+    force_overwrite_default_scheduler: bool = True

@@ -8,6 +8,7 @@ unaware of it.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from dataclasses import field as dataclass_field
 
@@ -16,10 +17,12 @@ from hami_web.extender.binding import Binder
 from hami_web.extender.events import EventRecorder
 from hami_web.extender.filtering import Filter
 from hami_web.extender.outcomes import (
+    BindFailure,
     BindOutcome,
     BindRefused,
     BindRequest,
     FilterOutcome,
+    FilterRefusal,
     FilterRefused,
     FilterRequest,
     Passthrough,
@@ -46,20 +49,30 @@ class Extender:
     # Monotonic time of the last /filter or /bind call: only the replica whose kube-scheduler holds the Lease is
     # called, so this tells an operator which replica is active (see `activity`).
     last_call: float | None = dataclass_field(default=None, compare=False)
+    # HAMi's --leader-elect (`state.leadership.Leadership.standby_reason`): None while this replica may book, else
+    # why not. A standby refuses before deciding anything, so it never promises a device.
+    standby: Callable[[], str | None] | None = None
+    describe_leadership: Callable[[], str] | None = None
 
     def filter(self, request: FilterRequest | UnreadableArgs) -> FilterOutcome:
-        """See `Filter.filter`."""
+        """See `Filter.filter`; a standby (``--leader-elect``) refuses, and kube-scheduler retries the pod."""
         self.last_call = time.monotonic()
         started = time.perf_counter()
+        reason = self.standby() if self.standby is not None else None
+        if reason is not None:
+            return FilterRefused(FilterRefusal.NOT_SYNCED, reason, request)
         outcome = self.filterer.filter(request)
         if self.decisions is not None:
             self._note_filter(outcome, time.perf_counter() - started)
         return outcome
 
     def bind(self, request: BindRequest | UnreadableArgs) -> BindOutcome:
-        """See `Binder.bind`."""
+        """See `Binder.bind`; a standby refuses without touching anything."""
         self.last_call = time.monotonic()
         started = time.perf_counter()
+        reason = self.standby() if self.standby is not None else None
+        if reason is not None:
+            return BindRefused(BindFailure.NOT_OURS, reason, request)
         outcome = self.binder.bind(request)
         if self.decisions is not None:
             self._note_bind(outcome, time.perf_counter() - started)
@@ -70,6 +83,10 @@ class Extender:
         if self.last_call is None:
             return "never called"
         return f"last called {time.monotonic() - self.last_call:.0f} s ago"
+
+    def leadership(self) -> str | None:
+        """Under ``--leader-elect``: leader or standby, and who holds the Lease; else None."""
+        return self.describe_leadership() if self.describe_leadership is not None else None
 
     def _gpus_held(self, uid: str, node: str) -> str:
         held = self.cache.held_by(uid) if self.cache is not None and uid else None

@@ -237,6 +237,20 @@ class Kube:
         self._call(f"patch event {namespace}/{name}", self._core.patch_namespaced_event, name, namespace, patch,
                    _content_type=MERGE_PATCH)
 
+    def list_pods_in_namespace(self, namespace: str, *, label_selector: str) -> list[JsonObject]:
+        """The pods of ``namespace`` matching ``label_selector`` (the scheduler's own pods, for HAMi's role label)."""
+        pods, _ = join_pages(self.list_collection(f"/api/v1/namespaces/{quote(namespace, safe='')}/pods",
+                                                  label_selector=label_selector))
+        return pods
+
+    # -- leases ---------------------------------------------------------------------------------------
+
+    def get_lease(self, namespace: str, name: str) -> JsonObject:
+        """One coordination.k8s.io/v1 Lease (kube-scheduler's leader election); `NotFoundError` when absent."""
+        path = (f"/apis/coordination.k8s.io/v1/namespaces/{quote(namespace, safe='')}/leases/"
+                f"{quote(name, safe='')}")
+        return self._transport.get(f"get lease {namespace}/{name}", path, [])
+
     # -- the published settings ConfigMap -------------------------------------------------------------
 
     def get_config_map(self, namespace: str, name: str) -> JsonObject:

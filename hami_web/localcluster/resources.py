@@ -57,6 +57,7 @@ RESOURCE_TYPES: dict[str, ResourceType] = {
         ResourceType("resourcequotas", "ResourceQuota", "", "v1", namespaced=True, has_status=True),
         ResourceType("mutatingwebhookconfigurations", "MutatingWebhookConfiguration",
                      "admissionregistration.k8s.io", "v1", namespaced=False),
+        ResourceType("leases", "Lease", "coordination.k8s.io", "v1", namespaced=True),
         ResourceType("clusterroles", "ClusterRole", "rbac.authorization.k8s.io", "v1", namespaced=False),
         ResourceType("clusterrolebindings", "ClusterRoleBinding", "rbac.authorization.k8s.io", "v1",
                      namespaced=False),

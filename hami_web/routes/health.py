@@ -44,8 +44,12 @@ def readiness_answer(found: Services) -> ProbeAnswer:
     # Which replica is active: only the one whose kube-scheduler holds the Lease gets extender calls.
     extender = found.extender
     activity = extender.activity() if extender is not None else "not configured"
-    return 200 if ready else 503, {"status": "ready" if ready else "not ready", "reason": reason,
-                                   "extender": activity}
+    body = {"status": "ready" if ready else "not ready", "reason": reason, "extender": activity}
+    # --leader-elect: a standby stays ready (a rollout waits for readiness) but books nothing; say which it is.
+    leadership = extender.leadership() if extender is not None else None
+    if leadership is not None:
+        body["leader_election"] = leadership
+    return 200 if ready else 503, body
 
 
 def probe_answers_for(app: object) -> ProbeAnswers | None:

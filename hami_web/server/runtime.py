@@ -7,9 +7,11 @@ because under gunicorn they must start inside the worker process (threads do not
 
 from __future__ import annotations
 
+import os
+import socket
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from flask import Flask
@@ -29,6 +31,7 @@ from hami_web.settings import Settings
 from hami_web.state.budget import RequestBudget
 from hami_web.state.cache import ClusterCache
 from hami_web.state.decisions import DecisionLog
+from hami_web.state.leadership import Leadership, LeaseRef
 from hami_web.state.sync import ClusterSync
 
 
@@ -46,23 +49,31 @@ class Runtime:
     app: Flask
     decisions: DecisionLog
     stopping: threading.Event = field(default_factory=threading.Event)
+    leadership: Leadership | None = None
 
     def start(self) -> None:
-        """Start the event sender and the list/watch loops, and publish the settings for the tools."""
+        """Start the event sender, the list/watch loops and the Lease follower, and publish the settings for the
+        tools."""
         self.events.start()
         self.sync.start()
+        if self.leadership is not None:
+            self.leadership.start()
         start_publishing(self.kube, self.settings, stopping=self.stopping)
 
     def stop(self) -> None:
         """Stop the loops, send queued events, close the client."""
         self.stopping.set()
+        if self.leadership is not None:
+            self.leadership.stop()
         self.sync.stop()
         self.events.stop()
         self.kube.close()
 
 
-def build_runtime(settings: Settings, *, kube: Kube | None = None, clock: Callable[[], float] = time.time) -> Runtime:
-    """Build the process from settings; ``kube`` defaults to the client ``--kubeconfig`` resolves."""
+def build_runtime(settings: Settings, *, kube: Kube | None = None, clock: Callable[[], float] = time.time,
+                  environ: Mapping[str, str] | None = None) -> Runtime:
+    """Build the process from settings; ``kube`` defaults to the client ``--kubeconfig`` resolves. ``environ``
+    (default the process's) gives ``POD_NAME``/``POD_NAMESPACE`` to ``--leader-elect``'s role labels."""
     if kube is None:
         api = settings.api
         budget = RequestBudget(qps=api.kube_qps, burst=api.kube_burst) if api.kube_qps > 0 else None
@@ -75,7 +86,7 @@ def build_runtime(settings: Settings, *, kube: Kube | None = None, clock: Callab
                        relist_interval_seconds=settings.watch.relist_interval_seconds,
                        node_label_selector=settings.watch.node_label_selector, clock=clock,
                        watch_silence_bound_seconds=settings.watch.watch_silence_bound_seconds)
-    metrics = Metrics(cache, sync)
+    metrics = Metrics(cache, sync, legacy=settings.serving.legacy_metrics)
     events = EventRecorder(kube)
     decisions = DecisionLog(clock=clock)
     cache.on_pods_settled(decisions.forget_refusals)
@@ -91,6 +102,9 @@ def build_runtime(settings: Settings, *, kube: Kube | None = None, clock: Callab
                       catalog=settings.devices),
         events=events, cache=cache, decisions=decisions,
     )
+    leadership = _leadership(settings, kube, os.environ if environ is None else environ)
+    if leadership is not None:
+        extender.standby, extender.describe_leadership = leadership.standby_reason, leadership.describe
     stopping = threading.Event()
     dashboard = None
     if settings.serving.ui_bind:
@@ -102,4 +116,16 @@ def build_runtime(settings: Settings, *, kube: Kube | None = None, clock: Callab
     app = create_app(settings, readiness=sync, extender=extender, metrics=metrics, dashboard=dashboard, quotas=cache,
                      events=events)
     return Runtime(settings=settings, kube=kube, cache=cache, sync=sync, events=events, extender=extender,
-                   metrics=metrics, app=app, decisions=decisions, stopping=stopping)
+                   metrics=metrics, app=app, decisions=decisions, stopping=stopping, leadership=leadership)
+
+
+def _leadership(settings: Settings, kube: Kube, environ: Mapping[str, str]) -> Leadership | None:
+    """HAMi's ``--leader-elect``: follow kube-scheduler's Lease as this host (kube-scheduler's identity begins with
+    the hostname, in a pod the pod's name)."""
+    leader = settings.leader
+    if not leader.leader_elect:
+        return None
+    return Leadership(kube, LeaseRef(namespace=leader.leader_elect_resource_namespace,
+                                     name=leader.leader_elect_resource_name, identity=socket.gethostname(),
+                                     pod_namespace=environ.get("POD_NAMESPACE", ""),
+                                     pod_name=environ.get("POD_NAME", "")))

@@ -68,6 +68,10 @@ def load_tls(serving: ServingSettings) -> ReloadingTLSContext | None:
         log.warning("--insecure-http: serving plain HTTP; kube-apiserver only calls webhooks over HTTPS, "
                     "so use this for local tests only")
         return None
+    if serving.plain_http:
+        log.info("--http_bind without --cert_file/--key_file: plain HTTP on %s, as HAMi's chart runs it without "
+                 "its admission webhook", serving.http_bind)
+        return None
     if not serving.cert_file or not serving.key_file:
         raise SettingsError("invalid value for --cert-file/--key-file: both are required to serve HTTPS "
                             "(or pass --insecure-http for plain HTTP in local tests)")
@@ -135,10 +139,10 @@ def run_gunicorn(app: Flask, serving: ServingSettings, *, tls: ReloadingTLSConte
                  on_stopped: Callable[[], None] | None = None) -> int:
     """Serve ``app`` with gunicorn until a signal stops it; returns the exit status.
 
-    ``tls`` None means plain HTTP and is only accepted with ``serving.insecure_http``. ``on_started`` and
+    ``tls`` None means plain HTTP and is only accepted with ``serving.plain_http``. ``on_started`` and
     ``on_stopped`` run inside the worker process (where the app's background threads must live).
     """
-    if tls is None and not serving.insecure_http:
+    if tls is None and not serving.plain_http:
         raise SettingsError("invalid value for --cert-file/--key-file: no TLS context and no --insecure-http")
     options = gunicorn_options(serving, tls=tls)
     listening = ", ".join(f"{listener.audience} on {listener.scheme}://{listener.address}"

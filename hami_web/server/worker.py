@@ -24,7 +24,7 @@ from gunicorn.workers.base import Worker
 
 from hami_web.routes.health import probe_answers_for
 from hami_web.server.front import Connection, Deadlines
-from hami_web.server.listeners import Listener
+from hami_web.server.listeners import EXTENDER, ROUTES_BY_AUDIENCE, SHARED, Listener
 from hami_web.server.tlsreload import ReloadingTLSContext
 
 # Seconds between two heartbeats to the arbiter (it kills a worker silent for ``timeout``).
@@ -50,11 +50,15 @@ class ThreadLanes:
         self._pools: dict[str, ThreadPoolExecutor] = {}
 
     def for_path(self, listener: Listener, path: str) -> ThreadPoolExecutor:
-        """The pool that runs a request for ``path`` on ``listener`` (the listener's pool, whatever the path)."""
-        pool = self._pools.get(listener.flag)
+        """The pool that runs a request for ``path`` on ``listener``: the listener's pool, except that HAMi's one
+        listener (``--http_bind``) runs ``/webhook`` on a pool of its own, as if it were the webhook's listener."""
+        lane = listener.flag
+        if listener.audience == SHARED and path not in ROUTES_BY_AUDIENCE[EXTENDER]:
+            lane = f"{listener.flag}-webhook"
+        pool = self._pools.get(lane)
         if pool is None:
-            pool = self._pools[listener.flag] = ThreadPoolExecutor(
-                max_workers=self._threads, thread_name_prefix=f"hami-web-{listener.flag.lstrip('-')}")
+            pool = self._pools[lane] = ThreadPoolExecutor(
+                max_workers=self._threads, thread_name_prefix=f"hami-web-{lane.lstrip('-')}")
         return pool
 
     def shutdown(self) -> None:

@@ -34,7 +34,7 @@ from hami_web.core.families import nvidia as nvidia_spec
 from hami_web.core.families.nvidia import nvidia_family
 from hami_web.core.policy import AdmissionPolicy, SchedulingPolicy
 from hami_web.core.requests import RequestDefaults
-from hami_web.settings.groups import ApiSettings, BindSettings, ServingSettings, WatchSettings
+from hami_web.settings.groups import ApiSettings, BindSettings, LeaderSettings, ServingSettings, WatchSettings
 from hami_web.settings.hamiflags import UNSUPPORTED_HAMI_FLAGS, UnsupportedHamiFlag
 from hami_web.settings.values import (
     bind_address,
@@ -61,12 +61,14 @@ __all__ = [
     "UNSUPPORTED_HAMI_FLAGS",
     "ApiSettings",
     "BindSettings",
+    "LeaderSettings",
     "ResourceNames",
     "ServingSettings",
     "Settings",
     "SettingsError",
     "WatchSettings",
     "build_settings",
+    "build_settings_from_flags",
     "parse_duration_seconds",
     "split_host_port",
 ]
@@ -97,6 +99,8 @@ class Settings:
     gpu_scheduler_policy: str = "spread"
     privileged_policy: str = "deny"
     busy_nodes_last: bool = True
+    # HAMi's --force-overwrite-default-scheduler: false leaves pods that name default-scheduler alone.
+    force_overwrite_default_scheduler: bool = True
     # Devices: the request defaults and the families (README.md#device-families).
     default_mem_mib: int = 0
     default_cores: int = 0
@@ -112,6 +116,7 @@ class Settings:
     watch: WatchSettings = field(default_factory=WatchSettings)
     binding: BindSettings = field(default_factory=BindSettings)
     api: ApiSettings = field(default_factory=ApiSettings)
+    leader: LeaderSettings = field(default_factory=LeaderSettings)
     # Built from the fields above: the enabled device families (what every part of the server reads), the scheduling
     # policy the filter and the tools decide with, and the admission webhook's: each part gets the one it uses.
     devices: DeviceCatalog = field(init=False, compare=False, repr=False)
@@ -135,7 +140,8 @@ class Settings:
             node_policy=self.node_scheduler_policy, gpu_policy=self.gpu_scheduler_policy,
             defaults=RequestDefaults.of(catalog), scheduler_name=self.scheduler_name))
         object.__setattr__(self, "admission", AdmissionPolicy(
-            scheduler_name=self.scheduler_name, privileged_policy=self.privileged_policy, devices=catalog))
+            scheduler_name=self.scheduler_name, privileged_policy=self.privileged_policy, devices=catalog,
+            force_overwrite_default_scheduler=self.force_overwrite_default_scheduler))
 
     @classmethod
     def of(cls, **values: Any) -> Settings:
@@ -162,7 +168,8 @@ class Settings:
         return dataclasses.replace(self, **top)
 
 
-_GROUPS = {"serving": ServingSettings, "watch": WatchSettings, "binding": BindSettings, "api": ApiSettings}
+_GROUPS = {"serving": ServingSettings, "watch": WatchSettings, "binding": BindSettings, "api": ApiSettings,
+           "leader": LeaderSettings}
 _TOP_FIELDS = frozenset(field.name for field in dataclasses.fields(Settings)
                         if field.init and field.name not in _GROUPS)
 # ``Settings.of(enable_iluvatar=True)``: a gated family's switch named flat, as its flag reads.
@@ -177,6 +184,7 @@ class _Option:
     parse: Callable[[str], Any]
     help: str
     is_switch: bool = False
+    aliases: tuple[str, ...] = ()  # HAMi's spelling of the same flag (--cert_file)
 
 
 _OPTIONS: tuple[_Option, ...] = (
@@ -204,8 +212,26 @@ _OPTIONS: tuple[_Option, ...] = (
     _Option("--resource-cores", "resources.cores", resource_name, "GPU cores resource (nvidia.com/gpucores)"),
     _Option("--resource-priority", "resources.priority", resource_name,
             "task priority resource (nvidia.com/priority)"),
-    _Option("--cert-file", "serving.cert_file", plain_text, "TLS certificate (PEM), re-read when it changes"),
-    _Option("--key-file", "serving.key_file", plain_text, "TLS private key (PEM)"),
+    _Option("--cert-file", "serving.cert_file", plain_text, "TLS certificate (PEM), re-read when it changes",
+            aliases=("--cert_file",)),
+    _Option("--key-file", "serving.key_file", plain_text, "TLS private key (PEM)", aliases=("--key_file",)),
+    _Option("--http-bind", "serving.http_bind", optional_bind_address,
+            "HAMi's one listener for /webhook, /filter, /bind, /healthz, /readyz instead of --bind and "
+            "--extender-bind: TLS with --cert-file/--key-file, plain HTTP without; /filter and /bind answer only "
+            "loopback peers there (off)", aliases=("--http_bind",)),
+    _Option("--force-overwrite-default-scheduler", "force_overwrite_default_scheduler", parse_bool,
+            "route device pods that name default-scheduler to --scheduler-name; false leaves them alone, as HAMi "
+            "(true)", is_switch=True),
+    _Option("--leader-elect", "leader.leader_elect", parse_bool,
+            "follow kube-scheduler's Lease: only the replica whose kube-scheduler leads books devices and is "
+            "labelled hami.io/scheduler-role=leader (false)", is_switch=True),
+    _Option("--leader-elect-resource-name", "leader.leader_elect_resource_name", plain_text,
+            "the Lease kube-scheduler elects its leader on (its leaderElection.resourceName)"),
+    _Option("--leader-elect-resource-namespace", "leader.leader_elect_resource_namespace", plain_text,
+            "the namespace of that Lease (its leaderElection.resourceNamespace)"),
+    _Option("--legacy-metrics", "serving.legacy_metrics", parse_bool,
+            "also serve HAMi's legacy metric names (GPUDeviceMemoryLimit, vGPUMemoryAllocated, ...) (false)",
+            is_switch=True),
     _Option("--bind", "serving.bind", bind_address,
             "TLS listener for /webhook, /healthz, /readyz: the Service's port, HOST:PORT (0.0.0.0:8443)"),
     _Option("--extender-bind", "serving.extender_bind", bind_address,
@@ -313,10 +339,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     for option in _OPTIONS:
         dest = option.target.replace(".", "__")
         if option.is_switch:
-            group.add_argument(option.flag, dest=dest, nargs="?", const="true", default=None,
+            group.add_argument(option.flag, *option.aliases, dest=dest, nargs="?", const="true", default=None,
                                metavar="BOOL", help=f"{option.help} [{_env_name(option.flag)}]")
         else:
-            group.add_argument(option.flag, dest=dest, default=None, metavar="VALUE",
+            group.add_argument(option.flag, *option.aliases, dest=dest, default=None, metavar="VALUE",
                                help=f"{option.help} [{_env_name(option.flag)}]")
 
 
@@ -358,6 +384,13 @@ def build_settings(namespace: argparse.Namespace | None = None,
     settings = Settings(resources=ResourceNames(**resources), **groups, **top)
     _check_consistency(settings)
     return settings
+
+
+def build_settings_from_flags(values: Mapping[str, str], environ: Mapping[str, str] | None = None) -> Settings:
+    """`build_settings` from flags given as ``{"--flag": "text"}`` (HAMi's command line, `hamicommand`): each value is
+    checked by its flag's own parser, as under ``hami-web serve``."""
+    return build_settings(argparse.Namespace(**{_OPTION_BY_FLAG[flag].target.replace(".", "__"): text
+                                                for flag, text in values.items()}), environ)
 
 
 def read_device_config(path: str) -> DeviceConfig:
@@ -403,17 +436,21 @@ def _check_consistency(settings: Settings) -> None:
     serving = settings.serving
     if bool(serving.cert_file) != bool(serving.key_file):
         raise SettingsError("invalid value for --cert-file/--key-file: give both or neither")
-    ports = [address[1] for address in (serving.bind_host_port, serving.extender_host_port,
-                                        serving.metrics_host_port, serving.ui_host_port) if address]
+    served = ((serving.http_host_port,) if serving.http_bind else (serving.bind_host_port, serving.extender_host_port))
+    ports = [address[1] for address in (*served, serving.metrics_host_port, serving.ui_host_port) if address]
     if len(set(ports)) != len(ports):
-        raise SettingsError("invalid value for --bind/--extender-bind/--metrics-bind-address/--ui-bind: each "
-                            f"listener needs its own port (got {', '.join(map(str, ports))})")
+        raise SettingsError("invalid value for --bind/--extender-bind/--http-bind/--metrics-bind-address/--ui-bind: "
+                            f"each listener needs its own port (got {', '.join(map(str, ports))})")
     if serving.ui_host_port and not serving.ui_expose and not is_loopback(serving.ui_host_port[0]):
         raise SettingsError(f"invalid value for --ui-bind: {serving.ui_bind} is not a loopback address; the "
                             "dashboard shows pod and node names, so exposing it needs --ui-expose (which then "
                             "requires a Kubernetes bearer token on every request)")
     if not settings.scheduler_name:
         raise SettingsError("invalid value for --scheduler-name: must not be empty")
+    leader = settings.leader
+    if leader.leader_elect and not (leader.leader_elect_resource_name and leader.leader_elect_resource_namespace):
+        raise SettingsError("invalid value for --leader-elect: needs --leader-elect-resource-name and "
+                            "--leader-elect-resource-namespace (the Lease of kube-scheduler's leaderElection)")
 
 
 def published_settings(settings: Settings) -> dict[str, str]:

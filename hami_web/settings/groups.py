@@ -18,6 +18,8 @@ class ServingSettings:
 
     bind: str = "0.0.0.0:8443"
     extender_bind: str = "127.0.0.1:8444"
+    # HAMi's one listener (``--http_bind``): when set it replaces ``bind`` and ``extender_bind``.
+    http_bind: str = ""
     metrics_bind_address: str = ":9395"
     ui_bind: str = "127.0.0.1:9396"
     ui_expose: bool = False
@@ -27,11 +29,23 @@ class ServingSettings:
     threads: int = 8
     log_level: str = "INFO"
     log_format: str = "text"
+    legacy_metrics: bool = False
+
+    @property
+    def plain_http(self) -> bool:
+        """Plain HTTP on every listener: ``--insecure-http``, or HAMi's ``--http_bind`` without a certificate (the
+        chart's ``admissionWebhook.enabled=false``, port 80)."""
+        return self.insecure_http or bool(self.http_bind and not self.cert_file and not self.key_file)
 
     @property
     def bind_host_port(self) -> tuple[str, int]:
         """``--bind`` split into host and port (validated at construction)."""
         return split_host_port(self.bind)
+
+    @property
+    def http_host_port(self) -> tuple[str, int] | None:
+        """``--http_bind`` split into host and port; None when the listeners are separate."""
+        return split_host_port(self.http_bind) if self.http_bind else None
 
     @property
     def extender_host_port(self) -> tuple[str, int]:
@@ -76,3 +90,17 @@ class ApiSettings:
     kube_qps: float = 0.0
     kube_burst: int = 0
     kube_timeout_seconds: float = 10.0
+
+
+@dataclass(frozen=True, slots=True)
+class LeaderSettings:
+    """HAMi's ``--leader-elect``: follow kube-scheduler's Lease (README.md#high-availability-active-and-standby).
+
+    The replica whose hostname leads the Lease's holder identity (kube-scheduler writes ``<hostname>_<uuid>``) is
+    the leader: it labels the scheduler pods ``hami.io/scheduler-role`` (the chart's Service selects the leader),
+    and a standby refuses to book in ``/filter`` and ``/bind``.
+    """
+
+    leader_elect: bool = False
+    leader_elect_resource_name: str = ""
+    leader_elect_resource_namespace: str = ""

@@ -29,9 +29,11 @@ def is_loopback(host: str) -> bool:
     if host == "localhost":
         return True
     try:
-        return ipaddress.ip_address(host).is_loopback
+        address = ipaddress.ip_address(host)
     except ValueError:
         return False
+    mapped = address.ipv4_mapped if isinstance(address, ipaddress.IPv6Address) else None  # ::ffff:127.0.0.1
+    return (mapped or address).is_loopback
 
 
 _DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h)")
@@ -60,9 +62,10 @@ def parse_duration_seconds(text: str) -> float:
 
 def parse_bool(text: str) -> bool:
     lowered = text.strip().lower()
-    if lowered in ("1", "true", "yes", "on"):
+    # Go's strconv.ParseBool (HAMi's flags) also takes t and f.
+    if lowered in ("1", "true", "t", "yes", "on"):
         return True
-    if lowered in ("0", "false", "no", "off", ""):
+    if lowered in ("0", "false", "f", "no", "off", ""):
         return False
     raise ValueError(f"{text!r} is not a boolean (true/false)")
 

@@ -2,7 +2,8 @@
 
 Covers: a GPU pod with a malformed weights annotation is denied (400) with the parser's message and no patch;
 well-formed weights pass and the pod is scheduled by us; a pod asking for no GPU is not judged on it (the
-annotation means nothing without our scheduler).
+annotation means nothing without our scheduler); ``--force-overwrite-default-scheduler`` true and false against pods
+naming default-scheduler, ours, another scheduler or none.
 """
 
 from __future__ import annotations
@@ -50,3 +51,29 @@ def test_gpu_pod_with_good_weights_is_scheduled_by_us() -> None:
 def test_pod_without_gpu_is_not_judged_on_the_weights() -> None:
     decision = review_pod(_pod("nonsense", gpu=False), Settings().admission)
     assert decision.allowed
+
+
+@pytest.mark.parametrize(("force", "scheduler_name", "ours"), [
+    pytest.param(True, "default-scheduler", True, id="force-default"),
+    pytest.param(True, None, True, id="force-unnamed"),
+    pytest.param(True, "hami-scheduler", True, id="force-ours"),
+    pytest.param(True, "volcano", False, id="force-other"),
+    pytest.param(False, "default-scheduler", False, id="no-force-default"),
+    pytest.param(False, None, True, id="no-force-unnamed"),
+    pytest.param(False, "hami-scheduler", True, id="no-force-ours"),
+    pytest.param(False, "volcano", False, id="no-force-other"),
+])
+def test_force_overwrite_default_scheduler(force: bool, scheduler_name: str | None, ours: bool) -> None:
+    """HAMi v2.10 pkg/scheduler/webhook.go Handle: a pod naming another scheduler is allowed untouched, and so is one
+    naming default-scheduler under --force-overwrite-default-scheduler=false; a pod naming none is processed."""
+    pod = _pod("slot=1,core=1,memory=3")
+    if scheduler_name is not None:
+        pod["spec"]["schedulerName"] = scheduler_name
+    decision = review_pod(pod, Settings.of(force_overwrite_default_scheduler=force).admission)
+    assert decision.allowed
+    assert (decision.message == "pod already has different scheduler assigned") is not ours
+    if not ours:
+        assert decision.patch == []
+    elif scheduler_name != "hami-scheduler":
+        assert {"op": "replace", "path": "/spec/schedulerName", "value": "hami-scheduler"} in decision.patch \
+            or {"op": "add", "path": "/spec/schedulerName", "value": "hami-scheduler"} in decision.patch

@@ -14,6 +14,7 @@ import pytest
 from flask.testing import FlaskClient
 
 from hami_web.server.listeners import LISTENER_ENVIRON_KEY, ROUTES_BY_AUDIENCE, plan_listeners
+from hami_web.server.worker import ThreadLanes
 from hami_web.settings import Settings, SettingsError, build_settings
 
 ALL_ROUTES = [("POST", "/webhook"), ("POST", "/filter"), ("POST", "/bind"), ("GET", "/healthz"),
@@ -35,7 +36,7 @@ def test_the_listener_flags_have_environment_twins() -> None:
 
 
 def test_two_listeners_on_one_port_are_refused() -> None:
-    with pytest.raises(SettingsError, match="--bind/--extender-bind/--metrics-bind-address"):
+    with pytest.raises(SettingsError, match="--bind/--extender-bind/--http-bind/--metrics-bind-address"):
         build_settings(None, environ={"HAMI_EXTENDER_BIND": "127.0.0.1:8443"})
 
 
@@ -66,3 +67,50 @@ def test_a_route_on_the_wrong_listener_is_a_plain_404(client: FlaskClient, audie
 @pytest.mark.parametrize(("method", "path"), [route for route in ALL_ROUTES if route[1] != "/metrics"])
 def test_an_unmarked_request_reaches_every_route(client: FlaskClient, method: str, path: str) -> None:
     assert client.open(path, method=method, data=b"{}").status_code != 404
+
+
+# -- HAMi's one listener (--http_bind) -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("overrides", "tls"), [({"cert_file": "/tls/tls.crt", "key_file": "/tls/tls.key"}, True),
+                                                ({}, False)], ids=["tls", "plain-as-hamis-chart-without-webhook"])
+def test_http_bind_is_one_listener_for_the_webhook_and_the_extender(overrides: dict[str, str], tls: bool) -> None:
+    """HAMi v2.10 cmd/scheduler/main.go start(): one router on --http_bind, TLS only with both files."""
+    settings = Settings.of(http_bind="0.0.0.0:443", **overrides)
+    assert [(listener.audience, listener.address, listener.tls) for listener in plan_listeners(settings.serving)] == [
+        ("shared", "0.0.0.0:443", tls), ("metrics", "0.0.0.0:9395", False), ("ui", "127.0.0.1:9396", False)]
+    assert ROUTES_BY_AUDIENCE["shared"] == {"/webhook", "/filter", "/bind", "/healthz", "/readyz"}
+
+
+@pytest.mark.parametrize("path", ["/filter", "/bind"])
+@pytest.mark.parametrize("peer", ["10.1.2.3", "192.168.0.7", "::ffff:10.0.0.1", "fd00::5"])
+def test_the_shared_listener_refuses_booking_routes_to_other_peers(client: FlaskClient, path: str, peer: str) -> None:
+    response = client.post(path, data=b"{}", environ_base={LISTENER_ENVIRON_KEY: "shared", "REMOTE_ADDR": peer})
+    assert response.status_code == 403
+    assert response.get_json() == {"error": "Forbidden", "message": (
+        f"{path} is answered only to loopback peers on this listener (kube-scheduler in the same pod); "
+        f"refused for {peer}")}
+
+
+@pytest.mark.parametrize(("path", "peer"), [("/filter", "127.0.0.1"), ("/bind", "::1"),
+                                            ("/filter", "::ffff:127.0.0.1"), ("/webhook", "10.1.2.3")])
+def test_the_shared_listener_answers_loopback_and_the_webhook_to_anyone(client: FlaskClient, path: str,
+                                                                         peer: str) -> None:
+    response = client.post(path, data=b"{}", environ_base={LISTENER_ENVIRON_KEY: "shared", "REMOTE_ADDR": peer})
+    assert response.status_code not in (403, 404)
+
+
+def test_the_shared_listener_runs_the_webhook_on_its_own_threads() -> None:
+    """A burst of slow binds must not hold the threads of the webhook, as with separate listeners."""
+    (shared, *_) = plan_listeners(Settings.of(http_bind="0.0.0.0:443").serving)
+    lanes = ThreadLanes(2)
+    try:
+        assert lanes.for_path(shared, "/filter") is lanes.for_path(shared, "/bind")
+        assert lanes.for_path(shared, "/webhook") is not lanes.for_path(shared, "/bind")
+    finally:
+        lanes.shutdown()
+
+
+def test_the_shared_listener_needs_its_own_port() -> None:
+    with pytest.raises(SettingsError, match="each listener needs its own port"):
+        build_settings(None, environ={"HAMI_HTTP_BIND": "0.0.0.0:9395"})

@@ -89,7 +89,8 @@ def test_unsupported_hami_flags_fail_saying_so(flag: str, capsys: pytest.Capture
         main(["serve", flag, "x"])
     assert exit_info.value.code == 2
     error = capsys.readouterr().err
-    assert f"{flag} is a HAMi scheduler flag that hami-web does not support: {UNSUPPORTED_HAMI_FLAGS[flag]}" in error
+    reason = UNSUPPORTED_HAMI_FLAGS[flag]
+    assert f"{flag} is a HAMi scheduler flag that hami-web serve does not support: {reason}" in error
 
 
 # -- --kube-qps / --kube-burst -----------------------------------------------------------------------------------
