@@ -159,8 +159,8 @@ def test_debug_and_verbosity_choose_the_log_level(argv: list[str], level: str) -
     (["--kube-timeout=0"], "api.kube_timeout_seconds", 10.0),  # HAMi's 0: the client's default
     (["--kube-timeout=30"], "api.kube_timeout_seconds", 30.0),
     (["--kube-burst=0x10"], "api.kube_burst", 16),
-    (["--enable-ascend=t"], "enable_ascend", True),
-    (["--enable-iluvatar=F"], "enable_iluvatar", False),
+    (["--enable-ascend=t"], "enabled_families", frozenset({"ascend"})),
+    (["--enable-iluvatar=F"], "enabled_families", frozenset()),
 ])
 def test_hamis_flags_set_our_settings(argv: list[str], field: str, value: object) -> None:
     found: object = _settings_of(argv)[0]
@@ -253,9 +253,9 @@ def test_the_charts_command_lines_build_settings(filename: str, tmp_path: Path) 
             settings.leader.leader_elect_resource_namespace) == (True, "hami-scheduler", "kube-system")
     assert settings.settings_configmap == "kube-system/hami-web-settings"
     all_options = filename == "all-options.yaml"
-    assert (settings.force_overwrite_default_scheduler, serving.legacy_metrics, settings.enable_ascend,
-            settings.enable_iluvatar, settings.watch.node_label_selector) == (
-        (False, True, True, True, "gpu=on") if all_options else (True, False, False, False, ""))
+    assert (settings.force_overwrite_default_scheduler, serving.legacy_metrics, settings.enabled_families,
+            settings.watch.node_label_selector) == (
+        (False, True, frozenset({"ascend", "iluvatar"}), "gpu=on") if all_options else (True, False, frozenset(), ""))
     assert settings.binding.node_lock_timeout_seconds == (600.0 if all_options else 300.0)
     assert line.warnings == (["NODE_SELECTOR_USAGE=gpu has no effect: HAMi v2.10 reads no NODE_SELECTOR_* variable "
                               "either; to restrict the nodes, use --node-label-selector (the chart's "
