@@ -5,7 +5,8 @@ the server was started with, and a wrong guess gives a wrong answer that looks r
 the settings that change a decision (`settings.PUBLISHED_FLAGS`) into a small ConfigMap
 (``--settings-configmap``, ``hami-system/hami-web-settings``) and the tools read it. The write happens on a
 background thread with a few retries: a missing RBAC rule or a slow API server must never delay or stop
-serving, only leave the tools on their flags (they say so).
+serving, only leave the tools on their flags (they say so). A 403 (an RBAC without the right, as HAMi's chart's)
+is not retried: one line says so at once.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from hami_web.settings import Settings, published_settings
 log = logging.getLogger(__name__)
 
 ATTEMPTS = 5
+FORBIDDEN = 403
 FIRST_BACKOFF_SECONDS = 1.0
 MANAGED_BY = {"app.kubernetes.io/name": "hami-web", "app.kubernetes.io/component": "settings"}
 
@@ -64,6 +66,8 @@ def start_publishing(kube: Kube, settings: Settings, *, stopping: threading.Even
                 publish_settings(kube, settings)
             except KubeError as failed:
                 error = failed
+                if failed.status == FORBIDDEN:
+                    break  # RBAC does not change between retries (HAMi's chart grants no ConfigMap create)
                 if stopping.wait(wait):
                     break
                 wait *= 2
