@@ -75,7 +75,7 @@ class Server:
         self.arguments = ["serve", "--insecure-http", "--bind", f"127.0.0.1:{service}",
                           "--extender-bind", f"127.0.0.1:{extender}", "--metrics-bind-address", f"127.0.0.1:{metrics}",
                           "--kubeconfig", str(kubeconfig), "--threads", "8", "--refresh-interval", "1s",
-                          "--log-level", "WARNING"]
+                          "--log-level", "WARNING", "--ui-bind", "off"]  # 9396 may be another test's now
         self.service_url = f"http://127.0.0.1:{service}"
         self.extender_url = f"http://127.0.0.1:{extender}"
         self.metrics_url = f"http://127.0.0.1:{metrics}"
