@@ -4,7 +4,8 @@ Covers: the published data round-trips through each flag's own parser, and a bad
 naming the ConfigMap and the key; a running server writes the ConfigMap once (an unchanged restart does not
 write it again, a changed one updates it); ``explain`` with no flags then decides as ``/filter`` of that
 server does and says the settings came from the ConfigMap; a flag overrides one value and is named; with no
-ConfigMap (or ``--settings-configmap off``) the tools fall back to the defaults and say why.
+ConfigMap (or ``--settings-configmap off``) the tools fall back to the defaults and say why; a failed write is
+retried, a forbidden one (HAMi's chart's RBAC) is given up at once.
 """
 
 from __future__ import annotations
@@ -71,9 +72,14 @@ def test_the_configmap_is_written_once_and_updated_when_settings_change() -> Non
         kube.close()
 
 
-def test_a_failed_publication_is_retried_then_given_up_without_stopping_anything() -> None:
+@pytest.mark.parametrize(("method", "status", "attempts"), [
+    pytest.param("GET", 500, 3, id="failure-retried-then-given-up"),
+    pytest.param("POST", 403, 1, id="forbidden-given-up-at-once"),  # HAMi's chart grants no ConfigMap create
+])
+def test_a_failed_publication_never_stops_anything(method: str, status: int, attempts: int) -> None:
+    """A failure is retried and given up; a 403 at once, RBAC does not change between attempts."""
     with LocalCluster() as api:
-        api.inject_failure("GET", "configmaps", status=403, count=10)
+        api.inject_failure(method, "configmaps", status=status, count=10)
         kube = Kube.for_url(api.url)
         outcomes: list[bool] = []
         thread = start_publishing(kube, SERVER, stopping=threading.Event(), attempts=3, backoff_seconds=0.01,
@@ -82,6 +88,7 @@ def test_a_failed_publication_is_retried_then_given_up_without_stopping_anything
         thread.join(5.0)
         assert outcomes == [False]
         assert api.get("configmaps", "hami-web-settings", "hami-system") is None
+        assert len([1 for sent, path in api.request_log if sent == method and "configmaps" in path]) == attempts
         kube.close()
 
 
