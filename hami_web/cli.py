@@ -89,7 +89,7 @@ def scheduler_main(argv: Sequence[str] | None = None) -> int:
         if line.show_version:
             sys.stdout.write(f"hami-web {__version__} (HAMi v2.10 scheduler command line)\n")
             return 0
-        settings = build_settings_from_flags({**line.settings, "--log-level": line.log_level})
+        settings = build_settings_from_flags(line.settings)
     except (HamiFlagError, SettingsError) as error:
         sys.stderr.write(f"scheduler: error: {error}\n")
         return 2

@@ -212,8 +212,7 @@ _QUIET_DEFAULTS = {"logtostderr": "true", "profiling": "false"}
 class HamiCommandLine:
     """What a HAMi command line asks for: our settings (flag → text), the log level, and the warnings to log."""
 
-    settings: dict[str, str] = field(default_factory=dict)
-    log_level: str = "INFO"
+    settings: dict[str, str] = field(default_factory=dict)  # --log-level among them when --debug or -v is given
     warnings: list[str] = field(default_factory=list)
     show_help: bool = False
     show_version: bool = False
@@ -269,7 +268,7 @@ def _shorthand(token: str) -> tuple[str, str, str]:
 
 def _interpret(given: Sequence[tuple[str, str]], environ: Mapping[str, str]) -> HamiCommandLine:
     line = HamiCommandLine()
-    debug, verbosity = False, 0
+    debug, verbosity, logged = False, 0, False
     for name, value in given:
         flag = HAMI_FLAG_BY_NAME[name]
         try:
@@ -277,6 +276,7 @@ def _interpret(given: Sequence[tuple[str, str]], environ: Mapping[str, str]) -> 
         except ValueError as error:
             raise HamiFlagError(f"invalid argument {value!r} for --{name}: {error}") from None
         if flag.does == LOG:
+            logged = True
             if name == "debug":
                 debug = bool(parsed)
             else:
@@ -286,7 +286,8 @@ def _interpret(given: Sequence[tuple[str, str]], environ: Mapping[str, str]) -> 
                 line.warnings.append(f"--{name}={value} has no effect: {flag.detail}")
         else:
             _set_ours(line, flag, value, parsed)
-    line.log_level = "DEBUG" if debug or verbosity >= DEBUG_VERBOSITY else "INFO"
+    if logged:  # else HAMI_LOG_LEVEL or our default decides
+        line.settings["--log-level"] = "DEBUG" if debug or verbosity >= DEBUG_VERBOSITY else "INFO"
     _read_environment(line, environ)
     return line
 

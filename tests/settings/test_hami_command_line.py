@@ -79,8 +79,8 @@ def test_the_table_names_every_flag_hami_defines() -> None:
 
 def _settings_of(argv: list[str], environ: dict[str, str] | None = None) -> tuple[Settings, list[str], str]:
     line = parse_hami_command_line(argv, environ or {})
-    settings = build_settings_from_flags({**line.settings, "--log-level": line.log_level}, {})
-    return settings, line.warnings, line.log_level
+    settings = build_settings_from_flags(line.settings, {})
+    return settings, line.warnings, settings.serving.log_level
 
 
 @pytest.mark.parametrize("flag", HAMI_FLAGS, ids=lambda flag: flag.name)
@@ -143,6 +143,12 @@ def test_a_refused_command_line_exits_2_with_one_line(argv: list[str], message: 
 def test_debug_and_verbosity_choose_the_log_level(argv: list[str], level: str) -> None:
     settings, warnings, _ = _settings_of(argv)
     assert (settings.serving.log_level, warnings) == (level, [])
+
+
+@pytest.mark.parametrize(("argv", "level"), [([], "WARNING"), (["--debug"], "DEBUG"), (["-v=2"], "INFO")])
+def test_without_debug_or_v_our_log_level_variable_decides(argv: list[str], level: str) -> None:
+    line = parse_hami_command_line(argv, {})
+    assert build_settings_from_flags(line.settings, {"HAMI_LOG_LEVEL": "WARNING"}).serving.log_level == level
 
 
 @pytest.mark.parametrize(("argv", "field", "value"), [
@@ -245,7 +251,7 @@ def test_the_charts_command_lines_build_settings(filename: str, tmp_path: Path) 
             config.write_text(document["data"]["device-config.yaml"])
     argv = [item.replace("/device-config.yaml", str(config)) for item in argv]
     line = parse_hami_command_line(argv, environ)
-    settings = build_settings_from_flags({**line.settings, "--log-level": line.log_level}, {})
+    settings = build_settings_from_flags(line.settings, {})
     serving = settings.serving
     assert (serving.http_bind, serving.plain_http, serving.log_level) == (
         ("0.0.0.0:80", True, "DEBUG") if filename == "no-webhook.yaml" else ("0.0.0.0:443", False, "DEBUG"))
