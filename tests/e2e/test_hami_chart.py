@@ -319,14 +319,14 @@ def test_device_pods_are_admitted_filtered_and_bound(installed: Installed) -> No
 
 
 def test_a_default_scheduler_pod(installed: Installed) -> None:
-    """--force-overwrite-default-scheduler: false (all-options) leaves it to default-scheduler; true routes it."""
-    if not installed.chart.webhook_enabled:
-        pytest.skip("without the webhook nothing routes a pod")
+    """--force-overwrite-default-scheduler: false (all-options) leaves it to default-scheduler; true routes it; with
+    the chart's webhook off nothing routes it."""
     plane = installed.plane
     namespace = plane.create_namespace(f"default-{installed.chart.filename.removesuffix('.yaml')}")
     pod = _create(installed, namespace, "plain", {"nvidia.com/gpu": "1"}, {"e2e.hami.io/pool": namespace},
                   schedulerName="default-scheduler")
-    force = "--force-overwrite-default-scheduler=true" in installed.chart.extender["command"]
+    force = installed.chart.webhook_enabled and "--force-overwrite-default-scheduler=true" in installed.chart.extender[
+        "command"]
     assert pod.spec.scheduler_name == ("hami-scheduler" if force else "default-scheduler")
     assert names.POD_DEVICES_ALLOCATED not in (pod.metadata.annotations or {})
 
