@@ -82,14 +82,16 @@ def _fit_or_reason(ask: _Ask, view: NodeView) -> PodFit | str:
     return summary
 
 
-def rank_nodes(views: Sequence[NodeView], policy: str, busy: Collection[str] = ()) -> list[NodeView]:
+def rank_nodes(views: Sequence[NodeView], policy: str, busy: Collection[str] = (),
+               scores: Mapping[str, float] | None = None) -> list[NodeView]:
     """Binpack: highest score first (fill nodes up); spread: lowest first; ties by node name ascending.
 
-    Nodes named in ``busy`` come after all the others, in the same order among themselves.
+    Nodes named in ``busy`` come after all the others, in the same order among themselves. ``scores``, when given,
+    replace the views' own (a pod's families' terms added: `_with_family_terms`).
     """
     # Two stable sorts with C-level keys: by name, then by score (reverse keeps equal scores in name order).
     ranked = sorted(views, key=_BY_NAME)
-    ranked.sort(key=_BY_SCORE, reverse=policy != SPREAD)
+    ranked.sort(key=_BY_SCORE if scores is None else lambda view: scores[view.name], reverse=policy != SPREAD)
     return list(_busy_last(ranked, busy)) if busy else ranked
 
 
@@ -128,11 +130,13 @@ def choose_node(request: PodRequest, options: PodOptions, candidates: Sequence[s
             reasons[name] = f"{INVALID_REGISTER}: {broken[name]}"
         else:
             reasons[name] = NODE_UNREGISTERED
-    ranked = _busy_last(rank_nodes(known, options.node_policy), busy)
     ask = _Ask(request=request, options=options, digest=hash((request, options, quota)), quota=quota)
     reach = request.group_score_reach * GROUP_SCORE_WEIGHT
     if reach:
+        ranked = _busy_last(rank_nodes(known, options.node_policy), busy)
         return _choose_with_group_score(ask, ranked, reasons, candidates, busy, reach)
+    scores = _with_family_terms(request, known, options.node_policy)
+    ranked = _busy_last(rank_nodes(known, options.node_policy, scores=scores), busy)
     skipped: list[NodeView] = []
     for view in ranked:
         if not may_fit(request, view, options):
@@ -140,22 +144,31 @@ def choose_node(request: PodRequest, options: PodOptions, candidates: Sequence[s
             continue
         result = _fit_or_reason(ask, view)
         if isinstance(result, PodFit):
-            return Placement(node=view.name, grants=result.grants, node_score=view.score,
-                             node_busy=view.name in busy)
+            return Placement(node=view.name, grants=result.grants,
+                             node_score=scores[view.name] if scores else view.score, node_busy=view.name in busy)
         reasons[view.name] = result
-    return _first_skipped(ask, skipped, reasons, candidates, busy)
+    return _first_skipped(ask, skipped, reasons, candidates, busy, scores)
+
+
+def _with_family_terms(request: PodRequest, views: Sequence[NodeView], policy: str) -> dict[str, float] | None:
+    """Each node's score plus the asked families' own terms (`hami_web.core.families.family.NodeScore`: Metax GPU's
+    topology loss), None when no asked family has one (the common case: the view's score stands)."""
+    if not request.node_terms:
+        return None
+    return {view.name: view.score + sum(rule.term(view.inventory.annotations, devices, policy)
+                                        for rule, devices in request.node_terms) for view in views}
 
 
 def _first_skipped(ask: _Ask, skipped: Sequence[NodeView], reasons: dict[str, str], candidates: Sequence[str],
-                   busy: Collection[str]) -> Placement | NoPlacement:
+                   busy: Collection[str], scores: Mapping[str, float] | None = None) -> Placement | NoPlacement:
     """The nodes `may_fit` ruled out, fitted after all: the full fit is the authority on the reason (may_fit is only
     a necessary condition); should it ever disagree, the skipped nodes are still in rank order, so the first fit is
     the right answer. Otherwise a reason for every candidate."""
     for view in skipped:
         result = _fit_or_reason(ask, view)
         if isinstance(result, PodFit):
-            return Placement(node=view.name, grants=result.grants, node_score=view.score,
-                             node_busy=view.name in busy)
+            return Placement(node=view.name, grants=result.grants,
+                             node_score=scores[view.name] if scores else view.score, node_busy=view.name in busy)
         reasons[view.name] = result
     return NoPlacement(reasons={name: reasons[name] for name in dict.fromkeys(candidates)})
 

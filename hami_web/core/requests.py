@@ -20,6 +20,7 @@ from hami_web.core.families import (
     ResourceNames,
     with_nvidia,
 )
+from hami_web.core.families.family import NodeScore
 from hami_web.core.limits import MAX_DEVICE_MEMORY_MIB, MAX_GPUS_PER_CONTAINER, MAX_QUANTITY
 from hami_web.core.quantities import QuantityError, parse_whole_quantity
 
@@ -61,6 +62,8 @@ class PodRequest:
     """
 
     containers: tuple[ContainerRequest, ...]
+    # The asked families' own node-score terms, each with how many of its devices the pod asks (`NodeScore`).
+    node_terms: tuple[tuple[NodeScore, int], ...] = ()
     # Derived once: the fit reads it on every node it tries.
     _blocks: tuple[tuple[str, tuple[ContainerRequest, ...]], ...] = field(init=False, compare=False, repr=False)
 
@@ -209,6 +212,8 @@ def family_request(container: Mapping[str, Any], *, init: bool, family: Family) 
     count = read(names.count) or 0
     if count == 0:
         return ContainerRequest(name=name, init=init, count=0, family=family.cw)
+    if family.count_only:
+        return ContainerRequest(name=name, init=init, count=count, memory_percent=0, family=family.cw)
     memory_mib = (read(names.memory) or 0) * factor
     memory_percent = read(names.memory_percentage) or 0
     if memory_percent > FULL_CARD_PERCENT:
@@ -241,8 +246,11 @@ def pod_request(pod: Mapping[str, Any], defaults: RequestDefaults) -> PodRequest
                 raise RequestError(f"spec.{key}[{position}] is not an object")
             listed_containers.append((container, init))
     asks: list[ContainerRequest] = []
+    terms: list[tuple[NodeScore, int]] = []
     for family in defaults.catalog:
         block = [family_request(container, init=init, family=family) for container, init in listed_containers]
         if any(ask.count for ask in block):
             asks.extend(block)
-    return PodRequest(containers=tuple(asks))
+            if family.node_score is not None:
+                terms.append((family.node_score, sum(ask.count for ask in block)))  # init containers too, as HAMi
+    return PodRequest(containers=tuple(asks), node_terms=tuple(terms))

@@ -72,6 +72,8 @@ class NodeRecord:
     resource_version: str = field(default="", compare=False)
     # The families' own node locks that are set (key, value): Cambricon's, beside HAMi's ``lock``.
     other_locks: tuple[tuple[str, str], ...] = field(default=(), compare=False)
+    # The annotations the families' node scores read (key, value), e.g. Metax's topology losses.
+    score_annotations: tuple[tuple[str, str], ...] = ()
 
     @property
     def has_devices(self) -> bool:
@@ -184,7 +186,9 @@ def _node_record(node: Mapping[str, Any], catalog: DeviceCatalog) -> NodeRecord:
                       lock=str(annotations.get(names.NODE_LOCK) or ""),
                       resource_version=str(metadata.get("resourceVersion") or ""),
                       other_locks=tuple((key, str(annotations[key])) for key in catalog.lock_keys()
-                                        if key != names.NODE_LOCK and annotations.get(key)))
+                                        if key != names.NODE_LOCK and annotations.get(key)),
+                      score_annotations=tuple((key, str(annotations[key])) for key in catalog.score_keys()
+                                              if annotations.get(key) is not None))
 
 
 def family_plugin_gone(record: FamilyRecord, *, now: float) -> bool:
@@ -245,7 +249,8 @@ def node_state(record: NodeRecord, *, now: float, catalog: DeviceCatalog = DEFAU
         family = catalog.get(family_record.family)
         key = family.register_key if family is not None else family_record.family
         try:
-            devices.extend(decode_register(family_record.register, family=family_record.family))
+            decoded = decode_register(family_record.register, family=family_record.family)
+            devices.extend(map(family.amend, decoded) if family is not None and family.amend else decoded)
         except AnnotationError as error:
             broken[family_record.family] = f"{key}: {error}"
             errors.append(f"{key}: {error}")
@@ -271,6 +276,6 @@ def node_state(record: NodeRecord, *, now: float, catalog: DeviceCatalog = DEFAU
     inventory = NodeInventory(name=name, devices=tuple(devices), pair_scores=pair_scores, cordoned=cordoned,
                               broken=broken, topology=frozenset(family.cw for family in catalog if family.topology),
                               soft_split=frozenset(family.family for family in record.families if family.soft_split),
-                              grouping=_groupings(devices, catalog))
+                              grouping=_groupings(devices, catalog), annotations=dict(record.score_annotations))
     return NodeState(name=name, inventory=inventory, error="; ".join(errors), handshake_due=due, plugin_gone=gone,
                      record=record)

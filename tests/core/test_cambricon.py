@@ -23,7 +23,7 @@ import pytest
 
 from hami_web.core.devices import AnnotationError, Device
 from hami_web.core.families import DEFAULT_CATALOG
-from hami_web.core.families.cambricon import DSMLU_LOCK, CapacityInventory, card_index, dsmlu_annotations, mlu_type
+from hami_web.core.families.cambricon import DSMLU_LOCK, card_index, dsmlu_annotations, mlu_inventory, mlu_type
 from hami_web.core.grants import DeviceGrant, booking_annotations, booking_locks
 from hami_web.core.nodelocks import MUTEX_LOCK, SeenNode, bare_lock_live, format_time
 from hami_web.core.options import family_selection
@@ -31,7 +31,7 @@ from hami_web.state.nodes import device_plugin_gone, handshake_due, node_record,
 
 VCORE = "cambricon.com/mlu.smlu.vcore"
 VMEMORY = "cambricon.com/mlu.smlu.vmemory"
-READER = CapacityInventory(cores_resource=VCORE, memory_resource=VMEMORY)
+READER = mlu_inventory(cores_resource=VCORE, memory_resource=VMEMORY)
 NOW = 1_800_000_000.0
 
 
@@ -99,7 +99,7 @@ def test_a_node_without_readable_capacity_has_no_mlu(node: dict[str, Any]) -> No
                  id="vcore-more-cards-than-any-index"),
     pytest.param({VCORE: "100", VMEMORY: "x"}, f"status.capacity[{VMEMORY}]: 'x' is not a whole number",
                  id="vmemory-text"),
-    pytest.param({VCORE: "100", VMEMORY: "8388608"}, "is 2147483648 MiB a card, over the limit of 2147483647",
+    pytest.param({VCORE: "100", VMEMORY: "8388608"}, "is 2147483648 MiB a device, over the limit of 2147483647",
                  id="card-memory-over-the-limit"),
     pytest.param({VCORE: True}, f"status.capacity[{VCORE}]: True is not", id="vcore-boolean"),
 ])

@@ -103,8 +103,12 @@ def config_document(config: DeviceConfig, registry: Sequence[FamilySpec[Any]] | 
     which read it back with `parse_device_config`."""
     document: dict[str, object] = {}
     for spec in _specs(registry):
-        if spec.section and (value := spec.publish(config.get(spec))) is not None:
-            document[spec.section] = value
+        if not spec.section or (value := spec.publish(config.get(spec))) is None:
+            continue
+        shared = document.get(spec.section)
+        # Two families may read one section (Metax GPU and sGPU read ``metax``): each publishes its own keys.
+        document[spec.section] = {**shared, **value} if isinstance(shared, dict) and isinstance(value, dict) \
+            else value
     return document
 
 

@@ -13,16 +13,13 @@ ignores both annotations). Cores default to 100 (a whole card), memory to the wh
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
-from hami_web.core.devices import AnnotationError, Device
 from hami_web.core.families import config
+from hami_web.core.families.capacity import CapacityInventory
 from hami_web.core.families.family import AdmissionRules, Family, ResourceNames
 from hami_web.core.families.spec import FamilySpec
-from hami_web.core.limits import MAX_DEVICE_INDEX, MAX_DEVICE_MEMORY_MIB, quote, uuid_problem
 from hami_web.core.nodelocks import LockRule
-from hami_web.core.quantities import QuantityError, parse_whole_quantity
 
 CW = "MLU"
 KIND = "cambricon"
@@ -35,78 +32,30 @@ DSMLU_PROFILE = "CAMBRICON_DSMLU_PROFILE"
 DSMLU_ASSIGNED = "CAMBRICON_DSMLU_ASSIGNED"
 DEFAULT_RESOURCES = ResourceNames(count="cambricon.com/vmlu", memory="cambricon.com/mlu.smlu.vmemory",
                                   memory_percentage="", cores="cambricon.com/mlu.smlu.vcore", priority="")
-# More vcores than this would mean more cards than any device index allows.
-MAX_VCORES = CORES_PER_CARD * (MAX_DEVICE_INDEX + 1)
 
 
-@dataclass(frozen=True, slots=True)
-class CapacityInventory:
-    """MLU cards derived from ``status.capacity`` (V vcores, M vmemory units) and the node's ``Model`` label.
-
-    ⌈V/100⌉ cards; card i: id ``<node>-cambricon-mlu-<i>``, index i, 100 shares, M × 256 × 100 ÷ V MiB (integer
-    division, so an odd V gives every card the same share), 100 cores, NUMA 0, healthy. V absent or 0: no MLU.
-    """
-
-    cores_resource: str
-    memory_resource: str
-
-    def devices(self, node: Mapping[str, Any]) -> tuple[Device, ...] | None:
-        """The node's MLU cards, None when it has no vcores; `AnnotationError` for an unreadable capacity."""
-        status = node.get("status")
-        capacity = status.get("capacity") if isinstance(status, Mapping) else None
-        if not isinstance(capacity, Mapping):
-            return None
-        vcores = _capacity(capacity, self.cores_resource, MAX_VCORES)
-        if not vcores:
-            return None
-        memory = _capacity(capacity, self.memory_resource, MAX_DEVICE_MEMORY_MIB)
-        card_memory_mib = memory * MEMORY_FACTOR * CORES_PER_CARD // vcores
-        if card_memory_mib > MAX_DEVICE_MEMORY_MIB:
-            raise AnnotationError(f"status.capacity: {memory} {self.memory_resource} over {vcores} "
-                                  f"{self.cores_resource} is {card_memory_mib} MiB a card, over the limit of "
-                                  f"{MAX_DEVICE_MEMORY_MIB}")
-        name = _node_name(node)
-        card_type = mlu_type(node)
-        cards = -(-vcores // CORES_PER_CARD)
-        first_id = f"{name}{ID_INFIX}0"
-        if problem := uuid_problem(first_id):
-            raise AnnotationError(f"MLU id {quote(first_id)} {problem}")
-        return tuple(Device(uuid=f"{name}{ID_INFIX}{index}", index=index, count=CORES_PER_CARD,
-                            memory_mib=card_memory_mib, cores=CORES_PER_CARD, type=card_type, numa=0, healthy=True,
-                            family=CW) for index in range(cards))
-
-
-def _capacity(capacity: Mapping[str, Any], resource: str, maximum: int) -> int:
-    value = capacity.get(resource)
-    if value is None:
-        return 0
-    try:
-        return parse_whole_quantity(value, container="-", resource=resource, maximum=maximum)
-    except QuantityError:
-        raise AnnotationError(f"status.capacity[{resource}]: {quote(value)} is not a whole number in "
-                              f"0..{maximum}") from None
-
-
-def _node_name(node: Mapping[str, Any]) -> str:
-    metadata = node.get("metadata")
-    name = metadata.get("name") if isinstance(metadata, Mapping) else None
-    return name if isinstance(name, str) else ""
+def mlu_inventory(*, cores_resource: str, memory_resource: str) -> CapacityInventory:
+    """MLU cards from ``status.capacity`` (V vcores, M vmemory units) and the node's ``Model`` label: ⌈V/100⌉ cards;
+    card i: id ``<node>-cambricon-mlu-<i>``, index i, 100 shares, M × 256 × 100 ÷ V MiB (integer division, so an odd V
+    gives every card the same share), 100 cores, type the ``Model`` label when it names an MLU (``MLU370-X4``), else
+    ``MLU``. V absent or 0: no MLU."""
+    return CapacityInventory(family=CW, resource=cores_resource, id_infix=ID_INFIX, device_type=CW,
+                             memory_resource=memory_resource, memory_factor=MEMORY_FACTOR,
+                             units_per_device=CORES_PER_CARD, count=CORES_PER_CARD, cores=CORES_PER_CARD,
+                             type_label=MODEL_LABEL)
 
 
 def mlu_type(node: Mapping[str, Any]) -> str:
     """The node's ``Model`` label when it names an MLU (case-insensitively), else ``MLU`` (model unknown)."""
-    metadata = node.get("metadata")
-    labels = metadata.get("labels") if isinstance(metadata, Mapping) else None
-    model = labels.get(MODEL_LABEL) if isinstance(labels, Mapping) else None
-    if isinstance(model, str) and CW in model.upper():
-        return model.strip()
-    return CW
+    return _MODEL.model(node)
 
 
 def card_index(uuid: str) -> int | None:
     """The index an MLU id names (``node-a-cambricon-mlu-7`` → 7), None for an id of another form."""
-    _, infix, index = uuid.rpartition(ID_INFIX)
-    return int(index) if infix and index.isdigit() and len(index) <= len(str(MAX_DEVICE_INDEX)) else None
+    return _MODEL.device_index(uuid)
+
+
+_MODEL = mlu_inventory(cores_resource=DEFAULT_RESOURCES.cores, memory_resource=DEFAULT_RESOURCES.memory)
 
 
 def dsmlu_annotations(grants: Sequence[Sequence[Any]]) -> dict[str, str]:
@@ -138,7 +87,7 @@ def cambricon_family(*, resources: ResourceNames = DEFAULT_RESOURCES) -> Family:
         use_uuid_key="cambricon.com/use-gpuuuid",
         nouse_uuid_key="cambricon.com/nouse-gpuuuid",
         admission=AdmissionRules(),
-        inventory=CapacityInventory(cores_resource=resources.cores, memory_resource=resources.memory),
+        inventory=mlu_inventory(cores_resource=resources.cores, memory_resource=resources.memory),
         unknown_type=CW,
         booking_extras=dsmlu_annotations,
     )

@@ -38,6 +38,23 @@ class InventorySource(Protocol):
         ...
 
 
+class NodeScore(Protocol):
+    """A family's own term of the node score (HAMi's ``ScoreNode``), for the nodes where a pod gets its devices.
+
+    ``keys`` are the node annotations it reads (the cache keeps them on the inventory); ``term`` is added to the node's
+    score under both policies (binpack takes the highest total, spread the lowest), from those annotations, the number
+    of the family's devices the pod gets there, and the node policy. It must not depend on which devices: the node is
+    ranked with it before any fit.
+    """
+
+    @property
+    def keys(self) -> tuple[str, ...]: ...
+
+    def term(self, annotations: Mapping[str, str], devices: int, policy: str) -> float:
+        """The term for a pod getting ``devices`` of the family on a node with ``annotations`` (its ``keys`` only)."""
+        ...
+
+
 # Extra pod annotations a family's device plugin reads, from the family's grants (one entry per container).
 BookingExtras = Callable[[Sequence[Sequence[Any]]], dict[str, str]]
 
@@ -224,6 +241,14 @@ class Family:
     soft_split_default: bool = False
     grouping: Grouping | None = None
     predicate_time: bool = False
+    # A container asks the family's devices by count alone and its grants book no memory and no cores (HAMi's Biren:
+    # the device's shares, ``count``, are all that is used up).
+    count_only: bool = False
+    # How HAMi's ``GetNodeDevices`` amends each registered device (Biren forces ``devcore`` to 100 and the type to its
+    # common word); None: as registered.
+    amend: Callable[[Device], Device] | None = None
+    # The family's own node-score term (Metax GPU's topology loss); None: none.
+    node_score: NodeScore | None = None
 
     @property
     def bind_lock(self) -> LockRule:
@@ -285,6 +310,11 @@ class DeviceCatalog:
     def managed_resources(self) -> tuple[str, ...]:
         """Every resource name of every family: what kube-scheduler must leave to the extender."""
         return tuple(dict.fromkeys(name for family in self.families for name in family.resources.all()))
+
+    def score_keys(self) -> tuple[str, ...]:
+        """The node annotations the families' node scores read, each once."""
+        return tuple(dict.fromkeys(key for family in self.families if family.node_score
+                                   for key in family.node_score.keys))
 
     def lock_keys(self) -> tuple[str, ...]:
         """The node-lock annotation keys in use, each once."""

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from hami_web.core.families import ascend, cambricon, hygon, iluvatar, nvidia
+from hami_web.core.families import ascend, biren, cambricon, enflame, hygon, iluvatar, metax, nvidia
 from hami_web.core.families.spec import FamilySpec
 
 REGISTRY: tuple[FamilySpec[Any], ...] = (
@@ -17,4 +17,7 @@ REGISTRY: tuple[FamilySpec[Any], ...] = (
     cambricon.SPEC,
     iluvatar.SPEC,
     ascend.SPEC,
+    biren.SPEC,
+    enflame.SPEC,
+    metax.SPEC,
 )
