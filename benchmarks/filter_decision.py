@@ -15,6 +15,11 @@ alternate between the GPU pods, DCU pods and pods asking for a GPU and a DCU (RE
 ``custominfo.NetworkID``), a third of them allowing soft split, with prior usage in template-sized slices; the pods are
 template slices, whole NPUs (1, 2, 4 and 8: the HCCS fill and its node-score term) and soft-split shares
 (README.md#ascend-npus). Compare its figures with a run without it (NVIDIA) at the same size.
+``--family CW``: every node carries 8 devices of that family (Biren, GCU, Metax-GPU, …) as its device plugin reports
+them (a register annotation or the node's capacity, read through the cache's own node reader; Metax nodes with their
+topology annotations), with prior usage on some of them; the pods ask 1, 2 and 4 whole devices under binpack and spread
+(README.md#device-families). ``--family all`` prints one row per family the registry builds by default besides NVIDIA,
+DCU and MLU; compare with the NVIDIA figures at the same size (the target: within 1.3×).
 ``--record FILE`` writes every placement (node and devices); ``--check FILE`` compares this run's placements with such
 a file, so a change to the core can show it decides exactly as before.
 
@@ -37,21 +42,22 @@ import statistics
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, TypeVar
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from hami_web.core.choose import NoPlacement, Placement, choose_node
-from hami_web.core.devices import Device, NodeInventory
+from hami_web.core.devices import Device, NodeInventory, encode_register_json
 from hami_web.core.families import DEFAULT_CATALOG
 from hami_web.core.grants import describe_grants
 from hami_web.core.groups import NETWORK_GROUPS
 from hami_web.core.options import DeviceSelection, PodOptions
 from hami_web.core.quota import NamespaceQuota, booking_quota_use, family_quota_names, quota_resources
-from hami_web.core.requests import ContainerRequest, PodRequest
+from hami_web.core.requests import ContainerRequest, PodRequest, RequestDefaults, pod_request
 from hami_web.core.usage import DeviceUsage, NodeView, build_node_view, pod_booking
+from hami_web.state.nodes import node_record, node_state
 
 GPUS_PER_NODE = 8
 CARD_MODELS = (  # type, memory MiB
@@ -124,6 +130,54 @@ def generate_ascend_cluster(size: int, rng: random.Random
         views[name] = build_node_view(inventory, usage)
         usages[name] = usage
     return views, usages
+
+
+# The families --family all times: those the registry builds by default that the other modes do not cover.
+COVERED_ELSEWHERE = ("NVIDIA", "DCU", "MLU")
+
+
+def family_node(family: str, number: int) -> dict[str, Any]:
+    """A node of 8 devices of ``family`` as its device plugin leaves it: its register annotation (JSON) or capacity."""
+    name = f"{family.lower()}-node-{number:05d}"
+    spec = DEFAULT_CATALOG[family]
+    table = '{"1":0,"2":110,"4":540}' if number % 2 else '{"1":10,"2":150,"4":620}'  # two card layouts
+    annotations: dict[str, str] = {"metax-tech.com/gpu.topology.losses": table,
+                                   "metax-tech.com/gpu.topology.scores": table}
+    status: dict[str, Any] = {"capacity": {spec.resources.count: str(GPUS_PER_NODE)},
+                              "allocatable": {spec.resources.count: str(GPUS_PER_NODE)}}
+    if spec.register_key:
+        devices = [Device(uuid=f"{name}-{index}", index=index, count=1, memory_mib=32768, cores=100, type=family,
+                          family=family) for index in range(GPUS_PER_NODE)]
+        annotations = {spec.register_key: encode_register_json(devices), spec.handshake_key: "Reported_2099-01-01"}
+    return {"metadata": {"name": name, "annotations": annotations}, "status": status}
+
+
+def generate_family_cluster(size: int, rng: random.Random, family: str
+                            ) -> tuple[dict[str, NodeView], dict[str, dict[str, DeviceUsage]]]:
+    """``size`` nodes of 8 devices of ``family`` read by the cache's node reader, some in use, some nodes full."""
+    views: dict[str, NodeView] = {}
+    usages: dict[str, dict[str, DeviceUsage]] = {}
+    for number in range(size):
+        state = node_state(node_record(family_node(family, number)), now=0.0)
+        assert state.inventory is not None, state.error
+        full = rng.random() < FULL_NODE_SHARE
+        usage = {device.uuid: DeviceUsage(device.count, device.memory_mib, device.cores)
+                 for device in state.inventory.devices if full or rng.random() < BUSY_GPU_SHARE}
+        views[state.name] = build_node_view(state.inventory, usage)
+        usages[state.name] = usage
+    return views, usages
+
+
+def family_pods(family: str) -> tuple[tuple[str, PodRequest, PodOptions], ...]:
+    """Whole devices of ``family``: 1, 2 and 4, binpack and spread; read from pod objects as the filter reads them."""
+    count = DEFAULT_CATALOG[family].resources.count
+    shapes = []
+    for devices, policy in ((1, "binpack"), (2, "spread"), (4, "binpack"), (1, "spread")):
+        pod = {"metadata": {"name": "p"}, "spec": {"containers": [{"name": "c", "resources": {
+            "limits": {count: str(devices)}}}]}}
+        shapes.append((f"{family} x{devices} {policy}", pod_request(pod, RequestDefaults.of(DEFAULT_CATALOG)),
+                       PodOptions(node_policy=policy)))
+    return tuple(shapes)
 
 
 def ask(count: int, *, memory_mib: int = 0, memory_percent: int = 100, cores: int = 0,
@@ -227,17 +281,22 @@ QUOTA_FAMILIES = family_quota_names(DEFAULT_CATALOG)
 
 
 def run(size: int, pods: int, seed: int, *, mixed: bool = False, ascend: bool = False,
-        quota: QuotaBook | None = None) -> list[str]:
+        quota: QuotaBook | None = None, family: str = "") -> list[str]:
     """Generate one cluster, place ``pods`` pods, time the all-fail path, print the figures; the placements."""
     rng = random.Random(seed)
-    build_ms, (views, usages) = timed(lambda: generate_ascend_cluster(size, rng) if ascend
+    build_ms, (views, usages) = timed(lambda: generate_family_cluster(size, rng, family) if family
+                                      else generate_ascend_cluster(size, rng) if ascend
                                       else generate_cluster(size, rng, mixed=mixed))
     candidates = list(views)
     per_pod: list[float] = []
     unplaced = 0
     placements: list[str] = []
-    shapes = ascend_pods() if ascend else TYPICAL_PODS + mixed_pods() if mixed else TYPICAL_PODS
-    impossible = npu_ask(1, 200_000) if ascend else IMPOSSIBLE_POD
+    shapes = family_pods(family) if family else ascend_pods() if ascend else \
+        TYPICAL_PODS + mixed_pods() if mixed else TYPICAL_PODS
+    impossible = family_pods(family)[0][1] if family else npu_ask(1, 200_000) if ascend else IMPOSSIBLE_POD
+    if family:  # a pod asking more devices than any node has
+        impossible = PodRequest(node_terms=impossible.node_terms, containers=tuple(
+            replace(ask, count=GPUS_PER_NODE + 1) for ask in impossible.containers))
     for number in range(pods):
         _, request, options = shapes[number % len(shapes)]
         if quota is None:
@@ -271,7 +330,7 @@ def run(size: int, pods: int, seed: int, *, mixed: bool = False, ascend: bool = 
         elapsed, result = timed(decide)
         assert isinstance(result, NoPlacement) and len(result.reasons) == size
         retry_runs.append(elapsed)
-    kind = (" (Ascend 910B3 NPUs, two HCCS groups)" if ascend else
+    kind = (f" ({family})" if family else " (Ascend 910B3 NPUs, two HCCS groups)" if ascend else
             " (a third DCU nodes, a third GPUs + DCUs)" if mixed else "")
     if quota is not None:
         kind += f", pods of {len(quota.limits)} namespaces under quota"
@@ -292,6 +351,8 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=7, help="random seed for the generated clusters")
     parser.add_argument("--mixed", action="store_true", help="a third DCU nodes, a third GPU + DCU nodes")
     parser.add_argument("--ascend", action="store_true", help="8 Ascend 910B3 NPUs per node in two HCCS groups")
+    parser.add_argument("--family", default="", metavar="CW",
+                        help="8 devices of this family per node (a common word), or all: a row per family")
     parser.add_argument("--record", help="write every placement to this file")
     parser.add_argument("--check", help="compare every placement with this file (written by --record)")
     parser.add_argument("--cpu-time", action="store_true",
@@ -307,8 +368,11 @@ def main() -> None:
     placements: list[str] = []
     for size in (int(part) for part in arguments.sizes.split(",")):
         quota = QuotaBook.generous(arguments.quota, arguments.quota_mib) if arguments.quota else None
-        placements += run(size, arguments.pods, arguments.seed, mixed=arguments.mixed, ascend=arguments.ascend,
-                          quota=quota)
+        families = ([family.cw for family in DEFAULT_CATALOG if family.cw not in COVERED_ELSEWHERE]
+                    if arguments.family == "all" else [arguments.family])
+        for family in families:
+            placements += run(size, arguments.pods, arguments.seed, mixed=arguments.mixed, ascend=arguments.ascend,
+                              quota=quota, family=family)
     if arguments.record:
         Path(arguments.record).write_text("\n".join(placements) + "\n")
     if arguments.check:

@@ -5,7 +5,7 @@ the webhook listener and ``/filter`` + ``/bind`` on the extender listener, and t
 ``/metrics`` on the plain-HTTP metrics listener; the Hygon DCU pod lands on the DCU node with a DCU, and the
 Cambricon MLU pod on the MLU node (read from its capacity) with an MLU, each shown with its family both in the outcomes
 and in the usage table; the Ascend pods (the server runs with ``--enable-ascend``): a slice rounded up to its template
-on NPU 0 and a 4-NPU job inside the other HCCS group.
+on NPU 0 and a 4-NPU job inside the other HCCS group; a Biren, an Enflame GCU and a Metax GPU pod on their nodes.
 """
 
 from __future__ import annotations
@@ -25,6 +25,11 @@ def test_the_demo_schedules_the_example_pods_through_the_three_listeners(capsys:
     assert " scheduled " in output and " denied " in output
     assert "Device usage as the server reports it on /metrics" in output
     assert "demo failed" not in output
+    # Biren, Enflame GCU and Metax GPU: whole cards on their own nodes (a register; the capacity; the capacity).
+    assert re.search(r"^biren-job +scheduled +biren-1 +Biren +biren-1-card-[01]\(0MiB,0%\)", output, re.MULTILINE)
+    assert re.search(r"^gcu-job +scheduled +gcu-1 +GCU +gcu-1-GCU-\d\(100MiB,100%\),gcu-1-GCU-\d", output, re.MULTILINE)
+    assert re.search(r"^metax-job +scheduled +metax-1 +Metax-GPU +metax-1-metax-\d\(65536MiB,100%\),", output,
+                     re.MULTILINE)
     # The DCU pod: scheduled on dcu-1, 16384 MiB and 50 % of one DCU; the usage table shows that DCU as a DCU.
     assert re.search(r"^dcu-inference +scheduled +dcu-1 +DCU +DCU-[01]\(16384MiB,50%\)", output, re.MULTILINE)
     assert re.search(r"^dcu-1 +DCU-[01] +DCU +DCU-BW100 +1 +16384/65520 +50/100", output, re.MULTILINE)

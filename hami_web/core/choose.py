@@ -12,9 +12,10 @@ have its bind refused. A busy node is never excluded: a pod that fits only there
 
 from __future__ import annotations
 
+import json
 from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from operator import attrgetter
+from operator import add, attrgetter
 
 from hami_web.core.fit import INVALID_REGISTER as INVALID_REGISTER  # re-exported: the reasons' vocabulary
 from hami_web.core.fit import PodFit, fit_pod, group_score_bound, may_fit
@@ -48,6 +49,7 @@ class NoPlacement:
 
 _BY_NAME = attrgetter("inventory.name")
 _BY_SCORE = attrgetter("score")
+_ANNOTATIONS = attrgetter("inventory.annotations")
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -91,7 +93,12 @@ def rank_nodes(views: Sequence[NodeView], policy: str, busy: Collection[str] = (
     """
     # Two stable sorts with C-level keys: by name, then by score (reverse keeps equal scores in name order).
     ranked = sorted(views, key=_BY_NAME)
-    ranked.sort(key=_BY_SCORE if scores is None else lambda view: scores[view.name], reverse=policy != SPREAD)
+    if scores is None:
+        ranked.sort(key=_BY_SCORE, reverse=policy != SPREAD)
+    else:
+        totals = list(map(scores.__getitem__, map(_BY_NAME, ranked)))
+        order = sorted(range(len(ranked)), key=totals.__getitem__, reverse=policy != SPREAD)
+        ranked = list(map(ranked.__getitem__, order))
     return list(_busy_last(ranked, busy)) if busy else ranked
 
 
@@ -135,7 +142,7 @@ def choose_node(request: PodRequest, options: PodOptions, candidates: Sequence[s
     if reach:
         ranked = _busy_last(rank_nodes(known, options.node_policy), busy)
         return _choose_with_group_score(ask, ranked, reasons, candidates, busy, reach)
-    scores = _with_family_terms(request, known, options.node_policy)
+    scores, same_term = _with_family_terms(request, known, options.node_policy)
     ranked = _busy_last(rank_nodes(known, options.node_policy, scores=scores), busy)
     skipped: list[NodeView] = []
     for view in ranked:
@@ -145,22 +152,37 @@ def choose_node(request: PodRequest, options: PodOptions, candidates: Sequence[s
         result = _fit_or_reason(ask, view)
         if isinstance(result, PodFit):
             return Placement(node=view.name, grants=result.grants,
-                             node_score=scores[view.name] if scores else view.score, node_busy=view.name in busy)
+                             node_score=scores[view.name] if scores else view.score + same_term,
+                             node_busy=view.name in busy)
         reasons[view.name] = result
-    return _first_skipped(ask, skipped, reasons, candidates, busy, scores)
+    return _first_skipped(ask, skipped, reasons, candidates, busy, scores, same_term)
 
 
-def _with_family_terms(request: PodRequest, views: Sequence[NodeView], policy: str) -> dict[str, float] | None:
+def _with_family_terms(request: PodRequest, views: Sequence[NodeView],
+                       policy: str) -> tuple[dict[str, float] | None, float]:
     """Each node's score plus the asked families' own terms (`hami_web.core.families.family.NodeScore`: Metax GPU's
-    topology loss), None when no asked family has one (the common case: the view's score stands)."""
+    topology loss); ``(None, term)`` when every node earns the same ``term`` (none asked: 0), whose order is the
+    scores' own.
+
+    Nodes carry few distinct annotation sets (none, or the same tables): each set is judged once, and the per-node work
+    is C-level maps, so ranking a thousand nodes costs little more than without the terms."""
     if not request.node_terms:
-        return None
-    return {view.name: view.score + sum(rule.term(view.inventory.annotations, devices, policy)
-                                        for rule, devices in request.node_terms) for view in views}
+        return None, 0.0
+    annotations = list(map(_ANNOTATIONS, views))
+    terms: dict[str, float] = {}
+    for distinct in set(annotations):
+        given = json.loads(distinct) if distinct else {}
+        terms[distinct] = sum(rule.term(given, devices, policy) for rule, devices in request.node_terms) if given \
+            else 0.0
+    if len(set(terms.values())) <= 1:
+        return None, next(iter(terms.values()), 0.0)
+    totals = map(add, map(_BY_SCORE, views), map(terms.__getitem__, annotations))
+    return dict(zip(map(_BY_NAME, views), totals, strict=True)), 0.0
 
 
 def _first_skipped(ask: _Ask, skipped: Sequence[NodeView], reasons: dict[str, str], candidates: Sequence[str],
-                   busy: Collection[str], scores: Mapping[str, float] | None = None) -> Placement | NoPlacement:
+                   busy: Collection[str], scores: Mapping[str, float] | None = None,
+                   same_term: float = 0.0) -> Placement | NoPlacement:
     """The nodes `may_fit` ruled out, fitted after all: the full fit is the authority on the reason (may_fit is only
     a necessary condition); should it ever disagree, the skipped nodes are still in rank order, so the first fit is
     the right answer. Otherwise a reason for every candidate."""
@@ -168,7 +190,8 @@ def _first_skipped(ask: _Ask, skipped: Sequence[NodeView], reasons: dict[str, st
         result = _fit_or_reason(ask, view)
         if isinstance(result, PodFit):
             return Placement(node=view.name, grants=result.grants,
-                             node_score=scores[view.name] if scores else view.score, node_busy=view.name in busy)
+                             node_score=scores[view.name] if scores else view.score + same_term,
+                             node_busy=view.name in busy)
         reasons[view.name] = result
     return NoPlacement(reasons={name: reasons[name] for name in dict.fromkeys(candidates)})
 

@@ -87,8 +87,9 @@ class NodeInventory:
     # containers are picked here (README.md#ascend-npus: "network" = HCCS groups, "pairs" = module pairs).
     soft_split: frozenset[str] = frozenset()
     grouping: Mapping[str, Grouping] = field(default_factory=dict)
-    # The node annotations the families' own node scores read (`hami_web.core.families.family.NodeScore.keys`).
-    annotations: Mapping[str, str] = field(default_factory=dict)
+    # The node annotations the families' own node scores read (`hami_web.core.families.family.NodeScore.keys`), as
+    # JSON text of a map ("" = none): a string, whose hash Python keeps, so a decision judges each distinct set once.
+    annotations: str = ""
     groups: Mapping[str, tuple[int, int]] = field(init=False, compare=False, repr=False)
 
     def __post_init__(self) -> None:

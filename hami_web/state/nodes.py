@@ -10,6 +10,7 @@ pods. A family whose inventory is not an annotation (Cambricon's, read from the 
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -276,6 +277,8 @@ def node_state(record: NodeRecord, *, now: float, catalog: DeviceCatalog = DEFAU
     inventory = NodeInventory(name=name, devices=tuple(devices), pair_scores=pair_scores, cordoned=cordoned,
                               broken=broken, topology=frozenset(family.cw for family in catalog if family.topology),
                               soft_split=frozenset(family.family for family in record.families if family.soft_split),
-                              grouping=_groupings(devices, catalog), annotations=dict(record.score_annotations))
+                              grouping=_groupings(devices, catalog),
+                              annotations=json.dumps(dict(sorted(record.score_annotations)))
+                              if record.score_annotations else "")
     return NodeState(name=name, inventory=inventory, error="; ".join(errors), handshake_due=due, plugin_gone=gone,
                      record=record)

@@ -81,7 +81,7 @@ def outcome(result: PodFit | FitFailure) -> tuple[str, ...] | str:
 # --- the families -------------------------------------------------------------------------------------------------
 
 def test_enable_ascend_adds_the_seven_chips_of_hamis_chart() -> None:
-    assert [family.cw for family in build_catalog()] == ["DCU", "MLU", "NVIDIA"]
+    assert not any(family.kind == "ascend" for family in build_catalog())
     assert sorted(family.cw for family in CATALOG if family.kind == "ascend") == sorted(CHIPS)
 
 

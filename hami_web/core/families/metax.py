@@ -12,6 +12,7 @@ config is shared with Metax sGPU; this family reads its ``resourceCountName``.
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -30,8 +31,10 @@ TOPOLOGY_BASE = 2000
 DEFAULT_RESOURCES = ResourceNames(count="metax-tech.com/gpu", memory="", memory_percentage="", cores="", priority="")
 
 
+@functools.lru_cache(maxsize=4096)
 def topology_value(text: str, devices: int) -> float:
-    """HAMi's ``parseMetaxAnnos``: the value for ``devices`` in a JSON map of card counts; 0 when unreadable or absent."""
+    """HAMi's ``parseMetaxAnnos``: the value for ``devices`` in a JSON map of card counts; 0 when unreadable or absent.
+    Remembered: every node of a cluster tends to carry the same few tables, and each decision ranks every node."""
     try:
         table = json.loads(text)
     except ValueError:
