@@ -19,8 +19,9 @@ from hami_web.server.listeners import LISTENER_ENVIRON_KEY
 
 from .conftest import PENDING_POD, DemoCluster
 
-DEMO_GPUS = 34  # 4 + 4 A40, 8 A100, 2 MIG A100, 2 T4, 2 Hygon DCUs, 4 Cambricon MLUs, 8 Ascend 910B3 NPUs
-DEMO_NODES = 8
+DEMO_GPUS = 44  # 4 + 4 A40, 8 A100, 2 MIG A100, 2 T4, 2 Hygon DCUs, 4 Cambricon MLUs, 8 Ascend 910B3 NPUs,
+# 2 Biren cards, 4 Enflame GCUs, 4 Metax GPUs
+DEMO_NODES = 11
 
 
 @pytest.fixture
@@ -55,9 +56,9 @@ def test_overview_sorts_by_fullness_of_the_chosen_metric(client: FlaskClient) ->
 
 
 def test_overview_pages_by_node_and_keeps_the_totals(client: FlaskClient) -> None:
-    first = _get(client, "/ui/api/overview?sort=name&per_page=4")
-    second = _get(client, "/ui/api/overview?sort=name&per_page=4&page=2")
-    assert first["paging"] == {"page": 1, "pages": 2, "per_page": 4, "total": DEMO_NODES}
+    first = _get(client, "/ui/api/overview?sort=name&per_page=6")
+    second = _get(client, "/ui/api/overview?sort=name&per_page=6&page=2")
+    assert first["paging"] == {"page": 1, "pages": 2, "per_page": 6, "total": DEMO_NODES}
     names = [node["name"] for node in first["nodes"] + second["nodes"]]
     assert names == sorted(names) and len(names) == DEMO_NODES
     assert first["totals"] == second["totals"]
@@ -72,7 +73,8 @@ def test_overview_filters_by_gpu_type(client: FlaskClient) -> None:
 def test_overview_draws_a_free_memory_histogram_per_gpu_type(client: FlaskClient) -> None:
     histograms = _get(client, "/ui/api/overview")["histograms"]
     assert [(h["family"], h["type"]) for h in histograms] == [
-        ("Ascend910B3", "Ascend910B3"), ("DCU", "DCU-BW100"), ("MLU", "MLU370-X4"),
+        ("Ascend910B3", "Ascend910B3"), ("Biren", "Biren"), ("DCU", "DCU-BW100"), ("GCU", "GCU"), ("MLU", "MLU370-X4"),
+        ("Metax-GPU", "Metax-GPU"),
         ("NVIDIA", "NVIDIA-NVIDIA A100-SXM4-40GB"), ("NVIDIA", "NVIDIA-NVIDIA A100-SXM4-80GB"),
         ("NVIDIA", "NVIDIA-NVIDIA A40"), ("NVIDIA", "NVIDIA-Tesla T4")]
     for histogram in histograms:
@@ -130,8 +132,9 @@ def test_whatif_without_a_shape_only_offers_the_form(client: FlaskClient) -> Non
     ascend = [{"cw": cw, "label": f"Ascend {chip}"} for cw, chip in (
         ("Ascend310P", "310P3"), ("Ascend910A", "910A"), ("Ascend910B2", "910B2"), ("Ascend910B3", "910B3"),
         ("Ascend910B4", "910B4"), ("Ascend910B4-1", "910B4-1"), ("Ascend910C", "Ascend910"))]
-    assert answer["families"] == [*ascend, {"cw": "DCU", "label": "Hygon DCU"}, {"cw": "MLU", "label": "Cambricon MLU"},
-                                  {"cw": "NVIDIA", "label": "NVIDIA GPU"}]
+    assert answer["families"] == [*ascend, {"cw": "Biren", "label": "Biren GPU"}, {"cw": "DCU", "label": "Hygon DCU"},
+                                  {"cw": "GCU", "label": "Enflame GCU"}, {"cw": "MLU", "label": "Cambricon MLU"},
+                                  {"cw": "Metax-GPU", "label": "Metax GPU"}, {"cw": "NVIDIA", "label": "NVIDIA GPU"}]
 
 
 def test_a_mig_gpu_is_drawn_as_its_slices(client: FlaskClient, demo: DemoCluster) -> None:
@@ -163,12 +166,13 @@ def test_every_cell_carries_its_family_and_the_dcu_node_shows_its_dcus(client: F
     assert demo.outcomes["ml/dcu-inference"] == "dcu-1"
     held = [pod for cell in dcu["gpus"] for pod in cell["pods"]]
     assert held == [{"pod": "ml/dcu-inference", "container": "server", "memory_mib": 16384, "cores": 50}]
-    assert {cell["family"] for name, node in nodes.items() if name not in ("dcu-1", "mlu-1", "npu-1")
+    assert {cell["family"] for name, node in nodes.items()
+            if name not in ("dcu-1", "mlu-1", "npu-1", "biren-1", "gcu-1", "metax-1")
             for cell in node["gpus"]} == {"NVIDIA"}
     families = overview["totals"]["families"]
     assert (families["DCU"]["nodes"], families["DCU"]["gpus"], families["DCU"]["pods"]) == (1, 2, 1)
-    assert (families["DCU"]["gpus"] + families["MLU"]["gpus"] + families["NVIDIA"]["gpus"]
-            + families["Ascend910B3"]["gpus"]) == DEMO_GPUS
+    assert sum(families[cw]["gpus"] for cw in ("DCU", "MLU", "NVIDIA", "Ascend910B3", "Biren", "GCU", "Metax-GPU")) \
+        == DEMO_GPUS
     assert overview["families"] == [family.cw for family in demo.runtime.settings.devices]
     assert {"DCU", "MLU", "Ascend910B3"} <= set(overview["families"])
 
