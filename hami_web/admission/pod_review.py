@@ -139,7 +139,9 @@ def _mutate_containers(mutated: dict[str, Any], policy: AdmissionPolicy, gpu_con
     """Mutate every container of ``mutated`` in place, noting which ask for devices (and of which families) and
     which are privileged, and adding to ``warnings``. Raises `QuantityError` or `FamilyRefusal` as `_mutate_container`
     does."""
-    annotations = (mutated.get("metadata") or {}).get("annotations") or {}
+    metadata = mutated.setdefault("metadata", {})
+    given = metadata.get("annotations")
+    annotations = given if isinstance(given, dict) else {}
     for slot, container in iter_containers(mutated):
         target = container
         if _is_privileged(container):
@@ -153,6 +155,8 @@ def _mutate_containers(mutated: dict[str, Any], policy: AdmissionPolicy, gpu_con
         if used:
             gpu_containers.append(slot.name)
             families_used.update((family.cw, family) for family in used)
+    if annotations and given is None:  # a family's rules annotated a pod that had no annotations
+        metadata["annotations"] = annotations
 
 
 class FamilyRefusal(ValueError):
@@ -234,6 +238,8 @@ def _mutate_for_family(container: dict[str, Any], name: str, family: Family, ann
     # A count given, even 0, makes the container the family's (HAMi v2.10's MutateAdmission of every family): the pod
     # is routed to us with the family's additions, and /filter and /bind pass it through.
     uses = count is not None
+    if rules.positive_count and count is not None and count <= 0:
+        raise FamilyRefusal(f"container {name}: {names.count} must be greater than 0")
     if rules.priority_env and names.priority and names.priority in limits:
         # HAMi reads the priority from limits only; _read_quantities took the limits value first.
         _set_env(container, rules.priority_env, str(asked[names.priority]))
@@ -281,11 +287,13 @@ def _resize(container: dict[str, Any], name: str, family: Family,
         limits[names.count] = str(outcome.count)
         if isinstance(requests, dict) and names.count in requests:
             requests[names.count] = str(outcome.count)
-    if outcome.memory is not None and names.memory:
-        limits[names.memory] = str(outcome.memory)
-        if not isinstance(requests, dict):
-            requests = container["resources"]["requests"] = {}
-        requests[names.memory] = str(outcome.memory)
+    for resource, value in ((names.memory, outcome.memory), (names.cores, outcome.cores)):
+        if value is not None and resource:
+            limits[resource] = str(value)
+            if not isinstance(requests, dict):
+                requests = container["resources"]["requests"] = {}
+            requests[resource] = str(value)
+    annotations.update(outcome.pod_annotations)
 
 
 def _read_quantities(container: dict[str, Any], name: str, family: Family) -> dict[str, int]:

@@ -64,15 +64,16 @@ def _failure(reasons: dict[str, int], total: int) -> FitFailure:
 
 
 def fit_container(request: ContainerRequest, inventory: NodeInventory, work: WorkingUsage, options: PodOptions,
-                  occupied: WorkingPlacements | None = None,
-                  quota: QuotaTally | None = None) -> tuple[DeviceGrant, ...] | FitFailure:
+                  occupied: WorkingPlacements | None = None, quota: QuotaTally | None = None,
+                  pinned: frozenset[str] | None = None) -> tuple[DeviceGrant, ...] | FitFailure:
     """Pick devices of the request's family for one container on ``work`` and book them there, or say why not.
 
     The families without pair scores (``inventory.topology``) read topology-aware as spread
     (README.md#decisions, device families). ``occupied`` is the node's working MIG occupancy, which `fit_pod` passes
     when the node has dynamic MIG GPUs (None: it has none); a container whose candidates include one is fitted by
     `_fit_with_mig`. ``quota``: the pod's tally against its namespace's limits, which the picks are added to
-    (README.md#namespace-quotas).
+    (README.md#namespace-quotas). ``pinned``: the cards the pod's earlier containers hold, for a family that keeps a
+    pod on one card (`_one_card`).
     """
     first, end = inventory.groups.get(request.family, (0, 0))
     whole = first == 0 and end == len(inventory.devices)
@@ -99,6 +100,8 @@ def fit_container(request: ContainerRequest, inventory: NodeInventory, work: Wor
             reasons[reason] = reasons.get(reason, 0) + 1
         else:
             passing.append(position)
+    if pinned is not None:
+        passing = _one_card(passing, devices, pinned, reasons)
     if occupied is not None and any(is_dynamic_mig(devices[position]) for position in passing):
         fitted = _fit_with_mig(request, inventory, (first, devices), work, occupied, booked, passing, reasons,
                                options)
@@ -123,6 +126,16 @@ def fit_container(request: ContainerRequest, inventory: NodeInventory, work: Wor
                 reasons[names.ALLOCATED_CARDS_INSUFFICIENT_REQUEST] = len(chosen)
             return _failure(reasons, total)
     return _book(chosen, devices, first, work, booked, request, selection.soft_split, quota)
+
+
+def _one_card(passing: list[int], devices: Sequence[Device], pinned: frozenset[str],
+              reasons: dict[str, int]) -> list[int]:
+    """HAMi's ``customFilterRule`` (Metax GPU, Mthreads): a device passes only when every card the pod's earlier
+    containers hold is this one; the others fail ``CardNotFoundCustomFilterRule``."""
+    kept = [position for position in passing if pinned <= {devices[position].uuid}]
+    if len(kept) < len(passing):
+        reasons[names.CARD_NOT_FOUND_CUSTOM_FILTER_RULE] = len(passing) - len(kept)
+    return kept
 
 
 def _booked(request: ContainerRequest, devices: Sequence[Device]) -> list[int]:
@@ -373,7 +386,9 @@ def fit_pod(request: PodRequest, view: NodeView, options: PodOptions,
                 grants.append(())
                 continue
             work: WorkingUsage = list(base) if container.init else shared
-            result = fit_container(container, inventory, work, options, placements, tally)
+            pinned = frozenset(grant.uuid for earlier, asked in zip(grants, containers, strict=False) if not asked.init
+                               for grant in earlier) if container.one_card and not container.init else None
+            result = fit_container(container, inventory, work, options, placements, tally, pinned or None)
             if isinstance(result, FitFailure):
                 return _named(result, family, len(blocks), inventory)
             grants.append(result)

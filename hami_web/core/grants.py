@@ -130,12 +130,20 @@ PREDICATE_TIME = "predicate-time"
 
 
 def bind_annotations(grants: Sequence[Sequence[DeviceGrant]], catalog: DeviceCatalog, *,
-                     now_seconds: int) -> dict[str, str]:
-    """Everything a bind writes for the families of ``grants``: `booking_annotations`, and ``predicate-time`` (the
-    bind's Unix seconds, no prefix) when a family's device plugin reads it (Ascend's, README.md#ascend-npus)."""
+                     now_seconds: int, node: str = "", now_ns: int | None = None) -> dict[str, str]:
+    """Everything a bind writes for the families of ``grants``: `booking_annotations`; ``predicate-time`` (the
+    bind's Unix seconds, no prefix) when a family's device plugin reads it (Ascend's, README.md#ascend-npus); a family's
+    ``predicate_node_key`` (the node) and ``predicate_ns_key`` (the bind's time in nanoseconds: ``now_ns``, else
+    ``now_seconds`` in nanoseconds), as HAMi's Mthreads and AWS Neuron ``PatchAnnotations`` write them."""
     annotations = booking_annotations(grants, catalog)
-    if any(catalog[cw].predicate_time for cw in families_of(grants)):
-        annotations[PREDICATE_TIME] = str(now_seconds)
+    for cw in families_of(grants):
+        family = catalog[cw]
+        if family.predicate_time:
+            annotations[PREDICATE_TIME] = str(now_seconds)
+        if family.predicate_node_key:
+            annotations[family.predicate_node_key] = node
+        if family.predicate_ns_key:
+            annotations[family.predicate_ns_key] = str(now_seconds * 10**9 if now_ns is None else now_ns)
     return annotations
 
 

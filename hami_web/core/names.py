@@ -61,5 +61,8 @@ CARD_MIG_TOPOLOGY_INFEASIBLE = "CardMigTopologyInfeasible"
 # The device would take the pod's namespace past a ResourceQuota limit on device memory or cores.
 RESOURCE_QUOTA_NOT_FIT = "ResourceQuotaNotFit"
 CARD_MIG_LEGACY_GEOMETRY = "CardMigLegacyGeometry"
+# A later container of a pod whose family keeps a pod on one card (Metax GPU, Mthreads: HAMi's ``customFilterRule``)
+# offered another card than the pod's earlier containers hold.
+CARD_NOT_FOUND_CUSTOM_FILTER_RULE = "CardNotFoundCustomFilterRule"
 # The pod asks for a soft split (Ascend hami-core) the node does not allow.
 MODE_NOT_FIT = "ModeNotFit"

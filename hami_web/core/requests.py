@@ -44,6 +44,7 @@ class ContainerRequest:
     cores: int = 0
     family: str = NVIDIA
     grouped: bool = False  # the family keeps multi-device containers in network groups (a node-score term)
+    one_card: bool = False  # the pod's later containers may only use its earlier ones' card (`Family.one_card_per_pod`)
 
     def booked_memory_mib(self, total_memory_mib: int) -> int:
         """Memory this container books on a device of ``total_memory_mib``."""
@@ -225,9 +226,12 @@ def family_request(container: Mapping[str, Any], *, init: bool, family: Family) 
             memory_percent = FULL_CARD_PERCENT
     cores = read(names.cores)
     cores = family.default_cores if cores is None else cores
+    if family.divides_ask:  # HAMi's Mthreads: the ask is for all the container's devices together
+        memory_mib, cores = memory_mib // count, cores // count
     return ContainerRequest(name=name, init=init, count=count, memory_mib=memory_mib,
                             memory_percent=memory_percent or FULL_CARD_PERCENT, cores=min(cores, MAX_CORES),
-                            family=family.cw, grouped=family.grouping is not None and family.grouping.scored)
+                            family=family.cw, grouped=family.grouping is not None and family.grouping.scored,
+                            one_card=family.one_card_per_pod)
 
 
 def pod_request(pod: Mapping[str, Any], defaults: RequestDefaults) -> PodRequest:

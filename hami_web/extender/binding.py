@@ -340,13 +340,15 @@ class Binder:
         Preconditions: the pod of that name has our uid, and nobody (another extender binding the same pod, a Binding)
         changed it since that version was read.
         """
-        now = str(int(self._clock()))
+        clock = self._clock()
+        now = str(int(clock))
         return self._kube.patch_pod(placed.namespace, placed.name, {"metadata": {
             "uid": placed.uid, "resourceVersion": resource_version or None,
             "annotations": {
                 names.POD_ASSIGNED_NODE: node, names.POD_ASSIGNED_TIME: now,
                 **cleared_annotations(placed.grants, self._catalog),
-                **bind_annotations(placed.grants, self._catalog, now_seconds=int(now)),
+                **bind_annotations(placed.grants, self._catalog, now_seconds=int(now), node=node,
+                                   now_ns=int(clock * 10**9)),
                 names.POD_BIND_PHASE: "allocating", names.POD_BIND_TIME: now},
             "labels": {names.LABEL_ASSIGNED_NODE: node}}})
 

@@ -120,7 +120,7 @@ def test_the_count_is_read_from_limits_or_requests(family: Family, memory_percen
                                                    where: str) -> None:
     request = pod_request(pod(family, 2, where=where), DEFAULTS)
     assert request.containers == (ContainerRequest(name="c0", init=False, count=2, memory_percent=memory_percent,
-                                                   cores=cores, family=family.cw),)
+                                                   cores=cores, family=family.cw, one_card=family is METAX),)
 
 
 # --- the fit -------------------------------------------------------------------------------------------------------

@@ -19,9 +19,9 @@ from hami_web.server.listeners import LISTENER_ENVIRON_KEY
 
 from .conftest import PENDING_POD, DemoCluster
 
-DEMO_GPUS = 44  # 4 + 4 A40, 8 A100, 2 MIG A100, 2 T4, 2 Hygon DCUs, 4 Cambricon MLUs, 8 Ascend 910B3 NPUs,
-# 2 Biren cards, 4 Enflame GCUs, 4 Metax GPUs
-DEMO_NODES = 11
+DEMO_GPUS = 46  # 4 + 4 A40, 8 A100, 2 MIG A100, 2 T4, 2 Hygon DCUs, 4 Cambricon MLUs, 8 Ascend 910B3 NPUs,
+# 2 Biren cards, 4 Enflame GCUs, 4 Metax GPUs, 2 Moore Threads GPUs
+DEMO_NODES = 12
 
 
 @pytest.fixture
@@ -74,7 +74,7 @@ def test_overview_draws_a_free_memory_histogram_per_gpu_type(client: FlaskClient
     histograms = _get(client, "/ui/api/overview")["histograms"]
     assert [(h["family"], h["type"]) for h in histograms] == [
         ("Ascend910B3", "Ascend910B3"), ("Biren", "Biren"), ("DCU", "DCU-BW100"), ("GCU", "GCU"), ("MLU", "MLU370-X4"),
-        ("Metax-GPU", "Metax-GPU"),
+        ("Metax-GPU", "Metax-GPU"), ("Mthreads", "Mthreads"),
         ("NVIDIA", "NVIDIA-NVIDIA A100-SXM4-40GB"), ("NVIDIA", "NVIDIA-NVIDIA A100-SXM4-80GB"),
         ("NVIDIA", "NVIDIA-NVIDIA A40"), ("NVIDIA", "NVIDIA-Tesla T4")]
     for histogram in histograms:
@@ -134,7 +134,9 @@ def test_whatif_without_a_shape_only_offers_the_form(client: FlaskClient) -> Non
         ("Ascend910B4", "910B4"), ("Ascend910B4-1", "910B4-1"), ("Ascend910C", "Ascend910"))]
     assert answer["families"] == [*ascend, {"cw": "Biren", "label": "Biren GPU"}, {"cw": "DCU", "label": "Hygon DCU"},
                                   {"cw": "GCU", "label": "Enflame GCU"}, {"cw": "MLU", "label": "Cambricon MLU"},
-                                  {"cw": "Metax-GPU", "label": "Metax GPU"}, {"cw": "NVIDIA", "label": "NVIDIA GPU"}]
+                                  {"cw": "Metax-GPU", "label": "Metax GPU"},
+                                  {"cw": "Mthreads", "label": "Moore Threads GPU"},
+                                  {"cw": "NVIDIA", "label": "NVIDIA GPU"}]
 
 
 def test_a_mig_gpu_is_drawn_as_its_slices(client: FlaskClient, demo: DemoCluster) -> None:
@@ -167,11 +169,12 @@ def test_every_cell_carries_its_family_and_the_dcu_node_shows_its_dcus(client: F
     held = [pod for cell in dcu["gpus"] for pod in cell["pods"]]
     assert held == [{"pod": "ml/dcu-inference", "container": "server", "memory_mib": 16384, "cores": 50}]
     assert {cell["family"] for name, node in nodes.items()
-            if name not in ("dcu-1", "mlu-1", "npu-1", "biren-1", "gcu-1", "metax-1")
+            if name not in ("dcu-1", "mlu-1", "npu-1", "biren-1", "gcu-1", "metax-1", "mthreads-1")
             for cell in node["gpus"]} == {"NVIDIA"}
     families = overview["totals"]["families"]
     assert (families["DCU"]["nodes"], families["DCU"]["gpus"], families["DCU"]["pods"]) == (1, 2, 1)
-    assert sum(families[cw]["gpus"] for cw in ("DCU", "MLU", "NVIDIA", "Ascend910B3", "Biren", "GCU", "Metax-GPU")) \
+    assert sum(families[cw]["gpus"] for cw in ("DCU", "MLU", "NVIDIA", "Ascend910B3", "Biren", "GCU", "Metax-GPU",
+                                                 "Mthreads")) \
         == DEMO_GPUS
     assert overview["families"] == [family.cw for family in demo.runtime.settings.devices]
     assert {"DCU", "MLU", "Ascend910B3"} <= set(overview["families"])

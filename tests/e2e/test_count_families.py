@@ -1,7 +1,8 @@
-"""Biren, Enflame GCU and Metax GPU through the real clients (README.md#device-families).
+"""Biren, Enflame GCU, Metax GPU and Moore Threads through the real clients (README.md#device-families).
 
 Covers: one pod per family created as ``kubectl apply`` would is sent to our webhook by ``k8s/webhook.yaml``'s
-matchConditions (``birentech.com/*``, ``enflame.com/*``, ``metax-tech.com/*``) and routed to hami-scheduler;
+matchConditions (``birentech.com/*``, ``enflame.com/*``, ``metax-tech.com/*``,
+``mthreads.com/*``) and routed to hami-scheduler;
 kube-scheduler, configured by ``k8s/scheduler-config.yaml`` (the three count resources in ``managedResources``),
 binds each onto its family's node of one pool, past an NVIDIA node and the other families' nodes, with exactly the pair
 of ``…-devices-to-allocate`` / ``-allocated`` annotations HAMi v2.10's ``PatchAnnotations`` writes; the GCU's and
@@ -24,7 +25,8 @@ BIREN_REGISTER = ('[{"id":"%s-biren-0","index":0,"count":1,"devmem":32768,"type"
 
 @pytest.fixture
 def count_pool(control_plane: ControlPlane, namespace: str) -> dict[str, str]:
-    """An NVIDIA node, a Biren node (its register), a GCU node and a Metax node (their capacity), one pool."""
+    """An NVIDIA node, a Biren node (its register), a GCU, a Metax and a Moore Threads node (their capacity), one
+    pool."""
     label = {"e2e.hami.io/pool": namespace}
     nvidia = f"{namespace}-nvidia"
     control_plane.create_gpu_node(nvidia, devices(nvidia, 1, memory_mib=46068, type=A40), labels=label)
@@ -33,6 +35,8 @@ def count_pool(control_plane: ControlPlane, namespace: str) -> dict[str, str]:
         "hami.io/node-handshake-biren": "Reported 2099-01-01 00:00:00"})
     control_plane.create_node(f"{namespace}-gcu", labels=label, devices={"enflame.com/gcu": "2"}, annotations={})
     control_plane.create_node(f"{namespace}-metax", labels=label, devices={"metax-tech.com/gpu": "2"}, annotations={})
+    control_plane.create_node(f"{namespace}-mthreads", labels=label, annotations={}, devices={
+        "mthreads.com/vgpu": "200", "mthreads.com/sgpu-core": "32", "mthreads.com/sgpu-memory": "192"})
     return label
 
 
@@ -45,10 +49,12 @@ def count_pool(control_plane: ControlPlane, namespace: str) -> dict[str, str]:
     ("metax", "metax-tech.com/gpu", "metax",
      ("hami.io/metax-gpu-devices-to-allocate", "hami.io/metax-gpu-devices-allocated"),
      "{ns}-metax-metax-0,Metax-GPU,65536,100:;", None),
+    ("mthreads", "mthreads.com/vgpu", "mthreads", ("hami.io/mthreads-vgpu-devices-allocated",),
+     "{ns}-mthreads-mthreads-0,Mthreads,49152,16:;", None),  # the webhook made it a whole card
 ])
 def test_a_pod_of_each_family_is_routed_filtered_and_bound_with_hamis_annotations(
         control_plane: ControlPlane, namespace: str, count_pool: dict[str, str], pod: str, resource: str, node: str,
-        keys: tuple[str, str], device: str, lock: str | None) -> None:
+        keys: tuple[str, ...], device: str, lock: str | None) -> None:
     control_plane.core.create_namespaced_pod(namespace, pod_manifest(pod, [gpu_container("main", {resource: "1"})],
                                                                      node_selector=count_pool))
     assert control_plane.pod(namespace, pod).spec.scheduler_name == "hami-scheduler"

@@ -1,10 +1,12 @@
-"""Biren, Enflame GCU and Metax GPU through ``/filter`` and ``/bind`` against the API (README.md#device-families).
+"""Biren, Enflame GCU, Metax GPU and Moore Threads through ``/filter`` and ``/bind`` against the API
+(README.md#device-families).
 
-Covers: one node carrying Biren cards (register annotation), Enflame GCUs and Metax GPUs (its capacity) and NVIDIA
-GPUs; a pod of each family bound there with exactly the annotations its device plugin reads (HAMi v2.10's
+Covers: one node carrying Biren cards (register annotation), Enflame GCUs, Metax and Moore Threads GPUs (its capacity)
+and NVIDIA GPUs; a pod of each family bound there with exactly the annotations its device plugin reads (HAMi v2.10's
 ``PatchAnnotations``: ``hami.io/Biren-devices-…``, ``hami.io/enflame-gcu-devices-…``,
-``hami.io/metax-gpu-devices-…``), Biren's bind under ``hami.io/mutex.lock`` (left for its device plugin) and the GCU's
-and Metax's under hami-web's own bind lock (removed once bound); a pod asking a GCU and a Metax GPU getting both, and
+``hami.io/metax-gpu-devices-…``; Moore Threads' ``-allocated`` key alone with ``mthreads.com/gpu-index``,
+``predicate-node`` and ``predicate-time``), Biren's bind under ``hami.io/mutex.lock`` (left for its device plugin) and
+the others' under hami-web's own bind lock (removed once bound); a pod asking a GCU and a Metax GPU getting both, and
 one asking a Metax GPU and a Biren card the node no longer has getting neither, the reason naming Biren and nothing
 booked; a restarted server rebuilding the usage from the pods' annotations so the last GCU is not promised twice;
 every card in HAMi's per-device metrics with its family's type.
@@ -35,13 +37,15 @@ def _mixed_node() -> dict[str, Any]:
         names.NODE_HANDSHAKE: "Requesting_2099-01-01 00:00:00",
         "hami.io/node-biren-register": encode_register_json(biren),
         "hami.io/node-handshake-biren": "Requesting_2099-01-01 00:00:00"}},
-        "status": {"capacity": {"enflame.com/gcu": "2", "metax-tech.com/gpu": "2"},
+        "status": {"capacity": {"enflame.com/gcu": "2", "metax-tech.com/gpu": "2", "mthreads.com/sgpu-core": "32",
+                                "mthreads.com/sgpu-memory": "192"},
                    "allocatable": {"nvidia.com/gpu": "2", "birentech.com/gpu": "1", "enflame.com/gcu": "2",
                                    "metax-tech.com/gpu": "2", "cpu": "8"}}}
 
 
 def _pod(name: str, **counts: str) -> dict[str, Any]:
-    resources = {"biren": "birentech.com/gpu", "gcu": "enflame.com/gcu", "metax": "metax-tech.com/gpu"}
+    resources = {"biren": "birentech.com/gpu", "gcu": "enflame.com/gcu", "metax": "metax-tech.com/gpu",
+                 "mthreads": "mthreads.com/vgpu", "mthreads_memory": "mthreads.com/sgpu-memory"}
     return gpu_pod(name, containers=[container("main", {resources[key]: value for key, value in counts.items()})])
 
 
@@ -76,6 +80,14 @@ def test_a_pod_of_each_family_gets_exactly_its_device_plugins_annotations(apiser
         f"{NODE}-metax-0,Metax-GPU,65536,100:;")
     node_annotations = annotations_of(apiserver, "nodes", NODE)
     assert BIND_LOCK.key not in node_annotations and names.NODE_LOCK not in node_annotations
+
+    apiserver.load([_pod("t", mthreads="1", mthreads_memory="8")])
+    assert scheduler.schedule("t", [NODE]) == NODE
+    written = annotations_of(apiserver, "pods", "t")
+    assert _device_keys(apiserver, "t") == {
+        "hami.io/mthreads-vgpu-devices-allocated": f"{NODE}-mthreads-0,Mthreads,4096,0:;"}
+    assert (written["mthreads.com/gpu-index"], written["mthreads.com/predicate-node"]) == ("0", NODE)
+    assert int(written["mthreads.com/predicate-time"]) > 10**18  # nanoseconds
 
     samples: dict[str, list[tuple[dict[str, str], float]]] = {}
     for family in text_string_to_metric_families(runtime.app.test_client().get("/metrics").get_data(as_text=True)):

@@ -132,6 +132,8 @@ class AdmissionRewrite:
     count: int = 0
     memory: int | None = None
     refusal: str = ""
+    cores: int | None = None  # the cores to write (None = leave as is)
+    pod_annotations: tuple[tuple[str, str], ...] = ()  # annotations to set on the pod (Mthreads' request-gpu-num)
 
 
 class BookedDevice(Protocol):
@@ -166,7 +168,8 @@ class AdmissionRules:
     - ``every_container_env``: variables set on every container the webhook reviews, whether it uses the family or
       not (NVIDIA's ``gpuCorePolicy``: HAMi v2.10 writes ``GPU_CORE_UTILIZATION_POLICY`` in each one);
     - ``notice``: an admission warning for every pod given ``every_container_env`` (a setting passed on as written
-      that the device plugin does not know).
+      that the device plugin does not know);
+    - ``positive_count``: a count of 0 or less is refused (HAMi's Mthreads: "must be greater than 0").
     """
 
     count_in_requests: bool = False
@@ -183,6 +186,7 @@ class AdmissionRules:
     runtime_class_name: str = ""
     every_container_env: tuple[tuple[str, str], ...] = ()
     notice: str = ""
+    positive_count: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -249,6 +253,15 @@ class Family:
     amend: Callable[[Device], Device] | None = None
     # The family's own node-score term (Metax GPU's topology loss); None: none.
     node_score: NodeScore | None = None
+    # A container asking N devices asks memory and cores for all N together: each device books its share (Mthreads).
+    divides_ask: bool = False
+    # A pod's later containers may only use the card its earlier ones hold (HAMi's ``customFilterRule``: Metax GPU,
+    # Mthreads), else ``CardNotFoundCustomFilterRule``.
+    one_card_per_pod: bool = False
+    # Pod annotations the bind writes besides the booking: the node's name (``predicate_node_key``) and the bind's time
+    # in nanoseconds (``predicate_ns_key``), as HAMi's ``PatchAnnotations`` does for Mthreads and AWS Neuron.
+    predicate_node_key: str = ""
+    predicate_ns_key: str = ""
 
     @property
     def bind_lock(self) -> LockRule:

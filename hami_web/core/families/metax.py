@@ -70,6 +70,7 @@ def metax_family(resources: ResourceNames = DEFAULT_RESOURCES) -> Family:
         inventory=CapacityInventory(family=CW, resource=resources.count, id_infix="-metax-", device_type=CW,
                                     memory_mib=CARD_MEMORY_MIB),
         node_score=TopologyScore(),
+        one_card_per_pod=True,
     )
 
 
