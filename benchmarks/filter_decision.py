@@ -51,6 +51,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from hami_web.core.choose import NoPlacement, Placement, choose_node
 from hami_web.core.devices import Device, NodeInventory, encode_register_json
 from hami_web.core.families import DEFAULT_CATALOG
+from hami_web.core.families.capacity import CapacityInventory
 from hami_web.core.grants import describe_grants
 from hami_web.core.groups import NETWORK_GROUPS
 from hami_web.core.options import DeviceSelection, PodOptions
@@ -143,11 +144,16 @@ def family_node(family: str, number: int) -> dict[str, Any]:
     table = '{"1":0,"2":110,"4":540}' if number % 2 else '{"1":10,"2":150,"4":620}'  # two card layouts
     annotations: dict[str, str] = {"metax-tech.com/gpu.topology.losses": table,
                                    "metax-tech.com/gpu.topology.scores": table}
-    status: dict[str, Any] = {"capacity": {spec.resources.count: str(GPUS_PER_NODE)},
-                              "allocatable": {spec.resources.count: str(GPUS_PER_NODE)}}
-    if spec.register_key:
+    capacity = {spec.resources.count: str(GPUS_PER_NODE)}
+    if isinstance(spec.inventory, CapacityInventory):  # as many units as 8 devices take, and 96 memory units each
+        capacity[spec.inventory.resource] = str(spec.inventory.units_per_device * GPUS_PER_NODE)
+        if spec.inventory.memory_resource:
+            capacity[spec.inventory.memory_resource] = str(96 * GPUS_PER_NODE)
+    status: dict[str, Any] = {"capacity": capacity, "allocatable": capacity}
+    if spec.register_key:  # two dies a card for a family that groups them (Vastai's die mode)
         devices = [Device(uuid=f"{name}-{index}", index=index, count=1, memory_mib=32768, cores=100, type=family,
-                          family=family) for index in range(GPUS_PER_NODE)]
+                          family=family, card=str(index // 2) if spec.grouping else "")
+                   for index in range(GPUS_PER_NODE)]
         annotations = {spec.register_key: encode_register_json(devices), spec.handshake_key: "Reported_2099-01-01"}
     return {"metadata": {"name": name, "annotations": annotations}, "status": status}
 

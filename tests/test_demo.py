@@ -32,6 +32,8 @@ def test_the_demo_schedules_the_example_pods_through_the_three_listeners(capsys:
                      re.MULTILINE)
     assert re.search(r"^mthreads-slice +scheduled +mthreads-1 +Mthreads +mthreads-1-mthreads-[01]\(4096MiB,4%\)",
                      output, re.MULTILINE)
+    assert re.search(r"^vastai-pair +scheduled +vastai-1 +Vastai +vastai-1-die-(0\(0MiB,0%\),vastai-1-die-1|"
+                     r"2\(0MiB,0%\),vastai-1-die-3)", output, re.MULTILINE)  # two dies of one card
     # The DCU pod: scheduled on dcu-1, 16384 MiB and 50 % of one DCU; the usage table shows that DCU as a DCU.
     assert re.search(r"^dcu-inference +scheduled +dcu-1 +DCU +DCU-[01]\(16384MiB,50%\)", output, re.MULTILINE)
     assert re.search(r"^dcu-1 +DCU-[01] +DCU +DCU-BW100 +1 +16384/65520 +50/100", output, re.MULTILINE)

@@ -472,7 +472,7 @@ def test_webhook_only_receives_pods_asking_for_device_resources() -> None:
     domains = {name.split("/", 1)[0] + "/" for name in ALL_FAMILIES.managed_resources()}
     assert sorted(prefixes) == sorted(domains) == ["birentech.com/", "cambricon.com/", "enflame.com/", "huawei.com/",
                                                    "hygon.com/", "iluvatar.ai/", "metax-tech.com/", "mthreads.com/",
-                                                   "nvidia.com/"]
+                                                   "nvidia.com/", "vastaitech.com/"]
 
 
 def test_scheduler_pod_is_system_cluster_critical() -> None:

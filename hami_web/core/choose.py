@@ -20,7 +20,6 @@ from operator import add, attrgetter
 from hami_web.core.fit import INVALID_REGISTER as INVALID_REGISTER  # re-exported: the reasons' vocabulary
 from hami_web.core.fit import PodFit, fit_pod, group_score_bound, may_fit
 from hami_web.core.grants import PodGrants
-from hami_web.core.groups import GROUP_SCORE_WEIGHT
 from hami_web.core.options import SPREAD, PodOptions
 from hami_web.core.quota import PodQuota
 from hami_web.core.requests import PodRequest
@@ -138,7 +137,7 @@ def choose_node(request: PodRequest, options: PodOptions, candidates: Sequence[s
         else:
             reasons[name] = NODE_UNREGISTERED
     ask = _Ask(request=request, options=options, digest=hash((request, options, quota)), quota=quota)
-    reach = request.group_score_reach * GROUP_SCORE_WEIGHT
+    reach = request.group_score_reach
     if reach:
         ranked = _busy_last(rank_nodes(known, options.node_policy), busy)
         return _choose_with_group_score(ask, ranked, reasons, candidates, busy, reach)
@@ -151,11 +150,17 @@ def choose_node(request: PodRequest, options: PodOptions, candidates: Sequence[s
             continue
         result = _fit_or_reason(ask, view)
         if isinstance(result, PodFit):
-            return Placement(node=view.name, grants=result.grants,
-                             node_score=scores[view.name] if scores else view.score + same_term,
-                             node_busy=view.name in busy)
+            return Placement(node=view.name, grants=result.grants, node_busy=view.name in busy,
+                             node_score=_with_group_term(scores[view.name] if scores else view.score + same_term,
+                                                         result, ask.options.node_policy))
         reasons[view.name] = result
     return _first_skipped(ask, skipped, reasons, candidates, busy, scores, same_term)
+
+
+def _with_group_term(score: float, fit: PodFit, policy: str) -> float:
+    """The node's score with the placement's group term (added under binpack, taken off under spread), as the bounded
+    search counts it: a grouped container of one device earns the same term on every node, so it ranks nothing."""
+    return score - fit.group_score if policy == SPREAD else score + fit.group_score
 
 
 def _with_family_terms(request: PodRequest, views: Sequence[NodeView],
@@ -189,9 +194,9 @@ def _first_skipped(ask: _Ask, skipped: Sequence[NodeView], reasons: dict[str, st
     for view in skipped:
         result = _fit_or_reason(ask, view)
         if isinstance(result, PodFit):
-            return Placement(node=view.name, grants=result.grants,
-                             node_score=scores[view.name] if scores else view.score + same_term,
-                             node_busy=view.name in busy)
+            return Placement(node=view.name, grants=result.grants, node_busy=view.name in busy,
+                             node_score=_with_group_term(scores[view.name] if scores else view.score + same_term,
+                                                         result, ask.options.node_policy))
         reasons[view.name] = result
     return NoPlacement(reasons={name: reasons[name] for name in dict.fromkeys(candidates)})
 

@@ -65,6 +65,9 @@ class Device:
     # gives the order a request tries them); empty for a GPU that is not carved on demand.
     mig_profiles: tuple[MigProfile, ...] = ()
     network: int = NO_NETWORK  # ``custominfo.NetworkID``: the Ascend HCCS group the NPU is in (-1: none reported)
+    # ``custominfo.AIC`` of a die registered with ``custominfo.DeviceStrategy`` "die": the physical card it sits on
+    # (Vastai); "" otherwise.
+    card: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -359,8 +362,16 @@ def _decode_register_json(text: str, family: str) -> tuple[Device, ...]:
             family=family,
             mig_profiles=profiles,
             network=network,
+            card=_die_card(custom),
         ))
     return tuple(devices)
+
+
+def _die_card(custom: Mapping[str, object]) -> str:
+    """``custominfo.AIC`` when ``custominfo.DeviceStrategy`` is "die" (Vastai's die mode), else "" (keys read
+    case-insensitively like every key of the annotation)."""
+    strategy, card = custom.get("devicestrategy"), custom.get("aic")
+    return card if strategy == "die" and isinstance(card, str) else ""
 
 
 def _network_id(custom: Mapping[str, object]) -> int:
@@ -392,6 +403,8 @@ def encode_register_json(devices: Iterable[Device]) -> str:
                                                     for p in d.mig_profiles]}
         if d.network != NO_NETWORK:
             entry["custominfo"] = {"NetworkID": d.network}
+        if d.card:
+            entry["custominfo"] = {"DeviceStrategy": "die", "AIC": d.card}
         encoded.append({key: value for key, value in entry.items() if value})
     return json.dumps(encoded, separators=(",", ":"))
 

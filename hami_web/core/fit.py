@@ -16,7 +16,6 @@ from hami_web.core import names
 from hami_web.core.checks import SOFT_SPLIT_CORES, check_device, device_reasons, is_dynamic_mig, mig_pick
 from hami_web.core.devices import Device, NodeInventory
 from hami_web.core.grants import DeviceGrant, PodGrants, merge_grants
-from hami_web.core.groups import GROUP_SCORE_WEIGHT, group_share
 from hami_web.core.mig import MIG_MODE, MigInstance, MigPlacement
 from hami_web.core.options import DeviceSelection, PodOptions
 from hami_web.core.ordering import WorkingUsage, choose_positions, policy_order, topology_aware, topology_pick
@@ -102,6 +101,8 @@ def fit_container(request: ContainerRequest, inventory: NodeInventory, work: Wor
             passing.append(position)
     if pinned is not None:
         passing = _one_card(passing, devices, pinned, reasons)
+    if options.gpu.mutex and (grouping := inventory.grouping.get(request.family)) is not None:
+        passing = _group_mutex(passing, grouping.mutex_conflicts(devices, [row[0] for row in family_work]), reasons)
     if occupied is not None and any(is_dynamic_mig(devices[position]) for position in passing):
         fitted = _fit_with_mig(request, inventory, (first, devices), work, occupied, booked, passing, reasons,
                                options)
@@ -135,6 +136,16 @@ def _one_card(passing: list[int], devices: Sequence[Device], pinned: frozenset[s
     kept = [position for position in passing if pinned <= {devices[position].uuid}]
     if len(kept) < len(passing):
         reasons[names.CARD_NOT_FOUND_CUSTOM_FILTER_RULE] = len(passing) - len(kept)
+    return kept
+
+
+def _group_mutex(passing: list[int], conflicts: set[int], reasons: dict[str, int]) -> list[int]:
+    """A ``mutex`` pod's devices without the grouping's conflicts (Vastai: a die of a card in use), which fail
+    ``ExclusiveDeviceAllocateConflict``."""
+    kept = [position for position in passing if position not in conflicts]
+    if len(kept) < len(passing):
+        reasons[names.EXCLUSIVE_DEVICE_ALLOCATE_CONFLICT] = \
+            reasons.get(names.EXCLUSIVE_DEVICE_ALLOCATE_CONFLICT, 0) + len(passing) - len(kept)
     return kept
 
 
@@ -393,19 +404,13 @@ def fit_pod(request: PodRequest, view: NodeView, options: PodOptions,
                 return _named(result, family, len(blocks), inventory)
             grants.append(result)
         if (grouping := inventory.grouping.get(family)) is not None and grouping.scored:
-            group_score += _group_score(grants, inventory)
+            by_uuid = {device.uuid: device for device in inventory.devices}
+            group_score += grouping.score([[by_uuid[grant.uuid] for grant in container] for container in grants],
+                                          options.node_policy)
         parts.append(tuple(grants))
     if len(parts) == 1:
         return PodFit(grants=parts[0], group_score=group_score)
     return PodFit(grants=merge_grants(parts, len(parts[0]) if parts else 0), group_score=group_score)
-
-
-def _group_score(grants: Sequence[Sequence[DeviceGrant]], inventory: NodeInventory) -> float:
-    """``10 × Σ containers (devices in the container's largest network group / its devices)`` (HAMi's ``ScoreNode``
-    for Ascend 910 chips)."""
-    network = {device.uuid: device.network for device in inventory.devices}
-    return GROUP_SCORE_WEIGHT * sum(group_share([network[grant.uuid] for grant in container])
-                                    for container in grants if container)
 
 
 def _named(failure: FitFailure, family: str, families_asked: int, inventory: NodeInventory) -> FitFailure:
@@ -431,7 +436,7 @@ def group_score_bound(request: PodRequest, view: NodeView) -> float:
             continue  # no network groups on this node: no term
         wanted = container.memory_mib
         most = max(sum(1 for free in group if free >= wanted) for group in family.group_free_memory)
-        bound += GROUP_SCORE_WEIGHT * min(container.count, most) / container.count
+        bound += container.group_weight * min(container.count, most) / container.count
     return bound
 
 

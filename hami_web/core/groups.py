@@ -20,6 +20,7 @@ from hami_web.core.devices import NO_NETWORK, Device
 
 # Node-score weight of a container kept inside one HCCS group (HAMi's ``Ascend910NetworkWeight``).
 GROUP_SCORE_WEIGHT = 10
+SPREAD_POLICY = "spread"
 MODULE_SIZE = 2
 
 
@@ -32,6 +33,11 @@ class Grouping(Protocol):
 
     @property
     def scored(self) -> bool: ...
+
+    @property
+    def weight(self) -> int:
+        """The most one container's term can be (the filter stops looking once no node can beat the best by more)."""
+        ...
 
     def applies(self, devices: Sequence[Device]) -> bool:
         """Whether the grouping holds on a node whose devices of the family are ``devices``."""
@@ -50,6 +56,20 @@ class Grouping(Protocol):
         """The group a device belongs to, for the tools (``HCCS 3``, ``module 1``)."""
         ...
 
+    def group_of(self, device: Device) -> object:
+        """The key of the group a device belongs to (the node's aggregates keep each group's free memory)."""
+        ...
+
+    def score(self, containers: Sequence[Sequence[Device]], policy: str) -> float:
+        """The node-score term of a placement (``containers``: each container's devices), which the filter adds
+        under binpack and subtracts under spread; 0 for a grouping that is not ``scored``."""
+        ...
+
+    def mutex_conflicts(self, devices: Sequence[Device], tasks: Sequence[int]) -> set[int]:
+        """The positions a ``mutex`` pod may not take beyond the used devices themselves (``tasks``: each device's
+        tasks): Vastai's dies of a card one of whose dies is in use."""
+        ...
+
 
 @dataclass(frozen=True, slots=True)
 class NetworkGroups:
@@ -57,6 +77,7 @@ class NetworkGroups:
     they apply only when every device of the family reports its group (HAMi's ``hasNetworkID``)."""
 
     scored: bool = True
+    weight: int = GROUP_SCORE_WEIGHT
 
     def applies(self, devices: Sequence[Device]) -> bool:
         """Every device reports its group."""
@@ -80,12 +101,27 @@ class NetworkGroups:
         """``HCCS <id>``."""
         return f"HCCS {device.network}"
 
+    def group_of(self, device: Device) -> object:
+        """``custominfo.NetworkID``."""
+        return device.network
+
+    def score(self, containers: Sequence[Sequence[Device]], policy: str) -> float:
+        """``10 × Σ containers (devices in the container's largest network group / its devices)`` (HAMi's
+        ``ScoreNode`` for Ascend 910 chips)."""
+        return GROUP_SCORE_WEIGHT * sum(group_share([device.network for device in container])
+                                        for container in containers if container)
+
+    def mutex_conflicts(self, devices: Sequence[Device], tasks: Sequence[int]) -> set[int]:
+        """None: a group is no unit of exclusivity."""
+        return set()
+
 
 @dataclass(frozen=True, slots=True)
 class ModulePairs:
     """Ascend 910C modules of two NPUs (index ÷ 2) that only run together: a multi-NPU container takes whole ones."""
 
     scored: bool = False
+    weight: int = 0
 
     def applies(self, devices: Sequence[Device]) -> bool:
         """Always: the module is the device index's."""
@@ -117,9 +153,87 @@ class ModulePairs:
         """``module <n>``."""
         return f"module {device.index // MODULE_SIZE}"
 
+    def group_of(self, device: Device) -> object:
+        """The module: index ÷ 2."""
+        return device.index // MODULE_SIZE
+
+    def score(self, containers: Sequence[Sequence[Device]], policy: str) -> float:
+        """No term."""
+        return 0.0
+
+    def mutex_conflicts(self, devices: Sequence[Device], tasks: Sequence[int]) -> set[int]:
+        """None: the module is not a unit of exclusivity here."""
+        return set()
+
+
+@dataclass(frozen=True, slots=True)
+class CardDies:
+    """Vastai's die mode (``custominfo.DeviceStrategy`` "die"; `Device.card` = ``custominfo.AIC``): a multi-die
+    container takes dies from the card with the most passing dies first (HAMi's ``computeBestCombination``), a
+    ``mutex`` pod no die of a card one of whose dies is in use, and the node earns each container's share of dies on
+    one card (HAMi's ``ScoreNode``: added under both policies, not × 10)."""
+
+    scored: bool = True
+    weight: int = 1
+
+    def applies(self, devices: Sequence[Device]) -> bool:
+        """The node's first device is a die of a card (HAMi's ``isDieMode``)."""
+        return bool(devices) and bool(devices[0].card)
+
+    def pick(self, ordered: Sequence[int], devices: Sequence[Device], count: int) -> list[int]:
+        """One die: the first in policy order; several: the card with most passing dies first (ties: first seen)."""
+        if count == 1:
+            return list(ordered[:1])
+        cards: dict[str, list[int]] = {}
+        for position in ordered:
+            cards.setdefault(devices[position].card, []).append(position)
+        chosen: list[int] = []
+        for card in sorted(cards, key=lambda card: -len(cards[card])):
+            chosen.extend(cards[card][:count - len(chosen)])
+            if len(chosen) == count:
+                break
+        return chosen
+
+    def describe(self, passing: Sequence[Device], count: int) -> str:
+        """The cards with a free die, and how many each holds."""
+        if len(passing) >= count:
+            return ""
+        sizes: dict[str, int] = {}
+        for device in passing:
+            sizes[device.card] = sizes.get(device.card, 0) + 1
+        listed = ", ".join(f"AIC {card}: {sizes[card]}" for card in sorted(sizes)) or "none"
+        return f"cards with a free die ({listed}) hold {len(passing)} of the {count} asked"
+
+    def label(self, device: Device) -> str:
+        """``AIC <card>``."""
+        return f"AIC {device.card}"
+
+    def group_of(self, device: Device) -> object:
+        """The card (``custominfo.AIC``)."""
+        return device.card
+
+    def score(self, containers: Sequence[Sequence[Device]], policy: str) -> float:
+        """Σ containers (dies on the container's fullest card / its dies), signed so that the filter, which subtracts
+        the term under spread, adds it under both policies as HAMi does."""
+        share = sum(_card_share([device.card for device in container]) for container in containers if container)
+        return -share if policy == SPREAD_POLICY else share
+
+    def mutex_conflicts(self, devices: Sequence[Device], tasks: Sequence[int]) -> set[int]:
+        """The dies of a card one of whose dies has a task."""
+        busy = {device.card for device, used in zip(devices, tasks, strict=True) if used and device.card}
+        return {position for position, device in enumerate(devices) if device.card in busy}
+
+
+def _card_share(cards: Sequence[str]) -> float:
+    sizes: dict[str, int] = {}
+    for card in cards:
+        sizes[card] = sizes.get(card, 0) + 1
+    return max(sizes.values()) / len(cards) if cards else 0.0
+
 
 NETWORK_GROUPS = NetworkGroups()
 MODULE_PAIRS = ModulePairs()
+CARD_DIES = CardDies()
 
 
 def _fill_networks(ordered: Sequence[int], devices: Sequence[Device], count: int) -> list[int]:

@@ -26,6 +26,7 @@ from hami_web.core.quantities import QuantityError, parse_whole_quantity
 
 MAX_CORES = 100
 FULL_CARD_PERCENT = 100
+GROUP_WEIGHT = 10  # HAMi's weight of Ascend's network groups, the grouping most grouped containers have
 
 
 class RequestError(ValueError):
@@ -45,6 +46,8 @@ class ContainerRequest:
     family: str = NVIDIA
     grouped: bool = False  # the family keeps multi-device containers in network groups (a node-score term)
     one_card: bool = False  # the pod's later containers may only use its earlier ones' card (`Family.one_card_per_pod`)
+    # The most a grouped container adds to the node score (`hami_web.core.groups.Grouping.weight`).
+    group_weight: int = GROUP_WEIGHT
 
     def booked_memory_mib(self, total_memory_mib: int) -> int:
         """Memory this container books on a device of ``total_memory_mib``."""
@@ -88,8 +91,9 @@ class PodRequest:
 
     @property
     def group_score_reach(self) -> int:
-        """How many containers may earn the node-score term of network groups (README.md#ascend-npus)."""
-        return sum(1 for c in self.containers if c.count and c.grouped)
+        """The most the grouped containers of several devices can add to the node score (README.md#ascend-npus); one
+        device earns the same term on every node, so it bounds nothing."""
+        return sum(c.group_weight for c in self.containers if c.count > 1 and c.grouped)
 
     @property
     def families(self) -> tuple[str, ...]:
@@ -213,8 +217,11 @@ def family_request(container: Mapping[str, Any], *, init: bool, family: Family) 
     count = read(names.count) or 0
     if count == 0:
         return ContainerRequest(name=name, init=init, count=0, family=family.cw)
+    grouped = family.grouping is not None and family.grouping.scored
+    weight = family.grouping.weight if grouped and family.grouping is not None else GROUP_WEIGHT
     if family.count_only:
-        return ContainerRequest(name=name, init=init, count=count, memory_percent=0, family=family.cw)
+        return ContainerRequest(name=name, init=init, count=count, memory_percent=0, family=family.cw,
+                                grouped=grouped, one_card=family.one_card_per_pod, group_weight=weight)
     memory_mib = (read(names.memory) or 0) * factor
     memory_percent = read(names.memory_percentage) or 0
     if memory_percent > FULL_CARD_PERCENT:
@@ -230,8 +237,8 @@ def family_request(container: Mapping[str, Any], *, init: bool, family: Family) 
         memory_mib, cores = memory_mib // count, cores // count
     return ContainerRequest(name=name, init=init, count=count, memory_mib=memory_mib,
                             memory_percent=memory_percent or FULL_CARD_PERCENT, cores=min(cores, MAX_CORES),
-                            family=family.cw, grouped=family.grouping is not None and family.grouping.scored,
-                            one_card=family.one_card_per_pod)
+                            family=family.cw, grouped=grouped, one_card=family.one_card_per_pod,
+                            group_weight=weight)
 
 
 def pod_request(pod: Mapping[str, Any], defaults: RequestDefaults) -> PodRequest:

@@ -248,7 +248,7 @@ def _family_stats(inventory: NodeInventory, usage: tuple[DeviceUsage, ...], firs
     usable = idle = max_free_memory = max_free_cores = 0
     grouping = inventory.grouping.get(inventory.devices[first].family) if end > first else None
     grouped = grouping is not None and grouping.scored
-    groups: dict[int, list[int]] = {}
+    groups: dict[object, list[int]] = {}
     for position in range(first, end):
         device, booked = inventory.devices[position], usage[position]
         if not device.healthy or device.uuid in inventory.cordoned or booked.tasks >= device.count:
@@ -258,7 +258,8 @@ def _family_stats(inventory: NodeInventory, usage: tuple[DeviceUsage, ...], firs
         max_free_memory = max(max_free_memory, device.memory_mib - booked.memory_mib)
         max_free_cores = max(max_free_cores, device.cores - booked.cores)
         if grouped:
-            groups.setdefault(device.network, []).append(device.memory_mib - booked.memory_mib)
+            groups.setdefault(grouping.group_of(device) if grouping else None, []).append(
+                device.memory_mib - booked.memory_mib)
     return FamilyStats(usable_devices=usable, idle_devices=idle, max_free_memory_mib=max_free_memory,
                        max_free_cores=max_free_cores,
                        device_types=frozenset(device.type for device in inventory.devices[first:end]),

@@ -557,7 +557,7 @@ def test_a_pod_is_read_fitted_and_annotated() -> None:
         "huawei.com/Ascend910B3": "4", "huawei.com/Ascend910B3-memory": "65536"}}}]}}
     request = pod_request(pod, RequestDefaults.of(CATALOG))
     assert request.containers == (ask("Ascend910B3", 4, memory_mib=65536, name="train"),)
-    assert request.group_score_reach == 1
+    assert request.group_score_reach == 10  # one grouped container: at most 10 (HAMi's weight)
     view = view_of(eight_910b(), {"Ascend910B3-0": (1, 16384, 0)})
     placed = choose_node(request, options(), ["node-1"], {"node-1": view})
     assert isinstance(placed, Placement)

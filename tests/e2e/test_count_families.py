@@ -1,8 +1,8 @@
-"""Biren, Enflame GCU, Metax GPU and Moore Threads through the real clients (README.md#device-families).
+"""Biren, Enflame GCU, Metax GPU, Moore Threads and Vastai through the real clients (README.md#device-families).
 
 Covers: one pod per family created as ``kubectl apply`` would is sent to our webhook by ``k8s/webhook.yaml``'s
 matchConditions (``birentech.com/*``, ``enflame.com/*``, ``metax-tech.com/*``,
-``mthreads.com/*``) and routed to hami-scheduler;
+``mthreads.com/*``, ``vastaitech.com/*``) and routed to hami-scheduler;
 kube-scheduler, configured by ``k8s/scheduler-config.yaml`` (the three count resources in ``managedResources``),
 binds each onto its family's node of one pool, past an NVIDIA node and the other families' nodes, with exactly the pair
 of ``…-devices-to-allocate`` / ``-allocated`` annotations HAMi v2.10's ``PatchAnnotations`` writes; the GCU's and
@@ -14,6 +14,7 @@ from __future__ import annotations
 import pytest
 
 from hami_web.core import names
+from hami_web.core.devices import Device, encode_register_json
 from hami_web.core.nodelocks import BIND_LOCK
 
 from .controlplane import ControlPlane, gpu_container, pod_manifest
@@ -35,6 +36,10 @@ def count_pool(control_plane: ControlPlane, namespace: str) -> dict[str, str]:
         "hami.io/node-handshake-biren": "Reported 2099-01-01 00:00:00"})
     control_plane.create_node(f"{namespace}-gcu", labels=label, devices={"enflame.com/gcu": "2"}, annotations={})
     control_plane.create_node(f"{namespace}-metax", labels=label, devices={"metax-tech.com/gpu": "2"}, annotations={})
+    dies = encode_register_json(Device(uuid=f"{namespace}-va-{i}", index=i, count=1, memory_mib=16384, cores=0,
+                                       type="VA1", family="Vastai", card=str(min(i, 1))) for i in range(3))
+    control_plane.create_node(f"{namespace}-vastai", labels=label, devices={"vastaitech.com/va": "3"}, annotations={
+        "hami.io/node-va-register": dies, "hami.io/node-handshake-va": "Reported 2099-01-01 00:00:00"})
     control_plane.create_node(f"{namespace}-mthreads", labels=label, annotations={}, devices={
         "mthreads.com/vgpu": "200", "mthreads.com/sgpu-core": "32", "mthreads.com/sgpu-memory": "192"})
     return label
@@ -49,6 +54,9 @@ def count_pool(control_plane: ControlPlane, namespace: str) -> dict[str, str]:
     ("metax", "metax-tech.com/gpu", "metax",
      ("hami.io/metax-gpu-devices-to-allocate", "hami.io/metax-gpu-devices-allocated"),
      "{ns}-metax-metax-0,Metax-GPU,65536,100:;", None),
+    ("vastai", "vastaitech.com/va", "vastai",
+     ("hami.io/Vastai-devices-to-allocate", "hami.io/Vastai-devices-allocated"), "{ns}-va-0,Vastai,0,0:;",
+     names.NODE_LOCK),  # die mode, one die: the first in the policy's order
     ("mthreads", "mthreads.com/vgpu", "mthreads", ("hami.io/mthreads-vgpu-devices-allocated",),
      "{ns}-mthreads-mthreads-0,Mthreads,49152,16:;", None),  # the webhook made it a whole card
 ])

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from hami_web.core.families import ascend, biren, cambricon, enflame, hygon, iluvatar, metax, mthreads, nvidia
+from hami_web.core.families import ascend, biren, cambricon, enflame, hygon, iluvatar, metax, mthreads, nvidia, vastai
 from hami_web.core.families.spec import FamilySpec
 
 REGISTRY: tuple[FamilySpec[Any], ...] = (
@@ -21,4 +21,5 @@ REGISTRY: tuple[FamilySpec[Any], ...] = (
     enflame.SPEC,
     metax.SPEC,
     mthreads.SPEC,
+    vastai.SPEC,
 )
