@@ -89,13 +89,7 @@ class NetworkGroups:
 
     def describe(self, passing: Sequence[Device], count: int) -> str:
         """The groups with a free NPU and how many each holds."""
-        sizes: dict[int, int] = {}
-        for device in passing:
-            sizes[device.network] = sizes.get(device.network, 0) + 1
-        if len(passing) >= count:
-            return ""
-        listed = ", ".join(f"group {network}: {sizes[network]}" for network in sorted(sizes)) or "none"
-        return f"HCCS groups with a free NPU ({listed}) hold {len(passing)} of the {count} asked"
+        return _held_by_groups([f"group {device.network}" for device in passing], count, "HCCS groups with a free NPU")
 
     def label(self, device: Device) -> str:
         """``HCCS <id>``."""
@@ -196,13 +190,7 @@ class CardDies:
 
     def describe(self, passing: Sequence[Device], count: int) -> str:
         """The cards with a free die, and how many each holds."""
-        if len(passing) >= count:
-            return ""
-        sizes: dict[str, int] = {}
-        for device in passing:
-            sizes[device.card] = sizes.get(device.card, 0) + 1
-        listed = ", ".join(f"AIC {card}: {sizes[card]}" for card in sorted(sizes)) or "none"
-        return f"cards with a free die ({listed}) hold {len(passing)} of the {count} asked"
+        return _held_by_groups([self.label(device) for device in passing], count, "cards with a free die")
 
     def label(self, device: Device) -> str:
         """``AIC <card>``."""
@@ -222,6 +210,17 @@ class CardDies:
         """The dies of a card one of whose dies has a task."""
         busy = {device.card for device, used in zip(devices, tasks, strict=True) if used and device.card}
         return {position for position, device in enumerate(devices) if device.card in busy}
+
+
+def _held_by_groups(groups: Sequence[str], count: int, what: str) -> str:
+    """``<what> (<group>: <passing devices>, …) hold <n> of the <count> asked``, "" when they hold enough."""
+    if len(groups) >= count:
+        return ""
+    sizes: dict[str, int] = {}
+    for group in groups:
+        sizes[group] = sizes.get(group, 0) + 1
+    listed = ", ".join(f"{group}: {sizes[group]}" for group in sorted(sizes)) or "none"
+    return f"{what} ({listed}) hold {len(groups)} of the {count} asked"
 
 
 def _card_share(cards: Sequence[str]) -> float:

@@ -10,21 +10,13 @@ takes ``hami.io/mutex.lock`` and writes ``hami.io/Biren-devices-to-allocate`` / 
 
 from __future__ import annotations
 
-from dataclasses import replace
-
-from hami_web.core.devices import Device
 from hami_web.core.families import config
-from hami_web.core.families.family import Family, ResourceNames
+from hami_web.core.families.family import Family, ResourceNames, WholeCores
 from hami_web.core.families.spec import FamilySpec
 
 CW = "Biren"
 KIND = "biren"
 DEFAULT_RESOURCES = ResourceNames(count="birentech.com/gpu", memory="", memory_percentage="", cores="", priority="")
-
-
-def as_hami_reads(device: Device) -> Device:
-    """A registered card as HAMi's ``GetNodeDevices`` leaves it: 100 cores, type ``Biren``."""
-    return replace(device, cores=100, type=CW)
 
 
 def biren_family(resources: ResourceNames = DEFAULT_RESOURCES) -> Family:
@@ -38,7 +30,7 @@ def biren_family(resources: ResourceNames = DEFAULT_RESOURCES) -> Family:
         use_uuid_key="birentech.com/use-gpuuuid",
         nouse_uuid_key="birentech.com/nouse-gpuuuid",
         count_only=True,
-        amend=as_hami_reads,
+        amend=WholeCores(CW),
     )
 
 

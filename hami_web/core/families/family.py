@@ -10,7 +10,7 @@ one registration, and nothing else in the code asks which vendor it is looking a
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from hami_web.core.devices import Device
@@ -57,6 +57,17 @@ class NodeScore(Protocol):
 
 # Extra pod annotations a family's device plugin reads, from the family's grants (one entry per container).
 BookingExtras = Callable[[Sequence[Sequence[Any]]], dict[str, str]]
+
+
+@dataclass(frozen=True, slots=True)
+class WholeCores:
+    """An ``amend`` hook: a registered device as HAMi's ``GetNodeDevices`` leaves it for Biren and Vastai (``devcore``
+    forced to 100, "only for calscore use") with the family's type, which their ``checkType`` always matches."""
+
+    type: str
+
+    def __call__(self, device: Device) -> Device:
+        return replace(device, cores=100, type=self.type)
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,22 +13,14 @@ selection: ``vastaitech.com/use-gpuuuid`` / ``nouse-gpuuuid``. The bind takes ``
 
 from __future__ import annotations
 
-from dataclasses import replace
-
-from hami_web.core.devices import Device
 from hami_web.core.families import config
-from hami_web.core.families.family import Family, ResourceNames
+from hami_web.core.families.family import Family, ResourceNames, WholeCores
 from hami_web.core.families.spec import FamilySpec
 from hami_web.core.groups import CARD_DIES
 
 CW = "Vastai"
 KIND = "vastai"
 DEFAULT_RESOURCES = ResourceNames(count="vastaitech.com/va", memory="", memory_percentage="", cores="", priority="")
-
-
-def as_hami_reads(device: Device) -> Device:
-    """A registered device as HAMi's ``GetNodeDevices`` leaves it: 100 cores, and a type the request always matches."""
-    return replace(device, cores=100, type=CW)
 
 
 def vastai_family(resources: ResourceNames = DEFAULT_RESOURCES) -> Family:
@@ -42,7 +34,7 @@ def vastai_family(resources: ResourceNames = DEFAULT_RESOURCES) -> Family:
         use_uuid_key="vastaitech.com/use-gpuuuid",
         nouse_uuid_key="vastaitech.com/nouse-gpuuuid",
         count_only=True,
-        amend=as_hami_reads,
+        amend=WholeCores(CW),
         grouping=CARD_DIES,
     )
 
