@@ -2,7 +2,8 @@
 The device families hami-web schedules, as data: each family's resource names (from the values HAMi's chart
 names them by), whether the server schedules it by default or behind a flag. Everything per family is made from
 this one list: kube-scheduler's managedResources, the webhook's matchConditions (the domains of these names) and
-the server's --enable-* flags. A new family is one entry here (and its values).
+the server's --enable-* flags. A new family is one entry here (and its values). Enflame GCU's, Metax GPU's and Moore
+Threads' names are fixed, as HAMi's chart writes them into its device ConfigMap without a value.
 
 Every family's resources are listed whether or not the family is enabled, as k8s/ always did: without the flag
 the webhook routes no such pod to hami-scheduler, so the entries cost nothing, and with it they are required (no
@@ -32,6 +33,33 @@ node has iluvatar.ai/<chip>.vMem or huawei.com/<chip>-memory in its allocatable)
     - {{ .Values.mluResourceName | quote }}
     - {{ .Values.mluResourceMem | quote }}
     - {{ .Values.mluResourceCores | quote }}
+- name: biren
+  enabled: true
+  flag: ""
+  resources:
+    - {{ .Values.birenResourceName | quote }}
+- name: enflame
+  enabled: true
+  flag: ""
+  resources:
+    - "enflame.com/gcu"
+- name: metax
+  enabled: true
+  flag: ""
+  resources:
+    - "metax-tech.com/gpu"
+- name: mthreads
+  enabled: true
+  flag: ""
+  resources:
+    - "mthreads.com/vgpu"
+    - "mthreads.com/sgpu-memory"
+    - "mthreads.com/sgpu-core"
+- name: vastai
+  enabled: true
+  flag: ""
+  resources:
+    - {{ .Values.vastaiResourceName | quote }}
 - name: iluvatar
   enabled: {{ .Values.devices.iluvatar.enabled }}
   flag: --enable-iluvatar
