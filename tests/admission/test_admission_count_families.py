@@ -27,7 +27,7 @@ ROUTE = [{"op": "add", "path": "/spec/schedulerName", "value": "hami-scheduler"}
     pytest.param("limits", "1", True, id="count-in-limits"),
     pytest.param("limits", "4", True, id="several-cards"),
     pytest.param("requests", "1", False, id="count-only-in-requests"),
-    pytest.param("limits", "0", False, id="count-zero"),
+    pytest.param("limits", "0", True, id="count-zero"),  # HAMi: the key in limits is enough
 ])
 def test_a_count_in_limits_routes_the_pod_without_mutating_it(cw: str, part: str, value: str, routed: bool) -> None:
     decision = review_pod(pod(container(**{part: {COUNTS[cw]: value}})), SETTINGS.admission)
