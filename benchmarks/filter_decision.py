@@ -151,7 +151,9 @@ def family_node(family: str, number: int) -> dict[str, Any]:
             capacity[spec.inventory.memory_resource] = str(96 * GPUS_PER_NODE)
     status: dict[str, Any] = {"capacity": capacity, "allocatable": capacity}
     if spec.register_key:  # two dies a card for a family that groups them (Vastai's die mode)
-        devices = [Device(uuid=f"{name}-{index}", index=index, count=1, memory_mib=32768, cores=100, type=family,
+        # A family shared in slices (Kunlunxin vXPU) has cards of its whole slice, which a count-only ask books.
+        memory_mib = spec.slices.whole_mib if spec.slices else 32768
+        devices = [Device(uuid=f"{name}-{index}", index=index, count=1, memory_mib=memory_mib, cores=100, type=family,
                           family=family, card=str(index // 2) if spec.grouping else "")
                    for index in range(GPUS_PER_NODE)]
         annotations = {spec.register_key: encode_register_json(devices), spec.handshake_key: "Reported_2099-01-01"}

@@ -5,9 +5,9 @@ starts the real server (``hami-web serve``, gunicorn over TLS with a throwaway c
 API server through a kubeconfig), then plays kube-apiserver and kube-scheduler for a list of pods: each pod
 goes through ``/webhook``, is created, goes through ``/filter`` and ``/bind`` over HTTPS, and the demo prints
 what happened and the device usage the server reports on ``/metrics``. The demo cluster has a Hygon DCU node, a
-Cambricon MLU node and an Ascend 910B node beside the NVIDIA ones (the server runs with ``--enable-ascend``): every
-family is played alike (its devices read from the family's own annotations, through the same reader as the cache), so
-a DCU, MLU or NPU pod shows the cards it got.
+Cambricon MLU node, an Ascend 910B node and a Kunlunxin XPU node and vXPU node beside the NVIDIA ones (the server runs
+with ``--enable-ascend``): every family is played alike (its devices read from the family's own annotations, through
+the same reader as the cache), so a DCU, MLU, NPU or XPU pod shows the cards it got.
 """
 
 from __future__ import annotations

@@ -5,7 +5,8 @@ the webhook listener and ``/filter`` + ``/bind`` on the extender listener, and t
 ``/metrics`` on the plain-HTTP metrics listener; the Hygon DCU pod lands on the DCU node with a DCU, and the
 Cambricon MLU pod on the MLU node (read from its capacity) with an MLU, each shown with its family both in the outcomes
 and in the usage table; the Ascend pods (the server runs with ``--enable-ascend``): a slice rounded up to its template
-on NPU 0 and a 4-NPU job inside the other HCCS group; a Biren, an Enflame GCU and a Metax GPU pod on their nodes.
+on NPU 0 and a 4-NPU job inside the other HCCS group; a Biren, an Enflame GCU and a Metax GPU pod on their nodes;
+Kunlunxin: two whole XPUs of one wing on the capacity-read XPU node and a vXPU slice rounded to a quarter card.
 """
 
 from __future__ import annotations
@@ -47,3 +48,9 @@ def test_the_demo_schedules_the_example_pods_through_the_three_listeners(capsys:
     assert re.search(r"^npu-train +scheduled +npu-1 +Ascend910B3 +Ascend910B3-4\(65536MiB,0%\),Ascend910B3-5", output,
                      re.MULTILINE)
     assert re.search(r"^npu-1 +Ascend910B3-0 +Ascend910B3 +Ascend910B3 +1 +16384/65536", output, re.MULTILINE)
+    # Kunlunxin: two whole XPUs of one wing (read from xpu-1's capacity); a vXPU slice of 20000 MiB rounded by the
+    # webhook to a quarter card with a quarter of its cores.
+    assert re.search(r"^xpu-train +scheduled +xpu-1 +kunlun +xpu-1-kunlun-0\(98304MiB,100%\),xpu-1-kunlun-1\(98304MiB,"
+                     r"100%\)", output, re.MULTILINE)
+    assert re.search(r"^vxpu-infer +scheduled +vxpu-1 +XPU +vxpu-1-xpu-[0-7]\(24576MiB,25%\)", output, re.MULTILINE)
+    assert re.search(r"^vxpu-1 +vxpu-1-xpu-[0-7] +XPU +XPU-P800 +1 +24576/98304 +25/100", output, re.MULTILINE)

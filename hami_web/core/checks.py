@@ -73,6 +73,7 @@ def device_reasons(devices: Sequence[Device], work: Sequence[Sequence[int]], req
     wanted_cores = request.cores
     exclusive = wanted_cores == EXCLUSIVE_CORES
     mutex = options.gpu.mutex
+    one_size = request.one_size
     if selection is None:
         selection = options.selection(request.family)
     type_allowed, uuid_allowed = selection.type_allowed, selection.uuid_allowed
@@ -93,8 +94,9 @@ def device_reasons(devices: Sequence[Device], work: Sequence[Sequence[int]], req
             reason = names.CARD_MIG_LEGACY_GEOMETRY  # pre-2.10 geometry: never placed (README.md#dynamic-mig)
         elif tasks >= device.count:
             reason = names.CARD_TIME_SLICING_EXHAUSTED
-        elif mutex and tasks > 0:
-            reason = names.EXCLUSIVE_DEVICE_ALLOCATE_CONFLICT  # mutex: only GPUs nobody uses
+        elif tasks and (mutex or one_size) and (shared := _shared_device_problem(tasks, memory_mib,
+                                                                                  booked_memory_mib, mutex)):
+            reason = shared
         elif quota is not None and not quota.fits(device.uuid, booked_memory_mib, wanted_cores, request.init):
             reason = names.RESOURCE_QUOTA_NOT_FIT
         elif device.memory_mib - memory_mib < booked_memory_mib:
@@ -109,6 +111,17 @@ def device_reasons(devices: Sequence[Device], work: Sequence[Sequence[int]], req
             reason = ""
         reasons.append(reason)
     return reasons
+
+
+def _shared_device_problem(tasks: int, memory_mib: int, booked_memory_mib: int, mutex: bool) -> str:
+    """Why a device already in use cannot take one more task: the mutex policy takes only devices nobody uses; a
+    device of slices (`hami_web.core.families.family.SliceSizes`) holds one slice size (its tasks' average is the ask,
+    HAMi's ``FitVXPU``)."""
+    if mutex:
+        return names.EXCLUSIVE_DEVICE_ALLOCATE_CONFLICT
+    if memory_mib // tasks != booked_memory_mib:
+        return names.CARD_SLICE_SIZE_MISMATCH
+    return ""
 
 
 def device_score(device: Device, used: Sequence[int], request: ContainerRequest,

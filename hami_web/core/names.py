@@ -66,3 +66,6 @@ CARD_MIG_LEGACY_GEOMETRY = "CardMigLegacyGeometry"
 CARD_NOT_FOUND_CUSTOM_FILTER_RULE = "CardNotFoundCustomFilterRule"
 # The pod asks for a soft split (Ascend hami-core) the node does not allow.
 MODE_NOT_FIT = "ModeNotFit"
+# A device shared in fixed slices (Kunlunxin vXPU) already holds slices of another size than the ask (HAMi counts it
+# under NumaNotFit).
+CARD_SLICE_SIZE_MISMATCH = "CardSliceSizeMismatch"

@@ -304,6 +304,19 @@ def parse_scoring_weights(value: str, *, source: str = names.POD_SCORING_WEIGHTS
     return ScoringWeights(**weights)
 
 
+# A use list no device can pass: a UUID is never empty (two use annotations that share no UUID).
+_NO_UUID = frozenset({""})
+
+
+def _use_uuids(values: list[str]) -> frozenset[str]:
+    """The UUIDs a device must be among: those of every use annotation given (HAMi checks each key in turn, so a
+    device must pass all); none given, no constraint."""
+    lists = [frozenset(listed) for value in values if (listed := _split(value, upper=False))]
+    if not lists:
+        return frozenset()
+    return frozenset.intersection(*lists) or _NO_UUID
+
+
 def family_selection(annotations: Mapping[str, str], family: Family) -> DeviceSelection:
     """What the pod's annotations say about ``family``'s devices (its own keys; an empty key is not read)."""
     def text(key: str) -> str:
@@ -314,8 +327,9 @@ def family_selection(annotations: Mapping[str, str], family: Family) -> DeviceSe
         family=family.cw,
         use_types=_split(text(family.use_type_key), upper=True),
         nouse_types=_split(text(family.nouse_type_key), upper=True),
-        use_uuids=frozenset(_split(text(family.use_uuid_key), upper=False)),
-        nouse_uuids=frozenset(_split(text(family.nouse_uuid_key), upper=False)),
+        use_uuids=_use_uuids([text(key) for key, _ in ((family.use_uuid_key, ""), *family.more_uuid_keys)]),
+        nouse_uuids=frozenset(uuid for _, key in ((None, family.nouse_uuid_key), *family.more_uuid_keys)
+                              for uuid in _split(text(key), upper=False)),
         numa_bind=text(family.numa_bind_key) in GO_TRUE,
         modes=modes.strip() if modes is not None else None,
         unknown_type=family.unknown_type,

@@ -48,6 +48,7 @@ class ContainerRequest:
     one_card: bool = False  # the pod's later containers may only use its earlier ones' card (`Family.one_card_per_pod`)
     # The most a grouped container adds to the node score (`hami_web.core.groups.Grouping.weight`).
     group_weight: int = GROUP_WEIGHT
+    one_size: bool = False  # a device holds slices of one size only (the family's `SliceSizes`)
 
     def booked_memory_mib(self, total_memory_mib: int) -> int:
         """Memory this container books on a device of ``total_memory_mib``."""
@@ -223,6 +224,10 @@ def family_request(container: Mapping[str, Any], *, init: bool, family: Family) 
         return ContainerRequest(name=name, init=init, count=count, memory_percent=0, family=family.cw,
                                 grouped=grouped, one_card=family.one_card_per_pod, group_weight=weight)
     memory_mib = (read(names.memory) or 0) * factor
+    if family.slices is not None:
+        memory_mib, slice_cores = family.slices.ask(memory_mib)
+        return ContainerRequest(name=name, init=init, count=count, memory_mib=memory_mib, cores=slice_cores,
+                                family=family.cw, grouped=grouped, one_size=True, group_weight=weight)
     memory_percent = read(names.memory_percentage) or 0
     if memory_percent > FULL_CARD_PERCENT:
         raise RequestError(f"container {name}: {names.memory_percentage} {memory_percent} is over 100")

@@ -1,16 +1,17 @@
 """The registry of device families (README.md#device-families): the catalog, each family's record, and HAMi's device
 config.
 
-Covers: `DEFAULT_CATALOG` holding NVIDIA, DCU and MLU, `build_catalog(enable={"iluvatar"})` adding MR-V100, MR-V50,
-BI-V150 and BI-V100, families kept in common-word order; each family's resource names and annotation keys as the table
-of README.md#device-families writes them (register, handshake, ``…-devices-to-allocate`` / ``-allocated``, UUID pins,
-lock), its memory factor and default cores; one table that runs every family of the catalog through the same behaviours
-(a pod asking only the family's count resource gets one request of that family; it fits on a node of that family through
-the node-state reader; the booking lands under the family's keys with its common word as vendor and reads back as the
-pod's usage; a device whose type lacks the common word is a `CardTypeMismatch`); a resource name shared by two families,
-or twice in one, refused with `DeviceConfigError`; `parse_device_config` on HAMi v2.10's chart ConfigMap (the template's
-``else`` branch rendered with the chart's default values) and the catalog built from it; malformed configs (wrong types,
-bad resource names or common words, ``iluvatars`` not a list) refused with a message naming the key.
+Covers: `DEFAULT_CATALOG` holding NVIDIA, DCU, MLU and Kunlunxin (``kunlun`` whole XPUs, ``XPU`` slices),
+`build_catalog(enable={"iluvatar"})` adding MR-V100, MR-V50, BI-V150 and BI-V100, families kept in common-word order;
+each family's resource names and annotation keys as the table of README.md#device-families writes them (register,
+handshake, ``…-devices-to-allocate`` / ``-allocated``, UUID pins, lock), its memory factor and default cores; one table
+that runs every family of the catalog through the same behaviours (a pod asking only the family's count resource gets
+one request of that family; it fits on a node of that family through the node-state reader; the booking lands under the
+family's keys with its common word as vendor and reads back as the pod's usage; a device whose type lacks the common
+word is a `CardTypeMismatch`); a resource name shared by two families, or twice in one, refused with
+`DeviceConfigError`; `parse_device_config` on HAMi v2.10's chart ConfigMap (the template's ``else`` branch rendered with
+the chart's default values) and the catalog built from it; malformed configs (wrong types, bad resource names or common
+words, ``iluvatars`` not a list) refused with a message naming the key.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import yaml
 
 from hami_web.core import names
 from hami_web.core.choose import NoPlacement, Placement, choose_node
+from hami_web.core.devices import Device
 from hami_web.core.families import (
     DEFAULT_CATALOG,
     NODE_LOCK,
@@ -61,7 +63,7 @@ ILUVATAR_CHIPS = ("MR-V100", "MR-V50", "BI-V150", "BI-V100")
 
 
 # The families HAMi v2.10 registers unconditionally that hami-web schedules: on by default.
-ALWAYS_ON = ["Biren", "DCU", "GCU", "MLU", "Metax-GPU", "Mthreads", "NVIDIA", "Vastai"]
+ALWAYS_ON = ["Biren", "DCU", "GCU", "MLU", "Metax-GPU", "Mthreads", "NVIDIA", "Vastai", "XPU", "kunlun"]
 
 
 def test_the_default_catalog_holds_every_family_hami_does_not_gate() -> None:
@@ -76,14 +78,16 @@ def test_enabling_iluvatar_adds_its_four_chips_in_common_word_order() -> None:
 def test_the_catalog_lists_every_resource_and_three_locks() -> None:
     assert tuple(family.resources.count for family in DEFAULT_CATALOG) == (
         "birentech.com/gpu", "hygon.com/dcunum", "enflame.com/gcu", "cambricon.com/vmlu", "metax-tech.com/gpu",
-        "mthreads.com/vgpu", "nvidia.com/gpu", "vastaitech.com/va")
+        "mthreads.com/vgpu", "nvidia.com/gpu", "vastaitech.com/va", "kunlunxin.com/vxpu",
+        "kunlunxin.com/xpu")
     assert set(DEFAULT_CATALOG.managed_resources()) == {
         "birentech.com/gpu", "enflame.com/gcu", "metax-tech.com/gpu", "mthreads.com/vgpu", "mthreads.com/sgpu-memory",
         "mthreads.com/sgpu-core", "vastaitech.com/va",
         "hygon.com/dcunum", "hygon.com/dcumem", "hygon.com/dcucores", "cambricon.com/vmlu",
         "cambricon.com/mlu.smlu.vmemory", "cambricon.com/mlu.smlu.vcore", "nvidia.com/gpu", "nvidia.com/gpumem",
-        "nvidia.com/gpumem-percentage", "nvidia.com/gpucores", "nvidia.com/priority"}
-    # Enflame GCU and Metax GPU have no HAMi lock: their binds take hami-web's own.
+        "nvidia.com/gpumem-percentage", "nvidia.com/gpucores", "nvidia.com/priority", "kunlunxin.com/xpu",
+        "kunlunxin.com/vxpu", "kunlunxin.com/vxpu-memory"}
+    # Enflame GCU, Metax GPU and whole Kunlunxin XPUs have no HAMi lock: their binds take hami-web's own.
     assert FULL_CATALOG.lock_keys() == ("cambricon.com/dsmlu.lock", "hami-web.io/bind.lock", NODE_LOCK)
     assert NODE_LOCK == "hami.io/mutex.lock"
     assert FULL_CATALOG.get("MR-V100") is FULL_CATALOG["MR-V100"]
@@ -147,17 +151,24 @@ def device_type(family: Family) -> str:
     return {"NVIDIA": "NVIDIA-Tesla T4", "DCU": "DCU-BW100"}.get(family.cw, family.cw)
 
 
-def card_id(family: Family) -> str:
-    """The id of the one card of `family_node`."""
-    return f"node-{family.cw}-cambricon-mlu-0" if family.inventory is not None else f"{family.cw}-card-0"
+def only_card(family: Family) -> Device:
+    """The one card of `family_node`, as the family's inventory reads it."""
+    state = node_state(node_record(family_node(family), catalog=FULL_CATALOG), now=0.0, catalog=FULL_CATALOG)
+    assert state.inventory is not None, state.error
+    (card,) = state.inventory.devices
+    return card
 
 
 def family_node(family: Family, *, type_: str | None = None) -> dict[str, Any]:
-    """A node with one card of ``family``: 16384 MiB, 100 cores (from its capacity for a family read from there)."""
+    """A node with one card of ``family``: 16384 MiB (a whole slice for a family of slices), 100 cores (from its
+    capacity for a family read from there: whatever of count, cores and memory it reads)."""
     if family.inventory is not None:
+        capacity = {name: value for name, value in ((family.resources.count, "1"), (family.resources.cores, "100"),
+                                                   (family.resources.memory, "64")) if name}
         return {"metadata": {"name": f"node-{family.cw}", "labels": {"Model": type_ or "MLU370-X4"}},
-                "status": {"capacity": {family.resources.cores: "100", family.resources.memory: "64"}}}
-    register = f"{family.cw}-card-0,4,16384,100,{type_ or device_type(family)},0,true:"
+                "status": {"capacity": capacity}}
+    memory = family.slices.whole_mib if family.slices else 16384
+    register = f"{family.cw}-card-0,4,{memory},100,{type_ or device_type(family)},0,true:"
     return {"metadata": {"name": f"node-{family.cw}", "annotations": {family.register_key: register}},
             "status": {"allocatable": {family.resources.count: "4"}}}
 
@@ -191,8 +202,10 @@ def test_a_pod_asking_only_a_count_gets_a_request_of_that_family(cw: str) -> Non
     family = FULL_CATALOG[cw]
     request = pod_request(count_only_pod(family), RequestDefaults.of(FULL_CATALOG))
     assert request.families == (cw,)
-    assert request.containers == (ContainerRequest(name="main", init=False, count=1, memory_mib=0, memory_percent=100,
-                                                   cores=family.default_cores, family=cw),)
+    memory_mib, cores = family.slices.ask(0) if family.slices else (0, family.default_cores)
+    assert request.containers == (ContainerRequest(name="main", init=False, count=1, memory_mib=memory_mib,
+                                                   memory_percent=100, cores=cores, family=cw,
+                                                   one_size=family.slices is not None),)
 
 
 @pytest.mark.parametrize("cw", EVERY_FAMILY)
@@ -200,8 +213,9 @@ def test_a_pod_of_a_family_fits_on_a_node_of_that_family(cw: str) -> None:
     family = FULL_CATALOG[cw]
     placement = place(family, family_node(family), count_only_pod(family))
     assert isinstance(placement, Placement), placement
+    card = only_card(family)
     assert [(g.uuid, g.memory_mib, g.cores, g.vendor) for g in placement.grants[0]] == [
-        (card_id(family), 16384, family.default_cores, cw)]
+        (card.uuid, card.memory_mib, whole_card_cores(family), cw)]
 
 
 @pytest.mark.parametrize("cw", EVERY_FAMILY)
@@ -210,15 +224,22 @@ def test_the_booking_lands_under_the_family_keys_and_reads_back_as_usage(cw: str
     placement = place(family, family_node(family), count_only_pod(family))
     assert isinstance(placement, Placement)
     annotations = booking_annotations(placement.grants, FULL_CATALOG)
-    value = f"{card_id(family)},{cw},16384,{family.default_cores}:;"
-    extras = {"CAMBRICON_DSMLU_ASSIGNED": "false", "CAMBRICON_DSMLU_PROFILE": "0_100_64"} if cw == "MLU" else {}
-    assert annotations == {family.to_allocate_key: value, family.allocated_key: value, **extras}
+    card = only_card(family)
+    value = f"{card.uuid},{cw},{card.memory_mib},{whole_card_cores(family)}:;"
+    extras = {"MLU": {"CAMBRICON_DSMLU_ASSIGNED": "false", "CAMBRICON_DSMLU_PROFILE": "0_100_64"},
+              "kunlun": {"BAIDU_COM_DEVICE_IDX": "0"}}.get(cw, {})
+    assert annotations == {**{key: value for key in (family.to_allocate_key, family.allocated_key) if key}, **extras}
 
     booked = count_only_pod(family)
     booked["metadata"]["annotations"] = {names.POD_ASSIGNED_NODE: placement.node, **annotations}
     usage = pod_usage(booked, catalog=FULL_CATALOG)
     assert usage is not None and usage.grants == placement.grants
-    assert (usage.booking[card_id(family)].tasks, usage.booking[card_id(family)].memory_mib) == (1, 16384)
+    assert (usage.booking[card.uuid].tasks, usage.booking[card.uuid].memory_mib) == (1, card.memory_mib)
+
+
+def whole_card_cores(family: Family) -> int:
+    """The cores a count-only ask books: the family's default, or a whole slice's."""
+    return family.slices.ask(0)[1] if family.slices else family.default_cores
 
 
 @pytest.mark.parametrize("cw", REPORTED_TYPES)

@@ -1,10 +1,10 @@
-"""Kunlunxin XPU and vXPU rules (hami_web.core.families.kunlunxin), table-driven from HAMi v2.10's
-``pkg/device/kunlun/topo_test.go``, ``device_test.go`` and ``vdevice_test.go`` (each case names its Go test), and the
-topology picker checked on every occupancy of eight cards against a brute-force reference written from the rules.
+"""Kunlunxin's eight-card topology (hami_web.core.families.kunlunxin_topology), table-driven from HAMi v2.10's
+``pkg/device/kunlun/topo_test.go`` and ``device_test.go`` (each case names its Go test), and the picker checked on
+every occupancy of eight cards against a brute-force reference written from the rules.
 
 Covers: the picker (counts 1, 2, 4, 8 and the refused ones; wings, cross pairs, cross quads; slot order as HAMi
-hands it), the bubble score, vXPU memory rounding and derived cores, one slice size per card, mutex on idle cards
-only, whole-XPU fit and ``BAIDU_COM_DEVICE_IDX``.
+hands it), the bubble score, and `CardTopology` (the picker as the families' grouping: index order, the policy order
+where HAMi would still place, its explanations and labels).
 """
 
 from __future__ import annotations
@@ -16,19 +16,14 @@ from itertools import combinations
 import pytest
 
 from hami_web.core.devices import Device
-from hami_web.core.families.kunlunxin import (
-    CARD_MEMORY_MIB,
+from hami_web.core.families.kunlunxin import CARD_MEMORY_MIB
+from hami_web.core.families.kunlunxin_topology import (
     CROSS_PAIRS,
     CROSS_QUADS,
     CardTopology,
     Slot,
-    VxpuAsk,
     bubble_score,
-    device_idx_annotation,
     pick_cards,
-    round_vxpu_memory_mib,
-    vxpu_fits,
-    xpu_fits,
 )
 
 
@@ -105,9 +100,9 @@ GRAPH_SELECT_VXPU = [
                          ids=[case[0] for case in GRAPH_SELECT_VXPU])
 def test_vxpu_picker_matches_hamis_table(cards: list[tuple[int, int]], ask: int, count: int,
                                          picked: tuple[int, ...]) -> None:
-    """HAMi device_test.go Test_graphSelectVXPU: the picker over FitVXPU (a card shared by one slice size)."""
-    fitting = [Slot(index, vxpu_fits(healthy=True, total_memory_mib=CARD_MEMORY_MIB, tasks=tasks,
-                                     used_memory_mib=used, ask_memory_mib=ask, mutex=False))
+    """HAMi device_test.go Test_graphSelectVXPU: the picker over FitVXPU's verdicts (a card shared by one slice size;
+    the verdict itself is the fit's, tested with the family in test_kunlunxin_family.py)."""
+    fitting = [Slot(index, used + ask <= CARD_MEMORY_MIB and (tasks == 0 or used // tasks == ask))
                for index, (tasks, used) in enumerate(cards)]
     assert pick_cards(fitting, count) == picked
 
@@ -221,83 +216,6 @@ def test_bubble_score(used_before: tuple[int, ...], chosen: tuple[int, ...], sco
     assert bubble_score(used_before, chosen) == score
 
 
-# ---- vXPU ----
-
-@pytest.mark.parametrize(("ask", "rounded"), [
-    # HAMi vdevice_test.go Test_trimMemory
-    (0, 24576), (24576, 24576), (24577, 49152), (49152, 49152), (49153, 98304), (200000, 98304),
-    (1, 24576), (98304, 98304),
-])
-def test_vxpu_memory_rounds_to_hamis_templates(ask: int, rounded: int) -> None:
-    """HAMi vdevice_test.go Test_trimMemory."""
-    assert round_vxpu_memory_mib(ask) == rounded
-
-
-@pytest.mark.parametrize(("memory", "ask"), [
-    # HAMi vdevice_test.go Test_KunlunVDevices_GenerateResourceRequests
-    (None, VxpuAsk(memory_mib=98304, cores=100)),  # vcount without memory defaults to full device
-    (24576, VxpuAsk(memory_mib=24576, cores=25)),  # vcount with memory from requests fallback
-    (30000, VxpuAsk(memory_mib=49152, cores=50)),
-    (0, VxpuAsk(memory_mib=98304, cores=100)),
-    (60000, VxpuAsk(memory_mib=98304, cores=100)),
-])
-def test_vxpu_cores_follow_memory(memory: int | None, ask: VxpuAsk) -> None:
-    """HAMi GenerateResourceRequests: cores = memory × 100 ÷ 98,304; no memory = a whole card."""
-    assert VxpuAsk.for_memory(memory) == ask
-
-
-@pytest.mark.parametrize(("healthy", "tasks", "used", "ask", "mutex", "fits"), [
-    # HAMi vdevice_test.go Test_FitVXPU_direct
-    (True, 0, 90000, 20000, False, False),  # would exceed total memory
-    (True, 0, 0, 24576, False, True),  # idle device always fits
-    (True, 2, 49152, 24576, False, True),  # shared device with matching average memory
-    (True, 1, 49152, 24576, False, False),  # shared device with mismatched average memory
-    (False, 0, 0, 24576, False, False),  # unhealthy device is rejected
-    # HAMi device_test.go TestKunlunVDevices_Fit_Mutex: a matching busy card is shared, except under mutex
-    (True, 1, 24576, 24576, False, True),
-    (True, 1, 24576, 24576, True, False),
-    (True, 0, 0, 24576, True, True),
-])
-def test_vxpu_card_fit(healthy: bool, tasks: int, used: int, ask: int, mutex: bool, fits: bool) -> None:
-    """HAMi FitVXPU, and the mutex policy's idle-card rule of KunlunVDevices.Fit."""
-    assert vxpu_fits(healthy=healthy, total_memory_mib=CARD_MEMORY_MIB, tasks=tasks, used_memory_mib=used,
-                     ask_memory_mib=ask, mutex=mutex) is fits
-
-
-def test_vxpu_card_smaller_than_the_ask_never_fits() -> None:
-    """HAMi device_test.go TestKunlunVDevices_Fit_NumaNotFit: 2,048 MiB asked of cards of 1,024."""
-    assert not vxpu_fits(healthy=True, total_memory_mib=1024, tasks=0, used_memory_mib=0, ask_memory_mib=2048,
-                         mutex=False)
-
-
-def test_slices_of_two_sizes_never_share_a_card() -> None:
-    """A card holding quarter slices takes only quarters until full; one holding a half takes only a half."""
-    quarters = [vxpu_fits(healthy=True, total_memory_mib=CARD_MEMORY_MIB, tasks=n, used_memory_mib=n * 24576,
-                          ask_memory_mib=24576, mutex=False) for n in range(5)]
-    assert quarters == [True, True, True, True, False]
-    assert not vxpu_fits(healthy=True, total_memory_mib=CARD_MEMORY_MIB, tasks=1, used_memory_mib=49152,
-                         ask_memory_mib=24576, mutex=False)
-    assert not vxpu_fits(healthy=True, total_memory_mib=CARD_MEMORY_MIB, tasks=1, used_memory_mib=24576,
-                         ask_memory_mib=49152, mutex=False)
-
-
-@pytest.mark.parametrize(("healthy", "tasks", "fits"), [(True, 0, True), (True, 1, False), (False, 0, False)])
-def test_whole_xpu_fits_an_idle_healthy_card(healthy: bool, tasks: int, fits: bool) -> None:
-    """HAMi FitXPU (device_test.go TestKunlunDevices_Fit_NumaNotFit: every card busy, nothing fits)."""
-    assert xpu_fits(healthy=healthy, tasks=tasks) is fits
-
-
-@pytest.mark.parametrize(("containers", "value"), [
-    ([[0, 1]], "0,1"),
-    ([[0], [4, 5]], "4,5"),  # HAMi PatchAnnotations: each container overwrites the key
-    ([[3], []], "3"),
-    ([[]], ""),
-])
-def test_device_idx_annotation(containers: list[list[int]], value: str) -> None:
-    """HAMi KunlunDevices.PatchAnnotations: ``BAIDU_COM_DEVICE_IDX`` of the last container holding cards."""
-    assert device_idx_annotation(containers) == value
-
-
 # ---- the topology as the family's way of grouping ----
 
 def xpus(count: int = 8) -> list[Device]:
@@ -340,4 +258,6 @@ def test_grouping_describes_and_labels() -> None:
     assert topology.describe(devices[:3], 4) == "cards free for the container: 0, 1, 2; 4 asked"
     assert topology.describe(devices[:4], 4) == ""
     assert (topology.label(devices[2]), topology.label(devices[5])) == ("wing 0-3", "wing 4-7")
-    assert topology.applies(devices) and not topology.scored
+    assert topology.applies(devices) and not topology.scored and topology.weight == 0
+    assert (topology.group_of(devices[3]), topology.group_of(devices[4])) == (0, 1)
+    assert topology.score([devices[:2]], "binpack") == 0.0 and topology.mutex_conflicts(devices, [1] * 8) == set()

@@ -34,7 +34,7 @@ def test_hami_chart_payload_is_accepted_unchanged(tmp_path: Path) -> None:
     settings = _settings("--device-config-file", _file(tmp_path, HAMI_CHART_CONFIG), "--enable-iluvatar")
     assert [family.cw for family in settings.devices] == ["BI-V100", "BI-V150", "Biren", "DCU", "GCU", "MLU",
                                                           "MR-V100", "MR-V50", "Metax-GPU", "Mthreads", "NVIDIA",
-                                                          "Vastai"]
+                                                          "Vastai", "XPU", "kunlun"]
     assert settings.devices["NVIDIA"].resources.count == "nvidia.com/gpu"
     assert settings.devices["DCU"].resources.memory == "hygon.com/dcumem"
     assert settings.devices["MR-V100"].memory_factor == 256
@@ -44,7 +44,7 @@ def test_hami_chart_payload_is_accepted_unchanged(tmp_path: Path) -> None:
 def test_without_enable_iluvatar_the_iluvatars_section_is_read_but_not_enabled(tmp_path: Path) -> None:
     settings = _settings("--device-config-file", _file(tmp_path, HAMI_CHART_CONFIG))
     assert [family.cw for family in settings.devices] == ["Biren", "DCU", "GCU", "MLU", "Metax-GPU", "Mthreads",
-                                                          "NVIDIA", "Vastai"]
+                                                          "NVIDIA", "Vastai", "XPU", "kunlun"]
 
 
 def test_file_values_fill_what_no_flag_gives_and_flags_win(tmp_path: Path) -> None:

@@ -60,6 +60,13 @@ node has iluvatar.ai/<chip>.vMem or huawei.com/<chip>-memory in its allocatable)
   flag: ""
   resources:
     - {{ .Values.vastaiResourceName | quote }}
+- name: kunlunxin
+  enabled: true
+  flag: ""
+  resources:
+    - {{ .Values.kunlunResourceName | quote }}
+    - {{ .Values.kunlunResourceVCountName | quote }}
+    - {{ .Values.kunlunResourceVMemoryName | quote }}
 - name: iluvatar
   enabled: {{ .Values.devices.iluvatar.enabled }}
   flag: --enable-iluvatar

@@ -126,6 +126,28 @@ class MemoryTemplates:
 
 
 @dataclass(frozen=True, slots=True)
+class SliceSizes:
+    """A device shared in memory slices of fixed sizes (Kunlunxin vXPU): an ask is rounded up to the smallest size
+    holding it, or to the whole device (``whole_mib``, also for an ask larger than any size); its cores are its share
+    of the whole device (memory × 100 ÷ whole); no memory asked is the whole device with 100 cores; and a device
+    holds slices of one size only."""
+
+    sizes_mib: tuple[int, ...]
+    whole_mib: int
+
+    def round_up(self, memory_mib: int) -> int:
+        """The slice an ask of ``memory_mib`` gets."""
+        return next((size for size in sorted(self.sizes_mib) if memory_mib <= size), self.whole_mib)
+
+    def ask(self, memory_mib: int) -> tuple[int, int]:
+        """(memory MiB, cores) a container asking ``memory_mib`` (0: none) books on each device."""
+        if memory_mib <= 0:
+            return self.whole_mib, 100
+        rounded = self.round_up(memory_mib)
+        return rounded, rounded * 100 // self.whole_mib
+
+
+@dataclass(frozen=True, slots=True)
 class AdmissionAsk:
     """What one container asks of a family, as the webhook's resize hook sees it: the count and the cores (limits
     else requests), the memory in limits (None when absent), and whether the pod asks for soft split."""
@@ -219,7 +241,7 @@ class Family:
     annotation ``soft_split_key`` = ``soft_split_mode`` asks for it; a node allows it by its ``soft_split_node_key``
     annotation, else ``soft_split_default``), ``grouping`` (how a multi-device container is picked: a
     `hami_web.core.groups.Grouping`, e.g. HCCS groups or whole modules) and ``predicate_time`` (the bind also writes
-    HAMi's ``predicate-time``).
+    HAMi's ``predicate-time``). ``slices``: the device is shared in slices of fixed sizes (`SliceSizes`).
     """
 
     cw: str
@@ -273,6 +295,9 @@ class Family:
     # in nanoseconds (``predicate_ns_key``), as HAMi's ``PatchAnnotations`` does for Mthreads and AWS Neuron.
     predicate_node_key: str = ""
     predicate_ns_key: str = ""
+    # Further (use, nouse) UUID annotation pairs a device must pass too (Kunlunxin: HAMi's and Baidu's keys).
+    more_uuid_keys: tuple[tuple[str, str], ...] = ()
+    slices: SliceSizes | None = None
 
     @property
     def bind_lock(self) -> LockRule:

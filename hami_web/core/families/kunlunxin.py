@@ -1,226 +1,156 @@
-"""Kunlunxin XPU and vXPU rules (README.md#device-families; HAMi v2.10 ``pkg/device/kunlun``).
+"""Kunlunxin XPUs, whole (``kunlun``) and sliced (``XPU``, vXPU) (README.md#kunlunxin-xpus; HAMi v2.10
+``pkg/device/kunlun``): one module, one registry line, two families, HAMi's ``kunlun`` device-config section.
 
-A Kunlunxin node is eight cards in two wings (0–3 and 4–7, each wing fully linked) joined by four cross links
-(0-4, 1-5, 2-6, 3-7). A container gets 1, 2, 4 or 8 cards chosen so the cards left free stay in shapes later pods
-can use: HAMi's ``graghSelect`` (``kunlun/topo.go``), ported here as `pick_cards`. HAMi judges a wing by the
-*position* of a card in the list it is handed (its devices sorted by the scheduling policy) and the links by the
-card's *index*; `pick_cards` takes the same ordered list, so the family decides the order and the rule stays one.
-
-Whole XPUs (``kunlunxin.com/xpu``) score a node by "bubbles" (`bubble_score`). vXPU slices (``kunlunxin.com/vxpu``)
-are rounded at admission to a quarter, half or whole card (`round_vxpu_memory_mib`) with cores following memory,
-a card is shared only by slices of one size and, under ``mutex``, only idle cards are taken (`vxpu_fits`).
+Whole XPUs have no register annotation: the kubelet's capacity of ``kunlunxin.com/xpu`` is N cards
+``<node>-kunlun-<i>`` of 98,304 MiB, the upper half on NUMA 1; a container takes whole, idle cards, no node lock,
+and its device plugin reads ``hami.io/kunlun-allocated`` and ``BAIDU_COM_DEVICE_IDX``. vXPUs are registered
+(``hami.io/node-register-xpu``, with a handshake) and sliced: memory is rounded to a quarter, half or whole card at
+admission and at the filter, cores follow memory, a card holds slices of one size, under ``mutex`` only idle cards.
+Both pick their cards by the eight-card topology (`hami_web.core.families.kunlunxin_topology.CardTopology`) and
+select cards by both of HAMi's UUID annotations (``hami.io/use-xpu-uuid`` and ``baidu.com/use-gpuuuid``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
-from hami_web.core.devices import Device
+from hami_web.core.devices import AnnotationError, Device
+from hami_web.core.families import config
+from hami_web.core.families.family import (
+    AdmissionAsk,
+    AdmissionRewrite,
+    AdmissionRules,
+    Family,
+    ResourceNames,
+    SliceSizes,
+)
+from hami_web.core.families.kunlunxin_topology import CardTopology
+from hami_web.core.families.spec import FamilySpec
+from hami_web.core.limits import MAX_DEVICE_INDEX, quote, uuid_problem
+from hami_web.core.quantities import QuantityError, parse_whole_quantity
 
-WING_SIZE = 4
-TOPOLOGY_CARDS = 2 * WING_SIZE
-# HAMi's ``InterGroupConnection``: the cross links between the wings.
-CROSS_PAIRS: tuple[tuple[int, int], ...] = ((0, 4), (1, 5), (2, 6), (3, 7))
-# HAMi's ``InterGroupConnection2``: the four-card shapes across both wings, in the order HAMi tries them.
-CROSS_QUADS: tuple[tuple[int, int, int, int], ...] = (
-    (0, 1, 4, 5), (2, 3, 6, 7), (0, 2, 4, 6), (1, 3, 5, 7), (0, 3, 4, 7), (1, 2, 5, 6))
-# For one card, a wing is taken by how many free cards it has, best first: a lone free card (no bubble left), then
-# three (a pair stays), then two, then a whole wing (HAMi's ``oddorder``).
-_ONE_CARD_WING_ORDER = (1, 3, 2, 4)
-PICKABLE_COUNTS = (1, 2, 4, 8)
-
-# vXPU (HAMi ``KunlunMaxMemory`` and ``trimMemory``): slices are a quarter, a half or a whole card.
+KIND = "kunlunxin"
+XPU_CW = "kunlun"  # HAMi's KunlunGPUCommonWord: whole cards
+VXPU_CW = "XPU"  # HAMi's XPUCommonWord: slices
 CARD_MEMORY_MIB = 98304
-VXPU_TEMPLATES_MIB = (24576, 49152, CARD_MEMORY_MIB)
+CARD_CORES = 100
+ID_INFIX = "-kunlun-"
+DEVICE_IDX = "BAIDU_COM_DEVICE_IDX"
+# HAMi ``trimMemory``: a quarter, a half, else the whole card.
+VXPU_SLICES = SliceSizes(sizes_mib=(24576, 49152), whole_mib=CARD_MEMORY_MIB)
+# Both of HAMi's UUID selections apply to both families (HAMi's own keys first, Baidu's as well).
+UUID_KEYS = ("hami.io/use-xpu-uuid", "hami.io/no-use-xpu-uuid")
+BAIDU_UUID_KEYS = ("baidu.com/use-gpuuuid", "baidu.com/nouse-gpuuuid")
+TOPOLOGY = CardTopology()
 
 
 @dataclass(frozen=True, slots=True)
-class Slot:
-    """One card as the picker sees it: its index (what the links name) and whether it may take the container."""
+class KunlunConfig:
+    """HAMi's ``kunlun`` section: ``resourceCountName`` (whole XPUs), ``resourceVCountName`` and
+    ``resourceVMemoryName`` (vXPUs)."""
 
-    index: int
-    fits: bool
-
-
-def pick_cards(slots: Sequence[Slot], count: int) -> tuple[int, ...]:
-    """The indices of the cards a container asking ``count`` cards gets, () when the node has no fitting shape.
-
-    ``slots`` is the node's cards in the order HAMi hands them to ``graghSelect``; slots 0–3 are the left wing,
-    4–7 the right (a card past the eighth is in no wing and never picked). Eight cards: all eight free. One, two or
-    four: inside one wing when a wing has enough (`_wing_choice`), else across the wings by the links (two: a cross
-    pair; four: one of `CROSS_QUADS`). Any other count: ().
-    """
-    slots = slots[:TOPOLOGY_CARDS]
-    if count == TOPOLOGY_CARDS:
-        return tuple(slot.index for slot in slots) if len(slots) == count and all(s.fits for s in slots) else ()
-    if count not in PICKABLE_COUNTS:
-        return ()
-    left = [slot.index for slot in slots[:WING_SIZE] if slot.fits]
-    right = [slot.index for slot in slots[WING_SIZE:] if slot.fits]
-    wing = _wing_choice(len(left), len(right), count)
-    if wing is not None:
-        return tuple((left if wing == 0 else right)[:count])
-    free = {slot.index for slot in slots if slot.fits}
-    if count == 2:
-        # The first fitting card (in slot order) whose cross partner fits too, then that partner.
-        return next(((index, partner) for index in (*left, *right)
-                     if (partner := _cross_partner(index)) in free), ())
-    return _cross_quad(free)
+    count: str = "kunlunxin.com/xpu"
+    vcount: str = "kunlunxin.com/vxpu"
+    vmemory: str = "kunlunxin.com/vxpu-memory"
 
 
-def _cross_partner(index: int) -> int:
-    return index + WING_SIZE if index < WING_SIZE else index - WING_SIZE
-
-
-def _linked(first: int, second: int) -> bool:
-    """Two cards joined by a link: in one wing, or a cross pair (HAMi's ``GroupConnection`` and
-    ``InterGroupConnection``)."""
-    return first // WING_SIZE == second // WING_SIZE or _cross_partner(first) == second
-
-
-def _wing_choice(left_free: int, right_free: int, count: int) -> int | None:
-    """Which wing (0 left, 1 right) holds the container, None when neither has ``count`` fitting cards.
-
-    A wing is taken by its number of fitting cards, the one leaving the fewest stranded cards first (for one card
-    `_ONE_CARD_WING_ORDER`, else exactly ``count``, then one more, up to four); the left wing wins a tie.
-    """
-    if left_free < count and right_free < count:
-        return None
-    order = _ONE_CARD_WING_ORDER if count == 1 else tuple(range(count, WING_SIZE + 1))
-    for free in order:
-        if left_free == free:
-            return 0
-        if right_free == free:
-            return 1
-    return None
-
-
-def _cross_quad(free: set[int]) -> tuple[int, ...]:
-    """Four cards across the wings (neither wing has four): with four or five fitting cards the first quad of
-    `CROSS_QUADS` they hold; with six, the first quad whose two left-over cards are linked (`_linked`), else the
-    last quad they hold (HAMi's ``interconnect``); with fewer or more, none."""
-    held = [quad for quad in CROSS_QUADS if set(quad) <= free]
-    if not held or len(free) not in (4, 5, 6):
-        return ()
-    if len(free) < 6:
-        return held[0]
-    for quad in held:
-        first, second = sorted(free - set(quad))
-        if _linked(first, second):
-            return quad
-    return held[-1]
-
-
-def _bubbles(indices: Sequence[int]) -> int:
-    """HAMi's ``countbubble``: per wing 0 for a whole wing, 2 for a lone card, else 1; an empty set counts 1."""
-    if not indices:
-        return 1
-    left = sum(1 for index in indices if index < WING_SIZE)
-    right = len(indices) - left
-    return sum(0 if n == WING_SIZE else 2 if n == 1 else 1 for n in (left, right))
-
-
-def bubble_score(used_before: Sequence[int], chosen: Sequence[int]) -> float:
-    """A whole-XPU node's score for a pod given ``chosen`` cards, the node's busy cards being ``used_before``
-    (HAMi ``ScoreNode`` / ``calcscore``): 3000 when the pod's cards have one bubble fewer than the busy set, 2000 as
-    many, 1000 one more, 0 two more, else 1000. Added to the node score under either policy, as HAMi adds it."""
-    change = _bubbles(sorted(set(chosen))) - _bubbles(sorted(set(used_before)))
-    return {-1: 3000.0, 0: 2000.0, 1: 1000.0, 2: 0.0}.get(change, 1000.0)
-
-
-def round_vxpu_memory_mib(memory_mib: int) -> int:
-    """The vXPU slice an ask of ``memory_mib`` gets: the smallest of 24,576 / 49,152 MiB that holds it, else a whole
-    card (98,304 MiB, also for an ask over a card: HAMi's ``trimMemory``)."""
-    return next((size for size in VXPU_TEMPLATES_MIB if memory_mib <= size), CARD_MEMORY_MIB)
+_KEYS = (("count", "resourceCountName"), ("vcount", "resourceVCountName"), ("vmemory", "resourceVMemoryName"))
+DEFAULT_CONFIG = KunlunConfig()
 
 
 @dataclass(frozen=True, slots=True)
-class VxpuAsk:
-    """What one vXPU container books per card: memory (a template) and cores derived from it (HAMi
-    ``GenerateResourceRequests``: memory × 100 ÷ 98,304; no memory = a whole card, 100 cores)."""
+class XpuCapacity:
+    """Whole XPUs from ``status.capacity[<count resource>]`` (HAMi ``KunlunDevices.GetNodeDevices``): N cards, card i
+    ``<node>-kunlun-<i>`` with index i, 100 shares, 98,304 MiB, 100 cores, type ``kunlun``, NUMA 1 from N ÷ 2 up,
+    healthy. None when the node has none."""
 
-    memory_mib: int
-    cores: int
+    resource: str
 
-    @classmethod
-    def for_memory(cls, memory_mib: int | None) -> VxpuAsk:
-        """The ask of a container giving ``memory_mib`` (None or 0: a whole card)."""
-        if not memory_mib:
-            return cls(memory_mib=CARD_MEMORY_MIB, cores=100)
-        rounded = round_vxpu_memory_mib(memory_mib)
-        return cls(memory_mib=rounded, cores=rounded * 100 // CARD_MEMORY_MIB)
-
-
-def vxpu_fits(*, healthy: bool, total_memory_mib: int, tasks: int, used_memory_mib: int, ask_memory_mib: int,
-              mutex: bool) -> bool:
-    """Whether a card takes one more vXPU slice of ``ask_memory_mib`` (HAMi ``FitVXPU``): healthy, the memory fits,
-    and the card is idle or already holds only slices of this size (its average slice equals the ask); under the
-    ``mutex`` policy only an idle card."""
-    if not healthy or ask_memory_mib + used_memory_mib > total_memory_mib:
-        return False
-    if tasks == 0:
-        return True
-    return not mutex and used_memory_mib // tasks == ask_memory_mib
-
-
-def xpu_fits(*, healthy: bool, tasks: int) -> bool:
-    """Whether a whole XPU card is free for a container (HAMi ``FitXPU``): healthy and nobody on it."""
-    return healthy and tasks == 0
+    def devices(self, node: Mapping[str, Any]) -> tuple[Device, ...] | None:
+        """The node's whole XPUs; `AnnotationError` for a capacity that is not a whole number of cards."""
+        status = node.get("status")
+        capacity = status.get("capacity") if isinstance(status, Mapping) else None
+        value = capacity.get(self.resource) if isinstance(capacity, Mapping) else None
+        if value is None:
+            return None
+        try:
+            cards = parse_whole_quantity(value, resource=self.resource, maximum=MAX_DEVICE_INDEX + 1,
+                                         where=f"status.capacity[{self.resource}]")
+        except QuantityError as error:
+            raise AnnotationError(str(error)) from None
+        if not cards:
+            return None
+        metadata = node.get("metadata")
+        name = metadata.get("name") if isinstance(metadata, Mapping) else None
+        first_id = f"{name}{ID_INFIX}0"
+        if not isinstance(name, str) or (problem := uuid_problem(first_id)):
+            raise AnnotationError(f"XPU id {quote(first_id)} {problem or 'has no node name'}")
+        return tuple(Device(uuid=f"{name}{ID_INFIX}{index}", index=index, count=100, memory_mib=CARD_MEMORY_MIB,
+                            cores=CARD_CORES, type=XPU_CW, numa=int(index >= cards // 2), healthy=True,
+                            family=XPU_CW) for index in range(cards))
 
 
-def device_idx_annotation(indices_by_container: Sequence[Sequence[int]]) -> str:
+def card_index(uuid: str) -> int | None:
+    """The index a whole XPU's id names (``node-a-kunlun-5`` → 5), None for an id of another form."""
+    _, infix, index = uuid.rpartition(ID_INFIX)
+    return int(index) if infix and index.isdigit() and len(index) <= len(str(MAX_DEVICE_INDEX)) else None
+
+
+def device_idx_annotations(grants: Sequence[Sequence[Any]]) -> dict[str, str]:
     """``BAIDU_COM_DEVICE_IDX``: the card indices of the last container holding XPUs, comma-separated (HAMi
-    ``PatchAnnotations`` overwrites the value container by container); "" when none holds any."""
-    held = [indices for indices in indices_by_container if indices]
-    return ",".join(str(index) for index in held[-1]) if held else ""
+    ``PatchAnnotations`` writes the key container by container, so the last one stays); nothing without XPUs."""
+    held = [indices for container in grants
+            if (indices := [index for grant in container if (index := card_index(grant.uuid)) is not None])]
+    return {DEVICE_IDX: ",".join(str(index) for index in held[-1])} if held else {}
 
 
-def _index_slots(devices: Sequence[Device], passing: Iterable[int]) -> list[Slot]:
-    """The node's cards in index order (the wiring of the board), each fitting when its position is in
-    ``passing``."""
-    fitting = set(passing)
-    return [Slot(index=devices[p].index, fits=p in fitting)
-            for p in sorted(range(len(devices)), key=lambda p: (devices[p].index, devices[p].uuid))]
+def round_vxpu_memory(family: Family, ask: AdmissionAsk) -> AdmissionRewrite:
+    """The webhook's vXPU rule (HAMi ``KunlunVDevices.MutateAdmission``): a memory in limits is rounded up to a
+    slice (24,576 / 49,152 / 98,304 MiB) in limits and requests; the count is left as asked."""
+    if ask.memory is None or family.slices is None:
+        return AdmissionRewrite(count=ask.count)
+    return AdmissionRewrite(count=ask.count, memory=family.slices.round_up(ask.memory))
 
 
-@dataclass(frozen=True, slots=True)
-class CardTopology:
-    """The eight-card topology as a way of grouping a family's devices (`hami_web.core.groups.Grouping`): Kunlunxin
-    XPU and vXPU.
+def _common(cw: str, label: str, resources: ResourceNames) -> dict[str, Any]:
+    return {"cw": cw, "kind": KIND, "label": label, "resources": resources, "grouping": TOPOLOGY,
+            "use_uuid_key": UUID_KEYS[0], "nouse_uuid_key": UUID_KEYS[1], "more_uuid_keys": (BAIDU_UUID_KEYS,)}
 
-    A container's cards are `pick_cards` over the node's cards in index order. When that finds no shape but enough
-    cards fit for a count of 1, 2 or 4, the first that fit in policy order are taken: HAMi v2.10 runs the picker on
-    its policy-sorted device list, where the free cards come first and fill a "wing" whatever their indices, so it
-    places such a pod, and so do we (README.md, Decisions). Other counts than 1, 2, 4 and 8 never fit.
-    """
 
-    scored: bool = False
+def xpu_family(kunlun: KunlunConfig = DEFAULT_CONFIG) -> Family:
+    """Whole XPUs: count only, each card whole (its memory and 100 cores), no lock, no handshake."""
+    resources = ResourceNames(count=kunlun.count, memory="", memory_percentage="", cores="", priority="")
+    return Family(**_common(XPU_CW, "Kunlunxin XPU", resources),
+                  register_key="", handshake_key="", to_allocate_key="", allocated_key="hami.io/kunlun-allocated",
+                  lock=None, default_cores=CARD_CORES, inventory=XpuCapacity(resource=kunlun.count),
+                  booking_extras=device_idx_annotations)
 
-    def applies(self, devices: Sequence[Device]) -> bool:
-        """Always: the wings and links are the card indices'."""
-        return True
 
-    def pick(self, ordered: Sequence[int], devices: Sequence[Device], count: int) -> list[int]:
-        """``count`` of the passing positions ``ordered`` (policy order), or [] when no shape holds them."""
-        by_index = {devices[p].index: p for p in ordered}
-        picked = pick_cards(_index_slots(devices, ordered), count)
-        if picked:
-            return [by_index[index] for index in picked]
-        if count in (1, 2, WING_SIZE) and len(ordered) >= count:
-            return list(ordered[:count])
-        return []
+def vxpu_family(kunlun: KunlunConfig = DEFAULT_CONFIG) -> Family:
+    """vXPU slices: count and memory, registered with a handshake, under HAMi's node lock."""
+    resources = ResourceNames(count=kunlun.vcount, memory=kunlun.vmemory, memory_percentage="", cores="",
+                              priority="")
+    return Family(**_common(VXPU_CW, "Kunlunxin vXPU", resources),
+                  register_key="hami.io/node-register-xpu", handshake_key="hami.io/node-handshake-xpu",
+                  to_allocate_key="hami.io/xpu-devices-to-allocate", allocated_key="hami.io/xpu-devices-allocated",
+                  slices=VXPU_SLICES, admission=AdmissionRules(resize=round_vxpu_memory))
 
-    def describe(self, passing: Sequence[Device], count: int) -> str:
-        """Why the free cards hold no shape for ``count`` ("" when they do)."""
-        if count not in PICKABLE_COUNTS:
-            return f"{count} cards is not a Kunlunxin shape (1, 2, 4 or 8 cards)"
-        if len(passing) >= count and (count != TOPOLOGY_CARDS or len(passing) == TOPOLOGY_CARDS):
-            return ""
-        free = ", ".join(str(device.index) for device in sorted(passing, key=lambda d: d.index)) or "none"
-        return f"cards free for the container: {free}; {count} asked"
 
-    def label(self, device: Device) -> str:
-        """``wing 0-3`` or ``wing 4-7``."""
-        first = device.index // WING_SIZE * WING_SIZE
-        return f"wing {first}-{first + WING_SIZE - 1}"
+def read_kunlun(value: object, where: str) -> KunlunConfig:
+    """The ``kunlun`` section: the three resource names, each else the chart's."""
+    section = config.section_map(value, where)
+    return KunlunConfig(**{field: config.resource(section, key, where) or getattr(DEFAULT_CONFIG, field)
+                           for field, key in _KEYS})
+
+
+def publish_kunlun(kunlun: KunlunConfig) -> object | None:
+    """The section back: the names that differ from the chart's (None when none does)."""
+    return config.names_document(tuple((key, value) for field, key in _KEYS
+                                       if (value := getattr(kunlun, field)) != getattr(DEFAULT_CONFIG, field)))
+
+
+SPEC = FamilySpec(name=KIND, label="Kunlunxin XPU and vXPU", section="kunlun", default=DEFAULT_CONFIG,
+                  read=read_kunlun, publish=publish_kunlun,
+                  build=lambda kunlun: (xpu_family(kunlun), vxpu_family(kunlun)))

@@ -8,7 +8,19 @@ from __future__ import annotations
 
 from typing import Any
 
-from hami_web.core.families import ascend, biren, cambricon, enflame, hygon, iluvatar, metax, mthreads, nvidia, vastai
+from hami_web.core.families import (
+    ascend,
+    biren,
+    cambricon,
+    enflame,
+    hygon,
+    iluvatar,
+    kunlunxin,
+    metax,
+    mthreads,
+    nvidia,
+    vastai,
+)
 from hami_web.core.families.spec import FamilySpec
 
 REGISTRY: tuple[FamilySpec[Any], ...] = (
@@ -22,4 +34,5 @@ REGISTRY: tuple[FamilySpec[Any], ...] = (
     metax.SPEC,
     mthreads.SPEC,
     vastai.SPEC,
+    kunlunxin.SPEC,
 )
