@@ -26,7 +26,8 @@ from hami_web import __version__
 from hami_web.core.checks import core_capacity
 from hami_web.core.quota import quota_usage_rows
 from hami_web.core.reasons import reason_causes
-from hami_web.state.cache import LOCK_HOLD_BUCKETS_SECONDS, ClusterCache
+from hami_web.state.faces import CacheReads
+from hami_web.state.lockstats import LOCK_HOLD_BUCKETS_SECONDS
 
 MIB = 1024 * 1024
 CORE_PERCENT = 100.0
@@ -73,7 +74,7 @@ class _ZoneGauge(GaugeMetricFamily):
 class _ClusterCollector(Collector):
     """Reads the cache (and the sync loops, when running) at scrape time."""
 
-    def __init__(self, cache: ClusterCache, sync: Any = None, *, legacy: bool = False) -> None:
+    def __init__(self, cache: CacheReads, sync: Any = None, *, legacy: bool = False) -> None:
         self._cache = cache
         self._sync = sync
         self._legacy = legacy
@@ -305,7 +306,7 @@ class _ClusterCollector(Collector):
 class Metrics:
     """The app's metrics: request latencies, decision outcomes, and the cluster collector."""
 
-    def __init__(self, cache: ClusterCache | None = None, sync: Any = None, *, legacy: bool = False) -> None:
+    def __init__(self, cache: CacheReads | None = None, sync: Any = None, *, legacy: bool = False) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
         self._latency = Histogram("hami_web_request_duration_seconds", "time to answer a request",
                                   ["route"], registry=self.registry, buckets=LATENCY_BUCKETS)

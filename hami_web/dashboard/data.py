@@ -31,8 +31,8 @@ from hami_web.ops.shape import form_bounds, shape_from_form
 from hami_web.ops.snapshot import ClusterSnapshot, NodeFacts
 from hami_web.settings import Settings
 from hami_web.settings.values import whole
-from hami_web.state.cache import ClusterCache
 from hami_web.state.decisions import BIND, FILTER, DecisionLog
+from hami_web.state.faces import CacheReads
 
 METRICS = ("memory", "cores")
 SORTS = ("fullness", "name", "pods")
@@ -54,7 +54,7 @@ class DashboardSources:
     """What the dashboard reads: the settings (policies), the cache, the decision log (and who may read it)."""
 
     settings: Settings
-    cache: ClusterCache
+    cache: CacheReads
     decisions: DecisionLog
     kube: Kube | None = None  # checks bearer tokens when the dashboard is exposed (``--ui-expose``)
     answers: AnswerCache = dataclasses.field(default_factory=AnswerCache)  # the token checks' recent answers

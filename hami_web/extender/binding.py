@@ -70,7 +70,7 @@ from hami_web.kube import (
     deadline_left_seconds,
 )
 from hami_web.state.budget import WaitSlots
-from hami_web.state.cache import ClusterCache
+from hami_web.state.faces import Placements
 from hami_web.state.pods import PodUsage
 
 log = logging.getLogger(__name__)
@@ -130,7 +130,7 @@ class Binder:
     """Answers kube-scheduler's bind calls: a `BindRequest` in, a `BindOutcome` out, reported once (log, event,
     metrics)."""
 
-    def __init__(self, *, cache: ClusterCache, kube: Kube, events: EventSink, node_lock: NodeLock,
+    def __init__(self, *, cache: Placements, kube: Kube, events: EventSink, node_lock: NodeLock,
                  metrics: BindMetrics | None = None, clock: Callable[[], float] = time.time,
                  deadline_seconds: float = 15.0, lock_wait_seconds: float = 0.0, max_lock_waiters: int = 1,
                  catalog: DeviceCatalog = DEFAULT_CATALOG) -> None:

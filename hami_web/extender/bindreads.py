@@ -18,7 +18,7 @@ from hami_web.core.grants import booking_annotations
 from hami_web.core.quota import NamespaceQuota, booking_quota_use, family_quota_names, quota_resources
 from hami_web.core.verify import other_bookings, placement_conflicts
 from hami_web.kube import Kube, KubeError, NotFoundError
-from hami_web.state.cache import ClusterCache
+from hami_web.state.faces import Placements
 from hami_web.state.pods import PodUsage, pod_key, pod_usage
 
 log = logging.getLogger(__name__)
@@ -27,7 +27,7 @@ log = logging.getLogger(__name__)
 class BindReads:
     """The bind's reads of the API, judged against what this process placed."""
 
-    def __init__(self, *, kube: Kube, cache: ClusterCache, catalog: DeviceCatalog) -> None:
+    def __init__(self, *, kube: Kube, cache: Placements, catalog: DeviceCatalog) -> None:
         self._kube = kube
         self._cache = cache
         self._catalog = catalog

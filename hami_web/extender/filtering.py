@@ -32,7 +32,8 @@ from hami_web.extender.outcomes import (
     Unschedulable,
 )
 from hami_web.kube import deadline, deadline_left_seconds
-from hami_web.state.cache import AlreadyBooked, ClusterCache
+from hami_web.state.cache import AlreadyBooked
+from hami_web.state.faces import Placements
 
 log = logging.getLogger(__name__)
 
@@ -55,7 +56,7 @@ def unschedulable_message(namespace: str, name: str, reasons: Mapping[str, str])
 class Filter:
     """Answers kube-scheduler's filter calls: decides into a `FilterOutcome`, then reports it (log, event, metric)."""
 
-    def __init__(self, *, policy: SchedulingPolicy, cache: ClusterCache, events: EventSink,
+    def __init__(self, *, policy: SchedulingPolicy, cache: Placements, events: EventSink,
                  metrics: FilterMetrics | None = None, deadline_seconds: float = 15.0,
                  sync_wait_seconds: float = SYNC_WAIT_SECONDS) -> None:
         """``policy`` is the server's scheduling policy; ``deadline_seconds`` is ``--extender-deadline``."""

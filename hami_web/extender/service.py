@@ -30,8 +30,8 @@ from hami_web.extender.outcomes import (
     UnreadableArgs,
     Unschedulable,
 )
-from hami_web.state.cache import ClusterCache
 from hami_web.state.decisions import BIND, FILTER, Decision, DecisionLog
+from hami_web.state.faces import CacheReads
 
 # The filter writes nothing: until /bind writes the booking onto the pod, only this replica's memory holds it.
 PLACED_MESSAGE = "booked in this server's memory; the API shows it once bound"
@@ -44,7 +44,7 @@ class Extender:
     filterer: Filter
     binder: Binder
     events: EventRecorder
-    cache: ClusterCache | None = None
+    cache: CacheReads | None = None
     decisions: DecisionLog | None = None
     # Monotonic time of the last /filter or /bind call: only the replica whose kube-scheduler holds the Lease is
     # called, so this tells an operator which replica is active (see `activity`).

@@ -39,10 +39,10 @@ from hami_web.core.nodelocks import SeenNode
 from hami_web.core.options import PodOptions
 from hami_web.core.quota import NamespaceQuota, QuotaObject
 from hami_web.core.requests import PodRequest
-from hami_web.core.usage import pod_booking
+from hami_web.core.usage import NodeView, pod_booking
 from hami_web.state.claims import Claims
 from hami_web.state.lockstats import LOCK_HOLD_BUCKETS_SECONDS, LockHolds
-from hami_web.state.nodes import NodeRecord, NodeState, device_plugin_gone, handshake_due, node_record
+from hami_web.state.nodes import NodeRecord, NodeState, device_plugin_gone, handshake_due
 from hami_web.state.planning import (
     ASSUMPTION_GRACE_SECONDS,
     CHUNK_SIZE,
@@ -50,7 +50,7 @@ from hami_web.state.planning import (
     chunks_by_node,
     same_usage,
 )
-from hami_web.state.pods import PodRecord, PodUsage, booked_at, pod_record, standing_booking
+from hami_web.state.pods import PodRecord, PodUsage, booked_at, standing_booking
 from hami_web.state.quotaledger import QuotaObjects
 from hami_web.state.store import LOCK_RELEASE_GRACE_SECONDS, CacheStats, CacheStore
 
@@ -66,15 +66,23 @@ class AlreadyBooked(Exception):
     """The pod's booking is already written in the API (by a binder of this or another replica)."""
 
 
-class ClusterCache(CacheStore):
-    """Thread-safe inventory and usage of every GPU node, fed by lists and watches (see `state.sync`)."""
+class ClusterCache:
+    """Thread-safe inventory and usage of every GPU node, fed by lists and watches (see `state.sync`).
+
+    It owns its store (`state.store.CacheStore`) and shows each consumer one face (`state.faces`): the reflectors
+    the feed, the filter and the bind the placements, the quota reflector its sink, the metrics, the tools and the
+    dashboard the reads. It satisfies them all; a consumer is typed by the one it uses.
+    """
 
     def __init__(self, *, catalog: DeviceCatalog = DEFAULT_CATALOG, clock: Clock = time.time,
                  busy_nodes_last: bool = True, node_lock_timeout_seconds: float = 300.0) -> None:
         """``busy_nodes_last``: a filter tries nodes busy binding after the others (see `busy_nodes`);
         ``node_lock_timeout_seconds`` is ``--node-lock-timeout``, after which a node lock no longer makes it busy.
         """
-        super().__init__(catalog=catalog, clock=clock)
+        self._store = CacheStore(catalog=catalog, clock=clock)
+        self.catalog = catalog
+        self.stats: CacheStats = self._store.stats
+        self._clock = clock
         self._busy_nodes_last = busy_nodes_last
         self._node_lock_timeout_seconds = node_lock_timeout_seconds
         self._synced = threading.Event()
@@ -104,7 +112,37 @@ class ClusterCache(CacheStore):
 
     def note_pods_current(self, at: float) -> None:
         """The pod stream delivered everything up to about ``at`` (an event, a bookmark, a finished list)."""
-        self._pods_current_at = max(self._pods_current_at, at)
+        self._store.pods_current_at = max(self._store.pods_current_at, at)
+
+    # -- reads (the store's, under its lock) ------------------------------------------------------
+
+    def node_view(self, name: str) -> NodeView | None:
+        """See `CacheStore.node_view`."""
+        return self._store.node_view(name)
+
+    def held_by(self, uid: str) -> PodUsage | None:
+        """See `CacheStore.held_by`."""
+        return self._store.held_by(uid)
+
+    def node_views(self) -> dict[str, NodeView]:
+        """See `CacheStore.node_views`."""
+        return self._store.node_views()
+
+    def broken_nodes(self) -> dict[str, str]:
+        """See `CacheStore.broken_nodes`."""
+        return self._store.broken_nodes()
+
+    def pod_usages(self) -> list[PodUsage]:
+        """See `CacheStore.pod_usages`."""
+        return self._store.pod_usages()
+
+    def read_consistent(self) -> tuple[dict[str, NodeView], dict[str, str], list[PodUsage]]:
+        """See `CacheStore.read_consistent`."""
+        return self._store.read_consistent()
+
+    def lock_hold_snapshot(self) -> dict[str, LockHolds]:
+        """See `CacheStore.lock_hold_snapshot`."""
+        return self._store.lock_hold_snapshot()
 
     # -- nodes ------------------------------------------------------------------------------------
 
@@ -112,41 +150,38 @@ class ClusterCache(CacheStore):
         """Reconcile every node with a full list; returns the nodes whose handshakes we should answer, with the
         handshake keys of each."""
         listed = {record.name: record for record in records}
-        with self._locked("nodes"):
-            current = dict(self._nodes)
-            self._note_seen_locked([(name, None) for name in self._seen_nodes if name not in listed])
-            self._note_seen_locked([(name, record) for name, record in listed.items()])
+        with self._store.locked("nodes"):
+            current = dict(self._store.nodes)
+            self._store.note_seen_locked([(name, None) for name in self._store.seen_nodes if name not in listed])
+            self._store.note_seen_locked([(name, record) for name, record in listed.items()])
         now = self._clock()
         changes: list[tuple[str, NodeState | None]] = [(name, None) for name in current if name not in listed]
         for name, record in listed.items():
             previous = current.get(name)
             if previous is None or previous.record != record:
-                changes.append((name, self._judge_node(record, now)))
+                changes.append((name, self._store.judge_node(record, now)))
         for start in range(0, len(changes), CHUNK_SIZE):
-            self._commit_nodes(changes[start:start + CHUNK_SIZE])
+            self._store.commit_nodes(changes[start:start + CHUNK_SIZE])
         return [(name, due) for name, record in listed.items() if (due := handshake_due(record))]
 
     def apply_node_events(self, events: Sequence[tuple[str, NodeRecord]]) -> None:
         """Apply watch events (``ADDED``, ``MODIFIED``, ``DELETED``) for nodes, as one batch."""
         now = self._clock()
-        with self._locked("nodes"):
-            self._note_seen_locked([(record.name, None if kind == "DELETED" else record) for kind, record in events])
-        self._commit_nodes([(record.name, None if kind == "DELETED" else self._judge_node(record, now))
-                            for kind, record in events])
-
-    def observe_node(self, event_type: str, node: Mapping[str, Any]) -> None:
-        """Apply one watch event for a node object (reads it first; see `apply_node_events`)."""
-        self.apply_node_events([(event_type, node_record(node, catalog=self.catalog))])
+        with self._store.locked("nodes"):
+            self._store.note_seen_locked([(record.name, None if kind == "DELETED" else record)
+                                          for kind, record in events])
+        self._store.commit_nodes([(record.name, None if kind == "DELETED" else self._store.judge_node(record, now))
+                                  for kind, record in events])
 
     def seen_node(self, name: str) -> SeenNode | None:
         """The GPU node's resourceVersion and lock as the watch last showed them (None when unknown)."""
-        with self._locked("read"):
-            seen = self._seen_nodes.get(name)
-            lock = self._node_locks.get(name)
+        with self._store.locked("read"):
+            seen = self._store.seen_nodes.get(name)
+            lock = self._store.node_locks.get(name)
             if seen is None or lock is None or not lock.pod:
                 return seen
-            held = self._lock_owner_locked(lock)
-            if held is None or not self._lock_owner_done_locked(held):
+            held = self._store.lock_owner_locked(lock)
+            if held is None or not self._store.lock_owner_done_locked(held):
                 return seen
             return replace(seen, owner_done=True)
 
@@ -176,8 +211,8 @@ class ClusterCache(CacheStore):
         if listed is not None:
             seen.update(listed)
         alive = seen.difference(ended)
-        with self._locked("pods"):
-            held_now = list(self._held.items())
+        with self._store.locked("pods"):
+            held_now = list(self._store.held.items())
         changes = [PodChange(uid, "listed", absent=uid not in seen) for uid, held in held_now if uid not in observed]
         held_map = dict(held_now)
         for uid, record in observed.items():
@@ -185,20 +220,20 @@ class ClusterCache(CacheStore):
             if record.error or held is None or held.assumed_at is not None or not same_usage(held.usage, record.usage):
                 changes.append(PodChange(uid, "listed", record))
         for chunk in chunks_by_node(changes, held_map):
-            self._commit_pods(chunk, listed_at=listed_at)
-        with self._locked("pods"):
+            self._store.commit_pods(chunk, listed_at=listed_at)
+        with self._store.locked("pods"):
             self.stats.broken_pods = errors
-            self._claims.keep_only(alive, self._held)
+            self._claims.keep_only(alive, self._store.held)
         self.note_pods_current(listed_at)
 
     def apply_pod_events(self, events: Sequence[tuple[str, PodRecord]]) -> None:
         """Apply watch events for pods as one batch: a deleted or finished pod frees its GPUs at once."""
-        self._commit_pods([PodChange(record.uid, "deleted" if kind == "DELETED" else "event", record)
-                           for kind, record in events], listed_at=None)
+        self._store.commit_pods([PodChange(record.uid, "deleted" if kind == "DELETED" else "event", record)
+                                 for kind, record in events], listed_at=None)
         gone = [record.uid for kind, record in events if kind == "DELETED" or record.finished]
         bound = [record.uid for _, record in events if record.bound]
         if gone or (bound and self._claims.abandoned):
-            with self._locked("pods"):
+            with self._store.locked("pods"):
                 self._claims.settle(gone, bound)
         settled = [*gone, *bound]
         if settled:
@@ -208,10 +243,6 @@ class ClusterCache(CacheStore):
     def on_pods_settled(self, listener: Callable[[Sequence[str]], None]) -> None:
         """Call ``listener`` with the UIDs of pods a watch showed deleted, finished or bound (not under the lock)."""
         self._settled_listeners.append(listener)
-
-    def observe_pod(self, event_type: str, pod: Mapping[str, Any]) -> None:
-        """Apply one watch event for a pod object (reads it first; see `apply_pod_events`)."""
-        self.apply_pod_events([(event_type, pod_record(pod, catalog=self.catalog))])
 
     # -- resync -----------------------------------------------------------------------------------
 
@@ -224,17 +255,17 @@ class ClusterCache(CacheStore):
         (falling back to what the API last showed for the pod).
         """
         now = self._clock()
-        with self._locked("resync"):
-            nodes = list(self._nodes.values())
-            assumed = [(uid, self._held[uid]) for uid in self._assumed]
-            current_at = self._pods_current_at
-        changed = [(state.name, self._judge_node(state.record, now)) for state in nodes
+        with self._store.locked("resync"):
+            nodes = list(self._store.nodes.values())
+            assumed = [(uid, self._store.held[uid]) for uid in self._store.assumed]
+            current_at = self._store.pods_current_at
+        changed = [(state.name, self._store.judge_node(state.record, now)) for state in nodes
                    if state.record is not None and state.record.has_devices
                    and device_plugin_gone(state.record, now=now) != state.plugin_gone]
-        self._commit_nodes(changed)
+        self._store.commit_nodes(changed)
         expired = [PodChange(uid, "expire") for uid, held in assumed
                    if held.assumed_at is not None and held.assumed_at + ASSUMPTION_GRACE_SECONDS < current_at]
-        self._commit_pods(expired, listed_at=None)
+        self._store.commit_pods(expired, listed_at=None)
         return [(state.name, state.handshake_due) for state in nodes if state.handshake_due]
 
     # -- scheduling -------------------------------------------------------------------------------
@@ -251,18 +282,18 @@ class ClusterCache(CacheStore):
         seen the pod bound yet): a second placement would book it twice — unless it is the booking ``replaces`` (the
         devices of a booking `standing_booking` says may be overwritten) or one this process abandoned.
         """
-        with self._locked("filter"):
-            held = self._held.get(uid)
+        with self._store.locked("filter"):
+            held = self._store.held.get(uid)
             if held is not None and held.assumed_at is None and held.usage.devices_text != (replaces or None) \
                     and not self._claims.ours_abandoned(uid, held.usage.devices_text):
                 raise AlreadyBooked(f"pod {namespace}/{name} already holds devices on node {held.usage.node} "
                                     f"({held.usage.devices_text}); it is not placed again")
             shadowed = held.api_usage if held is not None else None
-            self._release_locked(uid)
+            self._store.release_locked(uid)
             busy = self._busy_nodes_locked(uid, namespace, name, self._lock_keys(request)) \
                 if self._busy_nodes_last else frozenset()
-            quota = self._quota_ledger.pod_quota(namespace, request)
-            result = choose_node(request, options, candidates, self._views, self._broken_nodes, busy=busy,
+            quota = self._store.quota_ledger.pod_quota(namespace, request)
+            result = choose_node(request, options, candidates, self._store.views, self._store.broken, busy=busy,
                                  quota=quota)
             if isinstance(result, Placement):
                 booking = pod_booking(result.grants, init_count=request.init_count, owner=f"{namespace}/{name}")
@@ -270,12 +301,12 @@ class ClusterCache(CacheStore):
                                  booking=booking, devices_text=encode_pod_devices(result.grants),
                                  container_names=tuple(container_names), init_count=request.init_count,
                                  resource_version=resource_version)
-                self._hold_locked(uid, usage, assumed_at=self._clock(), api_usage=shadowed)
+                self._store.hold_locked(uid, usage, assumed_at=self._clock(), api_usage=shadowed)
                 self._claims.place(uid, usage)
             else:
                 self._claims.unplace(uid)
                 if shadowed is not None:  # the API showed the pod holding this meanwhile: that is the truth now
-                    self._hold_locked(uid, shadowed, assumed_at=None)
+                    self._store.hold_locked(uid, shadowed, assumed_at=None)
             return result
 
     # -- namespace quotas -----------------------------------------------------------------------------
@@ -283,31 +314,26 @@ class ClusterCache(CacheStore):
     def replace_quotas(self, objects: Iterable[QuotaObject]) -> None:
         """Reconcile the ResourceQuota objects with a full list (their limits worked out outside the lock)."""
         limits = self._quota_objects.replace(objects)
-        with self._locked("quotas"):
-            self._quota_ledger.set_limits(limits)
+        with self._store.locked("quotas"):
+            self._store.quota_ledger.set_limits(limits)
 
     def apply_quota_events(self, events: Sequence[tuple[str, QuotaObject]]) -> None:
         """Apply watch events (``ADDED``, ``MODIFIED``, ``DELETED``) for ResourceQuota objects."""
         limits = self._quota_objects.apply(events)
-        with self._locked("quotas"):
-            self._quota_ledger.set_limits(limits)
+        with self._store.locked("quotas"):
+            self._store.quota_ledger.set_limits(limits)
 
     def namespace_quota(self, namespace: str) -> NamespaceQuota:
         """The namespace's device limits and what its pods book now (bookings not yet bound included)."""
-        with self._locked("read"):
-            return self._quota_ledger.namespace(namespace)
+        with self._store.locked("read"):
+            return self._store.quota_ledger.namespace(namespace)
 
     def quota_usage(self) -> tuple[dict[str, dict[str, int]], dict[str, dict[str, int]]]:
         """Every namespace's device limits and use, taken together (metrics, dashboard)."""
-        with self._locked("read"):
-            return self._quota_ledger.copy()
+        with self._store.locked("read"):
+            return self._store.quota_ledger.copy()
 
     # -- busy nodes -----------------------------------------------------------------------------------
-
-    def busy_nodes(self) -> frozenset[str]:
-        """The GPU nodes busy binding now: a live owner holds their lock, or a placement of ours awaits its bind."""
-        with self._locked("read"):
-            return self._busy_nodes_locked("", "", "")
 
     def _lock_keys(self, request: PodRequest) -> frozenset[str] | None:
         """The node locks a bind of ``request`` would take (None: every lock counts, for a pod asking no family)."""
@@ -326,17 +352,17 @@ class ClusterCache(CacheStore):
         """
         now = self._clock()
         family_locks = [FamilyLock(node, self.catalog.lock_rule(key), value)
-                        for node, others in self._other_locks.items() for key, value in others
+                        for node, others in self._store.other_locks.items() for key, value in others
                         if lock_keys is None or key in lock_keys]
         locked = []
-        for node, lock in self._node_locks.items() if lock_keys is None or NODE_LOCK in lock_keys else ():
+        for node, lock in self._store.node_locks.items() if lock_keys is None or NODE_LOCK in lock_keys else ():
             if lock.owned_by(namespace, name):
                 continue
-            held = self._lock_owner_locked(lock)
-            phase = held.usage.bind_phase if held is not None and self._lock_owner_done_locked(held) else ""
+            held = self._store.lock_owner_locked(lock)
+            phase = held.usage.bind_phase if held is not None and self._store.lock_owner_done_locked(held) else ""
             locked.append(LockedNode(node, lock, owner_known=held is not None, owner_phase=phase))
         placements = [(usage.node, held.assumed_at) for placed_uid, usage in self._claims.placed.items()
-                      if placed_uid != uid and (held := self._held.get(placed_uid)) is not None]
+                      if placed_uid != uid and (held := self._store.held.get(placed_uid)) is not None]
         return busy_nodes(locked, placements, now=now, lock_timeout_seconds=self._node_lock_timeout_seconds,
                           grace_seconds=ASSUMPTION_GRACE_SECONDS, family_locks=family_locks)
 
@@ -348,28 +374,28 @@ class ClusterCache(CacheStore):
         it was the pod's last. ``keep_booking``: drop only the placement; what the pod holds stays booked, as an
         assumption from now (its booking may stand in the API), until a list or the watch shows the truth.
         """
-        with self._locked("filter"):
+        with self._store.locked("filter"):
             placed = self._claims.unplace(uid)
-            held = self._held.get(uid)
+            held = self._store.held.get(uid)
             if not keep_booking:
                 if placed is not None:  # voided: its echo, if the watch brings it late, is ours, not another binder's
                     self._claims.abandon(uid, placed.devices_text)
                 if held is not None and held.assumed_at is None:
                     return None
                 shadowed = held.api_usage if held is not None else None
-                dropped = self._release_locked(uid)
+                dropped = self._store.release_locked(uid)
                 if shadowed is not None:  # the API showed the pod holding this meanwhile: that is the truth now
-                    self._hold_locked(uid, shadowed, assumed_at=None)
+                    self._store.hold_locked(uid, shadowed, assumed_at=None)
                 return dropped
             usage = held.usage if held is not None else placed
             if usage is not None:
-                self._hold_locked(uid, usage, assumed_at=self._clock())
+                self._store.hold_locked(uid, usage, assumed_at=self._clock())
                 self._claims.abandon(uid, usage.devices_text)
             return None
 
     def placed(self, uid: str) -> PodUsage | None:
         """The placement this process last chose for the pod ``uid`` and has not seen bound."""
-        with self._locked("read"):
+        with self._store.locked("read"):
             return self._claims.placed.get(uid)
 
     def reassume(self, usage: PodUsage) -> None:
@@ -381,19 +407,19 @@ class ClusterCache(CacheStore):
         reading the pod first, the watch may already have shown another binder's booking, and a pod's last event
         (bound, ``bind-phase=success``) may never come again.
         """
-        with self._locked("filter"):
-            held = self._held.get(usage.uid)
+        with self._store.locked("filter"):
+            held = self._store.held.get(usage.uid)
             if held is None:
                 shadowed = None
             elif held.assumed_at is not None:
                 shadowed = held.api_usage
             else:
                 shadowed = held.usage
-            self._hold_locked(usage.uid, usage, assumed_at=self._clock(), api_usage=shadowed)
+            self._store.hold_locked(usage.uid, usage, assumed_at=self._clock(), api_usage=shadowed)
 
     def mark_bound(self, uid: str) -> None:
         """The pod's Binding exists: it can never be bound again, so it stops being bindable."""
-        with self._locked("filter"):
+        with self._store.locked("filter"):
             self._claims.bound(uid)
 
     def standing_booking(self, pod: Mapping[str, Any]) -> tuple[PodUsage | None, bool]:
@@ -412,5 +438,5 @@ class ClusterCache(CacheStore):
         written_at = booked_at(pod)
         if written_at is not None and self._clock() - written_at > self._node_lock_timeout_seconds:
             return standing, True
-        with self._locked("read"):
+        with self._store.locked("read"):
             return standing, self._claims.ours_abandoned(standing.uid, standing.devices_text)

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from hami_web.core.quota import QuotaObject, parse_resource_quota
-from hami_web.state.cache import ClusterCache
+from hami_web.state.faces import QuotaFeed
 
 RESOURCE = "resourcequotas"
 
@@ -26,7 +26,7 @@ def quota_key(obj: Mapping[str, Any]) -> str:
 
 @dataclass(slots=True)
 class _QuotaListing:
-    cache: ClusterCache
+    cache: QuotaFeed
     objects: list[QuotaObject] = field(default_factory=list)
 
     def add(self, key: str, obj: Mapping[str, Any]) -> None:
@@ -40,7 +40,7 @@ class _QuotaListing:
 class QuotaCacheSink:
     """ResourceQuota objects into the cache: a full list replaces them all, an event one."""
 
-    cache: ClusterCache
+    cache: QuotaFeed
 
     def listing(self) -> _QuotaListing:
         return _QuotaListing(self.cache)

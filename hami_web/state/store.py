@@ -38,7 +38,7 @@ log = logging.getLogger(__name__)
 # Plans that lost a race with a filter before the batch is applied under the lock instead.
 COMMIT_ATTEMPTS = 3
 # How long after its owner shows bind-phase=success a node lock still makes its node busy (see
-# `CacheStore._lock_owner_done_locked`): HAMi's device plugin removes the lock right after that write.
+# `CacheStore.lock_owner_done_locked`): HAMi's device plugin removes the lock right after that write.
 LOCK_RELEASE_GRACE_SECONDS = 2.0
 
 
@@ -58,57 +58,56 @@ class CacheStore:
     def __init__(self, *, catalog: DeviceCatalog, clock: Callable[[], float]) -> None:
         self._timed_lock = TimedLock()
         self.catalog = catalog
-        self._clock = clock
-        self._nodes: dict[str, NodeState] = {}
-        self._views: dict[str, NodeView] = {}
-        self._broken_nodes: dict[str, str] = {}
-        self._held: dict[str, Held] = {}
-        self._assumed: set[str] = set()
-        self._node_usage: dict[str, NodeTotals] = {}
-        self._pods_current_at = 0.0
+        self.clock = clock
+        self.nodes: dict[str, NodeState] = {}
+        self.views: dict[str, NodeView] = {}
+        self.broken: dict[str, str] = {}
+        self.held: dict[str, Held] = {}
+        self.assumed: set[str] = set()
+        self.node_usage: dict[str, NodeTotals] = {}
+        self.pods_current_at = 0.0
         # What the watch last showed of each GPU node's resourceVersion and lock (a bind takes a free lock with one
         # conditional write), the nodes whose lock is set, and the pod of each namespace/name (whose lock it is).
-        self._seen_nodes: dict[str, SeenNode] = {}
-        self._node_locks: dict[str, LockValue] = {}
+        self.seen_nodes: dict[str, SeenNode] = {}
+        self.node_locks: dict[str, LockValue] = {}
         # The families' own locks set on each node (key, value), e.g. Cambricon's: live ones make a node busy too.
-        self._other_locks: dict[str, tuple[tuple[str, str], ...]] = {}
-        self._uid_by_name: dict[tuple[str, str], str] = {}
+        self.other_locks: dict[str, tuple[tuple[str, str], ...]] = {}
+        self.uid_by_name: dict[tuple[str, str], str] = {}
         # When the watch first showed each held pod at bind-phase=success (see `_lock_owner_done_locked`).
-        self._succeeded_at: dict[str, float] = {}
+        self.succeeded_at: dict[str, float] = {}
         self.stats = CacheStats()
-        self.lock_holds = self._timed_lock.holds
         # Namespace quotas (README.md#namespace-quotas): the effective limits and what each namespace's held pods
         # book, counted wherever `_held` changes, under the lock, so that a filter's quota check and its booking
         # are one step.
-        self._quota_ledger = QuotaLedger(catalog)
+        self.quota_ledger = QuotaLedger(catalog)
 
-    def _locked(self, work: str) -> contextlib.AbstractContextManager[None]:
+    def locked(self, work: str) -> contextlib.AbstractContextManager[None]:
         return self._timed_lock.held(work)
 
     def lock_hold_snapshot(self) -> dict[str, LockHolds]:
         """A copy of the lock-hold statistics per kind of work (``filter``, ``pods``, ``nodes``, ``resync``…)."""
         return self._timed_lock.snapshot()
 
-    def _note_seen_locked(self, records: Iterable[tuple[str, NodeRecord | None]]) -> None:
+    def note_seen_locked(self, records: Iterable[tuple[str, NodeRecord | None]]) -> None:
         """Remember each GPU node's resourceVersion and lock as the API showed them (None: the node is gone)."""
         for name, record in records:
             if record is None or not record.has_devices:
-                self._seen_nodes.pop(name, None)
-                self._node_locks.pop(name, None)
-                self._other_locks.pop(name, None)
+                self.seen_nodes.pop(name, None)
+                self.node_locks.pop(name, None)
+                self.other_locks.pop(name, None)
                 continue
-            self._seen_nodes[name] = SeenNode(resource_version=record.resource_version, lock=record.lock,
-                                              other_locks=record.other_locks)
+            self.seen_nodes[name] = SeenNode(resource_version=record.resource_version, lock=record.lock,
+                                             other_locks=record.other_locks)
             if record.other_locks:
-                self._other_locks[name] = record.other_locks
+                self.other_locks[name] = record.other_locks
             else:
-                self._other_locks.pop(name, None)
+                self.other_locks.pop(name, None)
             if record.lock:
-                self._node_locks[name] = parse_lock(record.lock)
+                self.node_locks[name] = parse_lock(record.lock)
             else:
-                self._node_locks.pop(name, None)
+                self.node_locks.pop(name, None)
 
-    def _judge_node(self, record: NodeRecord, now: float) -> NodeState:
+    def judge_node(self, record: NodeRecord, now: float) -> NodeState:
         try:
             return node_state(record, now=now, catalog=self.catalog)
         except Exception as error:  # one bad object must not stop the loop that reads all the others
@@ -116,96 +115,96 @@ class CacheStore:
             return NodeState(name=record.name, inventory=None, error=f"unreadable node: {type(error).__name__}",
                              record=record)
 
-    def _commit_nodes(self, changes: Sequence[tuple[str, NodeState | None]]) -> None:
+    def commit_nodes(self, changes: Sequence[tuple[str, NodeState | None]]) -> None:
         if not changes:
             return
         latest = dict(changes)  # the last change of a node in the batch wins
         for _ in range(COMMIT_ATTEMPTS):
-            with self._locked("nodes"):
-                before = {name: (self._nodes.get(name), self._node_usage.get(name), self._views.get(name))
+            with self.locked("nodes"):
+                before = {name: (self.nodes.get(name), self.node_usage.get(name), self.views.get(name))
                           for name in latest}
             views: dict[str, NodeView | None] = {}
             for name, state in latest.items():
                 previous, totals, view = before[name]
                 views[name] = node_view(state, totals, previous, view)
-            with self._locked("nodes"):
-                if all(self._nodes.get(name) is b[0] and self._node_usage.get(name) is b[1]
+            with self.locked("nodes"):
+                if all(self.nodes.get(name) is b[0] and self.node_usage.get(name) is b[1]
                        for name, b in before.items()):
                     self._swap_nodes_locked(latest, views)
                     return
                 self.stats.lost_races += 1
-        with self._locked("nodes"):
-            views = {name: node_view(state, self._node_usage.get(name), self._nodes.get(name),
-                                      self._views.get(name)) for name, state in latest.items()}
+        with self.locked("nodes"):
+            views = {name: node_view(state, self.node_usage.get(name), self.nodes.get(name),
+                                     self.views.get(name)) for name, state in latest.items()}
             self._swap_nodes_locked(latest, views)
 
     def _swap_nodes_locked(self, states: Mapping[str, NodeState | None], views: Mapping[str, NodeView | None]) -> None:
         for name, state in states.items():
-            previous = self._nodes.get(name)
+            previous = self.nodes.get(name)
             if state is None:
-                self._nodes.pop(name, None)
-                self._broken_nodes.pop(name, None)
+                self.nodes.pop(name, None)
+                self.broken.pop(name, None)
             else:
-                self._nodes[name] = state
+                self.nodes[name] = state
                 if state.error and (previous is None or previous.error != state.error):
                     self.stats.node_annotation_errors += 1
                     log.warning("node %s: cannot read GPU annotations: %s", name, state.error)
                 if state.inventory is None and state.error:
-                    self._broken_nodes[name] = state.error
+                    self.broken[name] = state.error
                 else:
-                    self._broken_nodes.pop(name, None)
+                    self.broken.pop(name, None)
             view = views.get(name)
             if view is None:
-                self._views.pop(name, None)
+                self.views.pop(name, None)
             else:
-                self._views[name] = view
+                self.views[name] = view
 
-    def _commit_pods(self, changes: Sequence[PodChange], *, listed_at: float | None) -> None:
+    def commit_pods(self, changes: Sequence[PodChange], *, listed_at: float | None) -> None:
         if not changes:
             return
         for _ in range(COMMIT_ATTEMPTS):
-            with self._locked("pods"):
-                held_before = {change.uid: self._held.get(change.uid) for change in changes}
+            with self.locked("pods"):
+                held_before = {change.uid: self.held.get(change.uid) for change in changes}
                 nodes = touched_nodes(changes, held_before)
-                nodes_before = {node: (self._nodes.get(node), self._node_usage.get(node)) for node in nodes}
+                nodes_before = {node: (self.nodes.get(node), self.node_usage.get(node)) for node in nodes}
             plan = plan_pods(changes, held_before, nodes_before, listed_at=listed_at)
-            with self._locked("pods"):
-                if all(self._held.get(uid) is plan.held_before[uid] for uid in plan.held_before) and all(
-                        self._nodes.get(node) is state and self._node_usage.get(node) is totals
+            with self.locked("pods"):
+                if all(self.held.get(uid) is plan.held_before[uid] for uid in plan.held_before) and all(
+                        self.nodes.get(node) is state and self.node_usage.get(node) is totals
                         for node, (state, totals) in plan.nodes_before.items()):
                     self._swap_pods_locked(plan)
                     return
                 self.stats.lost_races += 1
-        with self._locked("pods"):
-            held_before = {change.uid: self._held.get(change.uid) for change in changes}
-            nodes_before = {node: (self._nodes.get(node), self._node_usage.get(node))
+        with self.locked("pods"):
+            held_before = {change.uid: self.held.get(change.uid) for change in changes}
+            nodes_before = {node: (self.nodes.get(node), self.node_usage.get(node))
                             for node in touched_nodes(changes, held_before)}
             self._swap_pods_locked(plan_pods(changes, held_before, nodes_before, listed_at=listed_at))
 
     def _swap_pods_locked(self, plan: Plan) -> None:
-        now = self._clock()
+        now = self.clock()
         for uid, held in plan.held_after.items():
-            self._quota_ledger.count(uid, held.usage if held is not None else None)
+            self.quota_ledger.count(uid, held.usage if held is not None else None)
             if held is None:
-                self._unindex_locked(uid, self._held.pop(uid, None))
-                self._assumed.discard(uid)
+                self._unindex_locked(uid, self.held.pop(uid, None))
+                self.assumed.discard(uid)
             else:
-                if held.usage.bind_phase == "success" and uid not in self._succeeded_at:
-                    self._succeeded_at[uid] = now
-                self._held[uid] = held
-                self._uid_by_name[(held.usage.namespace, held.usage.name)] = uid
+                if held.usage.bind_phase == "success" and uid not in self.succeeded_at:
+                    self.succeeded_at[uid] = now
+                self.held[uid] = held
+                self.uid_by_name[(held.usage.namespace, held.usage.name)] = uid
                 if held.assumed_at is None:
-                    self._assumed.discard(uid)
+                    self.assumed.discard(uid)
                 else:
-                    self._assumed.add(uid)
+                    self.assumed.add(uid)
         for node, totals in plan.totals_after.items():
             if totals:
-                self._node_usage[node] = totals
+                self.node_usage[node] = totals
             else:
-                self._node_usage.pop(node, None)
+                self.node_usage.pop(node, None)
             view = plan.views_after.get(node)
             if view is not None:
-                self._views[node] = view
+                self.views[node] = view
         for uid in plan.fixed:
             self.stats.broken_pods.pop(uid, None)
         for uid, message in plan.errors.items():
@@ -214,27 +213,27 @@ class CacheStore:
                 log.warning("%s; its GPU usage is unknown and not counted", message)
             self.stats.broken_pods[uid] = message
 
-    def _hold_locked(self, uid: str, usage: PodUsage, *, assumed_at: float | None,
-                     api_usage: PodUsage | None = None) -> None:
-        self._release_locked(uid)
-        self._held[uid] = Held(usage=usage, assumed_at=assumed_at, api_usage=api_usage)
-        self._uid_by_name[(usage.namespace, usage.name)] = uid
+    def hold_locked(self, uid: str, usage: PodUsage, *, assumed_at: float | None,
+                    api_usage: PodUsage | None = None) -> None:
+        self.release_locked(uid)
+        self.held[uid] = Held(usage=usage, assumed_at=assumed_at, api_usage=api_usage)
+        self.uid_by_name[(usage.namespace, usage.name)] = uid
         if assumed_at is not None:
-            self._assumed.add(uid)
+            self.assumed.add(uid)
         self._add_usage_locked(usage.node, usage.booking, sign=1)
-        self._quota_ledger.count(uid, usage)
+        self.quota_ledger.count(uid, usage)
 
-    def _release_locked(self, uid: str) -> PodUsage | None:
-        held = self._held.pop(uid, None)
-        self._assumed.discard(uid)
+    def release_locked(self, uid: str) -> PodUsage | None:
+        held = self.held.pop(uid, None)
+        self.assumed.discard(uid)
         self._unindex_locked(uid, held)
         if held is None:
             return None
         self._add_usage_locked(held.usage.node, held.usage.booking, sign=-1)
-        self._quota_ledger.count(uid, None)
+        self.quota_ledger.count(uid, None)
         return held.usage
 
-    def _lock_owner_done_locked(self, held: Held) -> bool:
+    def lock_owner_done_locked(self, held: Held) -> bool:
         """Whether the lock owner ``held`` is done: bind-phase failed, or success for `LOCK_RELEASE_GRACE_SECONDS`.
 
         HAMi's device plugin marks the pod ``success`` and then removes the lock, two writes a moment apart. A node
@@ -247,62 +246,62 @@ class CacheStore:
             return True
         if phase != "success":
             return False
-        succeeded_at = self._succeeded_at.get(held.usage.uid)
-        return succeeded_at is None or self._clock() - succeeded_at > LOCK_RELEASE_GRACE_SECONDS
+        succeeded_at = self.succeeded_at.get(held.usage.uid)
+        return succeeded_at is None or self.clock() - succeeded_at > LOCK_RELEASE_GRACE_SECONDS
 
-    def _lock_owner_locked(self, lock: LockValue) -> Held | None:
+    def lock_owner_locked(self, lock: LockValue) -> Held | None:
         """What the cache holds for the pod a node lock names (None: unknown, or an owner-less lock)."""
-        owner_uid = self._uid_by_name.get((lock.namespace, lock.pod)) if lock.pod else None
-        return self._held.get(owner_uid) if owner_uid is not None else None
+        owner_uid = self.uid_by_name.get((lock.namespace, lock.pod)) if lock.pod else None
+        return self.held.get(owner_uid) if owner_uid is not None else None
 
     def _unindex_locked(self, uid: str, held: Held | None) -> None:
-        self._succeeded_at.pop(uid, None)
+        self.succeeded_at.pop(uid, None)
         if held is not None:
             key = (held.usage.namespace, held.usage.name)
-            if self._uid_by_name.get(key) == uid:
-                del self._uid_by_name[key]
+            if self.uid_by_name.get(key) == uid:
+                del self.uid_by_name[key]
 
     def _add_usage_locked(self, node: str, booking: NodeTotals, *, sign: int) -> None:
-        totals = add_booking(self._node_usage.get(node), booking, sign=sign)
+        totals = add_booking(self.node_usage.get(node), booking, sign=sign)
         if totals:
-            self._node_usage[node] = totals
+            self.node_usage[node] = totals
         else:
-            self._node_usage.pop(node, None)
-        state = self._nodes.get(node)
+            self.node_usage.pop(node, None)
+        state = self.nodes.get(node)
         if state is not None and state.inventory is not None:
-            self._views[node] = build_node_view(state.inventory, totals)
+            self.views[node] = build_node_view(state.inventory, totals)
 
     def node_view(self, name: str) -> NodeView | None:
         """One GPU node's current view (immutable), or None when the node is not a GPU node we know."""
-        with self._locked("read"):
-            return self._views.get(name)
+        with self.locked("read"):
+            return self.views.get(name)
 
     def held_by(self, uid: str) -> PodUsage | None:
         """What a pod holds according to the cache, if anything."""
-        with self._locked("read"):
-            held = self._held.get(uid)
+        with self.locked("read"):
+            held = self.held.get(uid)
             return held.usage if held else None
 
     # -- read-only views (metrics, tests, demo) ------------------------------------------------------
 
     def node_views(self) -> dict[str, NodeView]:
         """A consistent snapshot of every GPU node's view (views are immutable)."""
-        with self._locked("read"):
-            return dict(self._views)
+        with self.locked("read"):
+            return dict(self.views)
 
     def broken_nodes(self) -> dict[str, str]:
         """Nodes whose register annotation does not parse, with the error."""
-        with self._locked("read"):
-            return dict(self._broken_nodes)
+        with self.locked("read"):
+            return dict(self.broken)
 
     def pod_usages(self) -> list[PodUsage]:
         """Every pod's usage (API-confirmed and assumed)."""
-        with self._locked("read"):
-            held = list(self._held.values())  # one C-level copy under the lock; unpacked outside it
+        with self.locked("read"):
+            held = list(self.held.values())  # one C-level copy under the lock; unpacked outside it
         return [entry.usage for entry in held]
 
     def read_consistent(self) -> tuple[dict[str, NodeView], dict[str, str], list[PodUsage]]:
         """Views, broken nodes and pod usages taken under one lock acquisition, so they agree (dashboard)."""
-        with self._locked("read"):
-            views, broken, held = dict(self._views), dict(self._broken_nodes), list(self._held.values())
+        with self.locked("read"):
+            views, broken, held = dict(self.views), dict(self.broken), list(self.held.values())
         return views, broken, [entry.usage for entry in held]

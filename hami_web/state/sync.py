@@ -33,7 +33,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from hami_web.kube import JsonObject, Kube, KubeError
-from hami_web.state.cache import ClusterCache
+from hami_web.state.faces import CacheFeed, ClusterFeed
 from hami_web.state.nodes import NodeRecord, handshake_value, node_name, node_record
 from hami_web.state.pods import PodRecord, holds_nothing, pod_finished, pod_key, pod_record
 from hami_web.state.quotas import RESOURCE as QUOTAS
@@ -73,7 +73,7 @@ class _NodeListing:
 class NodeCacheSink:
     """Nodes into the cache; the handshakes a list shows due are handed to ``answer``."""
 
-    cache: ClusterCache
+    cache: CacheFeed
     answer: Callable[[HandshakesDue], None]
 
     def listing(self) -> _NodeListing:
@@ -88,7 +88,7 @@ class NodeCacheSink:
 
 @dataclass(slots=True)
 class _PodListing:
-    cache: ClusterCache
+    cache: CacheFeed
     listed_at: float
     records: list[PodRecord] = field(default_factory=list)
     listed: set[str] = field(default_factory=set)  # every pod's UID: an assumption for a pod not among them is dropped
@@ -112,7 +112,7 @@ class _PodListing:
 class PodCacheSink:
     """Pods into the cache, and how current the pod stream is (assumptions expire against it)."""
 
-    cache: ClusterCache
+    cache: CacheFeed
     clock: Callable[[], float]
 
     def listing(self) -> _PodListing:
@@ -128,7 +128,7 @@ class PodCacheSink:
 class ClusterSync:
     """Runs the reflectors (nodes, pods, any registered) and the resync; `readiness()` is what ``/readyz`` says."""
 
-    def __init__(self, cache: ClusterCache, kube: Kube, *, refresh_interval_seconds: float = 15.0,
+    def __init__(self, cache: ClusterFeed, kube: Kube, *, refresh_interval_seconds: float = 15.0,
                  relist_interval_seconds: float = 0.0, node_label_selector: str = "",
                  clock: Callable[[], float] = time.time, page_size: int = LIST_PAGE_SIZE,
                  watch_timeout_seconds: float = WATCH_TIMEOUT_SECONDS,

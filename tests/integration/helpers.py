@@ -26,6 +26,9 @@ from hami_web.core.families import build_catalog, gated_specs
 from hami_web.kube import ConflictError, Kube
 from hami_web.localcluster import LocalCluster
 from hami_web.server.runtime import Runtime
+from hami_web.state.cache import ClusterCache
+from hami_web.state.nodes import node_record
+from hami_web.state.pods import pod_record
 from hami_web.state.sync import ClusterSync
 
 A40 = "NVIDIA-NVIDIA A40"
@@ -298,6 +301,23 @@ class Scheduler:
         bound = self.bind(name, node, namespace)
         assert bound == {"Error": ""}, bound
         return node
+
+
+def observe_node(cache: ClusterCache, event_type: str, node: dict[str, Any]) -> None:
+    """One watch event for a node object, as the node reflector's sink applies it."""
+    cache.apply_node_events([(event_type, node_record(node, catalog=cache.catalog))])
+
+
+def observe_pod(cache: ClusterCache, event_type: str, pod: dict[str, Any]) -> None:
+    """One watch event for a pod object, as the pod reflector's sink applies it."""
+    cache.apply_pod_events([(event_type, pod_record(pod, catalog=cache.catalog))])
+
+
+def busy_nodes(cache: ClusterCache) -> frozenset[str]:
+    """The GPU nodes busy binding now, for any pod: what the filter tries last (the cache's own rule, read here
+    because only tests ask it without a pod)."""
+    with cache._store.locked("read"):
+        return cache._busy_nodes_locked("", "", "")
 
 
 def release_lock(kube: Kube, name: str, node: str, *, namespace: str = NAMESPACE, phase: str = "success") -> None:

@@ -27,6 +27,7 @@ from .helpers import (
     FakeClock,
     RuntimeFactory,
     Scheduler,
+    busy_nodes,
     gpu_limits,
     gpu_node,
     gpu_pod,
@@ -61,7 +62,7 @@ def _metric(runtime: Runtime, name: str, **labels: str) -> float:
 
 
 def _busy(runtime: Runtime, *nodes: str) -> None:
-    wait_for(lambda: runtime.cache.busy_nodes() == frozenset(nodes), what=f"busy nodes to be {set(nodes) or '{}'}")
+    wait_for(lambda: busy_nodes(runtime.cache) == frozenset(nodes), what=f"busy nodes to be {set(nodes) or '{}'}")
 
 
 # -- round trips -------------------------------------------------------------------------------------------------
@@ -130,10 +131,10 @@ def test_a_lock_whose_owner_succeeded_is_busy_a_moment_then_taken_with_one_write
     kube.patch_pod("default", "pod1", {"metadata": {"annotations": {names.POD_BIND_PHASE: "success"}}})
     wait_for(lambda: (held := runtime.cache.held_by(scheduler.pod("pod1")["metadata"]["uid"])) is not None
              and held.bind_phase == "success", what="the cache to see pod1 succeeded")
-    assert runtime.cache.busy_nodes() == {"full"}  # its lock goes next: wait for that rather than race it
+    assert busy_nodes(runtime.cache) == {"full"}  # its lock goes next: wait for that rather than race it
 
     clock.advance(LOCK_RELEASE_GRACE_SECONDS + 1)  # the lock was left behind: stale, as /bind would judge it
-    assert runtime.cache.busy_nodes() == frozenset()
+    assert busy_nodes(runtime.cache) == frozenset()
     assert scheduler.filter("pod2", ["full", "empty"])["NodeNames"] == ["full"]
     before = len(apiserver.logged_requests())
 
@@ -148,7 +149,7 @@ def test_a_lock_whose_owner_succeeded_is_busy_a_moment_then_taken_with_one_write
 
 def test_a_placement_not_yet_bound_makes_its_node_busy(cluster: None, runtime: Runtime, scheduler: Scheduler) -> None:
     assert scheduler.filter("pod1", ["full", "empty"])["NodeNames"] == ["full"]
-    assert runtime.cache.busy_nodes() == {"full"}
+    assert busy_nodes(runtime.cache) == {"full"}
 
     assert scheduler.filter("pod2", ["full", "empty"])["NodeNames"] == ["empty"]  # binpack's fullest free node
     assert scheduler.filter("pod1", ["full", "empty"])["NodeNames"] == ["full"]  # its own placement does not count
@@ -176,7 +177,7 @@ def test_a_lock_older_than_the_timeout_does_not_make_a_node_busy(cluster: None, 
     _busy(runtime, "full")
 
     clock.advance(61)
-    assert runtime.cache.busy_nodes() == frozenset()
+    assert busy_nodes(runtime.cache) == frozenset()
     assert scheduler.schedule("pod2", ["full", "empty"]) == "full"  # the bind takes the stale lock over
 
 

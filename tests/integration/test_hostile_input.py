@@ -23,7 +23,7 @@ from hami_web.core.devices import encode_register_json
 from hami_web.localcluster import LocalCluster
 from hami_web.server.runtime import Runtime
 
-from .helpers import A40, Scheduler, gpu_limits, gpu_node, gpu_pod, gpus, usage_by_gpu
+from .helpers import A40, Scheduler, gpu_limits, gpu_node, gpu_pod, gpus, observe_pod, usage_by_gpu
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 HUGE = "9" * 400
@@ -71,7 +71,7 @@ def test_a_hostile_booking_arriving_by_watch_changes_nothing(apiserver: LocalClu
 
     evil = scheduler.pod("evil")
     evil["metadata"]["annotations"][names.POD_DEVICES_ALLOCATED] = f"node1-gpu0,NVIDIA,{HUGE},1:;"
-    runtime.cache.observe_pod("MODIFIED", evil)
+    observe_pod(runtime.cache, "MODIFIED", evil)
 
     assert usage_by_gpu(runtime) == {}
     assert "huge" not in _metrics(runtime)

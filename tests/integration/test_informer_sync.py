@@ -43,6 +43,8 @@ from .helpers import (
     gpu_node,
     gpu_pod,
     gpus,
+    observe_node,
+    observe_pod,
     usage_by_gpu,
     wait_for,
 )
@@ -269,7 +271,7 @@ def test_a_bind_that_loses_to_another_binder_keeps_the_booking_the_watch_showed(
     when the watch had already shown the pod bound by another server, abandoning ours must restore that booking,
     not leave the GPU looking free until an event that may never come."""
     cache = ClusterCache()
-    cache.observe_node("ADDED", gpu_node("node1", gpus("node1", 2, count=4)))
+    observe_node(cache, "ADDED", gpu_node("node1", gpus("node1", 2, count=4)))
     pod = gpu_pod("pod1", gpu_limits(1, memory_mib=1000))
     pod["metadata"].update(uid="uid-1", resourceVersion="5")
     placed = cache.place(uid="uid-1", namespace="default", name="pod1", request=pod_request(pod, RequestDefaults()),
@@ -283,7 +285,7 @@ def test_a_bind_that_loses_to_another_binder_keeps_the_booking_the_watch_showed(
     bound["metadata"].update(uid="uid-1", resourceVersion="9")
     bound["metadata"]["annotations"][names.POD_BIND_PHASE] = "success"
     bound["spec"]["nodeName"] = "node1"
-    cache.observe_pod("MODIFIED", bound)  # the other server's booking and Binding, as the watch shows them
+    observe_pod(cache, "MODIFIED", bound)  # the other server's booking and Binding, as the watch shows them
     assert cache.held_by("uid-1").devices_text == theirs  # type: ignore[union-attr]
 
     cache.reassume(ours)  # our bind starts and books its placement again

@@ -40,6 +40,7 @@ from .helpers import (
     RuntimeFactory,
     Scheduler,
     annotations_of,
+    busy_nodes,
     container,
     gpu_limits,
     gpu_pod,
@@ -337,9 +338,9 @@ def test_a_live_mlu_lock_makes_its_node_busy_for_mlu_pods_only(apiserver: LocalC
     _set_node_annotations(kube, "mixed-1", {DSMLU_LOCK: format_time(time.time() - 121)})
     wait_for(lambda: runtime.cache.seen_node("mixed-1").value(DSMLU_LOCK) != "",  # type: ignore[union-attr]
              what="the watch to show the stale lock")
-    assert runtime.cache.busy_nodes() == frozenset()
+    assert busy_nodes(runtime.cache) == frozenset()
     _set_node_annotations(kube, "mixed-1", {DSMLU_LOCK: format_time(time.time())})
-    wait_for(lambda: runtime.cache.busy_nodes() == {"mixed-1"}, what="mixed-1 busy")
+    wait_for(lambda: busy_nodes(runtime.cache) == {"mixed-1"}, what="mixed-1 busy")
 
     assert scheduler.filter("m1", ["mixed-1", "mixed-2"])["NodeNames"] == ["mixed-2"]
     assert scheduler.filter("g1", ["mixed-1", "mixed-2"])["NodeNames"] == ["mixed-1"]  # the tie goes by name
@@ -394,7 +395,7 @@ def test_hamis_lock_makes_a_node_busy_for_gpu_pods_not_for_mlu_pods(apiserver: L
     runtime = make_runtime()
     scheduler = Scheduler(runtime.app.test_client(), apiserver)
     assert scheduler.schedule("g1", ["mixed-1"]) == "mixed-1"  # g1 holds mutex.lock: its device plugin is slow
-    wait_for(lambda: runtime.cache.busy_nodes() == {"mixed-1"}, what="mixed-1 busy")
+    wait_for(lambda: busy_nodes(runtime.cache) == {"mixed-1"}, what="mixed-1 busy")
 
     # binpack prefers mixed-1 (g1 uses a GPU there): an MLU pod, whose bind takes no mutex.lock, still goes there ...
     assert scheduler.filter("m1", ["mixed-1", "mixed-2"])["NodeNames"] == ["mixed-1"]

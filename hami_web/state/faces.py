@@ -1,0 +1,121 @@
+"""The faces of the cluster cache: what each of its consumers may call, one `Protocol` per kind of consumer.
+
+`state.cache.ClusterCache` satisfies them all; each consumer is typed by the face it uses, so the type checker proves
+what it does not touch: the filter and the bind never write what the reflectors feed, the reflectors never place a
+pod, the metrics and the dashboard only read. The process assembly (`server.runtime`) alone holds the whole cache.
+
+- `CacheFeed`: what the node and pod reflectors write (`state.sync.ClusterSync`);
+- `QuotaFeed`: what the ResourceQuota reflector writes (`state.quotas`); `ClusterFeed` both, for `ClusterSync`;
+- `Placements`: the filter's and the bind's decisions and the reads they judge a booking with
+  (`extender.filtering`, `extender.binding`, `extender.bindreads`);
+- `CacheReads`: the consistent reads of the metrics, the dashboard and the extender's decision log.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, Protocol
+
+from hami_web.core.choose import NoPlacement, Placement
+from hami_web.core.families import DeviceCatalog
+from hami_web.core.nodelocks import SeenNode
+from hami_web.core.options import PodOptions
+from hami_web.core.quota import NamespaceQuota, QuotaObject
+from hami_web.core.requests import PodRequest
+from hami_web.core.usage import NodeView
+from hami_web.state.lockstats import LockHolds
+from hami_web.state.nodes import NodeRecord
+from hami_web.state.pods import PodRecord, PodUsage
+from hami_web.state.store import CacheStats
+
+# Nodes whose handshake to answer, with the handshake keys of each.
+Handshakes = list[tuple[str, tuple[str, ...]]]
+
+
+class CacheFeed(Protocol):
+    """What the node and pod reflectors write: lists, watch events, the resync, readiness."""
+
+    @property
+    def catalog(self) -> DeviceCatalog: ...
+
+    @property
+    def synced(self) -> bool: ...
+
+    def mark_synced(self) -> None: ...
+
+    def note_pods_current(self, at: float) -> None: ...
+
+    def replace_nodes(self, records: Iterable[NodeRecord]) -> Handshakes: ...
+
+    def apply_node_events(self, events: Sequence[tuple[str, NodeRecord]]) -> None: ...
+
+    def replace_pods(self, records: Iterable[PodRecord], *, listed_at: float, listed: Iterable[str] | None = None,
+                     ended: Iterable[str] = ()) -> None: ...
+
+    def apply_pod_events(self, events: Sequence[tuple[str, PodRecord]]) -> None: ...
+
+    def resync(self) -> Handshakes: ...
+
+
+class QuotaFeed(Protocol):
+    """What the ResourceQuota reflector writes."""
+
+    @property
+    def catalog(self) -> DeviceCatalog: ...
+
+    def replace_quotas(self, objects: Iterable[QuotaObject]) -> None: ...
+
+    def apply_quota_events(self, events: Sequence[tuple[str, QuotaObject]]) -> None: ...
+
+
+class ClusterFeed(CacheFeed, QuotaFeed, Protocol):
+    """Both feeds: what `state.sync.ClusterSync`, which runs every reflector, hands to each reflector's sink (each sink
+    is typed by its own)."""
+
+
+class Placements(Protocol):
+    """What the filter and the bind decide with: place, forget, re-book, mark bound; and what they read to judge a
+    booking (a node's view and lock as the watch showed them, a pod's standing booking, a namespace's quota)."""
+
+    def wait_synced(self, timeout_seconds: float) -> bool: ...
+
+    def place(self, *, uid: str, namespace: str, name: str, request: PodRequest, options: PodOptions,
+              candidates: Sequence[str], container_names: Sequence[str] = (),
+              resource_version: str = "", replaces: str = "") -> Placement | NoPlacement: ...
+
+    def forget(self, uid: str, *, keep_booking: bool = False) -> PodUsage | None: ...
+
+    def placed(self, uid: str) -> PodUsage | None: ...
+
+    def reassume(self, usage: PodUsage) -> None: ...
+
+    def mark_bound(self, uid: str) -> None: ...
+
+    def standing_booking(self, pod: Mapping[str, Any]) -> tuple[PodUsage | None, bool]: ...
+
+    def seen_node(self, name: str) -> SeenNode | None: ...
+
+    def node_view(self, name: str) -> NodeView | None: ...
+
+    def namespace_quota(self, namespace: str) -> NamespaceQuota: ...
+
+
+class CacheReads(Protocol):
+    """The reads of the metrics, the dashboard and the decision log, each a consistent copy."""
+
+    @property
+    def stats(self) -> CacheStats: ...
+
+    def node_views(self) -> dict[str, NodeView]: ...
+
+    def broken_nodes(self) -> dict[str, str]: ...
+
+    def pod_usages(self) -> list[PodUsage]: ...
+
+    def read_consistent(self) -> tuple[dict[str, NodeView], dict[str, str], list[PodUsage]]: ...
+
+    def quota_usage(self) -> tuple[dict[str, dict[str, int]], dict[str, dict[str, int]]]: ...
+
+    def lock_hold_snapshot(self) -> dict[str, LockHolds]: ...
+
+    def held_by(self, uid: str) -> PodUsage | None: ...
