@@ -115,10 +115,11 @@ def first_sync(kubeconfig: str, *, streaming: bool, timeout_seconds: float) -> d
 def idle_readiness(kubeconfig: str, seconds: float, silence_bound_seconds: float) -> None:
     """Poll `ClusterSync.readiness` every second for ``seconds`` while nothing changes; print every "not ready"."""
     kube = Kube.from_kubeconfig(kubeconfig, timeout_seconds=60.0)
-    sync = ClusterSync(ClusterCache(), kube, watch_silence_bound_seconds=silence_bound_seconds)
+    cache = ClusterCache()
+    sync = ClusterSync(cache, kube, watch_silence_bound_seconds=silence_bound_seconds)
     sync.start()
     try:
-        assert sync._cache.wait_synced(600), "no first sync"
+        assert cache.wait_synced(600), "no first sync"
         started, polls, refusals = time.monotonic(), 0, []
         while time.monotonic() - started < seconds:
             ready, reason = sync.readiness()
