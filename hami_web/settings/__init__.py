@@ -32,8 +32,10 @@ from hami_web.core.families import (
 )
 from hami_web.core.families import nvidia as nvidia_spec
 from hami_web.core.families.nvidia import nvidia_family
+from hami_web.core.options import NODE_POLICIES
 from hami_web.core.policy import AdmissionPolicy, SchedulingPolicy
 from hami_web.core.requests import RequestDefaults
+from hami_web.settings.deviceconfig import SettingsError, fill_from_device_config, read_device_config
 from hami_web.settings.groups import ApiSettings, BindSettings, LeaderSettings, ServingSettings, WatchSettings
 from hami_web.settings.hamiflags import UNSUPPORTED_HAMI_FLAGS, UnsupportedHamiFlag
 from hami_web.settings.values import (
@@ -70,20 +72,16 @@ __all__ = [
     "build_settings",
     "build_settings_from_flags",
     "parse_duration_seconds",
+    "settings_from_texts",
     "split_host_port",
 ]
 
-NODE_POLICIES = ("binpack", "spread")
 # Where the server publishes its scheduling settings for the operator tools (NAMESPACE/NAME).
 DEFAULT_SETTINGS_CONFIGMAP = "hami-system/hami-web-settings"
 PRIVILEGED_POLICIES = ("deny", "skip")
 LOG_FORMATS = ("text", "json")
 ENV_PREFIX = "HAMI_"
 _ENABLE = "enable"  # the option-table group of the families' switches
-
-
-class SettingsError(ValueError):
-    """A configuration value is invalid; the message names the flag."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -346,23 +344,32 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                                help=f"{option.help} [{_env_name(option.flag)}]")
 
 
-def build_settings(namespace: argparse.Namespace | None = None,
-                   environ: Mapping[str, str] | None = None) -> Settings:
-    """Build `Settings` from parsed flags, falling back to ``HAMI_…`` variables, then defaults.
-
-    Raises `SettingsError` naming the flag when a value does not parse or is out of range.
-    """
+def _given(namespace: argparse.Namespace | None, environ: Mapping[str, str] | None) -> dict[str, tuple[str, str]]:
+    """Each setting's text and where it came from, by flag: the parsed flags, else the ``HAMI_…`` variables."""
     env = os.environ if environ is None else environ
+    given: dict[str, tuple[str, str]] = {}
+    for option in _OPTIONS:
+        raw = getattr(namespace, option.target.replace(".", "__"), None) if namespace else None
+        if raw is not None:
+            given[option.flag] = (raw, option.flag)
+        elif (raw := env.get(_env_name(option.flag))) is not None:
+            given[option.flag] = (raw, f"{option.flag} (from {_env_name(option.flag)})")
+    return given
+
+
+def settings_from_texts(given: Mapping[str, tuple[str, str]]) -> Settings:
+    """The one builder of `Settings`: for each flag given, its text and where it came from (named in errors).
+
+    The command line and the environment (`build_settings`) and the ConfigMap the server publishes
+    (`settings_from_published`) all come here, so each value is checked by its flag's own parser whatever its
+    source. Raises `SettingsError` naming the source when a value does not parse or is out of range.
+    """
     top: dict[str, Any] = {}
     nested: dict[str, dict[str, Any]] = {}  # a group's (or the resource names') fields by the group's name
     for option in _OPTIONS:
-        raw = getattr(namespace, option.target.replace(".", "__"), None) if namespace else None
-        source = option.flag
-        if raw is None:
-            raw = env.get(_env_name(option.flag))
-            source = f"{option.flag} (from {_env_name(option.flag)})"
-        if raw is None:
+        if option.flag not in given:
             continue
+        raw, source = given[option.flag]
         try:
             value = option.parse(raw)
         except ValueError as error:
@@ -379,54 +386,28 @@ def build_settings(namespace: argparse.Namespace | None = None,
     if top.get("device_config_file"):
         config = read_device_config(top["device_config_file"])
         top["device_config"] = config
-        _fill_from_device_config(config, top, resources)
+        fill_from_device_config(config, top, resources)
     groups = {group: _GROUPS[group](**values) for group, values in nested.items()}
     settings = Settings(resources=ResourceNames(**resources), **groups, **top)
     _check_consistency(settings)
     return settings
 
 
+def build_settings(namespace: argparse.Namespace | None = None,
+                   environ: Mapping[str, str] | None = None) -> Settings:
+    """Build `Settings` from parsed flags, falling back to ``HAMI_…`` variables, then defaults (`settings_from_texts`).
+
+    Raises `SettingsError` naming the flag when a value does not parse or is out of range.
+    """
+    return settings_from_texts(_given(namespace, environ))
+
+
 def build_settings_from_flags(values: Mapping[str, str], environ: Mapping[str, str] | None = None) -> Settings:
-    """`build_settings` from flags given as ``{"--flag": "text"}`` (HAMi's command line, `hamicommand`): each value is
-    checked by its flag's own parser, as under ``hami-web serve``."""
-    return build_settings(argparse.Namespace(**{_OPTION_BY_FLAG[flag].target.replace(".", "__"): text
-                                                for flag, text in values.items()}), environ)
-
-
-def read_device_config(path: str) -> DeviceConfig:
-    """Load HAMi's ``device-config.yaml``; `SettingsError` names the file and the key that is wrong."""
-    where = f"invalid value for --device-config-file: {path}"
-    try:
-        with open(path, encoding="utf-8") as stream:
-            document = yaml.safe_load(stream)
-    except OSError as error:
-        raise SettingsError(f"{where}: cannot read it: {error.strerror or error}") from None
-    except yaml.YAMLError as error:
-        mark = getattr(error, "problem_mark", None)
-        position = f" (line {mark.line + 1}, column {mark.column + 1})" if mark is not None else ""
-        problem = getattr(error, "problem", None) or str(error).splitlines()[0]
-        raise SettingsError(f"{where}: not valid YAML{position}: {problem}") from None
-    try:
-        return parse_device_config(document)
-    except DeviceConfigError as error:
-        raise SettingsError(f"{where}: {error}") from None
-
-
-def _fill_from_device_config(config: DeviceConfig, top: dict[str, Any], resources: dict[str, Any]) -> None:
-    """Precedence (README.md#configuration, ``--device-config-file``): an explicit flag, else the file, else the chart
-    default (the field's default)."""
-    nvidia = config.get(nvidia_spec.SPEC)
-    for key, value in (("count", nvidia.count), ("memory", nvidia.memory),
-                       ("memory_percentage", nvidia.memory_percentage), ("cores", nvidia.cores),
-                       ("priority", nvidia.priority)):
-        if value is not None:
-            resources.setdefault(key, value)
-    defaults: tuple[tuple[str, int | bool | None], ...] = (
-        ("default_mem_mib", nvidia.default_memory_mib), ("default_cores", nvidia.default_cores),
-        ("default_gpu", nvidia.default_count), ("overwrite_env", nvidia.overwrite_env))
-    for key, setting in defaults:
-        if setting is not None:
-            top.setdefault(key, setting)
+    """`Settings` from flags given as ``{"--flag": "text"}`` (HAMi's command line, `hamicommand`) over the ``HAMI_…``
+    variables (`settings_from_texts`): each value is checked by its flag's own parser, as under ``hami-web serve``."""
+    given = _given(None, environ)
+    given.update({flag: (text, flag) for flag, text in values.items()})
+    return settings_from_texts(given)
 
 
 def _check_consistency(settings: Settings) -> None:
@@ -472,14 +453,14 @@ def published_settings(settings: Settings) -> dict[str, str]:
 
 
 def settings_from_published(data: Mapping[str, str], *, where: str) -> Settings:
-    """`Settings` from a published ConfigMap's data, each value checked by its flag's own parser.
+    """`Settings` from a published ConfigMap's data, through `settings_from_texts` like the flags and the environment.
 
     Keys that are not published flags are ignored (a newer server may publish more); a bad value is a
     `SettingsError` naming ``where`` and the key.
     """
-    environ = {_env_name(f"--{key}"): str(value) for key, value in data.items() if f"--{key}" in PUBLISHED_FLAGS}
+    given = {f"--{key}": (str(value), f"--{key}") for key, value in data.items() if f"--{key}" in PUBLISHED_FLAGS}
     try:
-        settings = build_settings(None, environ=environ)
+        settings = settings_from_texts(given)
         text = data.get(PUBLISHED_DEVICE_CONFIG)
         if text:
             config = parse_device_config(yaml.safe_load(str(text)))
