@@ -1,10 +1,11 @@
-"""Docstrings and comments cite only what a reader of the repository can open.
+"""Docstrings, comments and the documentation cite only what a reader of the repository can open.
 
-Covers: no ``.py`` file under ``hami_web/`` or ``tests/`` points at the specification or the issue tracker this
-repository does not hold (the spec file, its numbered sections, issue numbers, the design seeds); every page cited
-(``README.md``, ``docs/<page>.md``, or a bare ``<page>.md`` of ``docs/``) exists, and every ``#anchor`` after it is a
-heading of that page, as GitHub derives anchors from headings. The links between the ``docs/`` pages and the README
-are checked the same way.
+Covers: no ``.py`` file under ``hami_web/``, ``tests/`` or ``benchmarks/`` and no Markdown file of the repository
+points at the specification or the issue tracker this repository does not hold (the spec file, the word on its own,
+issue numbers, the design seeds); every page a ``.py`` file cites (``README.md``, ``docs/<page>.md``, or a bare
+``<page>.md`` of ``docs/``) exists, and every ``#anchor`` after it is a heading of that page, as GitHub derives
+anchors from headings (compared without case, as GitHub resolves them); every relative link of every Markdown file
+(the README, ``docs/``, the chart's) resolves the same way, relative to the file.
 """
 
 from __future__ import annotations
@@ -14,7 +15,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-SOURCE_DIRECTORIES = ("hami_web", "tests")
+SOURCE_DIRECTORIES = ("hami_web", "tests", "benchmarks")
+# Not the repository's own Markdown: virtualenvs, caches, installed packages.
+SKIPPED = (".venv", ".git", ".mypy_cache", ".ruff_cache", "node_modules", "build", "dist", ".pytest_cache")
 
 # What a docstring must not point at: the specification file or its sections (the word on its own in prose, so the
 # identifiers ``_SPEC_ORDER``, ``SPEC_FLAGS``, a family module's ``SPEC = FamilySpec(…)`` or ``nvidia.SPEC`` do not
@@ -22,8 +25,8 @@ SOURCE_DIRECTORIES = ("hami_web", "tests")
 OUTSIDE = re.compile(r"SPEC\.md|(?<![.\w])SPEC\b(?!\s*[=:,)\[]|\s*$)|\bissue [0-9]|\bseeds/[0-9]")
 # A cited page, optionally with a section: README.md#scale, docs/wire-formats.md#handshake, wire-formats.md.
 CITATION = re.compile(r"(?<![\w/.-])((?:docs/)?[\w-]+\.md)(#[\w-]+)?")
-# A relative Markdown link in a docs page: [text](../README.md#scale), [text](wire-formats.md), [text](#handshake).
-MARKDOWN_LINK = re.compile(r"\]\(((?:\.\./)?[\w/.-]*?\.md)?(#[\w-]+)?\)")
+# A relative Markdown link: [text](../README.md#scale), [text](docs/wire-formats.md), [text](#handshake).
+MARKDOWN_LINK = re.compile(r"\]\(((?:\.\./)*[\w/.-]*?\.md)?(#[\w-]+)?\)")
 FENCE = re.compile(r"^\s*(```|~~~)")
 HEADING = re.compile(r"^(#{1,6})\s+(.*?)\s*#*\s*$")
 
@@ -31,6 +34,13 @@ HEADING = re.compile(r"^(#{1,6})\s+(.*?)\s*#*\s*$")
 def _sources() -> Iterator[Path]:
     for directory in SOURCE_DIRECTORIES:
         yield from sorted((ROOT / directory).rglob("*.py"))
+
+
+def _markdown() -> Iterator[Path]:
+    """Every Markdown file of the repository (not of a virtualenv or a cache)."""
+    for path in sorted(ROOT.rglob("*.md")):
+        if not any(part in SKIPPED or part.endswith(".egg-info") for part in path.relative_to(ROOT).parts):
+            yield path
 
 
 def github_anchor(heading: str) -> str:
@@ -56,16 +66,17 @@ def anchors(page: Path) -> set[str]:
     return found
 
 
-def _resolve(page: str, relative_to: Path) -> Path:
-    """The file a cited page names: ``README.md`` and ``docs/…`` from the repository root, a bare page in docs/."""
-    if page.startswith("../"):
+def _resolve(page: str, relative_to: Path | None) -> Path:
+    """The file a cited page names: a Markdown link's relative to its file's folder (``relative_to``); in a ``.py``
+    file (``relative_to`` None), ``README.md`` and ``docs/…`` from the repository root, a bare page in docs/."""
+    if relative_to is not None:
         return (relative_to / page).resolve()
     if page == "README.md" or page.startswith("docs/"):
         return ROOT / page
     return ROOT / "docs" / page
 
 
-def _broken(page: str, anchor: str | None, relative_to: Path, cache: dict[Path, set[str]]) -> str:
+def _broken(page: str, anchor: str | None, relative_to: Path | None, cache: dict[Path, set[str]]) -> str:
     """Why a citation does not resolve, or "" when it does."""
     path = _resolve(page, relative_to)
     if not path.is_file():
@@ -74,7 +85,7 @@ def _broken(page: str, anchor: str | None, relative_to: Path, cache: dict[Path, 
         return ""
     if path not in cache:
         cache[path] = anchors(path)
-    return "" if anchor[1:] in cache[path] else f"{page}{anchor}: no such section"
+    return "" if anchor[1:].lower() in cache[path] else f"{page}{anchor}: no such section"
 
 
 def test_github_anchor_matches_githubs_rule() -> None:
@@ -89,9 +100,17 @@ def test_the_outside_pattern_tells_prose_from_identifiers() -> None:
                                                       "    nvidia.SPEC,", "SPEC_FLAGS", "_SPEC_ORDER"))
 
 
+def test_anchors_are_compared_without_case(tmp_path: Path) -> None:
+    page = tmp_path / "topic.markdown"
+    page.write_text("# Page\n\n## Namespace quotas\n", encoding="utf-8")
+    assert _broken(page.name, "#Namespace-Quotas", tmp_path, {}) == ""
+    assert _broken(page.name, "#quotas", tmp_path, {}) == f"{page.name}#quotas: no such section"
+
+
 def test_no_source_file_cites_a_document_outside_the_repository() -> None:
     offenders = [f"{path.relative_to(ROOT)}:{number}: {line.strip()}"
-                 for path in _sources() if path != Path(__file__).resolve()  # this file spells the patterns out
+                 for path in (*_sources(), *_markdown())
+                 if path != Path(__file__).resolve()  # this file spells the patterns out
                  for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1)
                  if OUTSIDE.search(line)]
     assert not offenders, ("cite the README section or a docs/ page instead of the specification or an issue:\n"
@@ -104,9 +123,9 @@ def test_every_cited_page_and_section_exists() -> None:
     for path in _sources():
         for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
             for match in CITATION.finditer(line):
-                if why := _broken(match.group(1), match.group(2), ROOT, cache):
+                if why := _broken(match.group(1), match.group(2), None, cache):
                     problems.append(f"{path.relative_to(ROOT)}:{number}: {why}")
-    for page in sorted((ROOT / "docs").glob("*.md")):
+    for page in _markdown():
         for number, line in enumerate(page.read_text(encoding="utf-8").splitlines(), start=1):
             for match in MARKDOWN_LINK.finditer(line):
                 target, anchor = match.group(1), match.group(2)
