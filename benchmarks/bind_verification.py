@@ -1,5 +1,5 @@
-"""What the bind-time verification (README.md#high-availability-active-and-standby) adds to a bind, against the real
-kube-apiserver at 100 pods per node.
+"""What the bind-time verification (docs/deployment.md#high-availability-active-and-standby) adds to a bind, against the
+real kube-apiserver at 100 pods per node.
 
 Starts the end-to-end tier's control plane (``tests/e2e/controlplane.py``; needs ``KUBEBUILDER_ASSETS``), creates one
 node with 8 GPUs and 100 pods bound to it carrying HAMi bookings (and 2,000 pods elsewhere, so the selectors have

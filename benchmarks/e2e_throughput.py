@@ -14,7 +14,7 @@ Prints pods per second both ways and their ratio; binds per pod, binds refused o
 bind, and hami-web's filter / bind latency percentiles (estimated from its histograms, as Prometheus'
 ``histogram_quantile`` does); the nodes the burst used and the whole nodes it left free beside what serial binpack
 leaves free for the same pods (computed with the core's own rules); and whether any GPU ended over-booked.
-Needs ``KUBEBUILDER_ASSETS`` (see the README's "End-to-end tests").
+Needs ``KUBEBUILDER_ASSETS`` (see docs/performance.md#end-to-end-tests-real-kube-apiserver-and-kube-scheduler).
 
 ``--shape mig-mix`` makes the nodes A100-40GB and the pods a mix of MIG-profile sizes (1g.5gb, 1g.10gb, 2g.10gb,
 3g.20gb memory asks); with ``--gpu-mode mig`` the GPUs are registered in dynamic MIG mode with HAMi's A100 profile

@@ -10,21 +10,21 @@ and its `NodeView` rebuilt, as the cluster cache does. Printed per size: median 
 all-fail path (a pod no node can take, with a reason computed for every node). Not a test: no assertions.
 
 ``--mixed``: a third of the nodes carry 8 Hygon DCUs instead of GPUs, a third both (8 GPUs and 4 DCUs), and the pods
-alternate between the GPU pods, DCU pods and pods asking for a GPU and a DCU (README.md#device-families).
+alternate between the GPU pods, DCU pods and pods asking for a GPU and a DCU (docs/device-families.md#device-families).
 ``--ascend``: every node carries 8 Ascend 910B3 NPUs in two HCCS groups (NPUs 0-3 and 4-7, as the device plugin reports
 ``custominfo.NetworkID``), a third of them allowing soft split, with prior usage in template-sized slices; the pods are
 template slices, whole NPUs (1, 2, 4 and 8: the HCCS fill and its node-score term) and soft-split shares
-(README.md#ascend-npus). Compare its figures with a run without it (NVIDIA) at the same size.
+(docs/device-families.md#ascend-npus). Compare its figures with a run without it (NVIDIA) at the same size.
 ``--family CW``: every node carries 8 devices of that family (Biren, GCU, Metax-GPU, …) as its device plugin reports
 them (a register annotation or the node's capacity, read through the cache's own node reader; Metax nodes with their
 topology annotations), with prior usage on some of them; the pods ask 1, 2 and 4 whole devices under binpack and spread
-(README.md#device-families). ``--family all`` prints one row per family the registry builds by default besides NVIDIA,
-DCU and MLU; compare with the NVIDIA figures at the same size (the target: within 1.3×).
+(docs/device-families.md#device-families). ``--family all`` prints one row per family the registry builds by default
+besides NVIDIA, DCU and MLU; compare with the NVIDIA figures at the same size (the target: within 1.3×).
 ``--record FILE`` writes every placement (node and devices); ``--check FILE`` compares this run's placements with such
 a file, so a change to the core can show it decides exactly as before.
 
 ``--quota N``: the pods belong to N namespaces (pod i to namespace i mod N), each under a ResourceQuota on GPU memory
-and cores (README.md#namespace-quotas), and each decision does what the cache does for a pod of such a namespace:
+and cores (docs/quotas.md#namespace-quotas), and each decision does what the cache does for a pod of such a namespace:
 read the namespace's limits and use, derive what they leave the pod, decide with it (``ResourceQuotaNotFit`` checked
 on every device tried), and count the placement's booking against the namespace. The limits are generous
 (``--quota-mib`` per namespace, default 10^13 MiB, above what any pod could book since a device may hold up

@@ -7,7 +7,7 @@ Every node carries 8 A40 GPUs (46,068 MiB) filled to the last MiB by low-priorit
 equal share, priorities 0-9 and start times at random), so no pod fits anywhere without preemption: the worst case
 for the dry run, which tries nodes until it has kube-scheduler's number of candidates (10 %, at least 100) and picks
 one. The preemptor (priority 1000) asks for one GPU with a whole card's memory and, in a second row, two GPUs.
-Printed: median / p95 / max ms per decision. Not a test: no assertions (README.md#preemption, speed).
+Printed: median / p95 / max ms per decision. Not a test: no assertions (docs/preemption.md#preemption, speed).
 """
 
 from __future__ import annotations

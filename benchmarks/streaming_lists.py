@@ -3,7 +3,7 @@ real kube-apiserver.
 
 Starts etcd and kube-apiserver (the e2e tier's binaries, ``KUBEBUILDER_ASSETS``; put etcd 3.5.16 there for
 streaming lists: kube-apiserver v1.32 serves them from its watch cache only when etcd supports progress
-notifications, see README "Scale"), creates ``--nodes`` GPU nodes (8 GPUs each) and ``--pods`` pods (one in
+notifications, see docs/performance.md#scale), creates ``--nodes`` GPU nodes (8 GPUs each) and ``--pods`` pods (one in
 ``--gpu-share`` holding a GPU, the others ordinary; ~3 KB each, with env, probes and resources as real pods
 have), then runs hami-web's `ClusterSync` (the node and pod reflectors, as ``serve`` runs them) until the cache is
 synced, ``--rounds`` times per mode, alternating: ``streaming`` (``sendInitialEvents``, falling back to pages if

@@ -1,4 +1,4 @@
-"""Prometheus metrics (README.md#observability), exposed with ``prometheus-client`` on ``/metrics``.
+"""Prometheus metrics (docs/observability.md#observability), exposed with ``prometheus-client`` on ``/metrics``.
 
 GPU and container gauges are HAMi v2.10's scheduler metrics exactly — names, label names, units (cores in
 percent of the device, HAMi's ``ceil``), the constant label ``zone="vGPU"`` and ``hami_build_info`` — so
@@ -175,7 +175,7 @@ class _ClusterCollector(Collector):
         yield from (memory_limit, core_limit, memory_used, shared, core_used, overview, memory_ratio, info)
 
     def _mig_families(self) -> Iterator[Metric]:
-        """Dynamic MIG (README.md#dynamic-mig): HAMi v2.10's per-instance info series, and ours for the GPUs the
+        """Dynamic MIG (docs/mig.md#dynamic-mig): HAMi v2.10's per-instance info series, and ours for the GPUs the
         rebuild fails closed (naming the pods) and the pre-2.10 geometry entries counted on their parent GPU."""
         instance_info = GaugeMetricFamily(
             "hami_node_gpu_mig_instance_info", "MIG instance booked on a GPU (runtime identity once created), value 1",
@@ -220,8 +220,8 @@ class _ClusterCollector(Collector):
         yield from (vgpu_memory, vgpu_cores)
 
     def _quota_families(self) -> Iterator[Metric]:
-        """HAMi v2.10's namespace quota series (README.md#namespace-quotas): per namespace and quota resource with a
-        limit or a use, the use (label ``limit``: the limit, ``"0"`` when none is set) and, where set, the limit.
+        """HAMi v2.10's namespace quota series (docs/quotas.md#namespace-quotas): per namespace and quota resource with
+        a limit or a use, the use (label ``limit``: the limit, ``"0"`` when none is set) and, where set, the limit.
         Units as booked: memory use in MiB against a limit in the resource's own unit (256 MiB for Iluvatar)."""
         used = GaugeMetricFamily("hami_resource_quota_used", "resourcequota usage for a certain device",
                                  labels=["namespace", "quota_name", "limit"])

@@ -2,7 +2,7 @@
 
 Routes fetch them with `services()` instead of importing globals, so tests can build an app around an
 in-process API server, or around no cluster at all. This module sits below `routes`, `dashboard` and `server`
-(the layers in README's Architecture, checked by `lint-imports`) so that the blueprints reach the collaborators
+(the layers in docs/architecture.md#layers, checked by `lint-imports`) so that the blueprints reach the collaborators
 without importing the server that assembles them; each collaborator is typed by a protocol of what the routes call,
 so a route never imports the cache or the Kubernetes client behind it.
 """

@@ -1,10 +1,10 @@
 """Settings, CLI and the app factory: the parts every other module stands on.
 
-Covers: every flag of README.md#configuration in ``SPEC_FLAGS`` is offered by ``hami-web serve``; ``HAMI_…`` variables
-apply when no flag is given and flags beat them; bad values fail with a `SettingsError` naming the flag, and ``main``
-exits 2 with the flag on stderr; Go-style durations; ``/healthz``, ``/readyz`` without a cache, JSON 404, and an
-oversized body (413 JSON from the webhook, 200 with ``Error`` from the extender as kube-scheduler requires); ``python -m
-hami_web --help``.
+Covers: every flag of docs/configuration.md#configuration in ``SPEC_FLAGS`` is offered by ``hami-web serve``; ``HAMI_…``
+variables apply when no flag is given and flags beat them; bad values fail with a `SettingsError` naming the flag, and
+``main`` exits 2 with the flag on stderr; Go-style durations; ``/healthz``, ``/readyz`` without a cache, JSON 404, and
+an oversized body (413 JSON from the webhook, 200 with ``Error`` from the extender as kube-scheduler requires); ``python
+-m hami_web --help``.
 """
 
 from __future__ import annotations

@@ -23,7 +23,7 @@ SKIPPED = (".venv", ".git", ".mypy_cache", ".ruff_cache", "node_modules", "build
 # identifiers ``_SPEC_ORDER``, ``SPEC_FLAGS``, a family module's ``SPEC = FamilySpec(…)`` or ``nvidia.SPEC`` do not
 # count), an issue number, a design seed file.
 OUTSIDE = re.compile(r"SPEC\.md|(?<![.\w])SPEC\b(?!\s*[=:,)\[]|\s*$)|\bissue [0-9]|\bseeds/[0-9]")
-# A cited page, optionally with a section: README.md#scale, docs/wire-formats.md#handshake, wire-formats.md.
+# A cited page, optionally with a section: docs/performance.md#scale, docs/wire-formats.md#handshake, wire-formats.md.
 CITATION = re.compile(r"(?<![\w/.-])((?:docs/)?[\w-]+\.md)(#[\w-]+)?")
 # A relative Markdown link: [text](../README.md#scale), [text](docs/wire-formats.md), [text](#handshake).
 MARKDOWN_LINK = re.compile(r"\]\(((?:\.\./)*[\w/.-]*?\.md)?(#[\w-]+)?\)")

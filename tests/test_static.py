@@ -2,9 +2,9 @@
 
 Covers: mypy over ``hami_web`` and ``benchmarks`` with the configuration in pyproject.toml (mypy's strict flags
 on the whole package, gunicorn typed by the stubs in typings/), ruff over the whole repository, and import-linter's
-contracts in ``.importlinter`` (the README's layers: who may import whom). A failure shows the tool's own report.
-The tools are in the ``test`` extras; mypy keeps its cache in ``.mypy_cache``, so only the first run in a checkout
-pays for a full check.
+contracts in ``.importlinter`` (docs/architecture.md#layers: who may import whom). A failure shows the tool's own
+report. The tools are in the ``test`` extras; mypy keeps its cache in ``.mypy_cache``, so only the first run in a
+checkout pays for a full check.
 """
 
 from __future__ import annotations

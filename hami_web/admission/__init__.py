@@ -1,5 +1,5 @@
-"""The mutating admission webhook (README.md#the-admission-webhook-post-webhook): decide, for a pod CREATE, whether
-hami-web schedules it.
+"""The mutating admission webhook (docs/webhook-and-extender.md#the-admission-webhook-post-webhook): decide, for a pod
+CREATE, whether hami-web schedules it.
 
 Two layers, so the rules can be tested without HTTP: `review_pod` is the pure decision over one pod
 (allowed or denied, plus the RFC 6902 operations), `review_admission` wraps it in the AdmissionReview

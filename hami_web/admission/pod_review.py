@@ -72,7 +72,7 @@ def review_pod(pod: object, policy: AdmissionPolicy, *, quotas: QuotaBook | None
 
     Never raises for bad input: a value that is not pod-shaped, or a resource value that is not a
     valid whole quantity, is a denial whose message names what is wrong. With ``quotas``, a pod that would take
-    its namespace (``namespace``, else the pod's own) past a device quota is denied (README.md#namespace-quotas).
+    its namespace (``namespace``, else the pod's own) past a device quota is denied (docs/quotas.md#namespace-quotas).
     """
     try:
         check_pod_shape(pod)
@@ -197,7 +197,8 @@ def _annotation_warnings(annotations: dict[str, str], families: Iterable[Family]
 def _mutate_container(container: dict[str, Any], name: str, policy: AdmissionPolicy,
                       annotations: dict[str, str], warnings: list[str]) -> list[Family]:
     """Validate one container's device resources of every family and apply each family's rewrites
-    (README.md#the-admission-webhook-post-webhook for NVIDIA, README.md#device-families for the others).
+    (docs/webhook-and-extender.md#the-admission-webhook-post-webhook for NVIDIA, docs/device-families.md#device-families
+    for the others).
 
     Returns the families the container asks devices of after defaulting. Raises `QuantityError` naming the
     container and resource for a value that is not a whole number or is out of range, `FamilyRefusal` when a family's

@@ -41,7 +41,7 @@ def is_dynamic_mig(device: Device) -> bool:
 
 def mig_pick(device: Device, occupied: Sequence[MigPlacement],
              memory_mib: int) -> tuple[MigProfile, MigPlacement] | None:
-    """The MIG instance a request of ``memory_mib`` gets on ``device`` beside ``occupied`` (README.md#dynamic-mig):
+    """The MIG instance a request of ``memory_mib`` gets on ``device`` beside ``occupied`` (docs/mig.md#dynamic-mig):
     the smallest usable profile that covers it and has a free placement; None = ``CardMigTopologyInfeasible``."""
     return choose_instance(candidate_profiles(device.mig_profiles), occupied, memory_mib)
 
@@ -65,7 +65,7 @@ def device_reasons(devices: Sequence[Device], work: Sequence[Sequence[int]], req
     docs/scheduling-rules.md#checks-for-one-device.
 
     ``selection`` is the pod's selection of the request's family (looked up in ``options`` when None). ``quota`` is
-    the pod's tally against its namespace's limits (README.md#namespace-quotas), None when the family is not
+    the pod's tally against its namespace's limits (docs/quotas.md#namespace-quotas), None when the family is not
     limited: a device is judged on the pod's picks so far plus itself, before the memory check. One loop
     per node rather than one call per device: at thousands of nodes the per-call overhead is a large share of a
     filter that has to explain every device of every node.
@@ -91,7 +91,7 @@ def device_reasons(devices: Sequence[Device], work: Sequence[Sequence[int]], req
         elif selects_uuids and not uuid_allowed(device.uuid):
             reason = names.CARD_UUID_MISMATCH
         elif device.mode == MIG_MODE and not device.mig_profiles:
-            reason = names.CARD_MIG_LEGACY_GEOMETRY  # pre-2.10 geometry: never placed (README.md#dynamic-mig)
+            reason = names.CARD_MIG_LEGACY_GEOMETRY  # pre-2.10 geometry: never placed (docs/mig.md#dynamic-mig)
         elif tasks >= device.count:
             reason = names.CARD_TIME_SLICING_EXHAUSTED
         elif tasks and (mutex or one_size) and (shared := _shared_device_problem(tasks, memory_mib,

@@ -5,9 +5,9 @@ first that fits is the answer. Nodes whose aggregates already rule them out are 
 exact per-GPU reasons are only computed when no node fits, because only then does anyone read them.
 
 Nodes busy binding (their HAMi node lock held by a live owner, or a placement of ours not yet bound) are ranked after
-the free ones, each group in the policy's order (README.md#decisions, node policy order): under binpack every pod of a
-burst would otherwise go to the one fullest node, whose lock the previous pod holds until its device plugin is done, and
-have its bind refused. A busy node is never excluded: a pod that fits only there still gets it.
+the free ones, each group in the policy's order (docs/compatibility.md#decisions, node policy order): under binpack
+every pod of a burst would otherwise go to the one fullest node, whose lock the previous pod holds until its device
+plugin is done, and have its bind refused. A busy node is never excluded: a pod that fits only there still gets it.
 """
 
 from __future__ import annotations
@@ -123,7 +123,7 @@ def choose_node(request: PodRequest, options: PodOptions, candidates: Sequence[s
 
     ``nodes`` are the GPU nodes the cache knows; ``broken`` maps nodes whose register annotation does not
     parse to the parse error; ``busy`` names nodes busy binding, tried after the others (see the module);
-    ``quota`` what the namespace's limits leave the pod (README.md#namespace-quotas).
+    ``quota`` what the namespace's limits leave the pod (docs/quotas.md#namespace-quotas).
     """
     broken = broken or {}
     reasons: dict[str, str] = {}
@@ -203,8 +203,9 @@ def _first_skipped(ask: _Ask, skipped: Sequence[NodeView], reasons: dict[str, st
 
 def _choose_with_group_score(ask: _Ask, ranked: Iterator[NodeView], reasons: dict[str, str],
                              candidates: Sequence[str], busy: Collection[str], reach: int) -> Placement | NoPlacement:
-    """`choose_node` for a pod whose placement earns the network-group term (README.md#ascend-npus): a node's score
-    is its score plus the term under binpack, minus it under spread (keeping a job in one group wins either way).
+    """`choose_node` for a pod whose placement earns the network-group term (docs/device-families.md#ascend-npus): a
+    node's score is its score plus the term under binpack, minus it under spread (keeping a job in one group wins either
+    way).
 
     Nodes are tried in rank order and the best total wins (ties: the earlier node); the search stops once no later
     node could beat it, because a node's term is at most ``reach``. Busy nodes are only tried when no free node fits.

@@ -87,7 +87,7 @@ class NodeInventory:
     # The families whose devices the pair scores and the topology-aware policy apply to (None: all of them).
     topology: frozenset[str] | None = None
     # The families whose soft split (Ascend hami-core) this node allows, and how each family's multi-device
-    # containers are picked here (README.md#ascend-npus: "network" = HCCS groups, "pairs" = module pairs).
+    # containers are picked here (docs/device-families.md#ascend-npus: "network" = HCCS groups, "pairs" = module pairs).
     soft_split: frozenset[str] = frozenset()
     grouping: Mapping[str, Grouping] = field(default_factory=dict)
     # The node annotations the families' own node scores read (`hami_web.core.families.family.NodeScore.keys`), as

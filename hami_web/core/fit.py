@@ -26,7 +26,7 @@ from hami_web.core.usage import NodeView
 INVALID_REGISTER = "InvalidRegisterAnnotation"
 
 # Working MIG occupancy per GPU position (the placements booked, this pod's picks included), kept beside a
-# `WorkingUsage` on nodes with dynamic MIG GPUs (README.md#dynamic-mig).
+# `WorkingUsage` on nodes with dynamic MIG GPUs (docs/mig.md#dynamic-mig).
 WorkingPlacements = list[tuple[MigPlacement, ...]]
 
 
@@ -52,7 +52,7 @@ class FitFailure:
 @dataclass(frozen=True, slots=True)
 class PodFit:
     """The GPUs each container (init containers first) gets on one node, and the node-score term this placement
-    earns by keeping containers inside one network group (``group_score``, README.md#ascend-npus)."""
+    earns by keeping containers inside one network group (``group_score``, docs/device-families.md#ascend-npus)."""
 
     grants: PodGrants
     group_score: float = 0.0
@@ -68,11 +68,11 @@ def fit_container(request: ContainerRequest, inventory: NodeInventory, work: Wor
     """Pick devices of the request's family for one container on ``work`` and book them there, or say why not.
 
     The families without pair scores (``inventory.topology``) read topology-aware as spread
-    (README.md#decisions, device families). ``occupied`` is the node's working MIG occupancy, which `fit_pod` passes
-    when the node has dynamic MIG GPUs (None: it has none); a container whose candidates include one is fitted by
-    `_fit_with_mig`. ``quota``: the pod's tally against its namespace's limits, which the picks are added to
-    (README.md#namespace-quotas). ``pinned``: the cards the pod's earlier containers hold, for a family that keeps a
-    pod on one card (`_one_card`).
+    (docs/compatibility.md#decisions, device families). ``occupied`` is the node's working MIG occupancy, which
+    `fit_pod` passes when the node has dynamic MIG GPUs (None: it has none); a container whose candidates include one is
+    fitted by `_fit_with_mig`. ``quota``: the pod's tally against its namespace's limits, which the picks are added to
+    (docs/quotas.md#namespace-quotas). ``pinned``: the cards the pod's earlier containers hold, for a family that keeps
+    a pod on one card (`_one_card`).
     """
     first, end = inventory.groups.get(request.family, (0, 0))
     whole = first == 0 and end == len(inventory.devices)
@@ -183,7 +183,7 @@ def _within_quota(chosen: list[int], pool: list[int], devices: Sequence[Device],
                   reasons: dict[str, int], *, regroup: bool) -> list[int]:
     """``chosen`` when all its devices together stay within the quota; else the devices HAMi would take: the pool in
     the policy's order, each judged on the picks before it, those that would pass the limit counted as
-    ``ResourceQuotaNotFit`` (README.md#namespace-quotas). A choice made by network groups (``regroup`` False) is
+    ``ResourceQuotaNotFit`` (docs/quotas.md#namespace-quotas). A choice made by network groups (``regroup`` False) is
     not re-picked device by device: it stands or fails whole."""
     trial = QuotaTally(quota.quota)
     trial.copy_from(quota)
@@ -207,7 +207,7 @@ def _within_quota(chosen: list[int], pool: list[int], devices: Sequence[Device],
 def _mig_within_quota(grants: tuple[DeviceGrant, ...], quota: QuotaTally, request: ContainerRequest,
                       reasons: dict[str, int], total: int) -> tuple[DeviceGrant, ...] | FitFailure:
     """MIG instances book their profile's memory and cores: the container's instances count against the quota
-    together, after they are chosen (README.md#namespace-quotas)."""
+    together, after they are chosen (docs/quotas.md#namespace-quotas)."""
     trial = QuotaTally(quota.quota)
     trial.copy_from(quota)
     for grant in grants:
@@ -274,7 +274,7 @@ def _fill(order: Sequence[int], count: int, request: ContainerRequest, devices: 
           first: int, work: WorkingUsage, occupied: WorkingPlacements, booked: Sequence[int],
           options: PodOptions, cordoned: frozenset[str], *, once: bool = False) -> _MigFill:
     """Take devices in ``order`` until ``count`` picks: an ordinary GPU once, a dynamic MIG GPU again and again while
-    it passes the checks (counting this container's earlier picks) and has a free placement (README.md#dynamic-mig,
+    it passes the checks (counting this container's earlier picks) and has a free placement (docs/mig.md#dynamic-mig,
     several instances of one GPU), unless ``once``. Works on scratch copies; `_fit_with_mig` commits a complete
     fill."""
     fill = _MigFill(rows={}, placements={}, picks=[], stopped={})
@@ -317,7 +317,7 @@ def _fill(order: Sequence[int], count: int, request: ContainerRequest, devices: 
 def _fit_with_mig(request: ContainerRequest, inventory: NodeInventory, family: tuple[int, Sequence[Device]],
                   work: WorkingUsage, occupied: WorkingPlacements, booked: Sequence[int], passing: list[int],
                   reasons: dict[str, int], options: PodOptions) -> tuple[DeviceGrant, ...] | FitFailure:
-    """`fit_container` for a container whose candidates include a dynamic MIG GPU (README.md#dynamic-mig).
+    """`fit_container` for a container whose candidates include a dynamic MIG GPU (docs/mig.md#dynamic-mig).
 
     A MIG GPU without an instance for the request fails ``CardMigTopologyInfeasible``. The candidates are taken in
     the policy's order (topology-aware: its pick of distinct GPUs when there are enough, then the rest); NUMA
@@ -372,11 +372,11 @@ def fit_pod(request: PodRequest, view: NodeView, options: PodOptions,
             quota: PodQuota | None = None) -> PodFit | FitFailure:
     """Fit every container of the pod on ``view`` (docs/scheduling-rules.md#init-containers): each init container alone
     on the node's usage, the regular containers one after another on one working copy; each family in turn
-    (README.md#device-families), the first family that fails being the node's reason. ``quota``: what the namespace's
-    limits leave the pod's families (README.md#namespace-quotas), None when none is limited."""
+    (docs/device-families.md#device-families), the first family that fails being the node's reason. ``quota``: what the
+    namespace's limits leave the pod's families (docs/quotas.md#namespace-quotas), None when none is limited."""
     base = view.usage_rows
     shared: WorkingUsage = list(base)
-    # The node's MIG occupancy, only where a GPU is carved on demand (README.md#dynamic-mig). Unlike memory and
+    # The node's MIG occupancy, only where a GPU is carved on demand (docs/mig.md#dynamic-mig). Unlike memory and
     # cores it is never given back between init containers and containers: an instance may outlive its container,
     # so no two of the pod's instances share a slice.
     placements = [used.occupied for used in view.usage] if view.dynamic_mig else None
@@ -425,7 +425,7 @@ def _named(failure: FitFailure, family: str, families_asked: int, inventory: Nod
 def group_score_bound(request: PodRequest, view: NodeView) -> float:
     """The most `PodFit.group_score` a placement of ``request`` on ``view`` can earn, from the view's aggregates: each
     grouped container keeps at most as many devices in one group as that group has usable devices with the memory it
-    asks (README.md#ascend-npus)."""
+    asks (docs/device-families.md#ascend-npus)."""
     bound = 0.0
     stats = view.family_stats
     for container in request.containers:
@@ -452,7 +452,7 @@ def may_fit(request: PodRequest, view: NodeView, options: PodOptions) -> bool:
         if not any(options.selection(container.family).type_allowed(device_type)
                    for device_type in family.device_types):
             return False
-        # A dynamic MIG GPU may give one container several instances (README.md#dynamic-mig).
+        # A dynamic MIG GPU may give one container several instances (docs/mig.md#dynamic-mig).
         wanted = min(container.count, 1) if view.dynamic_mig else container.count
         if wanted > family.usable_devices:
             return False

@@ -26,7 +26,7 @@ _MIN_FIELDS = 4
 @dataclass(frozen=True, slots=True)
 class DeviceGrant:
     """One GPU given to one container, with the memory (MiB) and cores (percent) booked on it, and the MIG instance
-    it is when the GPU is carved on demand (README.md#dynamic-mig)."""
+    it is when the GPU is carved on demand (docs/mig.md#dynamic-mig)."""
 
     uuid: str
     memory_mib: int
@@ -132,9 +132,10 @@ PREDICATE_TIME = "predicate-time"
 def bind_annotations(grants: Sequence[Sequence[DeviceGrant]], catalog: DeviceCatalog, *,
                      now_seconds: int, node: str = "", now_ns: int | None = None) -> dict[str, str]:
     """Everything a bind writes for the families of ``grants``: `booking_annotations`; ``predicate-time`` (the
-    bind's Unix seconds, no prefix) when a family's device plugin reads it (Ascend's, README.md#ascend-npus); a family's
-    ``predicate_node_key`` (the node) and ``predicate_ns_key`` (the bind's time in nanoseconds: ``now_ns``, else
-    ``now_seconds`` in nanoseconds), as HAMi's Mthreads and AWS Neuron ``PatchAnnotations`` write them."""
+    bind's Unix seconds, no prefix) when a family's device plugin reads it (Ascend's,
+    docs/device-families.md#ascend-npus); a family's ``predicate_node_key`` (the node) and ``predicate_ns_key`` (the
+    bind's time in nanoseconds: ``now_ns``, else ``now_seconds`` in nanoseconds), as HAMi's Mthreads and AWS Neuron
+    ``PatchAnnotations`` write them."""
     annotations = booking_annotations(grants, catalog)
     for cw in families_of(grants):
         family = catalog[cw]
@@ -168,7 +169,7 @@ def booking_annotations(grants: Sequence[Sequence[DeviceGrant]], catalog: Device
 
 def cleared_annotations(grants: Sequence[Sequence[DeviceGrant]], catalog: DeviceCatalog) -> dict[str, None]:
     """The annotations of an earlier booking that this one removes (JSON merge patch ``null``): every family's MIG
-    reservations it does not write (README.md#dynamic-mig). A pod booked again after a failed bind would otherwise
+    reservations it does not write (docs/mig.md#dynamic-mig). A pod booked again after a failed bind would otherwise
     keep reservations of GPUs it no longer holds, which fails the MIG GPUs of its new node closed."""
     written = booking_annotations(grants, catalog)
     return {family.reservations_key: None for family in catalog
@@ -177,5 +178,5 @@ def cleared_annotations(grants: Sequence[Sequence[DeviceGrant]], catalog: Device
 
 def booking_locks(grants: Sequence[Sequence[DeviceGrant]], catalog: DeviceCatalog) -> tuple[LockRule, ...]:
     """The node locks a bind of these grants takes: those of exactly the families the pod holds devices of, each
-    once, in the one order every binder uses (README.md#device-families, node locks)."""
+    once, in the one order every binder uses (docs/device-families.md#device-families, node locks)."""
     return catalog.locks_for(families_of(grants))

@@ -1,4 +1,5 @@
-"""Picking a multi-device container inside device groups (README.md#ascend-npus): HCCS networks and module pairs.
+"""Picking a multi-device container inside device groups (docs/device-families.md#ascend-npus): HCCS networks and module
+pairs.
 
 Some accelerators are wired in groups that a job spanning several devices should stay inside. Ascend 910A/910B NPUs
 report their HCCS group (``custominfo.NetworkID``): a container asking for several is filled from the largest group of

@@ -1,4 +1,4 @@
-"""Dynamic MIG (README.md#dynamic-mig): the profiles a GPU offers, where an instance may sit, and which one a
+"""Dynamic MIG (docs/mig.md#dynamic-mig): the profiles a GPU offers, where an instance may sit, and which one a
 request gets.
 
 Since v2.10 HAMi's NVIDIA device plugin carves MIG instances on demand: a GPU registered in ``mig`` mode lists

@@ -1,5 +1,5 @@
 """The MIG reservation annotation (``hami.io/vgpu-mig-allocations``) and how a node's MIG occupancy is rebuilt
-from it (README.md#dynamic-mig, docs/wire-formats.md#mig-reservations).
+from it (docs/mig.md#dynamic-mig, docs/wire-formats.md#mig-reservations).
 
 The pod device annotation says which GPU a container holds and how much, not where on the GPU its MIG instance
 sits; that is this JSON list, one object per instance, written with the booking. The device plugin realises
@@ -138,7 +138,7 @@ def attach_reservations(grants: PodGrants, reservations: Sequence[MigReservation
 
 def mig_faults(devices: Sequence[Device], usage: Sequence[tuple[tuple[MigInstance, ...], tuple[str, ...]]],
                elsewhere: Mapping[str, tuple[MigInstance, ...]]) -> tuple[MigFault, ...]:
-    """The GPUs the rebuild makes unallocatable (README.md#dynamic-mig, failing closed).
+    """The GPUs the rebuild makes unallocatable (docs/mig.md#dynamic-mig, failing closed).
 
     ``usage[i]`` is ``devices[i]``'s instances and the pods holding a device entry on it without a reservation;
     ``elsewhere`` the instances reserved on GPUs the node does not list. A dynamic MIG GPU (``migProfiles``) with an

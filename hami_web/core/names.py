@@ -21,7 +21,7 @@ POD_DEVICES_TO_ALLOCATE = "hami.io/vgpu-devices-to-allocate"
 POD_DEVICES_ALLOCATED = "hami.io/vgpu-devices-allocated"
 POD_BIND_PHASE = "hami.io/bind-phase"
 POD_BIND_TIME = "hami.io/bind-time"
-# The MIG instances (profile and placement) a booking picked on dynamic MIG GPUs (README.md#dynamic-mig).
+# The MIG instances (profile and placement) a booking picked on dynamic MIG GPUs (docs/mig.md#dynamic-mig).
 POD_MIG_RESERVATIONS = "hami.io/vgpu-mig-allocations"
 
 # Pod annotations a user sets to steer placement.
@@ -56,7 +56,7 @@ CARD_COMPUTE_UNITS_EXHAUSTED = "CardComputeUnitsExhausted"
 NODE_INSUFFICIENT_DEVICE = "NodeInsufficientDevice"
 ALLOCATED_CARDS_INSUFFICIENT_REQUEST = "AllocatedCardsInsufficientRequest"
 # A dynamic MIG GPU (``migProfiles``) with no profile big enough that has a free placement (HAMi's reason), and a
-# pre-2.10 geometry MIG GPU, which is never allocated (README.md#dynamic-mig).
+# pre-2.10 geometry MIG GPU, which is never allocated (docs/mig.md#dynamic-mig).
 CARD_MIG_TOPOLOGY_INFEASIBLE = "CardMigTopologyInfeasible"
 # The device would take the pod's namespace past a ResourceQuota limit on device memory or cores.
 RESOURCE_QUOTA_NOT_FIT = "ResourceQuotaNotFit"

@@ -114,7 +114,8 @@ class DeviceSelection:
             return False
         if self.unknown_type and upper == self.unknown_type.upper():
             # The model is unknown here, so no type rule can be judged: HAMi v2.10 reads no MLU type annotation at
-            # all and places the pod, so the rules are ignored on such a device (README.md#device-families).
+            # all and places the pod, so the rules are ignored on such a device
+            # (docs/device-families.md#device-families).
             return True
         if self.use_types and not any(wanted in upper for wanted in self.use_types):
             return False

@@ -1,4 +1,5 @@
-"""Device-aware preemption: which lower-priority pods to remove so that a pod's devices fit (README.md#preemption).
+"""Device-aware preemption: which lower-priority pods to remove so that a pod's devices fit
+(docs/preemption.md#preemption).
 
 kube-scheduler's own preemption (DefaultPreemption's PostFilter) removes lower-priority pods from a node and re-runs
 only its in-tree filters; device resources are ``ignoredByScheduler`` (only the extender knows slices), so in-tree the

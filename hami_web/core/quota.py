@@ -1,4 +1,4 @@
-"""Namespace quotas on device memory and cores (README.md#namespace-quotas), as HAMi reads ResourceQuota objects.
+"""Namespace quotas on device memory and cores (docs/quotas.md#namespace-quotas), as HAMi reads ResourceQuota objects.
 
 Kubernetes' own quota admission counts an extended resource only as ``requests.<name>`` and knows nothing of how
 many MiB of a shared GPU a pod really books, so hami-web (as HAMi) enforces ``limits.<memory resource>`` and

@@ -59,7 +59,8 @@ class ContainerRequest:
 
 @dataclass(frozen=True, slots=True)
 class PodRequest:
-    """What a pod asks of each device family (several families, each fitted in turn: README.md#device-families).
+    """What a pod asks of each device family (several families, each fitted in turn:
+    docs/device-families.md#device-families).
 
     ``containers`` holds one block per family the pod asks for, families in common-word order; each block has
     one entry per container of the pod in annotation order (init containers first), ``count`` 0 where the
@@ -92,8 +93,8 @@ class PodRequest:
 
     @property
     def group_score_reach(self) -> int:
-        """The most the grouped containers of several devices can add to the node score (README.md#ascend-npus); one
-        device earns the same term on every node, so it bounds nothing."""
+        """The most the grouped containers of several devices can add to the node score
+        (docs/device-families.md#ascend-npus); one device earns the same term on every node, so it bounds nothing."""
         return sum(c.group_weight for c in self.containers if c.count > 1 and c.grouped)
 
     @property

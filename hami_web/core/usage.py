@@ -21,7 +21,7 @@ from hami_web.core.migreservations import MigFault, mig_faults
 class DeviceUsage:
     """What is booked on one GPU: tasks sharing it, memory (MiB) and cores (percent).
 
-    For dynamic MIG (README.md#dynamic-mig) also the instances booked on it (``instances``, each naming its pod),
+    For dynamic MIG (docs/mig.md#dynamic-mig) also the instances booked on it (``instances``, each naming its pod),
     the pods holding a device entry on it without a MIG reservation (``unreserved``, one name per entry: on a MIG
     GPU that fails it closed) and how many pre-2.10 geometry entries (``GPU-x[1-0]``) count on it
     (``legacy_entries``). They add and subtract like the numbers, so per-node totals stay incremental.
@@ -71,7 +71,7 @@ def pod_booking(grants: PodGrants, *, init_count: int, init_finished: bool = Fal
 
     Init containers run one at a time before the others and release what they held, so a GPU carries the
     larger of the peak init container and the sum of the regular containers; once the init containers have
-    finished only the regular containers count. The MIG side (README.md#dynamic-mig): every counted grant's
+    finished only the regular containers count. The MIG side (docs/mig.md#dynamic-mig): every counted grant's
     instance, or its entry as unreserved, plus ``unclaimed`` reservations no entry took; a pre-2.10 geometry
     entry counts on its parent GPU.
     """
@@ -135,7 +135,8 @@ class FamilyStats:
     max_free_cores: int = 0
     device_types: frozenset[str] = frozenset()
     # Families kept in network groups (Ascend HCCS): per group, the free memory of each usable device, largest first.
-    # An upper bound of the node-score term a placement can earn here, without a fit (README.md#ascend-npus).
+    # An upper bound of the node-score term a placement can earn here, without a fit
+    # (docs/device-families.md#ascend-npus).
     group_free_memory: tuple[tuple[int, ...], ...] = ()
 
 
@@ -155,7 +156,7 @@ class NodeView:
     max_free_cores: int
     device_types: frozenset[str]
     idle_devices: int = 0  # usable GPUs no task uses: what a mutex container may take
-    dynamic_mig: bool = False  # some GPU is carved into MIG instances on demand (README.md#dynamic-mig)
+    dynamic_mig: bool = False  # some GPU is carved into MIG instances on demand (docs/mig.md#dynamic-mig)
     mig_faults: tuple[MigFault, ...] = ()  # GPUs the MIG rebuild made unallocatable, and why
     family_stats: Mapping[str, FamilyStats] = field(default_factory=dict)
     # Failure summaries of asks that did not fit this exact state. The view is immutable and replaced when

@@ -9,7 +9,7 @@ again) instead of a GPU promised twice.
 What is checked is the capacity invariant itself, which does not depend on the order in which pods were placed:
 together with the others, the pod's booking fits each GPU's task slots, memory and cores, and an exclusive booking
 (all cores of a 100-core card) shares its GPU with nobody. On a dynamic MIG GPU the invariant is the hardware's:
-task slots, and no two instances on one memory slice (README.md#dynamic-mig); the profiles' memory and cores may
+task slots, and no two instances on one memory slice (docs/mig.md#dynamic-mig); the profiles' memory and cores may
 add up to more than the card reports (three 2g.10gb and a 1g.5gb book 101 cores), so they are not summed there.
 The filter's other checks are preferences of the moment
 of choice (a 0-core ask avoids a card whose cores are taken; type and UUID selection) and are not repeated: binds

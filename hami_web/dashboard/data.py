@@ -146,7 +146,7 @@ def _gpu_cell(gpu: GpuReport, metric: str) -> dict[str, Any]:
 
 
 def _mig_slices(gpu: GpuReport) -> dict[str, Any] | None:
-    """A dynamic MIG GPU as its memory slices (README.md#dynamic-mig): each slice free or part of an instance
+    """A dynamic MIG GPU as its memory slices (docs/mig.md#dynamic-mig): each slice free or part of an instance
     (``first`` on an instance's first slice, so the drawing separates neighbours), and the instances listed."""
     if gpu.mig is None:
         return None

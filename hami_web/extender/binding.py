@@ -1,23 +1,23 @@
 """``/bind``: lock the node, write the booking, verify it, create the Binding
-(README.md#high-availability-active-and-standby).
+(docs/deployment.md#high-availability-active-and-standby).
 
 The filter writes nothing: this is the one place that writes a booking, and it is checked when it is written. Under the
 node lock, the booking is written onto the pod in one patch (HAMi's device annotations, ``bind-phase=allocating``, the
 ``hami.io/vgpu-node`` label) with the pod's uid and resourceVersion as preconditions — the version kube-scheduler sent
 to ``/filter``, so an unchanged pod is not read first; a pod that changed since (409) is read: it must still be ours and
 unbound (another extender may have bound it elsewhere) — and then checked against the bookings of the other pods the API
-shows on the node. The happy path is four round trips (README.md#the-scheduler-extender): the lock (one write
-preconditioned on the node's resourceVersion from the watch), the booking, one read of the node's booked pods, the
-Binding; ``hami_web_bind_api_calls`` counts them per bind. kube-scheduler's leader election is not a fence: a second
-extender may have booked the same GPUs from a cache that had not seen ours. Reading the node's pods *after* our own
-write lets the API answer from its watch cache at our write's version (fresh, and cheap: no read of every pod from
+shows on the node. The happy path is four round trips (docs/webhook-and-extender.md#the-scheduler-extender): the lock
+(one write preconditioned on the node's resourceVersion from the watch), the booking, one read of the node's booked
+pods, the Binding; ``hami_web_bind_api_calls`` counts them per bind. kube-scheduler's leader election is not a fence: a
+second extender may have booked the same GPUs from a cache that had not seen ours. Reading the node's pods *after* our
+own write lets the API answer from its watch cache at our write's version (fresh, and cheap: no read of every pod from
 etcd), and any other booking on this node was written before ours, under the same lock. A placement that no longer fits
 is voided (``bind-phase=failed``: an unbound pod so marked holds nothing), the lock released and the assumption dropped,
 with a ``BindingFailed`` event; kube-scheduler then filters the pod again (by then the watch has usually brought the
 other booking into the cache). Only then is the Binding created: HAMi's device plugin acts on bound pods only, so a
 voided booking never reaches a GPU.
 
-A pod whose namespace has a device quota on what it books (README.md#namespace-quotas) is checked the same way
+A pod whose namespace has a device quota on what it books (docs/quotas.md#namespace-quotas) is checked the same way
 against the namespace: its booked pods are read at or after our write's version, and a booking that would take the
 namespace past a limit is voided. Of two binders racing in one namespace, the later writer reads the earlier one's
 booking, so the two never pass a limit together. A namespace without such a quota costs no read.

@@ -1,5 +1,5 @@
 """What ``/bind`` reads from the API to judge a booking: the pod now, where it is bound, the node's other bookings,
-and the other bookings of its namespace when a device quota limits what it books (README.md#namespace-quotas).
+and the other bookings of its namespace when a device quota limits what it books (docs/quotas.md#namespace-quotas).
 
 Each read answers one question the bind's steps ask (`extender.binding`); none writes, and none feeds the cache: the
 watch brings the same objects in order.

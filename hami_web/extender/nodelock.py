@@ -7,7 +7,7 @@ node's resourceVersion, i.e. a compare-and-swap: two binders racing for one node
 plugin releases it once it has set up the container; a lock whose owner is gone, finished, or older than
 ``--node-lock-timeout`` is stale and may be taken over, so a crashed plugin cannot wedge a node forever. A bare-time
 lock names no owner: it is ours only while it shows the value this process wrote for the pod, and it is stale when
-unreadable or older than its rule says (README.md#device-families, node locks).
+unreadable or older than its rule says (docs/device-families.md#device-families, node locks).
 
 Members of a gang (a PodGroup) land on the same nodes at the same moment and queue for one lock that each holds
 only briefly; failing them at once would send each back through kube-scheduler's backoff of seconds. So

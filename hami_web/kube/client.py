@@ -114,7 +114,7 @@ class Kube:
         return self._pages(f"list {path.rsplit('/', 1)[-1]}", path, query, page_size=page_size)
 
     def list_resource_quotas(self, *, page_size: int = 0) -> Iterator[ListPage]:
-        """ResourceQuota objects of every namespace in pages (README.md#namespace-quotas); see `list_nodes`."""
+        """ResourceQuota objects of every namespace in pages (docs/quotas.md#namespace-quotas); see `list_nodes`."""
         return self.list_collection("/api/v1/resourcequotas", page_size=page_size)
 
     def list_booked_pods_in_namespace(self, namespace: str, *, assigned_label: str,

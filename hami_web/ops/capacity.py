@@ -20,9 +20,9 @@ The shape asks devices of one family (NVIDIA unless ``family`` names another ena
 and cores resources and its selection keys come from that family's record, so a node of another family is
 simply one the shape does not fit (``NodeInsufficientDevice``).
 
-In a namespace (``namespace``) whose ResourceQuotas limit the family's memory or cores (README.md#namespace-quotas),
-each pod placed counts against the limits as the filter counts it, so the count stops where the quota does, and
-``ResourceQuotaNotFit`` is what runs out.
+In a namespace (``namespace``) whose ResourceQuotas limit the family's memory or cores
+(docs/quotas.md#namespace-quotas), each pod placed counts against the limits as the filter counts it, so the count stops
+where the quota does, and ``ResourceQuotaNotFit`` is what runs out.
 """
 
 from __future__ import annotations
@@ -90,7 +90,7 @@ class PodShape:
     cpu: str = ""
     memory: str = ""
     family: str = NVIDIA
-    mig_profile: str = ""  # ask for this dynamic MIG profile: its memory, on MIG GPUs only (README.md#dynamic-mig)
+    mig_profile: str = ""  # ask for this dynamic MIG profile: its memory, on MIG GPUs only (docs/mig.md#dynamic-mig)
     namespace: str = "default"  # whose device quotas the pods count against
 
     def device_family(self, catalog: DeviceCatalog) -> Family:

@@ -62,7 +62,7 @@ class GpuChoice:
     memory_mib: int
     cores: int
     family: str = ""
-    mig: str = ""  # the MIG instance it is: ``<profile>@<start>+<size>`` (README.md#dynamic-mig)
+    mig: str = ""  # the MIG instance it is: ``<profile>@<start>+<size>`` (docs/mig.md#dynamic-mig)
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,7 +76,8 @@ class ContainerAsk:
     cores: int
     family: str = ""
     device: str = ""
-    template: str = ""  # for a family with templates: what the memory runs as, and why (README.md#ascend-npus)
+    # For a family with templates: what the memory runs as, and why (docs/device-families.md#ascend-npus).
+    template: str = ""
 
 
 @dataclass(slots=True)
@@ -99,8 +100,9 @@ class Explanation:
     settings_source: str = ""  # where the server-wide policies came from (the command fills it in)
     ruled_out_fit: str = ""  # a node whose GPUs would take the pod, and the node rule that keeps it out
     group_reasons: dict[str, str] = field(default_factory=dict)  # per node: why its device groups could not take it
-    mig: list[str] = field(default_factory=list)  # why no MIG GPU takes a container (README.md#dynamic-mig)
-    quota: str = ""  # the namespace quota the pod waits on, when devices would take it (README.md#namespace-quotas)
+    mig: list[str] = field(default_factory=list)  # why no MIG GPU takes a container (docs/mig.md#dynamic-mig)
+    # The namespace quota the pod waits on, when devices would take it (docs/quotas.md#namespace-quotas).
+    quota: str = ""
 
 
 def _label(catalog: DeviceCatalog, cw: str) -> str:

@@ -37,7 +37,7 @@ class PodShare:
     memory_mib: int
     cores: int
     template: str = ""  # the vNPU template the share runs as (Ascend hard split; "" = whole device or none)
-    mig: str = ""  # the MIG instance the share is, ``<profile>@<start>+<size>`` (README.md#dynamic-mig)
+    mig: str = ""  # the MIG instance the share is, ``<profile>@<start>+<size>`` (docs/mig.md#dynamic-mig)
 
 
 @dataclass(slots=True)
@@ -59,7 +59,7 @@ class GpuReport:
     task_slots: int
     group: str = ""  # the device group a multi-device container is kept in (``HCCS 0``, ``module 1``)
     pods: list[PodShare] = field(default_factory=list)
-    # A dynamic MIG GPU's instances and free placements; why it fails closed (README.md#dynamic-mig); for a pre-2.10
+    # A dynamic MIG GPU's instances and free placements; why it fails closed (docs/mig.md#dynamic-mig); for a pre-2.10
     # geometry MIG GPU, how many old suffixed entries count on it.
     mig: MigLayout | None = None
     mig_fault: str = ""
@@ -150,7 +150,7 @@ class NodeReport:
 
 @dataclass(frozen=True, slots=True)
 class QuotaReport:
-    """One namespace's use of one quota resource against its limit (README.md#namespace-quotas); ``limit`` None: no
+    """One namespace's use of one quota resource against its limit (docs/quotas.md#namespace-quotas); ``limit`` None: no
     limit set (the use is shown all the same). A memory limit is in the resource's unit, its use in MiB: ``limit_mib``
     is the limit in MiB (the limit times the family's memory factor)."""
 

@@ -65,7 +65,7 @@ def _short_type(device_type: str, family: str) -> str:
 # -- inspect ---------------------------------------------------------------------------------------------
 
 
-# The MIG fields are written only for MIG GPUs and shares (README.md#dynamic-mig).
+# The MIG fields are written only for MIG GPUs and shares (docs/mig.md#dynamic-mig).
 _MIG_FIELDS = ("mig", "mig_fault", "legacy_mig_entries")
 _GPU_FIELDS = tuple(field.name for field in dataclasses.fields(GpuReport) if field.name not in ("pods", *_MIG_FIELDS))
 _SHARE_FIELDS = tuple(field.name for field in dataclasses.fields(PodShare))
@@ -92,7 +92,7 @@ def _gpu_data(gpu: GpuReport) -> dict[str, Any]:
 
 def mig_rows(gpu: GpuReport) -> list[list[str]]:
     """Notes under a MIG GPU's row: one per instance (placement, profile, pod), its free placements per profile, and
-    why it fails closed (README.md#dynamic-mig)."""
+    why it fails closed (docs/mig.md#dynamic-mig)."""
     texts: list[str] = []
     if gpu.mig is not None:
         texts += [f"mig {i.placement.describe()} {i.profile} {i.pod or '-'}" for i in gpu.mig.instances]
@@ -250,7 +250,7 @@ def explain_data(explanation: Explanation) -> dict[str, Any]:
     miss = data.pop("nearest_miss")
     data.pop("nearest_miss_text")
     data["nearest_miss"] = None if miss is None else {**miss, "text": explanation.nearest_miss_text}
-    # The MIG fields only where there is MIG (README.md#dynamic-mig).
+    # The MIG fields only where there is MIG (docs/mig.md#dynamic-mig).
     if not data["mig"]:
         del data["mig"]
     for gpus in data["placement"].values():

@@ -72,7 +72,7 @@ class ClusterSnapshot:
     traits: dict[str, NodeTraits] = field(default_factory=dict)
     requested: dict[str, dict[str, int]] = field(default_factory=dict)
     catalog: DeviceCatalog = DEFAULT_CATALOG  # the families the snapshot was read with (their templates, for the tools)
-    # Namespace quotas (README.md#namespace-quotas): the effective limits and the booked use per namespace and
+    # Namespace quotas (docs/quotas.md#namespace-quotas): the effective limits and the booked use per namespace and
     # resource, and what could not be read (a malformed value, or no permission to list ResourceQuotas).
     quota_limits: dict[str, dict[str, int]] = field(default_factory=dict)
     quota_used: dict[str, dict[str, int]] = field(default_factory=dict)

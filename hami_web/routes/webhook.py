@@ -1,4 +1,5 @@
-"""``POST /webhook``: the mutating admission webhook's HTTP shell (README.md#the-admission-webhook-post-webhook).
+"""``POST /webhook``: the mutating admission webhook's HTTP shell
+(docs/webhook-and-extender.md#the-admission-webhook-post-webhook).
 
 Decode the body, hand it to `review_admission`, log one line per decision, encode. kube-apiserver
 appends ``?timeout=10s``; the review is fast and bounded, so it is ignored. A failed webhook call

@@ -1,7 +1,7 @@
 """Service configuration: one frozen object built once from flags and ``HAMI_…`` environment variables.
 
-Every knob of README.md#configuration is declared once, as a row of the option table (`_OPTIONS`: flag, the field
-it sets, its parser from `values`, its help) and the field it names, so that the rest of the code receives its
+Every knob of docs/configuration.md#configuration is declared once, as a row of the option table (`_OPTIONS`: flag, the
+field it sets, its parser from `values`, its help) and the field it names, so that the rest of the code receives its
 configuration explicitly (no module-level globals) and a bad value fails at start-up with a message naming the flag,
 instead of surfacing later as a confusing scheduling decision. The fields are grouped by concern (`groups`: serving,
 watch, binding, api; the scheduling and device settings at the top build the `SchedulingPolicy`, `AdmissionPolicy`
@@ -99,7 +99,7 @@ class Settings:
     busy_nodes_last: bool = True
     # HAMi's --force-overwrite-default-scheduler: false leaves pods that name default-scheduler alone.
     force_overwrite_default_scheduler: bool = True
-    # Devices: the request defaults and the families (README.md#device-families).
+    # Devices: the request defaults and the families (docs/device-families.md#device-families).
     default_mem_mib: int = 0
     default_cores: int = 0
     default_gpu: int = 1

@@ -2,7 +2,7 @@
 of settings raises.
 
 Apart from the option table because it is a file, not a text: read once, its errors naming the file, the key and the
-line, and its NVIDIA section filling what no flag set (README.md#configuration).
+line, and its NVIDIA section filling what no flag set (docs/configuration.md#configuration).
 """
 
 from __future__ import annotations
@@ -39,8 +39,8 @@ def read_device_config(path: str) -> DeviceConfig:
 
 
 def fill_from_device_config(config: DeviceConfig, top: dict[str, Any], resources: dict[str, Any]) -> None:
-    """Precedence (README.md#configuration, ``--device-config-file``): an explicit flag, else the file, else the chart
-    default (the field's default)."""
+    """Precedence (docs/configuration.md#configuration, ``--device-config-file``): an explicit flag, else the file, else
+    the chart default (the field's default)."""
     nvidia = config.get(nvidia_spec.SPEC)
     for key, value in (("count", nvidia.count), ("memory", nvidia.memory),
                        ("memory_percentage", nvidia.memory_percentage), ("cores", nvidia.cores),

@@ -14,7 +14,7 @@ from hami_web.settings.values import split_host_port
 
 @dataclass(frozen=True, slots=True)
 class ServingSettings:
-    """How the process serves: its listeners, TLS, app threads and logs (README.md#configuration)."""
+    """How the process serves: its listeners, TLS, app threads and logs (docs/configuration.md#configuration)."""
 
     bind: str = "0.0.0.0:8443"
     extender_bind: str = "127.0.0.1:8444"
@@ -94,7 +94,8 @@ class ApiSettings:
 
 @dataclass(frozen=True, slots=True)
 class LeaderSettings:
-    """HAMi's ``--leader-elect``: follow kube-scheduler's Lease (README.md#high-availability-active-and-standby).
+    """HAMi's ``--leader-elect``: follow kube-scheduler's Lease
+    (docs/deployment.md#high-availability-active-and-standby).
 
     The replica whose hostname leads the Lease's holder identity (kube-scheduler writes ``<hostname>_<uuid>``) is
     the leader: it labels the scheduler pods ``hami.io/scheduler-role`` (the chart's Service selects the leader),

@@ -5,9 +5,9 @@ it elects its leader on, and counts itself the leader while that Lease's holder 
 (kube-scheduler writes ``<hostname>_<uuid>``) and the Lease was seen renewed within its ``leaseDurationSeconds``. The
 leader labels the scheduler pods of its namespace ``hami.io/scheduler-role=leader`` (itself) or ``follower``
 (``Scheduler.updateSchedulerLabel``), and HAMi's chart selects its Service — the webhook's and the metrics' way in —
-by that label. We do the same, mapped onto our HA design (README.md#high-availability-active-and-standby): every
-replica keeps a warm cache and answers ``/readyz`` (a standby that failed readiness would stall every rollout), but
-only the leader books devices: a standby's ``/filter`` and ``/bind`` refuse, after reading the Lease once more (a
+by that label. We do the same, mapped onto our HA design (docs/deployment.md#high-availability-active-and-standby):
+every replica keeps a warm cache and answers ``/readyz`` (a standby that failed readiness would stall every rollout),
+but only the leader books devices: a standby's ``/filter`` and ``/bind`` refuse, after reading the Lease once more (a
 kube-scheduler just elected may call before the next poll sees it).
 
 The Lease is polled with one GET a second (HAMi's chart grants get on leases in its namespace); the judgement

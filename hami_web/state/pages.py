@@ -1,5 +1,5 @@
 """Reading a list page by page without stalling: the next page fetched while this one is reduced, and the cyclic
-garbage collector paused while pages are decoded (README.md#scale).
+garbage collector paused while pages are decoded (docs/performance.md#scale).
 
 Apart from the reflector because both are about the cost of one large list, not about list/watch semantics.
 """

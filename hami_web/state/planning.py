@@ -207,7 +207,7 @@ def plan_pods(changes: Sequence[PodChange], held_before: dict[str, Held | None],
 
 
 def _log_mig_faults(node: str, view: NodeView, changed: Iterable[Held | None] | None) -> None:
-    """Log the GPUs that fail closed (README.md#dynamic-mig), one line per GPU, naming the pods: those of the pods
+    """Log the GPUs that fail closed (docs/mig.md#dynamic-mig), one line per GPU, naming the pods: those of the pods
     ``changed`` in this batch, or all of them (``None``: the node's inventory is new)."""
     pods = None if changed is None else {f"{held.usage.namespace}/{held.usage.name}" for held in changed
                                          if held is not None}

@@ -197,7 +197,7 @@ def _family_grants(text: str, containers: list[Mapping[str, Any]], count_resourc
 
 def _with_reservations(grants: PodGrants, text: str, key: str,
                        owner: str) -> tuple[PodGrants, dict[str, tuple[MigInstance, ...]]]:
-    """The grants with their MIG reservations attached, and the reservations no entry took (README.md#dynamic-mig).
+    """The grants with their MIG reservations attached, and the reservations no entry took (docs/mig.md#dynamic-mig).
 
     An unreadable reservation annotation does not make the pod unreadable: its device entries then hold no
     reservation, which fails their MIG GPUs closed when the node's view is built.

@@ -1,4 +1,4 @@
-"""The cache's namespace quota book (README.md#namespace-quotas): limits from ResourceQuota objects, and what each
+"""The cache's namespace quota book (docs/quotas.md#namespace-quotas): limits from ResourceQuota objects, and what each
 namespace's pods book against them.
 
 Two parts, for two owners. `QuotaObjects` keeps the ResourceQuota objects themselves and works out each namespace's

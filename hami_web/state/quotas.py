@@ -1,4 +1,4 @@
-"""ResourceQuota objects into the cache (README.md#namespace-quotas): the sink of the resourcequotas list/watch.
+"""ResourceQuota objects into the cache (docs/quotas.md#namespace-quotas): the sink of the resourcequotas list/watch.
 
 Each object is reduced at once to the device limits it sets (`core.quota.parse_resource_quota`); the rest of it (the
 quota controller rewrites ``status.used`` on every pod change) is dropped. Malformed limits are logged by the cache,

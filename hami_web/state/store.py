@@ -76,7 +76,7 @@ class CacheStore:
         # When the watch first showed each held pod at bind-phase=success (see `_lock_owner_done_locked`).
         self.succeeded_at: dict[str, float] = {}
         self.stats = CacheStats()
-        # Namespace quotas (README.md#namespace-quotas): the effective limits and what each namespace's held pods
+        # Namespace quotas (docs/quotas.md#namespace-quotas): the effective limits and what each namespace's held pods
         # book, counted wherever `_held` changes, under the lock, so that a filter's quota check and its booking
         # are one step.
         self.quota_ledger = QuotaLedger(catalog)

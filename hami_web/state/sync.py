@@ -16,7 +16,7 @@ so a list never undoes a newer event.
 has heard nothing from the API (no list, event, bookmark, nor a watch accepted) beyond the silence bound — that
 is, while re-opening and listing fail — or has failed to reach it for 3 refresh periods. An accepted watch that
 stays open counts as heard: kube-apiserver sends nothing on a resource that does not change, and the watch is
-re-opened at the silence bound anyway (README, "Probes").
+re-opened at the silence bound anyway (docs/observability.md#probes).
 
 A further thread resyncs every ``--refresh-interval`` from the local state alone (no API request): it
 re-judges handshake deadlines and device-plugin-gone decisions, drops assumptions the API never confirmed,
@@ -154,7 +154,7 @@ class ClusterSync:
         pods = self.register(Reflector(KubeSource.collection(kube, "pods", "/api/v1/pods", lambda pod: pod_key(pod)[0]),
                                        self.options, clock))
         pods.add_sink(PodCacheSink(cache, clock))
-        # ResourceQuota objects: the namespaces' device limits (README.md#namespace-quotas).
+        # ResourceQuota objects: the namespaces' device limits (docs/quotas.md#namespace-quotas).
         quotas = self.register(Reflector(KubeSource.collection(kube, QUOTAS, "/api/v1/resourcequotas", quota_key),
                                          self.options, clock))
         quotas.add_sink(QuotaCacheSink(cache))

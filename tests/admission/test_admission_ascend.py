@@ -1,4 +1,5 @@
-"""The webhook's rules for Ascend NPU containers (`review_pod`, README.md#ascend-npus), with Ascend enabled.
+"""The webhook's rules for Ascend NPU containers (`review_pod`, docs/device-families.md#ascend-npus), with Ascend
+enabled.
 
 Covers, from HAMi's ``Test_MutateAdmission*`` tables and our own: every chip's memory rounded up to its smallest
 template, the whole-NPU fallback (memoryAllocatable when within memoryCapacity), memory beyond capacity refused, no

@@ -1,4 +1,5 @@
-"""The webhook's rules for Biren, Enflame GCU and Metax GPU containers (`review_pod`, README.md#device-families).
+"""The webhook's rules for Biren, Enflame GCU and Metax GPU containers (`review_pod`,
+docs/device-families.md#device-families).
 
 Covers: each family on by default (no flag); a count in limits routes the pod to hami-scheduler and mutates nothing
 else (HAMi ``MutateAdmission``: ``pkg/device/biren/device_test.go`` Test_MutateAdmission "set to resource limits",

@@ -1,5 +1,5 @@
-"""The webhook's rules for Hygon DCU and Iluvatar containers (`review_pod`, README.md#device-families), with Iluvatar
-enabled.
+"""The webhook's rules for Hygon DCU and Iluvatar containers (`review_pod`, docs/device-families.md#device-families),
+with Iluvatar enabled.
 
 Covers: DCU (HAMi ``MutateAdmission``: a count in limits routes the pod to us and mutates nothing else, a count only
 in requests or a memory/cores ask without a count leaves the pod alone); Iluvatar (a count in limits routes the pod
@@ -211,8 +211,8 @@ def test_every_iluvatar_container_gets_its_own_name() -> None:
 ])
 def test_the_extender_reads_the_webhook_output_as_the_family_request(limits: dict[str, str],
                                                                      expected: ContainerRequest) -> None:
-    # README.md#device-families: 100 × count cores clamp to 100 per device, i.e. whole cards; DCU's default cores are
-    # 100.
+    # docs/device-families.md#device-families: 100 × count cores clamp to 100 per device, i.e. whole cards; DCU's
+    # default cores are 100.
     original = pod(container(limits=limits))
     stored = patched(original, review_pod(original, SETTINGS.admission))
     assert pod_request(stored, RequestDefaults.of(SETTINGS.devices)).containers == (expected,)

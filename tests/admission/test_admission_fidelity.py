@@ -1,5 +1,5 @@
-"""The webhook where it used to part from HAMi v2.10 (README.md#the-admission-webhook-post-webhook): a pod HAMi
-admits is admitted, with warnings where we are stricter.
+"""The webhook where it used to part from HAMi v2.10 (docs/webhook-and-extender.md#the-admission-webhook-post-webhook):
+a pod HAMi admits is admitted, with warnings where we are stricter.
 
 Covers, one table per row of the issue, each citing the HAMi function it follows: the device config's
 ``nvidia.runtimeClassName`` and ``nvidia.gpuCorePolicy`` (``MutateAdmission`` in ``pkg/device/nvidia/device.go``; an

@@ -1,5 +1,5 @@
-"""The webhook's rules for Moore Threads containers (`review_pod`, README.md#device-families), from HAMi v2.10's
-``pkg/device/mthreads/device_test.go`` Test_MutateAdmission.
+"""The webhook's rules for Moore Threads containers (`review_pod`, docs/device-families.md#device-families), from HAMi
+v2.10's ``pkg/device/mthreads/device_test.go`` Test_MutateAdmission.
 
 Covers: a count in limits or only in requests routes the pod ("count over one requested without limits", "count one
 requested without limits"); a count above 1 writes whole cards (16 cores and 96 memory units a card) and

@@ -1,4 +1,5 @@
-"""Ascend NPUs in the core (README.md#ascend-npus): the families, their config, the fit, HCCS groups and 910C pairs.
+"""Ascend NPUs in the core (docs/device-families.md#ascend-npus): the families, their config, the fit, HCCS groups and
+910C pairs.
 
 Covers: ``build_catalog(enable={"ascend"})`` adding the seven chips of HAMi's chart with their keys, resources and
 templates, and the chart's ``vnpus`` section building the same families; ``vnpus`` overrides (templates, names,

@@ -1,4 +1,4 @@
-"""Every number from an annotation or a request is range-checked where it is parsed (README.md#hardening).
+"""Every number from an annotation or a request is range-checked where it is parsed (docs/security.md#hardening).
 
 Covers: quantities refused before expansion (``1e2000000``, ``1e100000``, ``1e5000``, long text, fractions,
 per-resource maxima for GPU counts and MiB); the node register annotation's numbers (400-digit ``devmem`` /

@@ -1,5 +1,5 @@
-"""Cambricon MLUs (README.md#device-families): the inventory read from node capacity, the card type, the profile
-annotations, and the family's own node lock.
+"""Cambricon MLUs (docs/device-families.md#device-families): the inventory read from node capacity, the card type, the
+profile annotations, and the family's own node lock.
 
 Covers: capacity → cards as a table (HAMi's example V 800, M 1536 → eight cards of 49152 MiB; odd vcore counts giving
 ⌈V/100⌉ cards with the integer memory share; V absent or 0 → no MLU; M absent → cards without memory; canonical
@@ -195,7 +195,7 @@ def test_the_lock_annotations_are_kept_on_the_record() -> None:
     pytest.param({"cambricon.com/nouse-mlutype": "MLU370"}, "MLU370-X4", False, id="nouse-matching-model"),
     pytest.param({"cambricon.com/nouse-mlutype": "MLU290"}, "MLU370-X4", True, id="nouse-other-model"),
     # HAMi v2.10's CambriconDevices reads neither annotation and places the pod: where the model is unknown, neither
-    # can be judged, so both are ignored (README.md#device-families).
+    # can be judged, so both are ignored (docs/device-families.md#device-families).
     pytest.param({"cambricon.com/use-mlutype": "MLU"}, "MLU", True, id="use-with-model-unknown-ignored"),
     pytest.param({"cambricon.com/use-mlutype": "MLU370"}, "MLU", True, id="use-a-model-where-unknown-ignored"),
     pytest.param({"cambricon.com/nouse-mlutype": "MLU290"}, "MLU", True, id="nouse-with-model-unknown-ignored"),

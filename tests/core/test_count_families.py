@@ -1,5 +1,5 @@
-"""Biren, Enflame GCU and Metax GPU: whole cards asked by count (README.md#device-families), table tests from
-HAMi v2.10's own cases.
+"""Biren, Enflame GCU and Metax GPU: whole cards asked by count (docs/device-families.md#device-families), table tests
+from HAMi v2.10's own cases.
 
 Covers, per family: the inventory (Biren's register with ``devcore`` forced to 100 and the type to ``Biren``:
 ``pkg/device/biren/device_test.go`` Test_GetNodeDevices "exist biren device"; Enflame's and Metax's from node
@@ -160,7 +160,7 @@ def test_biren_fit_as_hami_tests_it(used: tuple[int, ...], count: int, asked: in
 
 def test_an_enflame_card_in_use_takes_no_other_container() -> None:
     """TestGCUDevices_Fit "fit success" / "device already used" (HAMi's reason there is ExclusiveDeviceAllocateConflict;
-    a card of one task says CardTimeSlicingExhausted here: README.md#decisions)."""
+    a card of one task says CardTimeSlicingExhausted here: docs/compatibility.md#decisions)."""
     node = capacity_node("g", GCU.resources.count, 1)
     placed = place([node], pod(GCU))
     assert isinstance(placed, Placement) and placed.grants[0] == (DeviceGrant("g-GCU-0", 100, 100, "GCU"),)

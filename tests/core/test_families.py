@@ -1,14 +1,14 @@
-"""The registry of device families (README.md#device-families): the catalog, each family's record, and HAMi's device
-config.
+"""The registry of device families (docs/device-families.md#device-families): the catalog, each family's record, and
+HAMi's device config.
 
 Covers: `DEFAULT_CATALOG` holding NVIDIA, DCU, MLU and Kunlunxin (``kunlun`` whole XPUs, ``XPU`` slices),
 `build_catalog(enable={"iluvatar"})` adding MR-V100, MR-V50, BI-V150 and BI-V100, families kept in common-word order;
-each family's resource names and annotation keys as the table of README.md#device-families writes them (register,
-handshake, ``…-devices-to-allocate`` / ``-allocated``, UUID pins, lock), its memory factor and default cores; one table
-that runs every family of the catalog through the same behaviours (a pod asking only the family's count resource gets
-one request of that family; it fits on a node of that family through the node-state reader; the booking lands under the
-family's keys with its common word as vendor and reads back as the pod's usage; a device whose type lacks the common
-word is a `CardTypeMismatch`); a resource name shared by two families, or twice in one, refused with
+each family's resource names and annotation keys as the table of docs/device-families.md#device-families writes them
+(register, handshake, ``…-devices-to-allocate`` / ``-allocated``, UUID pins, lock), its memory factor and default cores;
+one table that runs every family of the catalog through the same behaviours (a pod asking only the family's count
+resource gets one request of that family; it fits on a node of that family through the node-state reader; the booking
+lands under the family's keys with its common word as vendor and reads back as the pod's usage; a device whose type
+lacks the common word is a `CardTypeMismatch`); a resource name shared by two families, or twice in one, refused with
 `DeviceConfigError`; `parse_device_config` on HAMi v2.10's chart ConfigMap (the template's ``else`` branch rendered with
 the chart's default values) and the catalog built from it; malformed configs (wrong types, bad resource names or common
 words, ``iluvatars`` not a list) refused with a message naming the key.
@@ -94,8 +94,8 @@ def test_the_catalog_lists_every_resource_and_three_locks() -> None:
     assert DEFAULT_CATALOG.get("MR-V100") is None
 
 
-# One row of the table of README.md#device-families per family: resources, then register, handshake, to-allocate,
-# allocated, UUID pins, then the memory factor, default cores and the node lock.
+# One row of the table of docs/device-families.md#device-families per family: resources, then register, handshake,
+# to-allocate, allocated, UUID pins, then the memory factor, default cores and the node lock.
 SPEC_ROWS = [
     pytest.param("NVIDIA", ("nvidia.com/gpu", "nvidia.com/gpumem", "nvidia.com/gpucores"),
                  ("hami.io/node-nvidia-register", "hami.io/node-handshake", "hami.io/vgpu-devices-to-allocate",

@@ -1,4 +1,4 @@
-"""Requests, selections and fits per device family (README.md#device-families,
+"""Requests, selections and fits per device family (docs/device-families.md#device-families,
 docs/scheduling-rules.md#checks-for-one-device), from HAMi's tables.
 
 Covers, for Hygon DCU: ``family_request`` (HAMi ``Test_GenerateResourceRequests``: limits over requests per resource,
@@ -113,7 +113,7 @@ def container(name: str = "main", *, limits: Mapping[str, Any] | None = None,
     pytest.param(container(limits={"hygon.com/dcunum": "1"},
                            requests={"hygon.com/dcunum": "1", "hygon.com/dcucores": "1"}),
                  ask("DCU", memory_percent=100, cores=1), id="hami-no-mem-is-whole-card"),
-    # README.md#device-families: no cores = 100 (HAMi's corenum := int32(100)).
+    # docs/device-families.md#device-families: no cores = 100 (HAMi's corenum := int32(100)).
     pytest.param(container(limits={"hygon.com/dcunum": "2"}), ask("DCU", 2, cores=100),
                  id="no-cores-is-an-exclusive-card"),
     pytest.param(container(limits={"hygon.com/dcunum": "1", "hygon.com/dcucores": "0"}), ask("DCU", cores=0),
@@ -156,7 +156,7 @@ def test_dcu_out_of_range_requests_are_errors(spec: dict[str, Any], memory_facto
 
 @pytest.mark.parametrize(("annotations", "card_type", "allowed"), [
     # pkg/device/hygon/device_test.go Test_checkDCUtype; HAMi's "dcu" card is a DCU-BW100 here, since our family
-    # also requires the common word DCU in the type (README.md#device-families, type matching).
+    # also requires the common word DCU in the type (docs/device-families.md#device-families, type matching).
     pytest.param({"hygon.com/use-dcutype": "dcu"}, "DCU-BW100", True, id="hami-exist-one-dcu-in-use-type"),
     pytest.param({"hygon.com/use-dcutype": "dcu"}, "test", False, id="hami-the-different-of-dcu-in-use-type"),
     pytest.param({}, "DCU-BW100", True, id="hami-no-dcu-in-use-annotation"),
@@ -254,8 +254,8 @@ def test_dcu_memory_percentage_books_its_share_of_the_card() -> None:
 
 
 def test_a_dcu_pod_without_cores_takes_a_whole_card_and_leaves_shared_ones() -> None:
-    # README.md#device-families: default cores 100, so the exclusive-card check applies to every DCU pod that names
-    # none.
+    # docs/device-families.md#device-families: default cores 100, so the exclusive-card check applies to every DCU pod
+    # that names none.
     spec = {"metadata": {"name": "p"}, "spec": {"containers": [container(limits={"hygon.com/dcunum": "1"})]}}
     request = pod_request(spec, RequestDefaults.of(FULL_CATALOG))
     view = node_view([card("DCU-0", "DCU", type_="DCU-BW100", count=4, memory_mib=65520),

@@ -1,4 +1,4 @@
-"""Dynamic MIG in the pure core (README.md#dynamic-mig): profile choice, placement order and overlap, the fit of MIG
+"""Dynamic MIG in the pure core (docs/mig.md#dynamic-mig): profile choice, placement order and overlap, the fit of MIG
 containers under every GPU policy and selection, the reservation annotation (decode, encode, booking) and the
 fail-closed rebuild of a node's occupancy from pods.
 

@@ -1,4 +1,4 @@
-"""Moore Threads GPUs (README.md#device-families), table tests from HAMi v2.10's
+"""Moore Threads GPUs (docs/device-families.md#device-families), table tests from HAMi v2.10's
 ``pkg/device/mthreads/device_test.go``.
 
 Covers: the inventory from node capacity (Test_GetNodeDevices "get node device": 1 core and 1 memory unit make one card

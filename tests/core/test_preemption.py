@@ -1,4 +1,4 @@
-"""Device-aware preemption, the pure decision (README.md#preemption), against kube-scheduler v1.32's rules.
+"""Device-aware preemption, the pure decision (docs/preemption.md#preemption), against kube-scheduler v1.32's rules.
 
 Covers, per node (``SelectVictimsOnNode`` in ``pkg/scheduler/framework/plugins/defaultpreemption``): the minimal
 victims, lowest priority first (every lower-priority holder removed, then put back by importance while the pod still

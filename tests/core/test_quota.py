@@ -1,4 +1,4 @@
-"""Namespace quotas on device memory and cores (README.md#namespace-quotas), the pure rule.
+"""Namespace quotas on device memory and cores (docs/quotas.md#namespace-quotas), the pure rule.
 
 Covers: which ``spec.hard`` keys of a ResourceQuota are ours (``limits.<R>`` for an enabled family's memory or cores
 resource) and how malformed or fractional values are ignored with a warning naming the object and key; the smallest
@@ -368,7 +368,7 @@ def dcu(count: int = 1, **ask: Any) -> ContainerRequest:
     pytest.param([dcu(percent=1)], True, id="a-percentage-may-be-a-large-device"),
     pytest.param([dcu(memory_mib=100, cores=71)], True, id="cores"),
     # A dynamic-MIG family books the profile, which may be larger than the ask (4,000 asked, 1g.5gb's 4,864 booked):
-    # the filter must count it as /bind will (README.md#namespace-quotas).
+    # the filter must count it as /bind will (docs/quotas.md#namespace-quotas).
     pytest.param([c(1, memory_mib=100, cores=1)], True, id="a-mig-family-may-book-a-larger-profile"),
 ])
 def test_a_pod_the_room_surely_covers_is_not_checked_per_device(containers: list[ContainerRequest],

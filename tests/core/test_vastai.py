@@ -1,4 +1,4 @@
-"""Vastai accelerators (README.md#device-families), table tests from HAMi v2.10's
+"""Vastai accelerators (docs/device-families.md#device-families), table tests from HAMi v2.10's
 ``pkg/device/vastai/device_test.go``.
 
 Covers: the register read as HAMi reads it (Test_GetNodeDevices "exist vastai device": ``devcore`` forced to 100; a

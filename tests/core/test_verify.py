@@ -1,5 +1,5 @@
 """Bind-time verification of a placement against the other bookings of its node (`core.verify`,
-README.md#high-availability-active-and-standby).
+docs/deployment.md#high-availability-active-and-standby).
 
 Covers: each capacity reason (slots, memory, cores, exclusivity both ways, health, a GPU gone from the inventory);
 placements that only fit in another order than they were chosen are accepted (the check is the capacity invariant,

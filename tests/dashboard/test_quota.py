@@ -1,4 +1,4 @@
-"""The dashboard on namespace quotas (README.md#namespace-quotas), from the running server's memory.
+"""The dashboard on namespace quotas (docs/quotas.md#namespace-quotas), from the running server's memory.
 
 Covers: the overview's JSON twin and page list each namespace under a device quota with its use against its limit
 (bookings placed by the server counted, its unlimited resources shown with their use, a namespace without

@@ -56,7 +56,7 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 K8S_DIR = REPO_ROOT / "k8s"
 ASSET_NAMES = ("etcd", "kube-apiserver", "kube-scheduler")
 SKIP_REASON = ("real control plane not found: set KUBEBUILDER_ASSETS to a folder holding etcd, kube-apiserver and "
-               "kube-scheduler (e.g. links to ../shared/kube/bin/* and /usr/bin/etcd; see README 'End-to-end tests')")
+               "kube-scheduler (e.g. links to ../shared/kube/bin/* and /usr/bin/etcd; see docs/performance.md)")
 ADMIN_TOKEN = "e2e-admin-token"
 PAUSE_IMAGE = "registry.k8s.io/pause:3.10"
 SYSTEM_NAMESPACE = "hami-system"

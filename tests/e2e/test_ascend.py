@@ -1,4 +1,5 @@
-"""Ascend NPUs through the real clients (README.md#ascend-npus), hami-web running with ``--enable-ascend``.
+"""Ascend NPUs through the real clients (docs/device-families.md#ascend-npus), hami-web running with
+``--enable-ascend``.
 
 Covers: an Ascend 910B3 pod created as ``kubectl apply`` would is sent to our webhook by ``k8s/webhook.yaml``'s
 matchConditions (``huawei.com/*``), its memory rounded up to the vir05_1c_16g template in limits and requests and the

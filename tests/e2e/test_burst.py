@@ -1,12 +1,12 @@
 """A burst of binpack GPU pods through the real kube-scheduler while node locks are held as on a real node
-(README.md#decisions, node policy order).
+(docs/compatibility.md#decisions, node policy order).
 
 Covers: with the device-plugin stand-in releasing each node lock only 0.5 s after the bind (as kubelet's admission
 and HAMi's Allocate take), a burst of 40 one-GPU pods under the default ``binpack`` policy is bound completely, with
 at most 5 % of binds refused on a held lock (kube-scheduler reports each refusal in a ``FailedScheduling`` event),
 no GPU booked beyond its capacity. There are as many nodes as pods, so a free node always exists: every refusal
 would be a filter that sent a pod to a node it knew was busy binding (under HAMi's strict order nearly every
-bind of such a burst is refused, see the README's throughput table).
+bind of such a burst is refused, see docs/performance.md#throughput-through-the-real-kube-scheduler).
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""Biren, Enflame GCU, Metax GPU, Moore Threads and Vastai through the real clients (README.md#device-families).
+"""Biren, Enflame GCU, Metax GPU, Moore Threads and Vastai through the real clients
+(docs/device-families.md#device-families).
 
 Covers: one pod per family created as ``kubectl apply`` would is sent to our webhook by ``k8s/webhook.yaml``'s
 matchConditions (``birentech.com/*``, ``enflame.com/*``, ``metax-tech.com/*``,

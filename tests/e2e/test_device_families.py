@@ -1,4 +1,4 @@
-"""Device families other than NVIDIA's defaults, through the real clients (README.md#device-families).
+"""Device families other than NVIDIA's defaults, through the real clients (docs/device-families.md#device-families).
 
 Covers: a Hygon DCU pod and an Iluvatar MR-V100 pod created as ``kubectl apply`` would are sent to our webhook by
 ``k8s/webhook.yaml``'s matchConditions (``hygon.com/*``, ``iluvatar.ai/*``) and routed to hami-scheduler (the

@@ -1,5 +1,5 @@
-"""High availability through the real clients (README.md#high-availability-active-and-standby): an active/standby pair
-of kube-scheduler + hami-web.
+"""High availability through the real clients (docs/deployment.md#high-availability-active-and-standby): an
+active/standby pair of kube-scheduler + hami-web.
 
 Covers: a second hami-web and a second kube-scheduler with the shipped configuration (leader election on the
 shipped Lease) stand by while the first pair schedules; the active pair is killed (SIGKILL) mid-run; the standby's

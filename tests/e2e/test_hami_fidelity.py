@@ -1,5 +1,5 @@
 """Pods HAMi v2.10 admits and places, admitted and placed through the real kube-apiserver and kube-scheduler
-(README.md#compatibility-with-hami-v210).
+(docs/compatibility.md#compatibility-with-hami-v210).
 
 Covers: under a device config with ``nvidia.runtimeClassName`` and ``nvidia.gpuCorePolicy: force`` (the chart's
 ``devicePlugin.runtimeClassName``), a GPU pod is created with the runtime class and

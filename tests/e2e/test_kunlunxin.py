@@ -1,4 +1,4 @@
-"""Kunlunxin XPUs and vXPUs through the real clients (README.md#kunlunxin-xpus).
+"""Kunlunxin XPUs and vXPUs through the real clients (docs/device-families.md#kunlunxin-xpus).
 
 Covers: a whole-XPU pod and a vXPU pod created as ``kubectl apply`` would are sent to our webhook by
 ``k8s/webhook.yaml``'s matchConditions (``kunlunxin.com/*``) and routed to hami-scheduler, the vXPU memory rounded up to

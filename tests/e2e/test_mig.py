@@ -1,4 +1,4 @@
-"""Dynamic MIG through the real kube-apiserver and kube-scheduler (README.md#dynamic-mig).
+"""Dynamic MIG through the real kube-apiserver and kube-scheduler (docs/mig.md#dynamic-mig).
 
 Covers: an A100-40GB node registered in ``mig`` mode with HAMi v2.10's ``migProfiles``; MIG pods created as
 ``kubectl apply`` would, routed by the webhook and bound by kube-scheduler through the extender, each carrying

@@ -1,4 +1,4 @@
-"""A namespace quota on GPU memory through the real kube-apiserver and kube-scheduler (README.md#namespace-quotas).
+"""A namespace quota on GPU memory through the real kube-apiserver and kube-scheduler (docs/quotas.md#namespace-quotas).
 
 Covers: a ResourceQuota with ``limits.nvidia.com/gpumem`` (accepted by kube-apiserver next to its own quota keys,
 listed and watched by hami-web with ``k8s/rbac.yaml``'s rights) is honoured end to end: a pod within the limit is

@@ -1,4 +1,5 @@
-"""Lists against the real kube-apiserver: streamed where it offers them, in pages where it refuses (README.md#scale).
+"""Lists against the real kube-apiserver: streamed where it offers them, in pages where it refuses
+(docs/performance.md#scale).
 
 Covers: kube-apiserver v1.32 streams a list (``sendInitialEvents``) only when its etcd sends progress notifications
 (3.5.13 and later; the e2e tier's Debian etcd 3.4 does not, and kube-apiserver answers 500 "the required storage

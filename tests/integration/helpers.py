@@ -116,7 +116,8 @@ def gpu_pod(name: str, limits: dict[str, str] | None = None, *, containers: Sequ
             "spec": spec}
 
 
-# -- other device families (README.md#device-families) ----------------------------------------------------
+# -- other device families (docs/device-families.md#device-families)
+# ----------------------------------------------------
 
 DCU_REGISTER = "hami.io/node-dcu-register"
 DCU_TYPE = "DCU-BW100"

@@ -1,5 +1,5 @@
-"""Which replica is active (README.md#high-availability-active-and-standby): ``/readyz`` says whether kube-scheduler has
-called this hami-web's extender.
+"""Which replica is active (docs/deployment.md#high-availability-active-and-standby): ``/readyz`` says whether
+kube-scheduler has called this hami-web's extender.
 
 Covers: a standby that was never called says so; after a filter it reports the call; readiness itself still only
 depends on the cache (a standby is ready: its cache is in sync, so a failover is a Lease expiry, not a cold start).

@@ -1,6 +1,6 @@
-"""Admission warnings through the running server (README.md#the-admission-webhook-post-webhook): each rule where we
-are stricter than HAMi v2.10 admits the pod, says so in the AdmissionReview's ``warnings`` and records a Warning event
-on the pod.
+"""Admission warnings through the running server (docs/webhook-and-extender.md#the-admission-webhook-post-webhook): each
+rule where we are stricter than HAMi v2.10 admits the pod, says so in the AdmissionReview's ``warnings`` and records a
+Warning event on the pod.
 
 Covers: ``gpucores`` over 100 (clamped, as every HAMi family's ``Fit`` clamps it), a ``nvidia.com/numa-bind`` Go's
 ``ParseBool`` cannot read (ignored, as HAMi's ``assertNuma``), an unknown ``nvidia.gpuCorePolicy`` (written as HAMi's

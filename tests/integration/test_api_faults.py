@@ -1,4 +1,4 @@
-"""API faults (README.md#hardening), made by the in-process API server's fault modes, through the HTTP routes.
+"""API faults (docs/security.md#hardening), made by the in-process API server's fault modes, through the HTTP routes.
 
 Covers: failed lists (500 / 429) keep the last good state and recover; a watch cut mid-stream is resumed and
 nothing it missed is lost (a pod only filtered, deleted meanwhile, frees its GPUs); ``/bind``'s booking patch
@@ -116,7 +116,7 @@ def test_a_failed_booking_patch_leaves_no_booking_and_no_lock_of_ours(fast: tupl
     runtime, scheduler = fast
     assert scheduler.filter("pod1", ["node1"])["NodeNames"] == ["node1"]
     # A 409 on the write preconditioned on the version kube-scheduler sent makes the bind read the pod and write
-    # once more (README.md#the-scheduler-extender, /bind step 2): only a second conflict fails it.
+    # once more (docs/webhook-and-extender.md#the-scheduler-extender, /bind step 2): only a second conflict fails it.
     apiserver.inject_failure("PATCH", "pods", name="pod1", status=status, count=2 if status == 409 else 1)
 
     answer = scheduler.bind("pod1", "node1")

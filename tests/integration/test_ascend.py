@@ -1,4 +1,4 @@
-"""Ascend NPUs through ``/filter`` and ``/bind`` against the API (README.md#ascend-npus), Ascend enabled.
+"""Ascend NPUs through ``/filter`` and ``/bind`` against the API (docs/device-families.md#ascend-npus), Ascend enabled.
 
 Covers: an 8-NPU Ascend 910B3 node with two HCCS groups taking a 4-NPU job inside one group (the group with an NPU
 taken is passed over), bound with ``hami.io/Ascend910B3-devices-to-allocate``/``-allocated``, the

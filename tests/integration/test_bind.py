@@ -1,5 +1,5 @@
-"""``/bind``: the node lock, bind phases, the Binding, and failures (README.md#the-scheduler-extender), through the HTTP
-routes.
+"""``/bind``: the node lock, bind phases, the Binding, and failures
+(docs/webhook-and-extender.md#the-scheduler-extender), through the HTTP routes.
 
 Covers: a second pod on a node is refused (``node <n> is locked by <ns>/<pod>``) while the lock is fresh and
 its holder is allocating, and nothing is changed by the refusal; it is accepted once the holder is deleted,
@@ -138,7 +138,7 @@ def test_a_lock_that_stays_contended_is_an_error_that_changes_nothing(cluster: N
                                                                       apiserver: LocalCluster) -> None:
     assert scheduler.filter("pod1", ["node1"])["NodeNames"] == ["node1"]
     # The write preconditioned on the watch's version, then every try after reading the node
-    # (README.md#the-scheduler-extender, /bind step 1).
+    # (docs/webhook-and-extender.md#the-scheduler-extender, /bind step 1).
     apiserver.inject_failure("PATCH", "nodes", name="node1", status=409, count=6)
 
     answer = scheduler.bind("pod1", "node1")

@@ -1,5 +1,5 @@
-"""Who may be bound (README.md#hardening): ``/bind`` binds only a pod this process placed, and writes the booking only
-onto the pod with the placed uid.
+"""Who may be bound (docs/security.md#hardening): ``/bind`` binds only a pod this process placed, and writes the booking
+only onto the pod with the placed uid.
 
 Covers: a pod never filtered (a ``kube-system`` pod) is refused and nothing is written — no node lock, no pod
 patch, no Binding; blank or whitespace names, a missing uid and an unknown uid are refused the same way; a pod
@@ -121,7 +121,7 @@ def test_a_forged_filter_for_a_real_pod_with_another_uid_is_never_written_or_bou
 
     assert answer["Error"] == f"pod default/pod1 was replaced (uid {real_uid})"
     # At most the booking write, refused by its uid precondition (the pod is not read first:
-    # README.md#the-scheduler-extender); no Binding.
+    # docs/webhook-and-extender.md#the-scheduler-extender); no Binding.
     pod_writes = [entry for entry in _writes(apiserver)[len(before):] if "/pods" in entry[1]]
     assert [method for method, _path in pod_writes] in ([], ["PATCH"])
     assert apiserver.get("pods", "pod1", "default")["metadata"]["resourceVersion"] == forged["metadata"][

@@ -1,4 +1,4 @@
-"""The cache kept current by watches between refreshes (README.md#scale), seen through ``/filter``.
+"""The cache kept current by watches between refreshes (docs/performance.md#scale), seen through ``/filter``.
 
 The runtime never lists again here (no ``--relist-interval``), so only the pod and node watches can explain
 what the tests see. Covers: a pod deleted after placement (bound or only filtered) frees its GPUs for the next filter; a

@@ -1,5 +1,5 @@
-"""Concurrent scheduling through a real threaded HTTP server (README.md#why-one-worker-with-threads: one cache, atomic
-booking).
+"""Concurrent scheduling through a real threaded HTTP server (docs/architecture.md#why-one-worker-with-threads: one
+cache, atomic booking).
 
 Covers: 8 client threads run filter+bind for 400 pods of mixed sizes onto 4 nodes × 4 GPUs (10 tasks, 16000
 MiB, 100 cores each) over HTTP; the device plugin is simulated by releasing each lock right after a bind, and

@@ -1,5 +1,5 @@
 """Biren, Enflame GCU, Metax GPU and Moore Threads through ``/filter`` and ``/bind`` against the API
-(README.md#device-families).
+(docs/device-families.md#device-families).
 
 Covers: one node carrying Biren cards (register annotation), Enflame GCUs, Metax and Moore Threads GPUs (its capacity)
 and NVIDIA GPUs; a pod of each family bound there with exactly the annotations its device plugin reads (HAMi v2.10's

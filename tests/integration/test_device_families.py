@@ -1,4 +1,5 @@
-"""NVIDIA, Hygon DCU and Iluvatar devices through ``/filter`` and ``/bind`` against the API (README.md#device-families).
+"""NVIDIA, Hygon DCU and Iluvatar devices through ``/filter`` and ``/bind`` against the API
+(docs/device-families.md#device-families).
 
 Covers: a pod of each family (NVIDIA, DCU, Iluvatar MR-V100 with ``enable_iluvatar``) bound with exactly its own
 family's ``…-devices-to-allocate``/``…-allocated`` keys (the example values of

@@ -1,5 +1,5 @@
-"""Fuzzing the parsers and the routes with hypothesis (README.md#hardening): no input makes anything answer ``internal
-error``.
+"""Fuzzing the parsers and the routes with hypothesis (docs/security.md#hardening): no input makes anything answer
+``internal error``.
 
 Covers: the register, pair-score and pod-device annotation decoders and the quantity parser raise only their
 own error types on any text or JSON; reading a node or a pod object never raises whatever its shape; and

@@ -1,4 +1,5 @@
-"""``/metrics`` against HAMi v2.10's scheduler metrics, name by name (README, Compatibility with HAMi v2.10).
+"""``/metrics`` against HAMi v2.10's scheduler metrics, name by name
+(docs/compatibility.md#compatibility-with-hami-v210).
 
 Covers: every metric HAMi's scheduler serves for NVIDIA vGPUs is there as a gauge with exactly HAMi's label
 names (``zone="vGPU"`` on all cluster series, none on ``hami_build_info``); HAMi's units on hand-worked values —

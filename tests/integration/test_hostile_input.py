@@ -1,4 +1,5 @@
-"""Hostile annotations and requests (README.md#hardening): one bad object never stops scheduling, metrics or the sync.
+"""Hostile annotations and requests (docs/security.md#hardening): one bad object never stops scheduling, metrics or the
+sync.
 
 Covers, through the HTTP routes against the in-process API server: a pod whose device annotation carries a
 400-digit number (sync keeps going, ``/metrics`` answers, other pods are filtered); a pod that asks for no

@@ -1,4 +1,4 @@
-"""The cache kept in step as an informer does (README.md#scale): list once in pages, then watch.
+"""The cache kept in step as an informer does (docs/performance.md#scale): list once in pages, then watch.
 
 Covers: the first sync lists pods and nodes in pages of one snapshot; a page that fails mid-list keeps the
 previous state and the next list applies the new one; a watch that ends resumes from the resourceVersion of its

@@ -1,4 +1,5 @@
-"""Kunlunxin XPUs and vXPUs through ``/webhook``, ``/filter`` and ``/bind`` against the API (README.md#kunlunxin-xpus).
+"""Kunlunxin XPUs and vXPUs through ``/webhook``, ``/filter`` and ``/bind`` against the API
+(docs/device-families.md#kunlunxin-xpus).
 
 Covers: the webhook routing both families to hami-scheduler and rounding a vXPU memory up to a slice in limits and
 requests; a whole-XPU pod placed on the node read from its capacity, two cards of one wing, booked under

@@ -1,4 +1,4 @@
-"""Dynamic MIG through ``/filter`` and ``/bind`` against the in-process API server (README.md#dynamic-mig).
+"""Dynamic MIG through ``/filter`` and ``/bind`` against the in-process API server (docs/mig.md#dynamic-mig).
 
 Covers: a MIG pod's booking written with ``hami.io/vgpu-mig-allocations`` (profile and placement as chosen, the
 profile's memory and cores in the device annotation); two servers with their own caches racing for the last free

@@ -1,5 +1,5 @@
-"""A dynamic-MIG pod under a namespace quota (README.md#namespace-quotas, README.md#dynamic-mig): the filter counts the
-profile an instance will really take, exactly as ``/bind`` counts it, so the two never disagree.
+"""A dynamic-MIG pod under a namespace quota (docs/quotas.md#namespace-quotas, docs/mig.md#dynamic-mig): the filter
+counts the profile an instance will really take, exactly as ``/bind`` counts it, so the two never disagree.
 
 Covers: a pod whose request (4,000 MiB) fits the quota but whose profile (1g.5gb, 4,864 MiB) does not gets one stable
 answer, ``ResourceQuotaNotFit`` on every filter, and is never bound (no bind loop: kube-scheduler never gets a node to

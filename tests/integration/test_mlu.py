@@ -1,5 +1,5 @@
 """Cambricon MLUs through ``/filter`` and ``/bind`` against the API, and the family's own node lock
-(README.md#device-families).
+(docs/device-families.md#device-families).
 
 Covers: an MLU pod bound with HAMi's Cambricon annotations (``hami.io/cambricon-mlu-devices-…``,
 ``CAMBRICON_DSMLU_PROFILE``, ``CAMBRICON_DSMLU_ASSIGNED``) from a node whose only inventory is its capacity, with the

@@ -1,4 +1,4 @@
-"""Adding a family is one module and one registry line (README.md#device-families, adding a family).
+"""Adding a family is one module and one registry line (docs/device-families.md#device-families, adding a family).
 
 Covers: the made-up Zeta family of `newfamily.zeta` (the one module) added by one line of
 ``hami_web.core.families.registry.REGISTRY`` (here: the registry with ``zeta.SPEC`` appended), nothing else touched;

@@ -1,4 +1,4 @@
-"""Namespace quotas on device memory and cores through the in-process API server (README.md#namespace-quotas).
+"""Namespace quotas on device memory and cores through the in-process API server (docs/quotas.md#namespace-quotas).
 
 Covers: a ResourceQuota with ``limits.nvidia.com/gpumem`` honoured end to end — pods placed up to the limit, the next
 refused at admission (``exceeding resource quota`` naming resource, limit, use and request) and at filter

@@ -1,4 +1,4 @@
-"""Readiness (README.md#probes) and the device-plugin handshake (docs/wire-formats.md#handshake).
+"""Readiness (docs/observability.md#probes) and the device-plugin handshake (docs/wire-formats.md#handshake).
 
 Covers: ``/readyz`` 503 before the first sync and 200 after, 503 again when the API has been unreachable for
 over 3 refresh periods (fake clock), counted from the moment an open watch broke, 200 while a quiet watch is

@@ -1,4 +1,5 @@
-"""A full refresh racing a filter's booking (assumptions reconcile with what the API reports; README.md#scale).
+"""A full refresh racing a filter's booking (assumptions reconcile with what the API reports;
+docs/performance.md#scale).
 
 Covers: a pod list that starts after ``/filter`` booked a placement in memory, or after ``/bind`` booked it
 again but before its pod patch reached the API server (either way the list does not show the annotation), must

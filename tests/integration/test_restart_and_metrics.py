@@ -1,5 +1,5 @@
-"""Rebuilding state from the API after a restart (README.md#scale) and the ``/metrics`` endpoint
-(README.md#observability).
+"""Rebuilding state from the API after a restart (docs/performance.md#scale) and the ``/metrics`` endpoint
+(docs/observability.md#observability).
 
 Covers: a second runtime whose cache is built from the API alone (after the first scheduled pods — bound and
 released, still allocating, multi-GPU, with an init container, one deleted again) reproduces the first one's

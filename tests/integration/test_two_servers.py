@@ -1,5 +1,5 @@
 """Two hami-web servers, two uncoordinated schedulers, one API server: no GPU is ever promised twice
-(README.md#high-availability-active-and-standby).
+(docs/deployment.md#high-availability-active-and-standby).
 
 Covers: two runtimes against one in-process API server, each driven by its own thread acting as a kube-scheduler
 (filter then bind, retrying a held lock as kube-scheduler's backoff would) over the same stream of pods on a small

@@ -1,5 +1,5 @@
 """Two hami-web servers racing over GPUs and DCUs: no device of any family is ever promised twice
-(README.md#high-availability-active-and-standby, README.md#device-families).
+(docs/deployment.md#high-availability-active-and-standby, docs/device-families.md#device-families).
 
 Covers: the race of ``test_two_servers`` (two runtimes, two uncoordinated kube-scheduler loops, one API server, a
 device-plugin stand-in releasing node locks) over a GPU node, a Hygon DCU node and a mixed node (GPU and DCUs),
@@ -79,8 +79,8 @@ def _ask(rng: random.Random, family: str) -> dict[str, str]:
     memory = rng.choice([1000, 2000, 3000]) if cores != EXCLUSIVE_CORES else 5000
     if family == "NVIDIA":
         return gpu_limits(memory_mib=memory, cores=cores)
-    # A DCU ask without cores books the whole card (README.md#device-families, default cores 100): the exclusive case,
-    # as HAMi's default.
+    # A DCU ask without cores books the whole card (docs/device-families.md#device-families, default cores 100): the
+    # exclusive case, as HAMi's default.
     return dcu_limits(memory_mib=memory, cores=None if cores == EXCLUSIVE_CORES else cores)
 
 

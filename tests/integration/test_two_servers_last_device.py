@@ -1,4 +1,5 @@
-"""Two hami-web servers racing for the last device of a family: only one gets it (README.md#device-families).
+"""Two hami-web servers racing for the last device of a family: only one gets it
+(docs/device-families.md#device-families).
 
 Covers: two runtimes on one API server each place a different pod on the one free device, both believing it free (each
 filtered before the other bound); both binds run at once. For a family HAMi binds under ``hami.io/mutex.lock``

@@ -1,4 +1,4 @@
-"""A watch that stays connected but delivers nothing cannot freeze the cache (README.md#silent-watches).
+"""A watch that stays connected but delivers nothing cannot freeze the cache (docs/observability.md#silent-watches).
 
 Covers: a pod watch held silent by the API server (the in-process server's ``silent`` fault, as a proxy that stops
 forwarding) is closed after ``--watch-silence-bound`` and re-opened from the last resourceVersion received, so a

@@ -1,5 +1,5 @@
-"""A pod asking a count of 0 (README.md#the-admission-webhook-post-webhook): HAMi v2.10's webhook routes it to
-hami-scheduler (the count key is there), its filter passes every node and its ``Bind`` binds it; so do we.
+"""A pod asking a count of 0 (docs/webhook-and-extender.md#the-admission-webhook-post-webhook): HAMi v2.10's webhook
+routes it to hami-scheduler (the count key is there), its filter passes every node and its ``Bind`` binds it; so do we.
 
 Covers: ``nvidia.com/gpu: 0`` admitted with the scheduler name and HAMi's exclusive-cores addition; ``/filter``
 passes every candidate and books nothing; ``/bind`` binds it once, with no node lock and no booking; a pod asking

@@ -1,5 +1,5 @@
-"""``kubectl hami`` on nodes of the families read from capacity (README.md#device-families): Enflame GCU, Metax GPU and
-Moore Threads, on by default like HAMi v2.10.
+"""``kubectl hami`` on nodes of the families read from capacity (docs/device-families.md#device-families): Enflame GCU,
+Metax GPU and Moore Threads, on by default like HAMi v2.10.
 
 Covers: ``inspect`` lists each card with its family and counts a bound GCU pod on its card (read back from
 ``hami.io/enflame-gcu-devices-allocated``), the Moore Threads cards with their 512 MiB units in MiB; ``capacity

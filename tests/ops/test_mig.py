@@ -1,4 +1,4 @@
-"""The operator tools on dynamic MIG GPUs (README.md#dynamic-mig): a node with two A100-40GB in MIG mode, GPU-a
+"""The operator tools on dynamic MIG GPUs (docs/mig.md#dynamic-mig): a node with two A100-40GB in MIG mode, GPU-a
 holding a 1g.5gb at slice 6 and a 3g.20gb at slices 0-3, GPU-b empty; a node whose GPU fails closed (a pod holds
 it without a reservation); a pre-2.10 geometry node with an old pod.
 

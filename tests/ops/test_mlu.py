@@ -1,4 +1,5 @@
-"""The operator tools on Cambricon MLUs, whose inventory is the node's capacity (README.md#device-families).
+"""The operator tools on Cambricon MLUs, whose inventory is the node's capacity
+(docs/device-families.md#device-families).
 
 Covers: ``inspect`` lists the cards of a node that carries no annotation at all (ids, type from the ``Model`` label,
 memory from the capacity), what a bound MLU pod holds, the family's totals, and a node whose MLU capacity is

@@ -1,6 +1,6 @@
-"""The operator tools on namespace quotas (README.md#namespace-quotas): ``kubectl hami inspect`` lists each namespace's
-use against its limits, ``explain`` says a pod waits on its namespace's quota and not on devices, ``capacity`` counts
-what the quota still allows.
+"""The operator tools on namespace quotas (docs/quotas.md#namespace-quotas): ``kubectl hami inspect`` lists each
+namespace's use against its limits, ``explain`` says a pod waits on its namespace's quota and not on devices,
+``capacity`` counts what the quota still allows.
 
 Covers, on ``cluster.yaml`` plus ResourceQuotas for namespace ``ml`` (whose pods book 367,680 MiB and 450 % cores):
 the quota table in text and JSON (use, limit, share; only namespaces with a limit in force; ``-n`` keeping

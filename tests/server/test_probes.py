@@ -1,4 +1,4 @@
-"""Liveness and readiness never wait for an app thread (README.md#probes).
+"""Liveness and readiness never wait for an app thread (docs/observability.md#probes).
 
 Covers, against ``hami-web serve`` (gunicorn, the front worker, TLS) and the in-process API server: with the API
 server stalling every node-lock write and binds in flight on every app thread of the extender listener (and more

@@ -1,4 +1,4 @@
-"""A bounded concurrency soak (README.md#hardening): ``hami-web serve`` under load, killed with ``kill -9`` and
+"""A bounded concurrency soak (docs/security.md#hardening): ``hami-web serve`` under load, killed with ``kill -9`` and
 restarted.
 
 Covers: several threads create pods, call ``/filter`` and ``/bind`` (playing kube-scheduler), release node

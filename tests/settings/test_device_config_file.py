@@ -1,4 +1,4 @@
-"""``--device-config-file``: HAMi's ``device-config.yaml`` read at start-up (README.md#configuration).
+"""``--device-config-file``: HAMi's ``device-config.yaml`` read at start-up (docs/configuration.md#configuration).
 
 Covers: HAMi v2.10's chart payload (every vendor section, the MIG allow-list) accepted unchanged, its names and
 defaults flowing into the server's catalog; precedence (explicit flag > file > chart default); custom Hygon names

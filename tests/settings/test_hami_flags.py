@@ -1,4 +1,4 @@
-"""HAMi v2.10's scheduler flags and the API request budget (README, Compatibility with HAMi v2.10).
+"""HAMi v2.10's scheduler flags and the API request budget (docs/compatibility.md#compatibility-with-hami-v210).
 
 Covers: ``--node-lock-retry-timeout``, ``--kube-qps``, ``--kube-burst``, ``--kube-timeout``, ``--log-format`` and a
 chain for ``--gpu-scheduler-policy`` parse with HAMi's meaning and defaults, bad values name the flag;

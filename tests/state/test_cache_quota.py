@@ -1,4 +1,4 @@
-"""The cache's namespace quota book (README.md#namespace-quotas; `ClusterCache` without an API server).
+"""The cache's namespace quota book (docs/quotas.md#namespace-quotas; `ClusterCache` without an API server).
 
 Covers: a namespace's use follows its pods' watch events (a booking added, changed, shrunk to the containers once
 the init containers finished, freed when the pod finishes or is deleted, and a full list replacing it all); a

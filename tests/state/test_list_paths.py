@@ -1,4 +1,4 @@
-"""Both list paths against the in-process API server, through the real client (README.md#scale).
+"""Both list paths against the in-process API server, through the real client (docs/performance.md#scale).
 
 Covers: with streaming lists offered, each resource is listed and watched by one request (``sendInitialEvents``
 with ``resourceVersionMatch=NotOlderThan`` and bookmarks), the cache holds what the initial events showed and

@@ -1,4 +1,4 @@
-"""The reflector's list/watch loop against a scripted source (README.md#scale, "One reflector per resource").
+"""The reflector's list/watch loop against a scripted source (docs/performance.md#scale, "One reflector per resource").
 
 Covers: a streaming list delivers its initial events as one list and goes on as the watch (one request); a
 server that refuses or fails a streaming list (422 Invalid, 500 from an etcd without progress notify, a 504, a plain

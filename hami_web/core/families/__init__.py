@@ -1,5 +1,5 @@
-"""Device families (README.md#device-families): the registry of what accelerators hami-web schedules, and how they are
-enabled.
+"""Device families (docs/device-families.md#device-families): the registry of what accelerators hami-web schedules, and
+how they are enabled.
 
 A family is a record (`Family`) built by its vendor module's spec (`FamilySpec`, whose docstring says how to add a
 family: one module and one line of `REGISTRY`); the enabled ones form the server's `DeviceCatalog`. The fit, the

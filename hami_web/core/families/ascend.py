@@ -1,4 +1,5 @@
-"""Huawei Ascend NPUs (README.md#ascend-npus; HAMi v2.10 ``pkg/device/ascend/device.go``): one family per chip.
+"""Huawei Ascend NPUs (docs/device-families.md#ascend-npus; HAMi v2.10 ``pkg/device/ascend/device.go``): one family per
+chip.
 
 Each chip of HAMi's chart (``vnpus.configs``) is its own family, named by its common word. What sets Ascend apart
 from the other families is kept here as data on the record and a few pure rules the generic code calls:
@@ -120,9 +121,9 @@ def ascend_family(chip: AscendChip, *, soft_split_default: bool = False) -> Fami
 
 
 def admit_ascend(family: Family, ask: AdmissionAsk) -> AdmissionRewrite:
-    """HAMi's ``MutateAdmission`` for one container asking ``ask.count`` NPUs (README.md#ascend-npus): 910C module
-    pairs, cores only in soft split, memory rounded to a template or the whole NPU, no template shared by several
-    NPUs. A refusal carries HAMi's words."""
+    """HAMi's ``MutateAdmission`` for one container asking ``ask.count`` NPUs (docs/device-families.md#ascend-npus):
+    910C module pairs, cores only in soft split, memory rounded to a template or the whole NPU, no template shared by
+    several NPUs. A refusal carries HAMi's words."""
     names = family.resources
     count = ask.count
     if family.admission.pair_count:
@@ -151,10 +152,10 @@ def admit_ascend(family: Family, ask: AdmissionAsk) -> AdmissionRewrite:
 
 @dataclass(frozen=True, slots=True)
 class RuntimeInfo:
-    """The ``huawei.com/<CW>`` annotation a booking of the chip writes (README.md#ascend-npus): HAMi's ``RuntimeInfo``
-    list over all containers' NPUs, zero fields left out as Go's ``omitempty`` does: ``UUID``, ``temp`` (the template
-    of the booked memory; none for the whole NPU or soft split), ``memory``, ``core``. A value, not a closure, so that
-    two catalogs built alike compare equal."""
+    """The ``huawei.com/<CW>`` annotation a booking of the chip writes (docs/device-families.md#ascend-npus): HAMi's
+    ``RuntimeInfo`` list over all containers' NPUs, zero fields left out as Go's ``omitempty`` does: ``UUID``, ``temp``
+    (the template of the booked memory; none for the whole NPU or soft split), ``memory``, ``core``. A value, not a
+    closure, so that two catalogs built alike compare equal."""
 
     cw: str
     templates: MemoryTemplates | None

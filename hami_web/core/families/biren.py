@@ -1,4 +1,4 @@
-"""Biren GPUs (README.md#device-families; HAMi v2.10 ``pkg/device/biren/device.go``).
+"""Biren GPUs (docs/device-families.md#device-families; HAMi v2.10 ``pkg/device/biren/device.go``).
 
 Whole cards asked by count (``birentech.com/gpu``, limits or requests; the webhook routes a container with the count in
 limits). The device plugin registers them as HAMi's ``DeviceInfo`` JSON under ``hami.io/node-biren-register`` and

@@ -1,4 +1,4 @@
-"""Cambricon MLUs (README.md#device-families; HAMi v2.10 ``pkg/device/cambricon/device.go``).
+"""Cambricon MLUs (docs/device-families.md#device-families; HAMi v2.10 ``pkg/device/cambricon/device.go``).
 
 The family that differs in kind. Its device plugin registers no annotation: the kubelet's capacity of the vcore and
 vmemory resources is the inventory, one card per 100 vcores, each with an equal share of the memory (in units of

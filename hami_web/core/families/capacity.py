@@ -1,6 +1,6 @@
 """Devices read from a node's capacity, for the families whose device plugin registers no annotation
-(README.md#device-families): Cambricon MLU, Enflame GCU, Metax GPU and others of HAMi v2.10 (``GetNodeDevices`` reading
-``n.Status.Capacity``).
+(docs/device-families.md#device-families): Cambricon MLU, Enflame GCU, Metax GPU and others of HAMi v2.10
+(``GetNodeDevices`` reading ``n.Status.Capacity``).
 
 One object, parameterised (`CapacityInventory`): which resource counts the devices and how many units make one
 device, the memory of each (fixed, or the memory resource shared out), the device ids ``<node><infix><i>``, the type

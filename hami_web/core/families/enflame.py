@@ -1,4 +1,5 @@
-"""Enflame GCUs, whole and exclusive (README.md#device-families; HAMi v2.10 ``pkg/device/enflame/gcu.go``).
+"""Enflame GCUs, whole and exclusive (docs/device-families.md#device-families; HAMi v2.10
+``pkg/device/enflame/gcu.go``).
 
 Whole cards asked by count (``enflame.com/gcu``, limits or requests; the webhook routes a container with the count in
 limits). The inventory is the node's capacity of that resource: card i is ``<node>-GCU-<i>`` with HAMi's nominal 100

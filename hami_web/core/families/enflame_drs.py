@@ -1,4 +1,4 @@
-"""Enflame DRS: GCUs hard-partitioned by profiles (README.md#device-families; HAMi v2.10
+"""Enflame DRS: GCUs hard-partitioned by profiles (docs/device-families.md#device-families; HAMi v2.10
 ``pkg/device/enflame/device.go``).
 
 The DRS device plugin publishes ``enflame.com/gcu-drs-capacity``: the GCUs (index, minor, capacity in slices) and

@@ -1,4 +1,4 @@
-"""A device family: one kind of accelerator as data plus a few rules (README.md#device-families).
+"""A device family: one kind of accelerator as data plus a few rules (docs/device-families.md#device-families).
 
 HAMi's vendors each implement a ~100-line ``Devices`` interface and copy the fit loop; ours are records. What
 differs between NVIDIA, Hygon and Iluvatar is names (resources, annotation keys, the "common word" on the wire),
@@ -184,8 +184,9 @@ class BookedDevice(Protocol):
 
 @dataclass(frozen=True, slots=True)
 class AdmissionRules:
-    """What the webhook does to a container of this family (README.md#the-admission-webhook-post-webhook for NVIDIA,
-    README.md#device-families for the others).
+    """What the webhook does to a container of this family
+    (docs/webhook-and-extender.md#the-admission-webhook-post-webhook for NVIDIA, docs/device-families.md#device-families
+    for the others).
 
     - ``count_in_requests``: a count in ``requests`` alone makes the container ours (NVIDIA); else only limits;
     - ``default_count``: a memory or cores ask without a count gets this count in limits (0 = no such rule);
@@ -225,7 +226,7 @@ class AdmissionRules:
 @dataclass(frozen=True, slots=True)
 class Family:
     """One accelerator family as the scheduler and the device plugin see it (one row of the table in
-    README.md#device-families).
+    docs/device-families.md#device-families).
 
     ``cw`` is HAMi's common word: the vendor field of the pod device annotation and the key of a family in
     HAMi's registry. ``memory_factor`` turns the memory resource's unit into MiB. ``default_memory_mib`` 0 means a
@@ -237,8 +238,8 @@ class Family:
     plugin (None: HAMi takes none; the bind then takes hami-web's own `BIND_LOCK`, which it removes once bound). An
     empty ``to_allocate_key`` means the device plugin reads only ``allocated_key``, and only that is written.
 
-    Ascend's differences (README.md#ascend-npus) are data too: ``templates`` (hard split), soft split (the pod
-    annotation ``soft_split_key`` = ``soft_split_mode`` asks for it; a node allows it by its ``soft_split_node_key``
+    Ascend's differences (docs/device-families.md#ascend-npus) are data too: ``templates`` (hard split), soft split (the
+    pod annotation ``soft_split_key`` = ``soft_split_mode`` asks for it; a node allows it by its ``soft_split_node_key``
     annotation, else ``soft_split_default``), ``grouping`` (how a multi-device container is picked: a
     `hami_web.core.groups.Grouping`, e.g. HCCS groups or whole modules) and ``predicate_time`` (the bind also writes
     HAMi's ``predicate-time``). ``slices``: the device is shared in slices of fixed sizes (`SliceSizes`).
@@ -262,8 +263,8 @@ class Family:
     nouse_uuid_key: str = ""
     numa_bind_key: str = ""
     mode_key: str = ""
-    # The pod annotation of the MIG instances a booking picked, read back when usage is rebuilt (README.md#dynamic-mig;
-    # ``booking_extras`` writes it); "" = no dynamic MIG.
+    # The pod annotation of the MIG instances a booking picked, read back when usage is rebuilt
+    # (docs/mig.md#dynamic-mig; ``booking_extras`` writes it); "" = no dynamic MIG.
     reservations_key: str = ""
     cordon: bool = False
     topology: bool = False
@@ -319,8 +320,8 @@ class Family:
 
     @property
     def type_word(self) -> str:
-        """What a device's type must contain (case-insensitively) to serve this family (README.md#device-families, type
-        matching)."""
+        """What a device's type must contain (case-insensitively) to serve this family
+        (docs/device-families.md#device-families, type matching)."""
         return self.cw.upper()
 
 

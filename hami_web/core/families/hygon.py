@@ -1,4 +1,4 @@
-"""Hygon DCUs (README.md#device-families; HAMi v2.10 ``pkg/device/hygon/device.go``).
+"""Hygon DCUs (docs/device-families.md#device-families; HAMi v2.10 ``pkg/device/hygon/device.go``).
 
 A DCU is booked like an NVIDIA GPU, without cordon, NUMA, topology or modes. Two HAMi defaults differ: a
 container that gives no cores asks for all of them (``corenum := int32(100)``), and only a count in limits makes

@@ -1,4 +1,5 @@
-"""Iluvatar GPUs (README.md#device-families; HAMi v2.10 ``pkg/device/iluvatar/device.go``): one family per chip.
+"""Iluvatar GPUs (docs/device-families.md#device-families; HAMi v2.10 ``pkg/device/iluvatar/device.go``): one family per
+chip.
 
 Each chip of HAMi's chart (MR-V100, MR-V50, BI-V150, BI-V100) is its own family with its own common word,
 resources and annotation keys, all derived from the common word as HAMi does. Memory is asked in units of

@@ -1,4 +1,4 @@
-"""Kunlunxin XPUs, whole (``kunlun``) and sliced (``XPU``, vXPU) (README.md#kunlunxin-xpus; HAMi v2.10
+"""Kunlunxin XPUs, whole (``kunlun``) and sliced (``XPU``, vXPU) (docs/device-families.md#kunlunxin-xpus; HAMi v2.10
 ``pkg/device/kunlun``): one module, one registry line, two families, HAMi's ``kunlun`` device-config section.
 
 Whole XPUs have no register annotation: the kubelet's capacity of ``kunlunxin.com/xpu`` is N cards

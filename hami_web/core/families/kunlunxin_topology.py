@@ -1,4 +1,4 @@
-"""Kunlunxin's eight-card topology (README.md#kunlunxin-xpus; HAMi v2.10 ``pkg/device/kunlun/topo.go``).
+"""Kunlunxin's eight-card topology (docs/device-families.md#kunlunxin-xpus; HAMi v2.10 ``pkg/device/kunlun/topo.go``).
 
 A Kunlunxin node is eight cards in two wings (0–3 and 4–7, each wing fully linked) joined by four cross links
 (0-4, 1-5, 2-6, 3-7). A container gets 1, 2, 4 or 8 cards chosen so the cards left free stay in shapes later pods

@@ -1,4 +1,5 @@
-"""Metax GPUs, whole cards (README.md#device-families; HAMi v2.10 ``pkg/device/metax/device.go``, ``MetaxDevices``).
+"""Metax GPUs, whole cards (docs/device-families.md#device-families; HAMi v2.10 ``pkg/device/metax/device.go``,
+``MetaxDevices``).
 
 Whole cards asked by count (``metax-tech.com/gpu``, limits or requests; the webhook routes a container with the count
 in limits). The inventory is the node's capacity of that resource: card i is ``<node>-metax-<i>``, 64 GiB, 100 cores,

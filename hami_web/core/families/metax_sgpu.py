@@ -1,5 +1,5 @@
-"""Metax sGPU inventory, requests, admission and booking annotations (README.md#device-families; HAMi v2.10
-``pkg/device/metax/sdevice.go`` and ``protocol.go``).
+"""Metax sGPU inventory, requests, admission and booking annotations (docs/device-families.md#device-families; HAMi
+v2.10 ``pkg/device/metax/sdevice.go`` and ``protocol.go``).
 
 Metax's sGPU device plugin does not write HAMi's DeviceInfo register: it publishes its own list
 (``metax-tech.com/node-gpu-devices``: uuid, totalDevCount, totalCompute, totalVRam, numa, healthy, qosPolicy,

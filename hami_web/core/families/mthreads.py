@@ -1,4 +1,4 @@
-"""Moore Threads GPUs (README.md#device-families; HAMi v2.10 ``pkg/device/mthreads/device.go``).
+"""Moore Threads GPUs (docs/device-families.md#device-families; HAMi v2.10 ``pkg/device/mthreads/device.go``).
 
 The inventory is the node's capacity: ``mthreads.com/sgpu-core`` ÷ 16 cards (a card has 16 cores), each
 ``<node>-mthreads-<i>`` with an equal share of ``mthreads.com/sgpu-memory`` (units of 512 MiB) and 100 task slots. A

@@ -1,4 +1,5 @@
-"""NVIDIA GPUs (README.md#device-families): HAMi's first family and the one with every selection and rewrite.
+"""NVIDIA GPUs (docs/device-families.md#device-families): HAMi's first family and the one with every selection and
+rewrite.
 
 The resource names, defaults and overwriteEnv come from the flags and the ``nvidia`` section of HAMi's device
 config; everything else is fixed by HAMi's NVIDIA device plugin, which reads what we write.
@@ -26,7 +27,7 @@ CORE_POLICIES = ("default", "force", "disable")
 
 def mig_reservations(grants: Sequence[Sequence[Any]]) -> dict[str, str]:
     """``hami.io/vgpu-mig-allocations`` for the MIG instances among the grants, none when there are none
-    (README.md#dynamic-mig)."""
+    (docs/mig.md#dynamic-mig)."""
     text = encode_reservations(grants)
     return {names.POD_MIG_RESERVATIONS: text} if text else {}
 

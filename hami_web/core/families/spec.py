@@ -1,4 +1,5 @@
-"""How a family plugs in: the one object each vendor module exports (README.md#device-families, adding a family).
+"""How a family plugs in: the one object each vendor module exports (docs/device-families.md#device-families, adding a
+family).
 
 **Adding a family** is one module and one registry line:
 
@@ -31,7 +32,7 @@ C = TypeVar("C")
 class FamilySpec(Generic[C]):
     """Everything about one vendor that is not per-device data: how it is configured, enabled and built.
 
-    - ``name``: the registry key (lower case, ``--enable-<name>`` when gated); ``label``: for help and the README;
+    - ``name``: the registry key (lower case, ``--enable-<name>`` when gated); ``label``: for help and the docs;
     - ``section``: the key of HAMi's ``device-config.yaml`` it reads ("" = none); ``default``: its configuration when
       the file has no such key; ``read(value, where)`` parses the key's value (``where`` names it in errors, which
       are `DeviceConfigError`); ``publish(config)`` is the value written back for the tools (None = nothing);

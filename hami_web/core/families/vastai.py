@@ -1,4 +1,4 @@
-"""Vastai accelerators (README.md#device-families; HAMi v2.10 ``pkg/device/vastai/device.go``).
+"""Vastai accelerators (docs/device-families.md#device-families; HAMi v2.10 ``pkg/device/vastai/device.go``).
 
 Devices asked by count (``vastaitech.com/va``, limits or requests; the webhook routes a container with the count in
 limits). The device plugin registers them as HAMi's ``DeviceInfo`` JSON under ``hami.io/node-va-register`` and answers
