@@ -375,7 +375,7 @@ def _roles_bound_to(account: str) -> set[str]:
 
 def test_the_server_and_kube_scheduler_have_separate_service_accounts() -> None:
     assert POD["serviceAccountName"] == "hami-web"
-    assert _roles_bound_to("hami-web") == {"hami-web", "hami-web-settings"}
+    assert _roles_bound_to("hami-web") == {"hami-web", "hami-web-settings", "hami-web-leader"}
     assert _roles_bound_to("hami-scheduler") == {"system:kube-scheduler", "system:volume-scheduler",
                                                  "hami-web-leader-election",
                                                  "extension-apiserver-authentication-reader"}

@@ -154,6 +154,10 @@ def test_hami_fixture_set_lines_mean_what_they_mean_in_hami(tmp_path: Path) -> N
     assert one(documents, "Deployment")["spec"]["replicas"] == 2
     settings = _server_settings(documents, tmp_path)
     assert {"ascend", "iluvatar"} <= settings.enabled_families
+    # forceOverwriteDefaultScheduler=false, legacyMetrics, leaderElect: HAMi's flags of serve, with HAMi's meaning.
+    assert settings.force_overwrite_default_scheduler is False and settings.serving.legacy_metrics is True
+    assert (settings.leader.leader_elect, settings.leader.leader_elect_resource_name,
+            settings.leader.leader_elect_resource_namespace) == (True, "hami-scheduler", helm.NAMESPACE)
     no_webhook = template(*_set("scheduler.admissionWebhook.enabled=false"))
     assert not [d for d in no_webhook if d["kind"] == "MutatingWebhookConfiguration"]
 
@@ -178,13 +182,17 @@ def test_every_object_validates_and_the_server_accepts_its_command_line(settings
     assert set(settings_built.devices.managed_resources()) <= managed
 
 
-def test_replicas_follow_leader_election() -> None:
+def test_replicas_follow_leader_election(tmp_path: Path) -> None:
     for settings, replicas, lease in ((MATRIX["defaults"], 2, True), (MATRIX["ha-three"], 3, True),
                                       (MATRIX["single-no-election"], 1, False)):
         documents = template(*settings)
         assert one(documents, "Deployment")["spec"]["replicas"] == replicas
         assert scheduler_config(documents)["leaderElection"]["leaderElect"] is lease
         assert bool([d for d in documents if d["kind"] == "Lease"]) is lease
+        # hami-web follows the same Lease, and may read it, exactly when kube-scheduler elects on it.
+        assert _server_settings(documents, tmp_path).leader.leader_elect is lease
+        assert bool([d for d in documents if d["kind"] == "Role" and d["metadata"]["name"] == "hami-web-leader"
+                     and d["rules"][0]["resourceNames"] == ["hami-scheduler"]]) is lease
 
 
 def test_every_family_on_adds_the_flags_and_keeps_the_resources() -> None:

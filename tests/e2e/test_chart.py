@@ -6,11 +6,12 @@ run with strict field validation (the ServiceMonitor too: its CRD is created fir
 cluster, then the certificate Job's command as the Job's ServiceAccount, and kube-scheduler and hami-web started
 from the installed Deployment's commands and ConfigMaps, each as its own ServiceAccount (only file paths mapped to
 local ones, as kubelet's mounts would place them; the listeners' ports set through the chart's own values, the
-webhook reached through ``scheduler.admissionWebhook.customURL``): a GPU pod is admitted, filtered and bound within
-20 s of hami-web's start; ``helm upgrade`` changing ``scheduler.defaultSchedulerPolicy.nodeSchedulerPolicy`` rolls the
-Deployment's command, and the restarted pair places by the new policy; ``helm uninstall`` leaves no object of ours
-(the certificate Secrets, the settings ConfigMap and the Lease included); a values file with a misspelt key is
-refused by ``helm install`` naming the key, and installs nothing.
+webhook reached through ``scheduler.admissionWebhook.customURL``; hami-web following kube-scheduler's Lease with
+``--leader-elect``, as ``scheduler.leaderElect`` means in HAMi's chart): a GPU pod is admitted, filtered and bound
+within 20 s of hami-web's start; ``helm upgrade`` changing ``scheduler.defaultSchedulerPolicy.nodeSchedulerPolicy``
+rolls the Deployment's command, and the restarted pair places by the new policy; ``helm uninstall`` leaves no object
+of ours (the certificate Secrets, the settings ConfigMap and the Lease included); a values file with a misspelt key
+is refused by ``helm install`` naming the key, and installs nothing.
 
 No kubelet runs here, so nothing starts the Deployment's or the Job's pods: this module starts their commands.
 """
