@@ -162,6 +162,20 @@ def test_hami_fixture_set_lines_mean_what_they_mean_in_hami(tmp_path: Path) -> N
     assert not [d for d in no_webhook if d["kind"] == "MutatingWebhookConfiguration"]
 
 
+def test_hami_runtime_class_and_core_policy_reach_the_webhook(tmp_path: Path) -> None:
+    """HAMi's chart fills nvidia.runtimeClassName from devicePlugin.runtimeClassName and nvidia.gpuCorePolicy from
+    devices.nvidia.gpuCorePolicy (templates/scheduler/device-configmap.yaml); so does ours, and the server's NVIDIA
+    family then sets both on a GPU pod (README.md#the-admission-webhook-post-webhook)."""
+    documents = template(*_set("devicePlugin.runtimeClassName=nvidia", "devices.nvidia.gpuCorePolicy=force"))
+    rules = _server_settings(documents, tmp_path).devices["NVIDIA"].admission
+    assert (rules.runtime_class_name, rules.every_container_env) == ("nvidia",
+                                                                     (("GPU_CORE_UTILIZATION_POLICY", "force"),))
+    default = _server_settings(template(), tmp_path).devices["NVIDIA"].admission
+    assert (default.runtime_class_name, default.every_container_env) == ("", ())
+    hami = _server_settings(template("-f", str(helm.HAMI_VALUES)), tmp_path).devices["NVIDIA"].admission
+    assert (hami.runtime_class_name, hami.every_container_env) == ("", ())  # HAMi's defaults: "" and "default"
+
+
 # -- the values matrix ----------------------------------------------------------------------------------------
 
 API_MODELS = {"monitoring.coreos.com/v1": None}  # no client model: checked by the e2e tier's dry run
