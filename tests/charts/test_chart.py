@@ -165,7 +165,7 @@ def test_hami_fixture_set_lines_mean_what_they_mean_in_hami(tmp_path: Path) -> N
 def test_hami_runtime_class_and_core_policy_reach_the_webhook(tmp_path: Path) -> None:
     """HAMi's chart fills nvidia.runtimeClassName from devicePlugin.runtimeClassName and nvidia.gpuCorePolicy from
     devices.nvidia.gpuCorePolicy (templates/scheduler/device-configmap.yaml); so does ours, and the server's NVIDIA
-    family then sets both on a GPU pod (README.md#the-admission-webhook-post-webhook)."""
+    family then sets both on a GPU pod (docs/webhook-and-extender.md#the-admission-webhook-post-webhook)."""
     documents = template(*_set("devicePlugin.runtimeClassName=nvidia", "devices.nvidia.gpuCorePolicy=force"))
     rules = _server_settings(documents, tmp_path).devices["NVIDIA"].admission
     assert (rules.runtime_class_name, rules.every_container_env) == ("nvidia",
