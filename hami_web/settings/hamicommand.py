@@ -146,8 +146,13 @@ def _family_names(section: str, names: Sequence[str]) -> list[HamiFlag]:
     return [_none(name, why) for name in names]
 
 
+def _fixed_family(family: str, names: Sequence[str]) -> list[HamiFlag]:
+    why = f"hami-web books {family} devices under the resource names HAMi's device plugin registers (its defaults)"
+    return [_none(name, why) for name in names]
+
+
 def _absent_family(family: str, names: Sequence[str], bools: Sequence[str] = ()) -> list[HamiFlag]:
-    why = f"hami-web schedules no {family} devices"
+    why = f"hami-web schedules no {family} devices yet"
     return [*(_none(name, why) for name in names), *(_none(name, why, go_bool, is_bool=True) for name in bools)]
 
 
@@ -179,14 +184,15 @@ HAMI_FLAGS: tuple[HamiFlag, ...] = (
     *_family_names("cambricon", ("cambricon-mlu-name", "cambricon-mlu-memory", "cambricon-mlu-cores")),
     *_family_names("hygon", ("dcu-name", "dcu-memory", "dcu-cores")),
     _ours("enable-iluvatar", go_bool, is_bool=True),
-    *_absent_family("Moore Threads", ("mthreads-name", "mthreads-memory", "mthreads-cores")),
-    *_absent_family("Enflame", ("enflame-gcu-resource-name", "enflame-drs-gcu-resource-name",
-                                "enflame-gcu-memory-resource-name", "enflame-gcu-core-resource-name",
-                                "enflame-vgcu-resource-name", "enflame-vgcu-legacy-resource-name",
-                                "enflame-vgcu-percentage-resource-name")),
-    *_absent_family("MetaX", ("metax-name", "metax-vcount", "metax-vcore", "metax-vmemory"),
-                    ("sgpu-topology-aware",)),
-    *_absent_family("Kunlunxin", ("kunlun-name", "kunlun-vcount", "kunlun-vmemory")),
+    *_fixed_family("Moore Threads", ("mthreads-name", "mthreads-memory", "mthreads-cores")),
+    *_fixed_family("Enflame GCU", ("enflame-gcu-resource-name",)),
+    *_absent_family("Enflame DRS or vGCU", ("enflame-drs-gcu-resource-name", "enflame-gcu-memory-resource-name",
+                                            "enflame-gcu-core-resource-name", "enflame-vgcu-resource-name",
+                                            "enflame-vgcu-legacy-resource-name",
+                                            "enflame-vgcu-percentage-resource-name")),
+    *_fixed_family("MetaX GPU", ("metax-name",)),
+    *_absent_family("MetaX sGPU", ("metax-vcount", "metax-vcore", "metax-vmemory"), ("sgpu-topology-aware",)),
+    *_fixed_family("Kunlunxin", ("kunlun-name", "kunlun-vcount", "kunlun-vmemory")),
     HamiFlag("debug", go_bool, LOG, is_bool=True),
     _ours("device-config-file"),
     _none("add_dir_header", _LOG_DESTINATION, go_bool, is_bool=True),
