@@ -21,12 +21,14 @@ from .helpers import (
     RuntimeFactory,
     Scheduler,
     annotations_of,
+    busy_nodes,
     gpu_limits,
     gpu_node,
     gpu_pod,
     gpus,
     reasons_for,
     release_lock,
+    wait_for,
 )
 
 
@@ -39,6 +41,9 @@ def _two_pods_on(apiserver: LocalCluster, kube: Kube, runtime: Runtime, node_nam
     for pod in ("pod1", "pod2"):
         node = scheduler.schedule(pod, node_names)
         release_lock(kube, pod, node)
+        # The next filter must see the node as its device plugin left it: under load the lock's removal may still be
+        # on its way through the watch, and a node busy binding is tried last (binpack would then spread).
+        wait_for(lambda: not busy_nodes(runtime.cache), timeout_seconds=10.0, what="the cache to see the lock gone")
         chosen.append(node)
     return chosen
 
