@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+from werkzeug.serving import WSGIRequestHandler, make_server
 
 from hami_web.kube import Kube
 from hami_web.localcluster import LocalCluster
@@ -85,3 +87,23 @@ def sync_on() -> Iterator[SyncOn]:
     for sync, kube in made:
         sync.stop()
         kube.close()
+
+
+class _QuietHandler(WSGIRequestHandler):
+    """No access-log line per request."""
+
+    def log_request(self, code: int | str = "-", size: int | str = "-") -> None:
+        pass
+
+
+@pytest.fixture
+def server_url(runtime: Runtime) -> Iterator[str]:
+    """The runtime's app on a real threaded werkzeug server on a free port, so filters and binds run on several
+    threads at once."""
+    server = make_server("127.0.0.1", 0, runtime.app, threaded=True, request_handler=_QuietHandler)
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_port}"
+    server.shutdown()
+    server.server_close()
+    thread.join(5)

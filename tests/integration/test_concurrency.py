@@ -14,12 +14,9 @@ from __future__ import annotations
 import random
 import threading
 import time
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 
-import pytest
 import requests
-from werkzeug.serving import WSGIRequestHandler, make_server
 
 from hami_web.core import names
 from hami_web.core.choose import NoPlacement, choose_node
@@ -41,24 +38,6 @@ PODS = 400
 THREADS = 8
 BIND_TRIES = 200
 
-
-class _QuietHandler(WSGIRequestHandler):
-    """No access-log line per request."""
-
-    def log_request(self, code: int | str = "-", size: int | str = "-") -> None:
-        pass
-
-
-@pytest.fixture
-def server_url(runtime: Runtime) -> Iterator[str]:
-    """The runtime's app on a real threaded werkzeug server on a free port."""
-    server = make_server("127.0.0.1", 0, runtime.app, threaded=True, request_handler=_QuietHandler)
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_port}"
-    server.shutdown()
-    server.server_close()
-    thread.join(5)
 
 
 def _pods() -> list[dict]:

@@ -16,14 +16,11 @@ import base64
 import json
 import threading
 import time
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-import pytest
 import requests
 from prometheus_client.parser import text_string_to_metric_families
-from werkzeug.serving import WSGIRequestHandler, make_server
 
 from hami_web.core import names
 from hami_web.core.devices import Device, encode_register_json
@@ -144,22 +141,6 @@ def test_a_restarted_server_rebuilds_both_families(apiserver: LocalCluster, make
         "xpu": "1/2 AllocatedCardsInsufficientRequest, 1/2 CardInsufficientMemory"}
     assert scheduler.filter("half", ["v"])["FailedNodes"] == {"v": "1/1 CardSliceSizeMismatch"}
 
-
-class _QuietHandler(WSGIRequestHandler):
-    def log_request(self, code: int | str = "-", size: int | str = "-") -> None:
-        pass
-
-
-@pytest.fixture
-def server_url(runtime: Runtime) -> Iterator[str]:
-    """The runtime's app on a real threaded server, so filters and binds run on several threads at once."""
-    server = make_server("127.0.0.1", 0, runtime.app, threaded=True, request_handler=_QuietHandler)
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_port}"
-    server.shutdown()
-    server.server_close()
-    thread.join(5)
 
 
 def test_concurrent_filters_never_mix_vxpu_sizes_on_a_card(apiserver: LocalCluster, runtime: Runtime,
