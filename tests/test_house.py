@@ -3,11 +3,13 @@
 Covers: no module of ``hami_web`` over 500 lines; no function of ``hami_web`` over complexity 15 (ruff's C901 with
 the limit set in pyproject.toml); every module named in its package's row of docs/architecture.md#modules, and each
 top-level package importing directly only what that row's "may import" cell lists (the import graph read with
-grimp, which import-linter is built on). A failure names the module and what to do.
+grimp, which import-linter is built on); ``.importlinter``'s contracts forbidding at least what the cells do.
+A failure names the module and what to do.
 """
 
 from __future__ import annotations
 
+import configparser
 import re
 import subprocess
 import sys
@@ -155,3 +157,52 @@ def test_every_cell_names_modules_that_exist(graph: grimp.ImportGraph) -> None:
     stale = [f"{row.package}: {token}" for row in table_rows() for token in row.may_import or ()
              if token not in ours and (token.split(".")[0] in ours or "." not in token)]
     assert not stale, f"'may import' cells naming no module of hami_web: {stale}"
+
+
+def _contracts(path: Path = ROOT / ".importlinter") -> tuple[list[list[str]], dict[str, set[str]]]:
+    """The layers (top first, each a list of sibling packages) and, per source package, what forbidden contracts
+    forbid it, from ``.importlinter`` as import-linter reads it."""
+    parser = configparser.ConfigParser()
+    parser.read(path, encoding="utf-8")
+    layers: list[list[str]] = []
+    forbidden: dict[str, set[str]] = {}
+    for section in parser.sections():
+        contract = parser[section]
+        kind = contract.get("type")
+        if kind == "layers":
+            layers = [[name.strip() for name in line.split("|")] for line in contract["layers"].split("\n")
+                      if line.strip()]
+        elif kind == "forbidden":
+            for source in contract["source_modules"].split():
+                forbidden.setdefault(source.removeprefix("hami_web."), set()).update(
+                    name.removeprefix("hami_web.") for name in contract["forbidden_modules"].split()
+                    if name.startswith("hami_web."))
+    return layers, forbidden
+
+
+def _forbidden_by_layers(layers: list[list[str]], package: str) -> set[str]:
+    """What the layers contract forbids ``package``: every layer above its own and its siblings."""
+    for depth, layer in enumerate(layers):
+        if package in layer:
+            return {name for above in layers[:depth] for name in above} | (set(layer) - {package})
+    return set()
+
+
+def test_importlinter_forbids_all_that_the_cells_forbid(graph: grimp.ImportGraph) -> None:
+    """The contracts are as tight as the table (docs/architecture.md#modules): every module of ours that a package's
+    cell does not allow is forbidden to it by the layers contract or a forbidden contract, so ``lint-imports`` run
+    alone (as an editor or a pre-commit hook runs it) says what the table says."""
+    layers, forbidden = _contracts()
+    cells = {row.package: row.may_import for row in table_rows() if row.may_import is not None}
+    leaves = sorted(module.split(".", 1)[1] for module in graph.modules
+                    if "." in module and not graph.find_children(module))
+    loose = []
+    for package, cell in cells.items():
+        barred = _forbidden_by_layers(layers, package) | forbidden.get(package, set())
+        for module in leaves:
+            if _within(module, package) or any(_within(module, token) for token in cell):
+                continue
+            if not any(_within(module, name) for name in barred):
+                loose.append(f"{package} may import {module} by .importlinter, not by its cell")
+    assert not loose, ("contracts looser than docs/architecture.md#modules (add the module to the package's "
+                       "forbidden contract in .importlinter):\n" + "\n".join(loose))
