@@ -1,4 +1,5 @@
-"""Which GPU nodes are busy binding now: the filter tries them after the others (docs/compatibility.md#decisions).
+"""Which GPU nodes are busy binding now: the filter tries them after the others
+(docs/compatibility.md#filter-and-placement).
 
 A node is busy while a live owner holds its HAMi node lock (live by the rules `/bind` applies,
 `core.nodelocks.stale_reason`), while a family's own lock on it is live (readable and younger than its rule's

@@ -5,9 +5,10 @@ first that fits is the answer. Nodes whose aggregates already rule them out are 
 exact per-GPU reasons are only computed when no node fits, because only then does anyone read them.
 
 Nodes busy binding (their HAMi node lock held by a live owner, or a placement of ours not yet bound) are ranked after
-the free ones, each group in the policy's order (docs/compatibility.md#decisions, node policy order): under binpack
-every pod of a burst would otherwise go to the one fullest node, whose lock the previous pod holds until its device
-plugin is done, and have its bind refused. A busy node is never excluded: a pod that fits only there still gets it.
+the free ones, each group in the policy's order (docs/compatibility.md#filter-and-placement, node policy order):
+under binpack every pod of a burst would otherwise go to the one fullest node, whose lock the previous pod holds until
+its device plugin is done, and have its bind refused. A busy node is never excluded: a pod that fits only there still
+gets it.
 """
 
 from __future__ import annotations

@@ -68,7 +68,7 @@ def fit_container(request: ContainerRequest, inventory: NodeInventory, work: Wor
     """Pick devices of the request's family for one container on ``work`` and book them there, or say why not.
 
     The families without pair scores (``inventory.topology``) read topology-aware as spread
-    (docs/compatibility.md#decisions, device families). ``occupied`` is the node's working MIG occupancy, which
+    (docs/compatibility.md#device-families). ``occupied`` is the node's working MIG occupancy, which
     `fit_pod` passes when the node has dynamic MIG GPUs (None: it has none); a container whose candidates include one is
     fitted by `_fit_with_mig`. ``quota``: the pod's tally against its namespace's limits, which the picks are added to
     (docs/quotas.md#namespace-quotas). ``pinned``: the cards the pod's earlier containers hold, for a family that keeps

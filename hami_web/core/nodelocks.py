@@ -1,9 +1,9 @@
 """HAMi's node locks as data: their annotation formats and when a held lock is stale (docs/wire-formats.md#node-lock).
 
 Two capabilities judge a lock: ``/bind``, which may take over a stale lock, and ``/filter``, which ranks nodes whose
-lock a live owner holds after the free ones (docs/compatibility.md#decisions, node policy order). Both must call the
-same lock "stale", or the filter would steer pods away from nodes the bind would happily take (or towards nodes it would
-refuse), so the rule lives here, pure: the caller says what it knows of the owner pod.
+lock a live owner holds after the free ones (docs/compatibility.md#filter-and-placement, node policy order). Both
+must call the same lock "stale", or the filter would steer pods away from nodes the bind would happily take (or
+towards nodes it would refuse), so the rule lives here, pure: the caller says what it knows of the owner pod.
 
 Most families share ``hami.io/mutex.lock``, whose value names its owner pod. A family may bring its own lock
 (`LockRule`): Cambricon's device plugin reads ``cambricon.com/dsmlu.lock``, whose value is a bare time, stale after two

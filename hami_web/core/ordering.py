@@ -43,7 +43,7 @@ def _pair_score(inventory: NodeInventory, first: str, second: str) -> int:
 
 def topology_aware(request: ContainerRequest, inventory: NodeInventory, options: PodOptions) -> bool:
     """Whether the pod's topology-aware policy applies to this family: the families without pair scores
-    (``inventory.topology``) read it as spread (docs/compatibility.md#decisions, device families)."""
+    (``inventory.topology``) read it as spread (docs/compatibility.md#device-families)."""
     return options.gpu.topology_aware and (inventory.topology is None or request.family in inventory.topology)
 
 

@@ -1,5 +1,5 @@
-"""Nodes busy binding are tried last (docs/compatibility.md#decisions, node policy order), and when a HAMi node lock is
-stale (`core.nodelocks`).
+"""Nodes busy binding are tried last (docs/compatibility.md#filter-and-placement, node policy order), and when a
+HAMi node lock is stale (`core.nodelocks`).
 
 Covers: busy nodes come after the free ones in `rank_nodes` and `choose_node`, each group keeping the node policy's
 order (binpack: the fullest free node first; spread: the emptiest) with ties by name; a pod that fits only on a busy

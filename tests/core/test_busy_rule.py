@@ -1,5 +1,5 @@
-"""The busy-node rule as a pure function (`core.busynodes`, docs/compatibility.md#decisions): a table of locks and
-placements.
+"""The busy-node rule as a pure function (`core.busynodes`, docs/compatibility.md#filter-and-placement): a table of
+locks and placements.
 
 Covers: a fresh lock with a known owner still binding is busy, one whose owner is done (success or failed) is not;
 a lock past the timeout is not; an unknown owner is live within the grace and gone after it; an owner-less lock is

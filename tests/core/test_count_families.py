@@ -160,7 +160,8 @@ def test_biren_fit_as_hami_tests_it(used: tuple[int, ...], count: int, asked: in
 
 def test_an_enflame_card_in_use_takes_no_other_container() -> None:
     """TestGCUDevices_Fit "fit success" / "device already used" (HAMi's reason there is ExclusiveDeviceAllocateConflict;
-    a card of one task says CardTimeSlicingExhausted here: docs/compatibility.md#decisions)."""
+    a card of one task says CardTimeSlicingExhausted here:
+    docs/compatibility.md#enflame-gcu-metax-gpu-and-moore-threads)."""
     node = capacity_node("g", GCU.resources.count, 1)
     placed = place([node], pod(GCU))
     assert isinstance(placed, Placement) and placed.grants[0] == (DeviceGrant("g-GCU-0", 100, 100, "GCU"),)

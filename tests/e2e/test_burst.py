@@ -1,5 +1,5 @@
 """A burst of binpack GPU pods through the real kube-scheduler while node locks are held as on a real node
-(docs/compatibility.md#decisions, node policy order).
+(docs/compatibility.md#filter-and-placement, node policy order).
 
 Covers: with the device-plugin stand-in releasing each node lock only 0.5 s after the bind (as kubelet's admission
 and HAMi's Allocate take), a burst of 40 one-GPU pods under the default ``binpack`` policy is bound completely, with
