@@ -39,6 +39,7 @@ BUILD_DATE = os.environ.get("HAMI_WEB_BUILD_DATE", "unknown")
 LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 # Requests per bind: 4 on the happy path; more after a conflict, a lock takeover, a cleanup.
 BIND_CALL_BUCKETS = (1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 16, 24)
+VICTIM_BUCKETS = (1, 2, 3, 4, 6, 8, 12, 16, 32)
 
 
 def reason_names(reason: str) -> list[str]:
@@ -246,6 +247,12 @@ class _ClusterCollector(Collector):
         broken.add_metric(["node"], len(self._cache.broken_nodes()))
         broken.add_metric(["pod"], len(self._cache.stats.broken_pods))
         yield broken
+        holds = self._cache.holds()
+        held = GaugeMetricFamily("hami_web_preemption_holds", "devices held for preemptors (docs/preemption.md), "
+                                 "by whether the hold still waits for victims", labels=["waiting"])
+        held.add_metric(["true"], sum(1 for state in holds if state.remaining))
+        held.add_metric(["false"], sum(1 for state in holds if not state.remaining))
+        yield held
         yield from self._lock_holds()
 
         if self._sync is not None:
@@ -326,6 +333,14 @@ class Metrics:
         self._lock_waits = Counter("hami_web_node_lock_waits", "gang pods that found their node locked and waited, "
                                    "by outcome (started, acquired, timed_out, failed, no_slot)", ["outcome"],
                                    registry=self.registry)
+        self._preemptions = Counter("hami_web_preemptions", "device-aware preemptions by result (done, failed, "
+                                    "fenced: another server's stood, abandoned: the pod went away)", ["result"],
+                                    registry=self.registry)
+        self._victims = Histogram("hami_web_preemption_victims", "pods deleted by one preemption",
+                                  registry=self.registry, buckets=VICTIM_BUCKETS)
+        self._preemption = Gauge("hami_web_preemption_enabled", "1 when device-aware preemption is on; reason says "
+                                 "why it is off (--preemption=off, or rights the server lacks)", ["reason"],
+                                 registry=self.registry)
         # HAMi's build metadata series; go_version and compiler name the Python that runs us.
         Gauge("hami_build_info", "hami-web build metadata as labels, value 1",
               ["version", "revision", "build_date", "go_version", "compiler", "platform"],
@@ -335,6 +350,17 @@ class Metrics:
             platform=f"{platform.system().lower()}/{GO_ARCH.get(platform.machine(), platform.machine())}").set(1)
         if cache is not None:
             self.registry.register(_ClusterCollector(cache, sync, legacy=legacy))
+
+    def observe_preemption(self, result: str, victims: int) -> None:
+        """Count one preemption by result, and its victims when it was carried out."""
+        self._preemptions.labels(result=result).inc()
+        if result == "done":
+            self._victims.observe(victims)
+
+    def set_preemption(self, enabled: bool, reason: str = "") -> None:
+        """Whether device-aware preemption is on, and why not."""
+        self._preemption.clear()
+        self._preemption.labels(reason=reason).set(1.0 if enabled else 0.0)
 
     def observe_request(self, route: str, seconds: float) -> None:
         """Record how long a ``/filter``, ``/bind`` or ``/webhook`` call took."""

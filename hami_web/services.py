@@ -15,7 +15,15 @@ from typing import Protocol, cast
 from flask import current_app
 
 from hami_web.core.quota import QuotaBook
-from hami_web.extender.outcomes import BindOutcome, BindRequest, FilterOutcome, FilterRequest, UnreadableArgs
+from hami_web.extender.outcomes import (
+    BindOutcome,
+    BindRequest,
+    FilterOutcome,
+    FilterRequest,
+    PreemptOutcome,
+    PreemptRequest,
+    UnreadableArgs,
+)
 from hami_web.settings import Settings
 
 EXTENSION_KEY = "hami_web"
@@ -38,6 +46,10 @@ class ExtenderCalls(Protocol):
 
     def bind(self, request: BindRequest | UnreadableArgs) -> BindOutcome:
         """Decide one bind."""
+        ...
+
+    def preempt(self, request: PreemptRequest | UnreadableArgs) -> PreemptOutcome:
+        """Answer one preempt call (``ProcessPreemption``)."""
         ...
 
     def activity(self) -> str:

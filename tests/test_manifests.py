@@ -246,12 +246,12 @@ def test_profile_scheduler_name_is_the_one_the_webhook_sets() -> None:
 
 def test_extender_points_at_the_loopback_extender_listener_in_the_same_pod() -> None:
     assert EXTENDER["urlPrefix"] == f"https://{_flag(SERVER['args'], '--extender-bind')}" == "https://127.0.0.1:8444"
-    assert {"/filter", "/bind"} <= ROUTES_BY_AUDIENCE["extender"]
+    assert {"/filter", "/bind", "/preempt"} <= ROUTES_BY_AUDIENCE["extender"]
     assert EXTENDER["enableHTTPS"] is True
-    assert (EXTENDER["filterVerb"], EXTENDER["bindVerb"]) == ("filter", "bind")
+    assert (EXTENDER["filterVerb"], EXTENDER["preemptVerb"], EXTENDER["bindVerb"]) == ("filter", "preempt", "bind")
     assert EXTENDER["nodeCacheCapable"] is True and EXTENDER["weight"] == 1 and EXTENDER["httpTimeout"] == "30s"
     routes = {rule.rule: rule.methods for rule in create_app(Settings()).url_map.iter_rules()}
-    assert "POST" in routes["/filter"] and "POST" in routes["/bind"]
+    assert "POST" in routes["/filter"] and "POST" in routes["/bind"] and "POST" in routes["/preempt"]
 
 
 # Every family hami-web can schedule, Iluvatar's and Ascend's chips included: the shipped configuration must serve a
@@ -351,8 +351,12 @@ def test_server_role_is_least_privilege() -> None:
     rules = {(rule["apiGroups"][0], resource): set(rule["verbs"])
              for rule in _one("ClusterRole", "hami-web")["rules"] for resource in rule["resources"]}
     # Events go through core/v1 (Kube.create_event); events.k8s.io is not used, so not granted.
+    # Preemption (docs/preemption.md): delete victims, patch pods/status, read PodDisruptionBudgets; the same
+    # rights extender.preempting.RIGHTS checks at start-up.
     assert rules == {("", "nodes"): {"get", "list", "watch", "patch"},
-                     ("", "pods"): {"get", "list", "watch", "patch"},
+                     ("", "pods"): {"get", "list", "watch", "patch", "delete"},
+                     ("", "pods/status"): {"patch"},
+                     ("policy", "poddisruptionbudgets"): {"list", "watch"},
                      ("", "pods/binding"): {"create"},
                      ("", "resourcequotas"): {"list", "watch"},
                      ("", "events"): {"create", "patch"}}
@@ -559,3 +563,12 @@ def test_overlay_with_the_monitoring_component_builds(tmp_path: Path) -> None:
     assert {("ServiceMonitor", "hami-web"), ("Service", "hami-web-metrics"),
             ("ConfigMap", "hami-web-grafana-dashboard"), ("Deployment", "hami-web")} <= kinds
     assert len(objects) == len(DOCUMENTS) + 3
+
+
+def test_the_role_grants_every_right_preemption_checks_for() -> None:
+    """`extender.preempting.RIGHTS` (checked at start-up; without them preemption turns itself off) are all granted."""
+    from hami_web.extender.preempting import RIGHTS
+    rules = {(rule["apiGroups"][0], resource): set(rule["verbs"])
+             for rule in _one("ClusterRole", "hami-web")["rules"] for resource in rule["resources"]}
+    for verb, resource, subresource, group in RIGHTS:
+        assert verb in rules[(group, f"{resource}/{subresource}" if subresource else resource)]

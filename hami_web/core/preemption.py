@@ -23,8 +23,8 @@ victim (the pod waits for them). A victim in the preemptor's namespace gives its
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from hami_web.core.families import DeviceCatalog
@@ -90,6 +90,43 @@ class DisruptionBudget:
     selector: LabelSelector | None
     disruptions_allowed: int
     disrupted_pods: frozenset[str] = frozenset()
+
+
+def parse_disruption_budget(obj: Mapping[str, Any]) -> DisruptionBudget:
+    """Read a policy/v1 PodDisruptionBudget; never raises. A selector that does not parse matches nothing, as in
+    ``filterPodsWithPDBViolation`` ("This object has an invalid selector, it does not match the pod"); a missing or
+    unreadable ``status.disruptionsAllowed`` is 0 (the disruption controller has not judged it yet)."""
+    metadata = obj.get("metadata") if isinstance(obj, Mapping) else None
+    metadata = metadata if isinstance(metadata, Mapping) else {}
+    spec = obj.get("spec") if isinstance(obj, Mapping) else None
+    status = obj.get("status") if isinstance(obj, Mapping) else None
+    status = status if isinstance(status, Mapping) else {}
+    allowed = status.get("disruptionsAllowed")
+    disrupted = status.get("disruptedPods")
+    return DisruptionBudget(
+        namespace=str(metadata.get("namespace") or ""), name=str(metadata.get("name") or ""),
+        selector=_label_selector(spec.get("selector") if isinstance(spec, Mapping) else None),
+        disruptions_allowed=allowed if isinstance(allowed, int) and not isinstance(allowed, bool) else 0,
+        disrupted_pods=frozenset(str(name) for name in disrupted) if isinstance(disrupted, Mapping) else frozenset())
+
+
+def _label_selector(value: object) -> LabelSelector | None:
+    if not isinstance(value, Mapping):
+        return None
+    labels = value.get("matchLabels") or {}
+    expressions = value.get("matchExpressions") or []
+    if not isinstance(labels, Mapping) or not isinstance(expressions, list):
+        return None
+    requirements = []
+    for item in expressions:
+        if not isinstance(item, Mapping) or item.get("operator") not in ("In", "NotIn", "Exists", "DoesNotExist"):
+            return None
+        values = item.get("values") or []
+        if not isinstance(values, list):
+            return None
+        requirements.append(Requirement(str(item.get("key") or ""), str(item["operator"]),
+                                        tuple(str(v) for v in values)))
+    return LabelSelector(match_labels={str(k): str(v) for k, v in labels.items()}, expressions=tuple(requirements))
 
 
 @dataclass(frozen=True, slots=True)
@@ -270,6 +307,29 @@ def select_victims(preemptor: Preemptor, view: NodeView, holders: Sequence[Holde
                        waiting_for=waiting, grants=grants)
 
 
+def extend_victims(preemptor: Preemptor, view: NodeView, holders: Sequence[Holder], proposed: Collection[str],
+                   budgets: Sequence[DisruptionBudget], catalog: DeviceCatalog) -> NodeVictims | str:
+    """The extender's ``ProcessPreemption`` for one node: kube-scheduler proposes the pods ``proposed`` (uids) as
+    victims for what it sees (CPU, memory); the pod's devices must fit once they are gone. Those pods count as gone
+    here; the result's victims are the device holders that must go too (none when the proposed ones free enough), or
+    why no choice of lower-priority device holders makes the devices fit (the node is then dropped)."""
+    gone = [replace(holder, terminating=True) if holder.uid in proposed and not holder.terminating else holder
+            for holder in holders]
+    result = select_victims(preemptor, view, gone, budgets, catalog)
+    if isinstance(result, str) and result == NO_VICTIMS:
+        trial = _Trial(view, preemptor, catalog)
+        for holder in gone:
+            if holder.terminating:
+                trial.remove(holder)
+        fitted = trial.fit()
+        if isinstance(fitted, PodFit):
+            return NodeVictims(node=view.name, victims=(), pdb_violations=0,
+                               waiting_for=tuple(holder for holder in gone if holder.terminating),
+                               grants=fitted.grants)
+        return f"{fitted.summary()}, and {NO_VICTIMS}"
+    return result
+
+
 def _latest_earliest_start(candidate: NodeVictims) -> float:
     """``GetEarliestPodStartTime`` of the node's victims of the highest priority (negated: the latest wins)."""
     top = candidate.victims[0].priority
@@ -328,5 +388,5 @@ def plan_preemption(preemptor: Preemptor, nodes: Sequence[str], views: Mapping[s
 
 __all__ = ["MIN_CANDIDATE_NODES_ABSOLUTE", "MIN_CANDIDATE_NODES_PERCENTAGE", "NO_VICTIMS", "PREEMPT_NEVER",
            "DisruptionBudget", "Holder", "LabelSelector", "NoPreemption", "NodeVictims", "PreemptionPlan", "Preemptor",
-           "candidate_count", "more_important", "pick_node", "plan_preemption", "preemption_terms", "select_victims",
-           "split_by_budget"]
+           "candidate_count", "extend_victims", "more_important", "parse_disruption_budget", "pick_node",
+           "plan_preemption", "preemption_terms", "select_victims", "split_by_budget"]

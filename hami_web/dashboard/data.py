@@ -238,6 +238,10 @@ def overview(sources: DashboardSources, args: Mapping[str, str]) -> dict[str, An
         "histograms": _histograms(snapshot),
         "broken_nodes": dict(sorted(snapshot.broken_nodes.items())),
         "quotas": [dataclasses.asdict(quota) for quota in whole.quotas],
+        "holds": [{"pod": state.hold.key, "priority": state.hold.priority, "node": state.hold.node,
+                   "preempted": state.hold.preempted, "waiting_for": list(state.remaining),
+                   "expires_in_seconds": round(max(0.0, state.hold.expires_at - sources.decisions.now()), 1)}
+                  for state in sorted(sources.cache.holds(), key=lambda state: state.hold.key)],
     }
 
 
@@ -259,7 +263,8 @@ def pending(sources: DashboardSources, args: Mapping[str, str]) -> dict[str, Any
     policies = sources.policies()
     pods = []
     for refusal in refusals[(page - 1) * PENDING_PER_PAGE: page * PENDING_PER_PAGE]:
-        explained = explain_pod(refusal.pod_object, snapshot, policies)
+        explained = explain_pod(refusal.pod_object, snapshot, policies,
+                                preemption=sources.settings.preemption == "on")
         explained.node_reasons = {}  # one per node: the page shows the groups (and asdict would copy them all)
         explanation = explain_data(explained)
         explanation.pop("node_reasons")

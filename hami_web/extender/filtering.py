@@ -18,6 +18,7 @@ from typing import Any
 from hami_web.core.choose import Placement
 from hami_web.core.options import OptionsError
 from hami_web.core.policy import SchedulingPolicy
+from hami_web.core.preemption import NoPreemption, Preemptor, preemption_terms
 from hami_web.core.reasons import causes_key, group_reasons
 from hami_web.core.requests import RequestError
 from hami_web.extender.collaborators import EventSink, FilterMetrics
@@ -31,6 +32,7 @@ from hami_web.extender.outcomes import (
     UnreadableArgs,
     Unschedulable,
 )
+from hami_web.extender.preempting import Preempter
 from hami_web.kube import deadline, deadline_left_seconds
 from hami_web.state.cache import AlreadyBooked
 from hami_web.state.faces import Placements
@@ -58,8 +60,10 @@ class Filter:
 
     def __init__(self, *, policy: SchedulingPolicy, cache: Placements, events: EventSink,
                  metrics: FilterMetrics | None = None, deadline_seconds: float = 15.0,
-                 sync_wait_seconds: float = SYNC_WAIT_SECONDS) -> None:
-        """``policy`` is the server's scheduling policy; ``deadline_seconds`` is ``--extender-deadline``."""
+                 sync_wait_seconds: float = SYNC_WAIT_SECONDS, preempter: Preempter | None = None) -> None:
+        """``policy`` is the server's scheduling policy; ``deadline_seconds`` is ``--extender-deadline``;
+        ``preempter`` carries out device-aware preemptions (None: preemption is off; docs/preemption.md)."""
+        self._preempter = preempter
         self._deadline_seconds = deadline_seconds
         self._policy = policy
         self._cache = cache
@@ -97,18 +101,40 @@ class Filter:
             return self._refused(request, str(error))
         if not self._cache.wait_synced(min(self._sync_wait_seconds, max(0.0, deadline_left_seconds() or 0.0))):
             return FilterRefused(FilterRefusal.NOT_SYNCED, NOT_SYNCED_MESSAGE, request)
+        priority, may_preempt = preemption_terms(request.pod)
         try:
             result = self._cache.place(uid=ref.uid, namespace=ref.namespace, name=ref.name, request=pod_request,
                                        options=options, candidates=request.candidates,
                                        container_names=pod_request.container_names,
-                                       resource_version=request.resource_version, replaces=replaces)
+                                       resource_version=request.resource_version, replaces=replaces,
+                                       priority=priority)
         except AlreadyBooked as error:
             return self._refused(request, str(error))
         if isinstance(result, Placement):
             # Nothing is written here: the booking is an assumption in the cache until /bind verifies it against
             # the API under the node lock and writes it onto the pod (see `extender.binding`).
             return Placed(request, result)
-        return Unschedulable(request, dict(result.reasons))
+        if self._preempter is None or not may_preempt:
+            return Unschedulable(request, dict(result.reasons))
+        preemptor = Preemptor(uid=ref.uid, namespace=ref.namespace, name=ref.name, priority=priority,
+                              request=pod_request, options=options)
+        return self._preempt(self._preempter, request, preemptor, dict(result.reasons))
+
+    def _preempt(self, preempter: Preempter, request: FilterRequest, preemptor: Preemptor,
+                 reasons: dict[str, str]) -> Unschedulable:
+        """Device-aware preemption for a pod no node takes (docs/preemption.md): decided in the cache, the act queued
+        for ``preempter``; the answer stays "no node" (the pod fits once its victims are gone)."""
+        nominated = str((request.pod.get("status") or {}).get("nominatedNodeName") or "")
+        scheduler = str((request.pod.get("spec") or {}).get("schedulerName") or self._policy.scheduler_name)
+        decision = preempter.decide(preemptor, request.candidates, nominated=nominated, scheduler_name=scheduler)
+        if isinstance(decision, NoPreemption):
+            return Unschedulable(request, reasons)
+        # The other nodes keep their own reasons (what their devices lack); FailedNodes names only the nodes
+        # kube-scheduler sent, and a hold's node may not be among them this time.
+        note = decision.reasons[decision.hold.node]
+        if decision.hold.node in reasons:
+            reasons[decision.hold.node] = note
+        return Unschedulable(request, reasons, preemption=note)
 
     @staticmethod
     def _refused(request: FilterRequest, message: str) -> FilterRefused:
@@ -148,6 +174,8 @@ class Filter:
         elif isinstance(outcome, Unschedulable):
             ref, reasons = outcome.request.ref, outcome.reasons
             summary = "; ".join(f"{node}: {reason}" for node, reason in sorted(reasons.items()))
+            if outcome.preemption:
+                summary = f"{outcome.preemption}; {summary}"
             log.info("filter pod=%s node=- no node fits: %s", ref.key, summary, extra={"pod": ref.key})
             self._events.record(namespace=ref.namespace, name=ref.name, uid=ref.uid, reason="FilteringFailed",
                                 message=unschedulable_message(ref.namespace, ref.name, reasons), warning=True,

@@ -93,10 +93,13 @@ class Placed:
 
 @dataclass(frozen=True, slots=True)
 class Unschedulable:
-    """No candidate fits; ``reasons`` says why for every candidate node."""
+    """No candidate fits; ``reasons`` says why for every candidate node. ``preemption`` says what device-aware
+    preemption does about it (``preempting a, b on node n``, ``waiting for 2 preempted pods on n``; "" for
+    nothing: docs/preemption.md)."""
 
     request: FilterRequest
     reasons: Mapping[str, str]
+    preemption: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -176,3 +179,37 @@ class BindRefused:
 
 
 BindOutcome = Bound | BindRefused
+
+
+# -- preemptVerb -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class PreemptRequest:
+    """An ExtenderPreemptionArgs, checked (`wire.decode_preemption_args`): the pod, and per node the victims
+    kube-scheduler's own preemption chose (their uids) with the PodDisruptionBudgets they violate."""
+
+    pod: Mapping[str, Any]
+    ref: PodRef
+    proposals: Mapping[str, tuple[tuple[str, ...], int]]
+
+
+@dataclass(frozen=True, slots=True)
+class PreemptAnswer:
+    """Per node kept, its victims (kube-scheduler's, then the device holders that must go too) and PDB violations;
+    per node dropped, why (the pod's devices fit there with no choice of lower-priority victims)."""
+
+    request: PreemptRequest
+    nodes: Mapping[str, tuple[tuple[str, ...], int]]
+    dropped: Mapping[str, str]
+
+
+@dataclass(frozen=True, slots=True)
+class PreemptRefused:
+    """The preempt call answers ``message`` as its ``Error``."""
+
+    message: str
+    request: PreemptRequest | UnreadableArgs
+
+
+PreemptOutcome = PreemptAnswer | PreemptRefused

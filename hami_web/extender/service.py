@@ -27,9 +27,14 @@ from hami_web.extender.outcomes import (
     FilterRequest,
     Passthrough,
     Placed,
+    PreemptAnswer,
+    PreemptOutcome,
+    PreemptRefused,
+    PreemptRequest,
     UnreadableArgs,
     Unschedulable,
 )
+from hami_web.extender.preemptverb import PreemptVerb
 from hami_web.state.decisions import BIND, FILTER, Decision, DecisionLog
 from hami_web.state.faces import CacheReads
 
@@ -44,6 +49,7 @@ class Extender:
     filterer: Filter
     binder: Binder
     events: EventRecorder
+    preempter: PreemptVerb | None = None
     cache: CacheReads | None = None
     decisions: DecisionLog | None = None
     # Monotonic time of the last /filter or /bind call: only the replica whose kube-scheduler holds the Lease is
@@ -77,6 +83,15 @@ class Extender:
         if self.decisions is not None:
             self._note_bind(outcome, time.perf_counter() - started)
         return outcome
+
+    def preempt(self, request: PreemptRequest | UnreadableArgs) -> PreemptOutcome:
+        """See `PreemptVerb.process`; without one (``--preemption=off``) kube-scheduler's choice stands."""
+        self.last_call = time.monotonic()
+        if self.preempter is None:
+            if isinstance(request, UnreadableArgs):
+                return PreemptRefused(request.error, request)
+            return PreemptAnswer(request, dict(request.proposals), {})
+        return self.preempter.process(request)
 
     def activity(self) -> str:
         """``never called`` (a standby, or no GPU pod yet) or ``last called N s ago`` (the active replica)."""

@@ -22,6 +22,9 @@ from hami_web.extender.outcomes import (
     Passthrough,
     Placed,
     PodRef,
+    PreemptOutcome,
+    PreemptRefused,
+    PreemptRequest,
     UnreadableArgs,
     Unschedulable,
 )
@@ -38,6 +41,13 @@ class ExtenderFilterResult(TypedDict, total=False):
     NodeNames: list[str] | None
     FailedNodes: dict[str, str]
     FailedAndUnresolvableNodes: dict[str, str]
+    Error: str
+
+
+class ExtenderPreemptionResult(TypedDict, total=False):
+    """What ``/preempt`` answers: kube-scheduler reads only ``NodeNameToMetaVictims`` (victims by UID)."""
+
+    NodeNameToMetaVictims: dict[str, dict[str, Any]]
     Error: str
 
 
@@ -165,6 +175,44 @@ def decode_binding_args(body: object) -> BindRequest | UnreadableArgs:
     return BindRequest(ref=PodRef(namespace=namespace, name=name, uid=uid), node=node)
 
 
+def decode_preemption_args(body: object) -> PreemptRequest | UnreadableArgs:
+    """An ExtenderPreemptionArgs body (``NodeNameToMetaVictims`` with ``nodeCacheCapable``, else
+    ``NodeNameToVictims`` with whole pods) as a `PreemptRequest`, or `UnreadableArgs` saying what is wrong."""
+    try:
+        args = require_object(body, "ExtenderPreemptionArgs")
+        pod = filter_pod(args)
+        meta = field(args, "NodeNameToMetaVictims")
+        victims = meta if meta is not None else field(args, "NodeNameToVictims")
+        proposals = _proposals(require_object(victims or {}, "NodeNameToMetaVictims"), by_uid=meta is not None)
+    except WireError as error:
+        return UnreadableArgs(error=f"bad ExtenderPreemptionArgs: {error}", pod_key=_named_pod(body))
+    metadata = pod["metadata"]
+    ref = PodRef(namespace=str(metadata.get("namespace") or "default"), name=str(metadata["name"]),
+                 uid=str(metadata["uid"]))
+    return PreemptRequest(pod=pod, ref=ref, proposals=proposals)
+
+
+def _proposals(victims: Mapping[str, Any], *, by_uid: bool) -> dict[str, tuple[tuple[str, ...], int]]:
+    proposals = {}
+    for node, entry in victims.items():
+        entry = require_object(entry, f"victims of node {quote(node)}")
+        pods = field(entry, "Pods") or []
+        if not isinstance(pods, list):
+            raise WireError(f"victims of node {quote(node)}: Pods must be a list")
+        uids = []
+        for position, victim in enumerate(pods):
+            victim = require_object(victim, f"victims of node {quote(node)}: Pods[{position}]")
+            uid = field(victim, "UID") if by_uid else (field(victim, "metadata") or {}).get("uid")
+            if not isinstance(uid, str) or not uid:
+                raise WireError(f"victims of node {quote(node)}: Pods[{position}] has no UID")
+            uids.append(uid)
+        violations = field(entry, "NumPDBViolations") or 0
+        if not isinstance(violations, int) or isinstance(violations, bool):
+            raise WireError(f"victims of node {quote(node)}: NumPDBViolations must be an integer")
+        proposals[str(node)] = (tuple(uids), violations)
+    return proposals
+
+
 def _named_pod(body: object) -> str:
     """``namespace/name`` of the pod an unreadable ExtenderArgs names, as far as it does."""
     pod = field(body, "Pod") if isinstance(body, Mapping) else None
@@ -188,6 +236,14 @@ def encode_filter_result(outcome: FilterOutcome) -> ExtenderFilterResult:
     if isinstance(outcome, Passthrough):
         return _answer(outcome.request, list(outcome.request.candidates), failed={})
     assert_never(outcome)
+
+
+def encode_preemption_result(outcome: PreemptOutcome) -> ExtenderPreemptionResult:
+    """The ExtenderPreemptionResult: victims by UID per node kept (kube-scheduler drops the nodes left out)."""
+    if isinstance(outcome, PreemptRefused):
+        return {"NodeNameToMetaVictims": {}, "Error": outcome.message}
+    return {"NodeNameToMetaVictims": {node: {"Pods": [{"UID": uid} for uid in uids], "NumPDBViolations": violations}
+                                      for node, (uids, violations) in outcome.nodes.items()}, "Error": ""}
 
 
 def encode_binding_result(outcome: BindOutcome) -> ExtenderBindingResult:

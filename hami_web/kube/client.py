@@ -183,6 +183,18 @@ class Kube:
         return self._call(f"patch pod {namespace}/{name}", self._core.patch_namespaced_pod, name, namespace,
                           patch, _content_type=MERGE_PATCH)
 
+    def patch_pod_status(self, namespace: str, name: str, patch: JsonObject) -> JsonObject:
+        """JSON merge patch a pod's ``status`` subresource (conditions, ``nominatedNodeName``); a
+        ``metadata.resourceVersion`` in ``patch`` makes it a compare-and-swap."""
+        return self._call(f"patch pod {namespace}/{name} status", self._core.patch_namespaced_pod_status, name,
+                          namespace, patch, _content_type=MERGE_PATCH)
+
+    def delete_pod(self, namespace: str, name: str, *, uid: str) -> JsonObject:
+        """Delete a pod with its own grace period, only while it is still the pod ``uid`` (409 otherwise)."""
+        options = {"apiVersion": "v1", "kind": "DeleteOptions", "preconditions": {"uid": uid}}
+        return self._call(f"delete pod {namespace}/{name}", self._core.delete_namespaced_pod, name, namespace,
+                          body=options)
+
     def bind_pod(self, namespace: str, name: str, node: str, *, uid: str = "") -> None:
         """Create the pod's Binding to ``node``. The API answers a Status, so the body is read raw."""
         metadata: JsonObject = {"name": name, "namespace": namespace}
@@ -304,6 +316,15 @@ class Kube:
         """TokenReview ``token``; the answer's ``status`` says whether it is authenticated, and as whom."""
         body = {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview", "spec": {"token": token}}
         return self._call("create tokenreview", self._authentication.create_token_review, body)
+
+    def may(self, verb: str, resource: str, *, subresource: str = "", group: str = "") -> bool:
+        """SelfSubjectAccessReview: may this client ``verb`` ``resource`` (``subresource``) in every namespace."""
+        attributes = {"verb": verb, "resource": resource, "subresource": subresource, "group": group}
+        body = {"apiVersion": "authorization.k8s.io/v1", "kind": "SelfSubjectAccessReview",
+                "spec": {"resourceAttributes": attributes}}
+        answer = self._call(f"create selfsubjectaccessreview ({verb} {resource})",
+                            self._authorization.create_self_subject_access_review, body)
+        return bool((answer.get("status") or {}).get("allowed"))
 
     def review_access(self, *, user: JsonObject, verb: str, resource: str) -> JsonObject:
         """SubjectAccessReview: may ``user`` (a TokenReview's ``status.user``) ``verb`` ``resource`` cluster-wide."""

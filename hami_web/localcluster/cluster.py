@@ -43,14 +43,17 @@ class LocalCluster:
     """A kube-apiserver stand-in with real state: ``with LocalCluster() as cluster: Kube.for_url(cluster.url)``."""
 
     def __init__(self, objects: list[JsonObject] | None = None, *, history_size: int = DEFAULT_HISTORY_SIZE,
-                 bookmark_interval_seconds: float = 2.0, watch_list: str = WATCH_LIST_ON) -> None:
+                 bookmark_interval_seconds: float = 2.0, watch_list: str = WATCH_LIST_ON,
+                 graceful_pod_deletion: bool = False) -> None:
         """``watch_list``: how streaming lists are answered (``on``; ``refuse``: 422 as with the WatchList feature
-        off; ``ignore``: a plain watch, as a server that predates them); `watch_list` changes it later."""
+        off; ``ignore``: a plain watch, as a server that predates them); `watch_list` changes it later.
+        ``graceful_pod_deletion``: deleting a pod on a node with a grace period only marks it terminating, as
+        kube-apiserver does (no kubelet here: a delete with grace 0 ends it); off, every delete is at once."""
         if watch_list not in WATCH_LIST_MODES:
             raise ValueError(f"unknown watch_list {watch_list!r} (expected one of {', '.join(WATCH_LIST_MODES)})")
         self._store = Store(history_size=history_size)
         self._api = ApiServer(self._store, bookmark_interval_seconds=bookmark_interval_seconds,
-                              watch_list=watch_list)
+                              watch_list=watch_list, graceful_pod_deletion=graceful_pod_deletion)
         self._server: WsgiHttpServer | None = None
         self._thread: threading.Thread | None = None
         self.url = ""

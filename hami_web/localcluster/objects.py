@@ -39,6 +39,11 @@ def now_rfc3339() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+def rfc3339_after(seconds: int) -> str:
+    """The time ``seconds`` from now as kube writes timestamps (a pod's ``deletionTimestamp``)."""
+    return datetime.fromtimestamp(datetime.now(UTC).timestamp() + seconds, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
 def _check_name(rt: ResourceType, name: str) -> None:
     if not name:
         raise invalid(rt.kind, "", ["metadata.name: Required value: name or generateName is required"])

@@ -55,6 +55,7 @@ RESOURCE_TYPES: dict[str, ResourceType] = {
         ResourceType("secrets", "Secret", "", "v1", namespaced=True, field_selectors=(*COMMON_FIELDS, "type")),
         ResourceType("configmaps", "ConfigMap", "", "v1", namespaced=True),
         ResourceType("resourcequotas", "ResourceQuota", "", "v1", namespaced=True, has_status=True),
+        ResourceType("poddisruptionbudgets", "PodDisruptionBudget", "policy", "v1", namespaced=True, has_status=True),
         ResourceType("mutatingwebhookconfigurations", "MutatingWebhookConfiguration",
                      "admissionregistration.k8s.io", "v1", namespaced=False),
         ResourceType("leases", "Lease", "coordination.k8s.io", "v1", namespaced=True),

@@ -64,9 +64,12 @@ def _rule_allows(rule: Mapping[str, Any], attributes: Mapping[str, Any]) -> bool
     def has(values: object, wanted: str) -> bool:
         return isinstance(values, list) and ("*" in values or wanted in values)
 
+    resource = str(attributes.get("resource", ""))
+    if attributes.get("subresource"):
+        resource = f"{resource}/{attributes['subresource']}"
     return has(rule.get("verbs"), str(attributes.get("verb", ""))) \
         and has(rule.get("apiGroups"), str(attributes.get("group", ""))) \
-        and has(rule.get("resources"), str(attributes.get("resource", "")))
+        and has(rule.get("resources"), resource)
 
 
 def review_access(store: Store, body: Mapping[str, Any]) -> JsonObject:
@@ -88,3 +91,23 @@ def review_access(store: Store, body: Mapping[str, Any]) -> JsonObject:
     status = {"allowed": True, "reason": f'allowed by ClusterRoleBinding "{allowed_by}"'} if allowed_by \
         else {"allowed": False, "reason": "no ClusterRoleBinding grants it"}
     return {"apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview", "spec": spec, "status": status}
+
+
+def review_own_access(store: Store, body: Mapping[str, Any], authorization: str) -> JsonObject:
+    """The SelfSubjectAccessReview: the caller is the ServiceAccount whose token the request carries (``Bearer
+    <token>``), judged as `review_access` judges it. A request without a token is this server's administrator (every
+    request is served without authentication): allowed."""
+    spec = body.get("spec") or {}
+    if not isinstance(spec.get("resourceAttributes"), Mapping):
+        raise bad_request("SelfSubjectAccessReview spec.resourceAttributes is required")
+    token = authorization[len("Bearer "):].strip() if authorization.startswith("Bearer ") else ""
+    if not token:
+        status: JsonObject = {"allowed": True, "reason": "the local API server's administrator"}
+    else:
+        who = review_token(store, {"spec": {"token": token}})["status"]
+        user = who.get("user") or {}
+        judged = review_access(store, {"spec": {"user": user.get("username", ""), "groups": user.get("groups") or [],
+                                                "resourceAttributes": spec["resourceAttributes"]}})
+        status = judged["status"]
+    return {"apiVersion": "authorization.k8s.io/v1", "kind": "SelfSubjectAccessReview", "spec": spec,
+            "status": status}

@@ -25,12 +25,12 @@ from hami_web.localcluster.errors import ApiError, bad_request, conflict, invali
 from hami_web.localcluster.faults import cut_after, dripping, silent_for
 from hami_web.localcluster.httpserver import RESET_CONNECTION
 from hami_web.localcluster.resources import RESOURCE_TYPES, ResourceType, resource_type
-from hami_web.localcluster.reviews import review_access, review_token
+from hami_web.localcluster.reviews import review_access, review_own_access, review_token
 from hami_web.localcluster.store import Change, Expired, Store
 
 JsonObject = dict[str, Any]
 
-SUBRESOURCES = {"pods": ("binding", "status"), "nodes": ("status",)}
+SUBRESOURCES = {"pods": ("binding", "status"), "nodes": ("status",), "poddisruptionbudgets": ("status",)}
 # Without timeoutSeconds the real server ends a watch after 30-60 minutes; one bound is enough here.
 DEFAULT_WATCH_TIMEOUT_SECONDS = 1800.0
 POLL_SECONDS = 0.05
@@ -38,6 +38,7 @@ POLL_SECONDS = 0.05
 REVIEWS: dict[tuple[str, ...], Callable[[Store, Mapping[str, Any]], JsonObject]] = {
            ("apis", "authentication.k8s.io", "v1", "tokenreviews"): review_token,
            ("apis", "authorization.k8s.io", "v1", "subjectaccessreviews"): review_access}
+SELF_ACCESS_REVIEW = ("apis", "authorization.k8s.io", "v1", "selfsubjectaccessreviews")
 # Paginated lists whose continue tokens stay valid at once (oldest forgotten first).
 MAX_LIST_SNAPSHOTS = 16
 SnapshotQuery = tuple[str, str | None, str, str]  # plural, namespace, label selector, field selector
@@ -100,6 +101,7 @@ class ApiServer:
     store: Store
     bookmark_interval_seconds: float = 2.0
     watch_list: str = WATCH_LIST_ON
+    graceful_pod_deletion: bool = False  # see `Store.delete`
     stopping: threading.Event = field(default_factory=threading.Event)
     request_log: list[tuple[str, str]] = field(default_factory=list)
     request_queries: list[dict[str, str]] = field(default_factory=list)
@@ -139,6 +141,12 @@ class ApiServer:
             if request.method != "POST":
                 raise ApiError(405, f"the server does not allow this method on the requested resource ({parts[-1]})")
             return _json(review(self.store, _body(request)), 201), None
+        if tuple(parts) == SELF_ACCESS_REVIEW:
+            if request.method != "POST":
+                raise ApiError(405, "the server does not allow this method on the requested resource "
+                                    "(selfsubjectaccessreviews)")
+            return _json(review_own_access(self.store, _body(request), request.headers.get("Authorization", "")),
+                         201), None
         target = _parse_target(parts)
         if target is None:
             raise ApiError(404, "the server could not find the requested resource")
@@ -201,7 +209,14 @@ class ApiServer:
                                        request.get_data(), subresource=target.subresource)
             return _json(patched, 200)
         if request.method == "DELETE" and target.subresource is None:
-            deleted = self.store.delete(rt, namespace, name)
+            options = _body(request) if request.get_data() else {}
+            if "gracePeriodSeconds" in request.args:
+                try:
+                    options["gracePeriodSeconds"] = int(request.args["gracePeriodSeconds"])
+                except ValueError:
+                    raise bad_request(f"gracePeriodSeconds: {request.args['gracePeriodSeconds']!r} is not an "
+                                      f"integer") from None
+            deleted = self.store.delete(rt, namespace, name, options, graceful_pods=self.graceful_pod_deletion)
             if rt.delete_returns_object:
                 return _json(deleted, 200)
             return _json(success_status(200, name=name, kind=rt.plural, uid=deleted["metadata"]["uid"]), 200)

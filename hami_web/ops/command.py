@@ -229,7 +229,7 @@ def run_explain(arguments: argparse.Namespace) -> int:
         raise _unreachable(error, source) from None
     finally:
         kube.close()
-    explanation = explain_pod(pod, snapshot, settings.policies)
+    explanation = explain_pod(pod, snapshot, settings.policies, preemption=settings.preemption)
     explanation.settings_source = settings.source
     if arguments.output in ("json", "yaml"):
         sys.stdout.write(dump(explain_data(explanation), arguments.output))

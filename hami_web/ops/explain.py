@@ -39,6 +39,7 @@ from hami_web.core.quota import booking_quota_use, family_quota_names, quota_res
 from hami_web.core.reasons import ReasonGroup, group_reasons
 from hami_web.core.requests import ContainerRequest, PodRequest, RequestError
 from hami_web.core.usage import pod_booking
+from hami_web.ops.preemptnote import preemption_note
 from hami_web.ops.snapshot import ClusterSnapshot
 from hami_web.state.pods import pod_usage
 
@@ -103,6 +104,7 @@ class Explanation:
     mig: list[str] = field(default_factory=list)  # why no MIG GPU takes a container (docs/mig.md#dynamic-mig)
     # The namespace quota the pod waits on, when devices would take it (docs/quotas.md#namespace-quotas).
     quota: str = ""
+    preemption: str = ""  # what device-aware preemption would do or does for it (docs/preemption.md)
 
 
 def _label(catalog: DeviceCatalog, cw: str) -> str:
@@ -210,8 +212,10 @@ def _bound(pod: Mapping[str, Any], explanation: Explanation, snapshot: ClusterSn
     return explanation
 
 
-def explain_pod(pod: Mapping[str, Any], snapshot: ClusterSnapshot, policies: SchedulingPolicy) -> Explanation:
-    """What the filter would answer for ``pod`` on ``snapshot`` (which must leave the pod's own usage out)."""
+def explain_pod(pod: Mapping[str, Any], snapshot: ClusterSnapshot, policies: SchedulingPolicy, *,
+                preemption: bool = True) -> Explanation:
+    """What the filter would answer for ``pod`` on ``snapshot`` (which must leave the pod's own usage out);
+    ``preemption``: whether the server preempts (its published ``--preemption``)."""
     metadata = pod.get("metadata") or {}
     annotations = metadata.get("annotations") or {}
     key = f"{metadata.get('namespace') or 'default'}/{metadata.get('name')}"
@@ -272,6 +276,7 @@ def explain_pod(pod: Mapping[str, Any], snapshot: ClusterSnapshot, policies: Sch
         explanation.mig = _mig_notes(request, snapshot, candidates)
     total = len(candidates) + len(screening.left_out)
     explanation.message = f"no node fits: 0/{total} nodes are available"
+    explanation.preemption = preemption_note(pod, request, options, candidates, snapshot, enabled=preemption)
     if quota is not None:
         explanation.quota = _quota_wait(request, options, candidates, snapshot, namespace, catalog)
         if explanation.quota:

@@ -288,6 +288,8 @@ def render_explain(explanation: Explanation, *, wide: bool = False) -> str:
         lines += _described("Settings", [explanation.settings_source])
     if explanation.quota:
         lines += _described("Quota", [explanation.quota])
+    if explanation.preemption:
+        lines += _described("Preemption", [explanation.preemption])
     if explanation.verdict in (FITS, SCHEDULED) and explanation.placement:
         lines.append("")
         mig = any(gpu.mig for gpus in explanation.placement.values() for gpu in gpus)

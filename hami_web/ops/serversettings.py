@@ -23,6 +23,7 @@ class ToolSettings:
     policies: SchedulingPolicy
     node_label_selector: str
     source: str
+    preemption: bool = True  # the server preempts (--preemption, as published: off when it lacks the rights)
 
 
 def read_published(kube: Kube, location: str) -> tuple[Settings | None, str]:
@@ -60,4 +61,4 @@ def tool_settings(kube: Kube, location: str, overrides: Mapping[str, tuple[str, 
     if flags:
         source += f", overridden by {', '.join(flags)}"
     return ToolSettings(policies=settings.policy, node_label_selector=settings.watch.node_label_selector,
-                        source=source)
+                        source=source, preemption=settings.preemption == "on")

@@ -1,4 +1,4 @@
-"""``/filter`` and ``/bind``: kube-scheduler's extender calls, each decode → decide → encode.
+"""``/filter``, ``/bind`` and ``/preempt``: kube-scheduler's extender calls, each decode → decide → encode.
 
 The body is decoded into a typed request (`wire.decode_filter_args`, `wire.decode_binding_args`), the extender
 decides into an outcome (`extender.outcomes`), and the outcome is encoded as the answer. kube-scheduler expects HTTP
@@ -19,8 +19,10 @@ from werkzeug.exceptions import HTTPException, RequestEntityTooLarge
 from hami_web.extender.wire import (
     decode_binding_args,
     decode_filter_args,
+    decode_preemption_args,
     encode_binding_result,
     encode_filter_result,
+    encode_preemption_result,
 )
 from hami_web.routes.bodies import BodyError, read_json_body
 from hami_web.services import ExtenderCalls, services
@@ -61,6 +63,13 @@ def filter_nodes() -> Response:
 def bind_pod() -> Response:
     """ExtenderBindingArgs in, ExtenderBindingResult out."""
     return _serve("bind", lambda extender, body: encode_binding_result(extender.bind(decode_binding_args(body))))
+
+
+@blueprint.post("/preempt")
+def preempt_nodes() -> Response:
+    """ExtenderPreemptionArgs in, ExtenderPreemptionResult out (docs/preemption.md)."""
+    return _serve("preempt", lambda extender, body: encode_preemption_result(
+        extender.preempt(decode_preemption_args(body))))
 
 
 @blueprint.errorhandler(HTTPException)

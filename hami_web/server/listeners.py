@@ -40,13 +40,13 @@ SHARED = "shared"  # HAMi's --http_bind: the webhook's and the extender's routes
 
 ROUTES_BY_AUDIENCE: dict[str, frozenset[str]] = {
     WEBHOOK: frozenset({"/webhook", "/healthz", "/readyz"}),
-    EXTENDER: frozenset({"/filter", "/bind", "/healthz", "/readyz"}),
+    EXTENDER: frozenset({"/filter", "/bind", "/preempt", "/healthz", "/readyz"}),
     METRICS: frozenset({"/metrics"}),
     UI: frozenset({"/ui"}),
-    SHARED: frozenset({"/webhook", "/filter", "/bind", "/healthz", "/readyz"}),
+    SHARED: frozenset({"/webhook", "/filter", "/bind", "/preempt", "/healthz", "/readyz"}),
 }
 # Routes a listener of these audiences answers only to a loopback peer.
-LOOPBACK_ONLY_BY_AUDIENCE: dict[str, frozenset[str]] = {SHARED: frozenset({"/filter", "/bind"})}
+LOOPBACK_ONLY_BY_AUDIENCE: dict[str, frozenset[str]] = {SHARED: frozenset({"/filter", "/bind", "/preempt"})}
 # Audiences that also serve every path under one of these prefixes.
 ROUTE_PREFIXES_BY_AUDIENCE: dict[str, tuple[str, ...]] = {UI: ("/ui/",)}
 

@@ -7,6 +7,7 @@ because under gunicorn they must start inside the worker process (threads do not
 
 from __future__ import annotations
 
+import logging
 import os
 import socket
 import threading
@@ -22,6 +23,8 @@ from hami_web.extender.binding import Binder
 from hami_web.extender.events import EventRecorder
 from hami_web.extender.filtering import Filter
 from hami_web.extender.nodelock import NodeLock
+from hami_web.extender.preempting import Preempter, missing_rights
+from hami_web.extender.preemptverb import PreemptVerb
 from hami_web.extender.service import Extender
 from hami_web.kube import Kube
 from hami_web.metrics import Metrics
@@ -33,6 +36,8 @@ from hami_web.state.cache import ClusterCache
 from hami_web.state.decisions import DecisionLog
 from hami_web.state.leadership import Leadership, LeaseRef
 from hami_web.state.sync import ClusterSync
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(slots=True)
@@ -48,6 +53,7 @@ class Runtime:
     metrics: Metrics
     app: Flask
     decisions: DecisionLog
+    preempter: Preempter | None = None
     stopping: threading.Event = field(default_factory=threading.Event)
     leadership: Leadership | None = None
 
@@ -55,6 +61,8 @@ class Runtime:
         """Start the event sender, the list/watch loops and the Lease follower, and publish the settings for the
         tools."""
         self.events.start()
+        if self.preempter is not None:
+            self.preempter.start()
         self.sync.start()
         if self.leadership is not None:
             self.leadership.start()
@@ -66,6 +74,8 @@ class Runtime:
         if self.leadership is not None:
             self.leadership.stop()
         self.sync.stop()
+        if self.preempter is not None:
+            self.preempter.stop()
         self.events.stop()
         self.kube.close()
 
@@ -79,28 +89,34 @@ def build_runtime(settings: Settings, *, kube: Kube | None = None, clock: Callab
         budget = RequestBudget(qps=api.kube_qps, burst=api.kube_burst) if api.kube_qps > 0 else None
         kube = Kube.from_kubeconfig(api.kubeconfig, timeout_seconds=api.kube_timeout_seconds,
                                     throttle=budget.take if budget else None)
+    settings, preemption_off = _preemption_setting(settings, kube)
     cache = ClusterCache(catalog=settings.devices, clock=clock,
                          busy_nodes_last=settings.busy_nodes_last,
                          node_lock_timeout_seconds=settings.binding.node_lock_timeout_seconds)
     sync = ClusterSync(cache, kube, refresh_interval_seconds=settings.watch.refresh_interval_seconds,
                        relist_interval_seconds=settings.watch.relist_interval_seconds,
                        node_label_selector=settings.watch.node_label_selector, clock=clock,
-                       watch_silence_bound_seconds=settings.watch.watch_silence_bound_seconds)
+                       watch_silence_bound_seconds=settings.watch.watch_silence_bound_seconds,
+                       budgets=cache if settings.preemption == "on" else None)
     metrics = Metrics(cache, sync, legacy=settings.serving.legacy_metrics)
+    metrics.set_preemption(settings.preemption == "on", preemption_off)
     events = EventRecorder(kube)
+    preempter = Preempter(kube=kube, events=events, cache=cache, metrics=metrics) \
+        if settings.preemption == "on" else None
     decisions = DecisionLog(clock=clock)
     cache.on_pods_settled(decisions.forget_refusals)
     node_lock = NodeLock(kube, timeout_seconds=settings.binding.node_lock_timeout_seconds, clock=clock,
                          on_reread=lambda: metrics.observe_bind_reread("node"), rules=settings.devices.lock_rules())
     extender = Extender(
         filterer=Filter(policy=settings.policy, cache=cache, events=events, metrics=metrics,
-                        deadline_seconds=settings.binding.extender_deadline_seconds),
+                        deadline_seconds=settings.binding.extender_deadline_seconds, preempter=preempter),
         binder=Binder(cache=cache, kube=kube, events=events, node_lock=node_lock, metrics=metrics, clock=clock,
                       deadline_seconds=settings.binding.extender_deadline_seconds,
                       lock_wait_seconds=settings.binding.node_lock_retry_timeout_seconds,
                       max_lock_waiters=max(1, settings.serving.threads // 2),
                       catalog=settings.devices),
         events=events, cache=cache, decisions=decisions,
+        preempter=PreemptVerb(policy=settings.policy, cache=cache),
     )
     leadership = _leadership(settings, kube, os.environ if environ is None else environ)
     if leadership is not None:
@@ -116,7 +132,8 @@ def build_runtime(settings: Settings, *, kube: Kube | None = None, clock: Callab
     app = create_app(settings, readiness=sync, extender=extender, metrics=metrics, dashboard=dashboard, quotas=cache,
                      events=events)
     return Runtime(settings=settings, kube=kube, cache=cache, sync=sync, events=events, extender=extender,
-                   metrics=metrics, app=app, decisions=decisions, stopping=stopping, leadership=leadership)
+                   metrics=metrics, app=app, decisions=decisions, preempter=preempter, stopping=stopping,
+                   leadership=leadership)
 
 
 def _leadership(settings: Settings, kube: Kube, environ: Mapping[str, str]) -> Leadership | None:
@@ -129,3 +146,15 @@ def _leadership(settings: Settings, kube: Kube, environ: Mapping[str, str]) -> L
                                      name=leader.leader_elect_resource_name, identity=socket.gethostname(),
                                      pod_namespace=environ.get("POD_NAMESPACE", ""),
                                      pod_name=environ.get("POD_NAME", "")))
+
+
+def _preemption_setting(settings: Settings, kube: Kube) -> tuple[Settings, str]:
+    """``settings`` with preemption turned off when the server's identity lacks its rights (one log line), and why it
+    is off ("" when on)."""
+    if settings.preemption != "on":
+        return settings, "--preemption=off"
+    missing = missing_rights(kube)
+    if not missing:
+        return settings, ""
+    log.warning("device-aware preemption is off: %s (grant them, see k8s/rbac.yaml, and restart)", missing)
+    return settings.with_values(preemption="off"), missing

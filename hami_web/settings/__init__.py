@@ -79,6 +79,7 @@ __all__ = [
 # Where the server publishes its scheduling settings for the operator tools (NAMESPACE/NAME).
 DEFAULT_SETTINGS_CONFIGMAP = "hami-system/hami-web-settings"
 PRIVILEGED_POLICIES = ("deny", "skip")
+PREEMPTION_MODES = ("on", "off")
 LOG_FORMATS = ("text", "json")
 ENV_PREFIX = "HAMI_"
 _ENABLE = "enable"  # the option-table group of the families' switches
@@ -99,6 +100,7 @@ class Settings:
     busy_nodes_last: bool = True
     # HAMi's --force-overwrite-default-scheduler: false leaves pods that name default-scheduler alone.
     force_overwrite_default_scheduler: bool = True
+    preemption: str = "on"  # device-aware preemption (docs/preemption.md)
     # Devices: the request defaults and the families (docs/device-families.md#device-families).
     default_mem_mib: int = 0
     default_cores: int = 0
@@ -278,6 +280,10 @@ _OPTIONS: tuple[_Option, ...] = (
     _Option("--busy-nodes-last", "busy_nodes_last", parse_bool,
             "a filter tries nodes whose HAMi node lock a live bind holds, or that have a placement not yet bound, "
             "after the free ones (never excluding them); false = strict HAMi node order (true)", is_switch=True),
+    _Option("--preemption", "preemption", choice(PREEMPTION_MODES),
+            "device-aware preemption: a pod no node takes deletes device-holding pods of lower priority, as "
+            "kube-scheduler's preemption does for CPU and memory; turned off at start-up when the server may not "
+            "delete pods or patch pods/status (on)"),
     _Option("--device-config-file", "device_config_file", plain_text,
             "HAMi's device config (device-config.yaml of the hami-scheduler-device ConfigMap): resource names and "
             "settings of each registered family's section (nvidia, hygon, cambricon, iluvatars, vnpus, …); flags "
@@ -318,7 +324,7 @@ def option_help(flag: str) -> str:
 # operator tools decide as this server does without being told its flags.
 PUBLISHED_FLAGS = ("--scheduler-name", "--node-scheduler-policy", "--gpu-scheduler-policy", "--default-mem",
                    "--default-cores", "--default-gpu", "--node-label-selector", "--resource-name", "--resource-mem",
-                   "--resource-mem-percentage", "--resource-cores", "--resource-priority",
+                   "--resource-mem-percentage", "--resource-cores", "--resource-priority", "--preemption",
                    *(spec.flag for spec in gated_specs()))
 
 # The data key under which the device config the server read is published (HAMi's YAML, only what was set).

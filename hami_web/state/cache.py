@@ -26,7 +26,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -37,10 +37,12 @@ from hami_web.core.grants import encode_pod_devices
 from hami_web.core.names import NODE_LOCK
 from hami_web.core.nodelocks import SeenNode
 from hami_web.core.options import PodOptions
+from hami_web.core.preemption import DisruptionBudget, NodeVictims, Preemptor
 from hami_web.core.quota import NamespaceQuota, QuotaObject
 from hami_web.core.requests import PodRequest
 from hami_web.core.usage import NodeView, pod_booking
 from hami_web.state.claims import Claims
+from hami_web.state.holds import Holds, HoldState, PreemptionDecision
 from hami_web.state.lockstats import LOCK_HOLD_BUCKETS_SECONDS, LockHolds
 from hami_web.state.nodes import NodeRecord, NodeState, device_plugin_gone, handshake_due
 from hami_web.state.planning import (
@@ -70,8 +72,10 @@ class ClusterCache:
     """Thread-safe inventory and usage of every GPU node, fed by lists and watches (see `state.sync`).
 
     It owns its store (`state.store.CacheStore`) and shows each consumer one face (`state.faces`): the reflectors
-    the feed, the filter and the bind the placements, the quota reflector its sink, the metrics, the tools and the
-    dashboard the reads. It satisfies them all; a consumer is typed by the one it uses.
+    the feed, the filter and the bind the placements, the quota and budget reflectors their sinks, preemption its
+    decisions, the metrics, the tools and the dashboard the reads. It satisfies them all; a consumer is typed by the
+    one it uses. Preemption's holds and PodDisruptionBudgets are a part it composes (`state.holds.Holds`), over the
+    same store and lock.
     """
 
     def __init__(self, *, catalog: DeviceCatalog = DEFAULT_CATALOG, clock: Clock = time.time,
@@ -80,6 +84,7 @@ class ClusterCache:
         ``node_lock_timeout_seconds`` is ``--node-lock-timeout``, after which a node lock no longer makes it busy.
         """
         self._store = CacheStore(catalog=catalog, clock=clock)
+        self._holds = Holds(self._store)
         self.catalog = catalog
         self.stats: CacheStats = self._store.stats
         self._clock = clock
@@ -217,7 +222,8 @@ class ClusterCache:
         held_map = dict(held_now)
         for uid, record in observed.items():
             held = held_map.get(uid)
-            if record.error or held is None or held.assumed_at is not None or not same_usage(held.usage, record.usage):
+            if record.error or held is None or held.assumed_at is not None or not same_usage(held.usage, record.usage) \
+                    or (record.usage is not None and held.usage.terminating != record.usage.terminating):
                 changes.append(PodChange(uid, "listed", record))
         for chunk in chunks_by_node(changes, held_map):
             self._store.commit_pods(chunk, listed_at=listed_at)
@@ -232,9 +238,12 @@ class ClusterCache:
                                  for kind, record in events], listed_at=None)
         gone = [record.uid for kind, record in events if kind == "DELETED" or record.finished]
         bound = [record.uid for _, record in events if record.bound]
-        if gone or (bound and self._claims.abandoned):
+        if gone or (bound and (self._claims.abandoned or self._holds.standing)):
             with self._store.locked("pods"):
                 self._claims.settle(gone, bound)
+                if self._holds.standing:
+                    self._holds.release_locked(gone, "the pod is gone")
+                    self._holds.release_locked(bound, "the pod is bound")
         settled = [*gone, *bound]
         if settled:
             for listener in self._settled_listeners:
@@ -256,6 +265,7 @@ class ClusterCache:
         """
         now = self._clock()
         with self._store.locked("resync"):
+            self._holds.expire_locked(now)
             nodes = list(self._store.nodes.values())
             assumed = [(uid, self._store.held[uid]) for uid in self._store.assumed]
             current_at = self._store.pods_current_at
@@ -272,7 +282,7 @@ class ClusterCache:
 
     def place(self, *, uid: str, namespace: str, name: str, request: PodRequest, options: PodOptions,
               candidates: Sequence[str], container_names: Sequence[str] = (),
-              resource_version: str = "", replaces: str = "") -> Placement | NoPlacement:
+              resource_version: str = "", replaces: str = "", priority: int = 0) -> Placement | NoPlacement:
         """Forget the pod's earlier assumption, choose a node, and book the result — atomically.
 
         Nodes busy binding (`busy_nodes`) are tried after the others unless the cache was made with
@@ -281,6 +291,9 @@ class ClusterCache:
         shows the pod holding GPUs already (another binder wrote its booking: kube-scheduler's informer has not
         seen the pod bound yet): a second placement would book it twice — unless it is the booking ``replaces`` (the
         devices of a booking `standing_booking` says may be overwritten) or one this process abandoned.
+
+        ``priority`` is the pod's: the devices held for preemptors of the same or higher priority are not offered to
+        it, and a pod with a hold of its own tries the hold's node first (`state.holds`).
         """
         with self._store.locked("filter"):
             held = self._store.held.get(uid)
@@ -293,14 +306,23 @@ class ClusterCache:
             busy = self._busy_nodes_locked(uid, namespace, name, self._lock_keys(request)) \
                 if self._busy_nodes_last else frozenset()
             quota = self._store.quota_ledger.pod_quota(namespace, request)
-            result = choose_node(request, options, candidates, self._store.views, self._store.broken, busy=busy,
-                                 quota=quota)
+            views: Mapping[str, NodeView] = self._store.views
+            result: Placement | NoPlacement | None = None
+            if self._holds.standing:  # preemption's holds (state.holds): only then is there anything to look at
+                views = self._holds.views_for_locked(uid, priority)
+                own = self._holds.standing.get(uid)
+                if own is not None and own.node in candidates:
+                    result = choose_node(request, options, [own.node], views, self._store.broken, quota=quota)
+            if not isinstance(result, Placement):
+                result = choose_node(request, options, candidates, views, self._store.broken, busy=busy, quota=quota)
             if isinstance(result, Placement):
+                if uid in self._holds.standing:
+                    self._holds.release_locked([uid], f"the pod is placed on node {result.node}")
                 booking = pod_booking(result.grants, init_count=request.init_count, owner=f"{namespace}/{name}")
                 usage = PodUsage(uid=uid, namespace=namespace, name=name, node=result.node, grants=result.grants,
                                  booking=booking, devices_text=encode_pod_devices(result.grants),
                                  container_names=tuple(container_names), init_count=request.init_count,
-                                 resource_version=resource_version)
+                                 resource_version=resource_version, priority=priority)
                 self._store.hold_locked(uid, usage, assumed_at=self._clock(), api_usage=shadowed)
                 self._claims.place(uid, usage)
             else:
@@ -332,6 +354,32 @@ class ClusterCache:
         """Every namespace's device limits and use, taken together (metrics, dashboard)."""
         with self._store.locked("read"):
             return self._store.quota_ledger.copy()
+
+    # -- preemption (the part `state.holds.Holds`) ----------------------------------------------------
+
+    def preempt(self, preemptor: Preemptor, candidates: Sequence[str], *, nominated: str = "") -> PreemptionDecision:
+        """See `Holds.preempt`."""
+        return self._holds.preempt(preemptor, candidates, nominated=nominated)
+
+    def extend_victims(self, preemptor: Preemptor, node: str, proposed: Collection[str]) -> NodeVictims | str:
+        """See `Holds.extend_victims`."""
+        return self._holds.extend_victims(preemptor, node, proposed)
+
+    def drop_hold(self, uid: str, why: str) -> None:
+        """See `Holds.drop`."""
+        self._holds.drop(uid, why)
+
+    def holds(self) -> list[HoldState]:
+        """See `Holds.states`."""
+        return self._holds.states()
+
+    def replace_budgets(self, budgets: Iterable[DisruptionBudget]) -> None:
+        """See `Holds.replace_budgets`."""
+        self._holds.replace_budgets(budgets)
+
+    def apply_budget_events(self, events: Sequence[tuple[str, DisruptionBudget]]) -> None:
+        """See `Holds.apply_budget_events`."""
+        self._holds.apply_budget_events(events)
 
     # -- busy nodes -----------------------------------------------------------------------------------
 

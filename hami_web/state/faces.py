@@ -5,24 +5,30 @@ what it does not touch: the filter and the bind never write what the reflectors 
 pod, the metrics and the dashboard only read. The process assembly (`server.runtime`) alone holds the whole cache.
 
 - `CacheFeed`: what the node and pod reflectors write (`state.sync.ClusterSync`);
-- `QuotaFeed`: what the ResourceQuota reflector writes (`state.quotas`); `ClusterFeed` both, for `ClusterSync`;
+- `QuotaFeed`: what the ResourceQuota reflector writes (`state.quotas`); `BudgetFeed` what the PodDisruptionBudget
+  reflector writes (`state.budgets`, handed to `ClusterSync` apart: only while preemption is on); `ClusterFeed` the
+  first two, for `ClusterSync`;
 - `Placements`: the filter's and the bind's decisions and the reads they judge a booking with
   (`extender.filtering`, `extender.binding`, `extender.bindreads`);
+- `Preemption`: device-aware preemption's decisions and the end of a hold (`extender.preempting`, the act the filter
+  hands a pod no node takes; `extender.preemptverb`, kube-scheduler's preemptVerb);
 - `CacheReads`: the consistent reads of the metrics, the dashboard and the extender's decision log.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from typing import Any, Protocol
 
 from hami_web.core.choose import NoPlacement, Placement
 from hami_web.core.families import DeviceCatalog
 from hami_web.core.nodelocks import SeenNode
 from hami_web.core.options import PodOptions
+from hami_web.core.preemption import DisruptionBudget, NodeVictims, Preemptor
 from hami_web.core.quota import NamespaceQuota, QuotaObject
 from hami_web.core.requests import PodRequest
 from hami_web.core.usage import NodeView
+from hami_web.state.holds import HoldState, PreemptionDecision
 from hami_web.state.lockstats import LockHolds
 from hami_web.state.nodes import NodeRecord
 from hami_web.state.pods import PodRecord, PodUsage
@@ -68,6 +74,14 @@ class QuotaFeed(Protocol):
     def apply_quota_events(self, events: Sequence[tuple[str, QuotaObject]]) -> None: ...
 
 
+class BudgetFeed(Protocol):
+    """What the PodDisruptionBudget reflector writes (while preemption is on)."""
+
+    def replace_budgets(self, budgets: Iterable[DisruptionBudget]) -> None: ...
+
+    def apply_budget_events(self, events: Sequence[tuple[str, DisruptionBudget]]) -> None: ...
+
+
 class ClusterFeed(CacheFeed, QuotaFeed, Protocol):
     """Both feeds: what `state.sync.ClusterSync`, which runs every reflector, hands to each reflector's sink (each sink
     is typed by its own)."""
@@ -81,7 +95,7 @@ class Placements(Protocol):
 
     def place(self, *, uid: str, namespace: str, name: str, request: PodRequest, options: PodOptions,
               candidates: Sequence[str], container_names: Sequence[str] = (),
-              resource_version: str = "", replaces: str = "") -> Placement | NoPlacement: ...
+              resource_version: str = "", replaces: str = "", priority: int = 0) -> Placement | NoPlacement: ...
 
     def forget(self, uid: str, *, keep_booking: bool = False) -> PodUsage | None: ...
 
@@ -98,6 +112,19 @@ class Placements(Protocol):
     def node_view(self, name: str) -> NodeView | None: ...
 
     def namespace_quota(self, namespace: str) -> NamespaceQuota: ...
+
+
+class Preemption(Protocol):
+    """What device-aware preemption decides with: a preemption (or the wait for one) for a pod `Placements.place` found
+    no node for, the device victims kube-scheduler's own victims on a node need beside them, and the end of a hold
+    whose act did not happen."""
+
+    def preempt(self, preemptor: Preemptor, candidates: Sequence[str], *,
+                nominated: str = "") -> PreemptionDecision: ...
+
+    def extend_victims(self, preemptor: Preemptor, node: str, proposed: Collection[str]) -> NodeVictims | str: ...
+
+    def drop_hold(self, uid: str, why: str) -> None: ...
 
 
 class CacheReads(Protocol):
@@ -119,3 +146,5 @@ class CacheReads(Protocol):
     def lock_hold_snapshot(self) -> dict[str, LockHolds]: ...
 
     def held_by(self, uid: str) -> PodUsage | None: ...
+
+    def holds(self) -> list[HoldState]: ...

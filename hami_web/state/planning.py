@@ -161,7 +161,7 @@ def _next_held(change: PodChange, held: Held | None, *, listed_at: float | None)
     if usage is None:
         return None
     if held is not None and held.assumed_at is None and same_usage(held.usage, usage) \
-            and held.usage.bind_phase == usage.bind_phase:
+            and held.usage.bind_phase == usage.bind_phase and held.usage.terminating == usage.terminating:
         return held  # e.g. a status update of a running pod: nothing to rebuild
     return Held(usage=usage)
 

@@ -109,6 +109,11 @@ class QuotaLedger:
         for resource, amount in amounts.items():
             totals[resource] = totals.get(resource, 0) + amount
 
+    def use_of(self, uid: str) -> dict[str, int]:
+        """What pod ``uid`` counts against its namespace (a victim in the preemptor's namespace gives it back)."""
+        counted = self._pods.get(uid)
+        return dict(counted[1]) if counted is not None else {}
+
     def set_limits(self, limits: Mapping[str, Mapping[str, int]]) -> None:
         """Replace the limits of the namespaces named (an empty map: the namespace has no limit any more)."""
         for namespace, limit in limits.items():

@@ -3,7 +3,8 @@
 `ClusterSync` runs a `state.reflector.Reflector` for nodes, one for pods and one for ResourceQuotas (list once,
 streamed where the API server offers it, else in pages; then watch from the list's resourceVersion with bookmarks;
 list again on 410 Gone, repeated failures, silent watches or ``--relist-interval``; see that module) and feeds them
-into the `ClusterCache` through three sinks (`state.quotas` for the quotas). Other sinks may ride on the same
+into the `ClusterCache` through three sinks (`state.quotas` for the quotas), and one for PodDisruptionBudgets while
+device-aware preemption is on (`state.budgets`). Other sinks may ride on the same
 reflectors (the dashboard's node traits): one watch per resource per process. A further resource is one `register`
 call (see the reflector module).
 
@@ -33,11 +34,15 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from hami_web.kube import JsonObject, Kube, KubeError
-from hami_web.state.faces import CacheFeed, ClusterFeed
+from hami_web.state.budgets import PATH as BUDGETS_PATH
+from hami_web.state.budgets import RESOURCE as BUDGETS
+from hami_web.state.budgets import budget_sink
+from hami_web.state.faces import BudgetFeed, CacheFeed, ClusterFeed
 from hami_web.state.nodes import NodeRecord, handshake_value, node_name, node_record
 from hami_web.state.pods import PodRecord, holds_nothing, pod_finished, pod_key, pod_record
 from hami_web.state.quotas import RESOURCE as QUOTAS
-from hami_web.state.quotas import QuotaCacheSink, quota_key
+from hami_web.state.quotas import quota_key, quota_sink
+from hami_web.state.reduced import namespaced_key
 from hami_web.state.reflector import (
     LIST_PAGE_SIZE,
     WATCH_SILENCE_BOUND_SECONDS,
@@ -133,7 +138,8 @@ class ClusterSync:
                  clock: Callable[[], float] = time.time, page_size: int = LIST_PAGE_SIZE,
                  watch_timeout_seconds: float = WATCH_TIMEOUT_SECONDS,
                  watch_silence_bound_seconds: float = WATCH_SILENCE_BOUND_SECONDS,
-                 streaming_lists: bool = True) -> None:
+                 streaming_lists: bool = True, budgets: BudgetFeed | None = None) -> None:
+        """``budgets``: also watch PodDisruptionBudgets into it, for device-aware preemption (docs/preemption.md)."""
         self._cache = cache
         self._kube = kube
         self._interval = refresh_interval_seconds
@@ -157,7 +163,10 @@ class ClusterSync:
         # ResourceQuota objects: the namespaces' device limits (docs/quotas.md#namespace-quotas).
         quotas = self.register(Reflector(KubeSource.collection(kube, QUOTAS, "/api/v1/resourcequotas", quota_key),
                                          self.options, clock))
-        quotas.add_sink(QuotaCacheSink(cache))
+        quotas.add_sink(quota_sink(cache))
+        if budgets is not None:
+            self.register(Reflector(KubeSource.collection(kube, BUDGETS, BUDGETS_PATH, namespaced_key), self.options,
+                                    clock)).add_sink(budget_sink(budgets))
         self.nodes = nodes.status
         self.pods = pods.status
         self.quotas = quotas.status

@@ -36,6 +36,8 @@ from hami_web.core.preemption import (
     PreemptionPlan,
     Preemptor,
     candidate_count,
+    extend_victims,
+    parse_disruption_budget,
     pick_node,
     plan_preemption,
     preemption_terms,
@@ -304,3 +306,45 @@ def test_the_preemptor_is_never_its_own_victim() -> None:
 def test_preemption_terms(spec: dict[str, object], terms: tuple[int, bool]) -> None:
     """``corev1helpers.PodPriority`` (``spec.priority``, 0 when unset) and ``preemptionPolicy: Never``."""
     assert preemption_terms({"spec": spec}) == terms
+
+
+@pytest.mark.parametrize(("obj", "selector", "allowed", "disrupted"), [
+    pytest.param({"metadata": {"namespace": "low", "name": "db"},
+                  "spec": {"selector": {"matchLabels": {"app": "db"}}},
+                  "status": {"disruptionsAllowed": 1, "disruptedPods": {"db-0": "2026-01-01T00:00:00Z"}}},
+                 LabelSelector(match_labels={"app": "db"}), 1, frozenset({"db-0"}), id="full"),
+    pytest.param({"metadata": {"namespace": "low", "name": "db"},
+                  "spec": {"selector": {"matchExpressions": [{"key": "app", "operator": "Exists"}]}}},
+                 LabelSelector(expressions=(Requirement("app", "Exists"),)), 0, frozenset(),
+                 id="no-status-yet-allows-nothing"),
+    pytest.param({"metadata": {"namespace": "low", "name": "db"},
+                  "spec": {"selector": {"matchExpressions": [{"key": "app", "operator": "Near"}]}}}, None, 0,
+                 frozenset(), id="bad-operator-matches-nothing"),
+    pytest.param({"metadata": {"namespace": "low", "name": "db"}, "spec": {}}, None, 0, frozenset(),
+                 id="no-selector-matches-nothing"),
+    pytest.param({"metadata": "junk", "spec": [], "status": {"disruptionsAllowed": "2"}}, None, 0, frozenset(),
+                 id="garbage-never-raises"),
+])
+def test_parse_disruption_budget(obj: dict[str, object], selector: LabelSelector | None, allowed: int,
+                                 disrupted: frozenset[str]) -> None:
+    budget_read = parse_disruption_budget(obj)
+    assert (budget_read.selector, budget_read.disruptions_allowed, budget_read.disrupted_pods) == \
+        (selector, allowed, disrupted)
+
+
+@pytest.mark.parametrize(("proposed", "outcome"), [
+    pytest.param({"uid-p1", "uid-p2"}, (), id="kube-schedulers-victims-free-the-devices-too"),
+    pytest.param({"uid-p1"}, ("p2",), id="device-victims-added"),
+    pytest.param(set(), ("p2", "p1"), id="victims-for-cpu-elsewhere-devices-still-need-theirs"),
+])
+def test_process_preemption_adds_device_victims(proposed: set[str], outcome: tuple[str, ...]) -> None:
+    """The extender's ``ProcessPreemption``: kube-scheduler's victims count as gone; device victims are added when
+    they do not free enough, chosen as ``SelectVictimsOnNode`` chooses."""
+    view, holders = fill("n1", ONE_GPU, QUARTERS)
+    assert victims_of(extend_victims(preemptor(8000), view, holders, proposed, [], CATALOG)) == outcome
+
+
+def test_process_preemption_drops_a_node_the_devices_never_fit() -> None:
+    view, holders = fill("n1", ONE_GPU, [("high", 500, request(16000))])
+    assert victims_of(extend_victims(preemptor(8000), view, holders, set(), [], CATALOG)) == \
+        f"1/1 CardInsufficientMemory, and {NO_VICTIMS}"

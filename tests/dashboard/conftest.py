@@ -23,6 +23,13 @@ from tests.integration.helpers import SYNC_TIMEOUT_SECONDS, Scheduler, release_l
 PENDING_POD = "ml/too-big"
 
 
+def ui_get(runtime: Runtime, path: str) -> Any:
+    """GET a dashboard path of the running server: the JSON of ``/ui/api/…``, else the page's text."""
+    response = runtime.app.test_client().get(path)
+    assert response.status_code == 200, response.get_data(as_text=True)
+    return response.get_json() if path.startswith("/ui/api") else response.get_data(as_text=True)
+
+
 @dataclass(slots=True)
 class DemoCluster:
     """The API server, the running runtime, and what each demo pod's filter answered."""

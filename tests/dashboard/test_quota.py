@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from importlib import resources
-from typing import Any
 
 import pytest
 
@@ -20,6 +19,7 @@ from hami_web.kube import Kube
 from hami_web.localcluster import LocalCluster
 from hami_web.server.runtime import Runtime, build_runtime
 from hami_web.settings import Settings
+from tests.dashboard.conftest import ui_get
 from tests.integration.helpers import SYNC_TIMEOUT_SECONDS, Scheduler, gpu_limits, gpu_pod, release_lock, wait_for
 
 TEAM = "team-q"
@@ -49,24 +49,18 @@ def served() -> Iterator[Runtime]:
             runtime.stop()
 
 
-def _get(runtime: Runtime, path: str) -> Any:
-    response = runtime.app.test_client().get(path)
-    assert response.status_code == 200, response.get_data(as_text=True)
-    return response.get_json() if path.startswith("/ui/api") else response.get_data(as_text=True)
-
-
 def test_the_overview_lists_each_namespace_under_quota(served: Runtime) -> None:
-    quotas = _get(served, "/ui/api/overview")["quotas"]
+    quotas = ui_get(served, "/ui/api/overview")["quotas"]
     assert quotas == [{"namespace": TEAM, "resource": "nvidia.com/gpucores", "limit": None, "used": 10,
                        "limit_mib": None},
                       {"namespace": TEAM, "resource": "nvidia.com/gpumem", "limit": 5000, "used": 4000,
                        "limit_mib": 5000}]
-    page = _get(served, "/ui/")
+    page = ui_get(served, "/ui/")
     assert 'id="namespace-quotas"' in page and f'data-namespace="{TEAM}"' in page and "80%" in page
 
 
 def test_the_pending_page_says_the_pod_waits_on_its_quota(served: Runtime) -> None:
-    pods = {pod["pod"]: pod for pod in _get(served, "/ui/api/pending")["pods"]}
+    pods = {pod["pod"]: pod for pod in ui_get(served, "/ui/api/pending")["pods"]}
     second = pods[f"{TEAM}/second"]
     causes = {group["cause"]: group["nodes"] for group in second["last_filter"]["groups"]}
     # The NVIDIA nodes refuse it for the quota (the other families' nodes have no NVIDIA GPU at all).

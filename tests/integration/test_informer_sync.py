@@ -79,8 +79,9 @@ def _lists(apiserver: LocalCluster, path: str) -> list[dict[str, str]]:
 
 
 def _watching(sync: ClusterSync) -> None:
-    wait_for(lambda: sync.pods.watching and sync.nodes.watching and sync.quotas.watching,
-             what="every watch (nodes, pods, resourcequotas) to be open")
+    wait_for(lambda: all(status.watching for status in sync.statuses()),
+             what="every watch (nodes, pods, resourcequotas and, while preemption is on, poddisruptionbudgets) to be "
+                  "open")
 
 
 def _held(sync: ClusterSync) -> dict[str, str]:

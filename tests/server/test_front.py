@@ -99,11 +99,11 @@ def _filter_args(cluster: LocalCluster) -> dict[str, Any]:
 
 # -- listeners by audience ---------------------------------------------------------------------------------
 
-ROUTES = [("POST", "/webhook"), ("POST", "/filter"), ("POST", "/bind"), ("GET", "/healthz"), ("GET", "/readyz"),
-          ("GET", "/metrics")]
+ROUTES = [("POST", "/webhook"), ("POST", "/filter"), ("POST", "/bind"), ("POST", "/preempt"), ("GET", "/healthz"),
+          ("GET", "/readyz"), ("GET", "/metrics")]
 SERVED = {
     "webhook": {"/webhook", "/healthz", "/readyz"},
-    "extender": {"/filter", "/bind", "/healthz", "/readyz"},
+    "extender": {"/filter", "/bind", "/preempt", "/healthz", "/readyz"},
     "metrics": {"/metrics"},
 }
 

@@ -79,10 +79,10 @@ def test_http_bind_is_one_listener_for_the_webhook_and_the_extender(overrides: d
     settings = Settings.of(http_bind="0.0.0.0:443", **overrides)
     assert [(listener.audience, listener.address, listener.tls) for listener in plan_listeners(settings.serving)] == [
         ("shared", "0.0.0.0:443", tls), ("metrics", "0.0.0.0:9395", False), ("ui", "127.0.0.1:9396", False)]
-    assert ROUTES_BY_AUDIENCE["shared"] == {"/webhook", "/filter", "/bind", "/healthz", "/readyz"}
+    assert ROUTES_BY_AUDIENCE["shared"] == {"/webhook", "/filter", "/bind", "/preempt", "/healthz", "/readyz"}
 
 
-@pytest.mark.parametrize("path", ["/filter", "/bind"])
+@pytest.mark.parametrize("path", ["/filter", "/bind", "/preempt"])
 @pytest.mark.parametrize("peer", ["10.1.2.3", "192.168.0.7", "::ffff:10.0.0.1", "fd00::5"])
 def test_the_shared_listener_refuses_booking_routes_to_other_peers(client: FlaskClient, path: str, peer: str) -> None:
     response = client.post(path, data=b"{}", environ_base={LISTENER_ENVIRON_KEY: "shared", "REMOTE_ADDR": peer})

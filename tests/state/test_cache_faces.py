@@ -2,8 +2,8 @@
 
 Covers: each face is small (at most 10 methods; the ones a consumer may call); `ClusterCache` satisfies every face
 (mypy proves it where the runtime hands the cache over; here, every member of every face is the cache's, with the
-same parameters); each consumer is typed by its face, so the type checker proves the filter never touches the feed;
-the cache owns its store rather than being one.
+same parameters); each consumer is typed by its face, so the type checker proves the filter never touches the feed
+and preemption never places a pod; the cache owns its store and preemption's holds rather than being either.
 """
 
 from __future__ import annotations
@@ -17,15 +17,20 @@ from hami_web.dashboard.data import DashboardSources
 from hami_web.extender.binding import Binder
 from hami_web.extender.bindreads import BindReads
 from hami_web.extender.filtering import Filter
+from hami_web.extender.preempting import Preempter
+from hami_web.extender.preemptverb import PreemptVerb
 from hami_web.extender.service import Extender
 from hami_web.metrics import Metrics
 from hami_web.state import faces
+from hami_web.state.budgets import budget_sink
 from hami_web.state.cache import ClusterCache
-from hami_web.state.quotas import QuotaCacheSink
+from hami_web.state.holds import Holds
+from hami_web.state.quotas import quota_sink
 from hami_web.state.store import CacheStore
 from hami_web.state.sync import ClusterSync, NodeCacheSink, PodCacheSink
 
-FACES = (faces.CacheFeed, faces.QuotaFeed, faces.ClusterFeed, faces.Placements, faces.CacheReads)
+FACES = (faces.CacheFeed, faces.QuotaFeed, faces.BudgetFeed, faces.ClusterFeed, faces.Placements, faces.Preemption,
+         faces.CacheReads)
 MAX_FACE_METHODS = 10
 
 
@@ -59,9 +64,13 @@ def test_the_cache_has_every_member_of_every_face_with_its_parameters(face: type
     (Binder.__init__, "cache", faces.Placements),
     (BindReads.__init__, "cache", faces.Placements),
     (ClusterSync.__init__, "cache", faces.ClusterFeed),
+    (ClusterSync.__init__, "budgets", faces.BudgetFeed | None),
     (NodeCacheSink, "cache", faces.CacheFeed),
     (PodCacheSink, "cache", faces.CacheFeed),
-    (QuotaCacheSink, "cache", faces.QuotaFeed),
+    (quota_sink, "cache", faces.QuotaFeed),
+    (budget_sink, "cache", faces.BudgetFeed),
+    (Preempter.__init__, "cache", faces.Preemption),
+    (PreemptVerb.__init__, "cache", faces.Preemption),
     (Metrics.__init__, "cache", faces.CacheReads | None),
     (DashboardSources, "cache", faces.CacheReads),
     (Extender, "cache", faces.CacheReads | None),
@@ -70,6 +79,9 @@ def test_each_consumer_is_typed_by_its_face(consumer: object, parameter: str, fa
     assert get_type_hints(consumer)[parameter] == face
 
 
-def test_the_cache_owns_its_store() -> None:
+def test_the_cache_owns_its_store_and_its_holds() -> None:
     assert CacheStore not in ClusterCache.__mro__
-    assert isinstance(ClusterCache()._store, CacheStore)
+    assert Holds not in ClusterCache.__mro__
+    cache = ClusterCache()
+    assert isinstance(cache._store, CacheStore)
+    assert isinstance(cache._holds, Holds)
