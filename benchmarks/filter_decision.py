@@ -156,7 +156,9 @@ def family_node(family: str, number: int) -> dict[str, Any]:
         devices = [Device(uuid=f"{name}-{index}", index=index, count=1, memory_mib=memory_mib, cores=100, type=family,
                           family=family, card=str(index // 2) if spec.grouping else "")
                    for index in range(GPUS_PER_NODE)]
-        annotations = {spec.register_key: encode_register_json(devices), spec.handshake_key: "Reported_2099-01-01"}
+        annotations = {spec.register_key: encode_register_json(devices)}
+        if spec.handshake_key:  # a family without one (AMD) counts while its capacity does
+            annotations[spec.handshake_key] = "Reported_2099-01-01"
     return {"metadata": {"name": name, "annotations": annotations}, "status": status}
 
 

@@ -74,14 +74,18 @@ def device_reasons(devices: Sequence[Device], work: Sequence[Sequence[int]], req
     exclusive = wanted_cores == EXCLUSIVE_CORES
     mutex = options.gpu.mutex
     one_size = request.one_size
-    if selection is None:
-        selection = options.selection(request.family)
+    selection = selection or options.selection(request.family)
     type_allowed, uuid_allowed = selection.type_allowed, selection.uuid_allowed
     modes = selection.modes
     type_verdicts = _Verdicts(type_allowed)
     selects_uuids = selection.selects_uuids
+    booking = request.core_booking
+    short = False  # the family's own core booking finds too few free cores on the device
     reasons: list[str] = []
     for device, (tasks, memory_mib, cores), booked_memory_mib in zip(devices, work, booked, strict=True):
+        if booking is not None:
+            units = booking.book(device, cores, request.cores)
+            short, wanted_cores = units is None, units or 0
         if not device.healthy:
             reason = names.CARD_NOT_HEALTH
         elif device.uuid in cordoned:
@@ -101,7 +105,7 @@ def device_reasons(devices: Sequence[Device], work: Sequence[Sequence[int]], req
             reason = names.RESOURCE_QUOTA_NOT_FIT
         elif device.memory_mib - memory_mib < booked_memory_mib:
             reason = names.CARD_INSUFFICIENT_MEMORY
-        elif device.cores - cores < wanted_cores:
+        elif short or device.cores - cores < wanted_cores:
             reason = names.CARD_INSUFFICIENT_CORE
         elif exclusive and device.cores == EXCLUSIVE_CORES and tasks > 0:
             reason = names.EXCLUSIVE_DEVICE_ALLOCATE_CONFLICT

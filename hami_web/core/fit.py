@@ -92,7 +92,8 @@ def fit_container(request: ContainerRequest, inventory: NodeInventory, work: Wor
     booked = _booked(request, devices)
     largest = max(booked, default=0)
     # A room that covers the largest ask of every device the container may take needs no check per device.
-    per_device = None if quota is None or quota.covers(largest, request.cores) else quota
+    per_device = None if quota is None or (request.core_booking is None and quota.covers(largest, request.cores)) \
+        else quota
     for position, reason in enumerate(device_reasons(devices, family_work, request, booked, options,
                                                      inventory.cordoned, selection, per_device)):
         if reason:
@@ -118,8 +119,8 @@ def fit_container(request: ContainerRequest, inventory: NodeInventory, work: Wor
         if passing:
             reasons[names.ALLOCATED_CARDS_INSUFFICIENT_REQUEST] = len(passing)
         return _failure(reasons, total)
-    if quota is not None and request.count > 1 and not quota.covers(largest * request.count,
-                                                                     request.cores * request.count):
+    if quota is not None and request.count > 1 and (request.core_booking is not None or not quota.covers(
+            largest * request.count, request.cores * request.count)):
         chosen = _within_quota(chosen, pool, devices, family_work, request, options, booked, quota, reasons,
                                regroup=inventory.grouping.get(request.family) is None)
         if len(chosen) < request.count:
@@ -168,13 +169,17 @@ def _book(chosen: list[int], devices: Sequence[Device], first: int, work: Workin
           request: ContainerRequest, soft_split: bool, quota: QuotaTally | None) -> tuple[DeviceGrant, ...]:
     """Book the chosen devices on the working copy (and the quota tally) and say what the container got."""
     grants = []
+    grant_type = request.grant_type
     for position in chosen:
+        device = devices[position]
         tasks, memory_mib, cores = work[first + position]
-        work[first + position] = (tasks + 1, memory_mib + booked[position], cores + request.cores)
-        grants.append(DeviceGrant(uuid=devices[position].uuid, memory_mib=booked[position], cores=request.cores,
-                                  vendor=request.family, soft_split=soft_split))
+        units = _cores_on(request, device, cores)
+        work[first + position] = (tasks + 1, memory_mib + booked[position], cores + units)
+        written = grant_type(device) if grant_type else ""
+        grants.append(DeviceGrant(uuid=device.uuid, memory_mib=booked[position], cores=units, vendor=request.family,
+                                  soft_split=soft_split, type=written if written != request.family else ""))
         if quota is not None:
-            quota.add(devices[position].uuid, booked[position], request.cores, request.init)
+            quota.add(device.uuid, booked[position], units, request.init)
     return tuple(grants)
 
 
@@ -187,7 +192,8 @@ def _within_quota(chosen: list[int], pool: list[int], devices: Sequence[Device],
     not re-picked device by device: it stands or fails whole."""
     trial = QuotaTally(quota.quota)
     trial.copy_from(quota)
-    if all(_try_add(trial, devices[p].uuid, booked[p], request) for p in chosen):
+    if all(_try_add(trial, devices[p].uuid, booked[p], _cores_on(request, devices[p], work[p][2]), request.init)
+           for p in chosen):
         return chosen
     if not regroup:
         reasons[names.RESOURCE_QUOTA_NOT_FIT] = reasons.get(names.RESOURCE_QUOTA_NOT_FIT, 0) + len(chosen)
@@ -197,7 +203,8 @@ def _within_quota(chosen: list[int], pool: list[int], devices: Sequence[Device],
     for position in policy_order(pool, devices, work, request, options):
         if len(picked) == request.count:
             break
-        if _try_add(trial, devices[position].uuid, booked[position], request):
+        if _try_add(trial, devices[position].uuid, booked[position],
+                    _cores_on(request, devices[position], work[position][2]), request.init):
             picked.append(position)
         else:
             reasons[names.RESOURCE_QUOTA_NOT_FIT] = reasons.get(names.RESOURCE_QUOTA_NOT_FIT, 0) + 1
@@ -219,11 +226,19 @@ def _mig_within_quota(grants: tuple[DeviceGrant, ...], quota: QuotaTally, reques
     return grants
 
 
-def _try_add(tally: QuotaTally, uuid: str, memory_mib: int, request: ContainerRequest) -> bool:
-    if not tally.fits(uuid, memory_mib, request.cores, request.init):
+def _try_add(tally: QuotaTally, uuid: str, memory_mib: int, cores: int, init: bool) -> bool:
+    if not tally.fits(uuid, memory_mib, cores, init):
         return False
-    tally.add(uuid, memory_mib, request.cores, request.init)
+    tally.add(uuid, memory_mib, cores, init)
     return True
+
+
+def _cores_on(request: ContainerRequest, device: Device, used: int) -> int:
+    """The cores a grant of ``request`` books on ``device`` whose working usage books ``used``: the ask, or what the
+    family's own booking makes of it (AMD's compute units, AWS Neuron's core bitmask), which the checks passed on the
+    same usage."""
+    booking = request.core_booking
+    return request.cores if booking is None else booking.book(device, used, request.cores) or 0
 
 
 def _soft_split_devices(devices: Sequence[Device], family: str,
@@ -456,8 +471,11 @@ def may_fit(request: PodRequest, view: NodeView, options: PodOptions) -> bool:
         wanted = min(container.count, 1) if view.dynamic_mig else container.count
         if wanted > family.usable_devices:
             return False
-        if container.cores > family.max_free_cores and not options.selection(container.family).soft_split:
-            return False  # a soft-split device offers 100 cores whatever it registered
+        if container.cores > family.max_free_cores and not options.selection(container.family).soft_split \
+                and container.core_booking is None:
+            # A soft-split device offers 100 cores whatever it registered; a family's own core booking (compute
+            # units, a core bitmask) counts in other units than the ask.
+            return False
         if options.gpu.mutex and wanted > family.idle_devices:
             return False
         if container.memory_mib > family.max_free_memory_mib:

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 from hami_web.core.devices import AnnotationError
 from hami_web.core.families import DeviceCatalog
-from hami_web.core.limits import MAX_DEVICE_MEMORY_MIB, MAX_NUMBER_CHARS, MAX_TASK_CORES, MAX_UUID_CHARS, quote
+from hami_web.core.limits import MAX_DEVICE_CORES, MAX_DEVICE_MEMORY_MIB, MAX_NUMBER_CHARS, MAX_UUID_CHARS, quote
 from hami_web.core.mig import MigInstance
 from hami_web.core.names import VENDOR
 from hami_web.core.nodelocks import LockRule
@@ -36,6 +36,8 @@ class DeviceGrant:
     # annotation has no field for it, so a grant read back from a pod does not know it and compares equal.
     soft_split: bool = field(default=False, compare=False)
     instance: MigInstance | None = None
+    # The annotation's type field when it is not the family's common word (HAMi's AMD writes the product type).
+    type: str = ""
 
 
 ContainerGrants = tuple[DeviceGrant, ...]
@@ -45,7 +47,7 @@ PodGrants = tuple[ContainerGrants, ...]
 def encode_pod_devices(grants: Sequence[Sequence[DeviceGrant]]) -> str:
     """Encode per-container grants (init containers first) as the pod device annotation."""
     return "".join(
-        "".join(f"{g.uuid},{g.vendor},{g.memory_mib},{g.cores}:" for g in container) + ";"
+        "".join(f"{g.uuid},{g.type or g.vendor},{g.memory_mib},{g.cores}:" for g in container) + ";"
         for container in grants
     )
 
@@ -62,8 +64,12 @@ def _instance_text(grant: DeviceGrant) -> str:
     return f"{instance.profile}@{instance.placement.describe()}," if instance is not None else ""
 
 
-def decode_pod_devices(text: str) -> PodGrants:
-    """Decode the pod device annotation; raise `AnnotationError` naming the container and device on error."""
+def decode_pod_devices(text: str, family: str = "") -> PodGrants:
+    """Decode the pod device annotation; raise `AnnotationError` naming the container and device on error.
+
+    With ``family`` (the common word of the family whose key holds ``text``) every grant is that family's, and a type
+    field other than the word is kept as the grant's ``type`` (AMD's product type); without, the type field is the
+    family."""
     if not text:
         return ()
     entries = text.split(";")
@@ -85,8 +91,11 @@ def decode_pod_devices(text: str) -> PodGrants:
             if len(uuid) > MAX_UUID_CHARS:
                 raise AnnotationError(f"{where}: UUID is longer than {MAX_UUID_CHARS} characters")
             memory_mib = _bounded_int(fields[2], "memory", MAX_DEVICE_MEMORY_MIB, where, item)
-            cores = _bounded_int(fields[3], "cores", MAX_TASK_CORES, where, item)
-            grants.append(DeviceGrant(uuid=uuid, memory_mib=memory_mib, cores=cores, vendor=fields[1].strip()))
+            # Cores as booked: a percentage, or a family's own units (AMD's compute units, a Neuron core bitmask).
+            cores = _bounded_int(fields[3], "cores", MAX_DEVICE_CORES, where, item)
+            written = fields[1].strip()
+            grants.append(DeviceGrant(uuid=uuid, memory_mib=memory_mib, cores=cores, vendor=family or written,
+                                      type=written if family and written != family else ""))
         containers.append(tuple(grants))
     return tuple(containers)
 

@@ -93,6 +93,8 @@ class DeviceSelection:
     modes: str | None = None
     unknown_type: str = ""  # the type of a device whose model is unknown: no use/nouse type rule applies to it
     soft_split: bool = False  # the pod asks for the family's soft split (Ascend ``huawei.com/vnpu-mode: hami-core``)
+    # What a device's type must contain to serve the family (`Family.type_word`; None: the common word, "" any type).
+    type_word: str | None = None
     # Verdicts per card type, filled on first use: a node list holds few distinct types but many devices.
     _type_verdicts: dict[str, bool] = field(default_factory=dict, init=False, compare=False, repr=False)
 
@@ -110,7 +112,7 @@ class DeviceSelection:
 
     def _judge_type(self, device_type: str) -> bool:
         upper = device_type.upper()
-        if self.family.upper() not in upper:
+        if (self.family.upper() if self.type_word is None else self.type_word) not in upper:
             return False
         if self.unknown_type and upper == self.unknown_type.upper():
             # The model is unknown here, so no type rule can be judged: HAMi v2.10 reads no MLU type annotation at
@@ -155,6 +157,9 @@ class PodOptions:
     nouse_uuids: InitVar[frozenset[str]] = frozenset()
     scoring_weights: ScoringWeights = DEFAULT_WEIGHTS
     selections: tuple[DeviceSelection, ...] = ()
+    # (family, word) of the families any of whose registered types serves (`Family.any_type`: word ""), for the
+    # selection of a family the pod does not constrain.
+    type_words: tuple[tuple[str, str], ...] = field(default=(), compare=False)
     # Derived from gpu_policy once, because the fit reads it for every container on every node it tries.
     gpu: GpuPolicy = field(init=False, compare=False, repr=False)
     _by_family: dict[str, DeviceSelection] = field(init=False, compare=False, repr=False)
@@ -172,7 +177,8 @@ class PodOptions:
         """The pod's selection of ``family``'s devices (an unconstrained one when it names none)."""
         selection = self._by_family.get(family)
         if selection is None:
-            selection = self._by_family[family] = DeviceSelection(family=family)
+            word = next((word for cw, word in self.type_words if cw == family), None)
+            selection = self._by_family[family] = DeviceSelection(family=family, type_word=word)
         return selection
 
 
@@ -336,6 +342,7 @@ def family_selection(annotations: Mapping[str, str], family: Family) -> DeviceSe
         unknown_type=family.unknown_type,
         # HAMi compares the value exactly (``vnpuMode == "hami-core"``).
         soft_split=bool(family.soft_split_key) and _text(annotations, family.soft_split_key) == family.soft_split_mode,
+        type_word=family.type_word if family.any_type else None,
     )
 
 
@@ -352,4 +359,5 @@ def pod_options(annotations: Mapping[str, str] | None, *, node_policy: str, gpu_
         gpu_policy=gpu_policy if pod_gpu_policy is None else read_pod_gpu_policy(pod_gpu_policy)[0],
         scoring_weights=DEFAULT_WEIGHTS if weights is None else parse_scoring_weights(weights),
         selections=selections,
+        type_words=tuple((family.cw, family.type_word) for family in catalog if family.any_type),
     )

@@ -8,10 +8,11 @@ would send the pod to a node where it cannot run.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from hami_web.core.devices import Device
 from hami_web.core.families import (
     DEFAULT_CATALOG,
     NVIDIA,
@@ -20,7 +21,7 @@ from hami_web.core.families import (
     ResourceNames,
     with_nvidia,
 )
-from hami_web.core.families.family import NodeScore
+from hami_web.core.families.family import CoreBooking, NodeScore
 from hami_web.core.limits import MAX_DEVICE_MEMORY_MIB, MAX_GPUS_PER_CONTAINER, MAX_QUANTITY
 from hami_web.core.quantities import QuantityError, parse_whole_quantity
 
@@ -49,6 +50,10 @@ class ContainerRequest:
     # The most a grouped container adds to the node score (`hami_web.core.groups.Grouping.weight`).
     group_weight: int = GROUP_WEIGHT
     one_size: bool = False  # a device holds slices of one size only (the family's `SliceSizes`)
+    # How each device books the cores asked (`Family.core_booking`: AMD's compute units, AWS Neuron's core bitmask);
+    # None: ``cores`` as they are.
+    core_booking: CoreBooking | None = None
+    grant_type: Callable[[Device], str] | None = None  # a grant's type field (`Family.grant_type`); None: the family
 
     def booked_memory_mib(self, total_memory_mib: int) -> int:
         """Memory this container books on a device of ``total_memory_mib``."""
@@ -217,6 +222,8 @@ def family_request(container: Mapping[str, Any], *, init: bool, family: Family) 
             raise RequestError(str(error)) from None
 
     count = read(names.count) or 0
+    if family.core_booking is not None:
+        return _booked_cores_request(family, family.core_booking, name, init, count, read)
     if count == 0:
         return ContainerRequest(name=name, init=init, count=0, family=family.cw)
     grouped = family.grouping is not None and family.grouping.scored
@@ -244,7 +251,24 @@ def family_request(container: Mapping[str, Any], *, init: bool, family: Family) 
     return ContainerRequest(name=name, init=init, count=count, memory_mib=memory_mib,
                             memory_percent=memory_percent or FULL_CARD_PERCENT, cores=min(cores, MAX_CORES),
                             family=family.cw, grouped=grouped, one_card=family.one_card_per_pod,
-                            group_weight=weight)
+                            group_weight=weight, grant_type=family.grant_type)
+
+
+def _booked_cores_request(family: Family, booking: CoreBooking, name: str, init: bool, count: int,
+                          read: Callable[[str], int | None]) -> ContainerRequest:
+    """A container's ask of a family whose devices book cores their own way (`Family.core_booking`): the booking
+    turns the count and cores given into devices and cores per device; memory in MiB × the family's factor, none or
+    0 the whole device."""
+    names = family.resources
+    try:
+        count, cores = booking.ask(count, read(names.cores) if names.cores else None, names)
+    except ValueError as error:
+        raise RequestError(f"container {name}: {error}") from None
+    if count == 0:
+        return ContainerRequest(name=name, init=init, count=0, family=family.cw)
+    memory_mib = (read(names.memory) or 0) * family.memory_factor if names.memory else 0
+    return ContainerRequest(name=name, init=init, count=count, memory_mib=memory_mib, cores=cores, family=family.cw,
+                            core_booking=booking, grant_type=family.grant_type)
 
 
 def pod_request(pod: Mapping[str, Any], defaults: RequestDefaults) -> PodRequest:

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from hami_web.core import names
 from hami_web.core.checks import EXCLUSIVE_CORES, core_capacity, is_dynamic_mig
 from hami_web.core.devices import NodeInventory
+from hami_web.core.families.family import CoreBooking
 from hami_web.core.grants import PodGrants
 from hami_web.core.usage import NO_USAGE, DeviceUsage
 
@@ -61,8 +62,11 @@ def other_bookings(pods: Iterable[tuple[Mapping[str, DeviceUsage], PodGrants]]) 
 
 
 def placement_conflicts(inventory: NodeInventory, others: OtherBookings, booking: Mapping[str, DeviceUsage],
-                        grants: PodGrants) -> list[Conflict]:
-    """The GPUs of a pod's ``booking`` (with its ``grants``) that do not fit beside ``others``; empty when all fit."""
+                        grants: PodGrants, bookings: Mapping[str, CoreBooking] | None = None) -> list[Conflict]:
+    """The GPUs of a pod's ``booking`` (with its ``grants``) that do not fit beside ``others``; empty when all fit.
+    ``bookings``: the families whose cores are booked their own way (`DeviceCatalog.core_bookings`), whose
+    `CoreBooking` judges the cores (AMD's compute units, Neuron's core bitmask)."""
+    bookings = bookings or {}
     devices = {device.uuid: device for device in inventory.devices}
     ours_exclusive = {grant.uuid for container in grants for grant in container if grant.cores >= EXCLUSIVE_CORES}
     conflicts: list[Conflict] = []
@@ -83,7 +87,9 @@ def placement_conflicts(inventory: NodeInventory, others: OtherBookings, booking
             reason = names.CARD_TIME_SLICING_EXHAUSTED
         elif theirs.memory_mib + ours.memory_mib > device.memory_mib:
             reason = names.CARD_INSUFFICIENT_MEMORY
-        elif theirs.cores + ours.cores > core_capacity(device, inventory):
+        elif (theirs.cores + ours.cores > core_capacity(device, inventory)
+              if (own := bookings.get(device.family)) is None
+              else own.overbooked(device, theirs.cores, ours.cores)):
             reason = names.CARD_INSUFFICIENT_CORE
         elif exclusive_card and theirs.tasks > 0 and (uuid in ours_exclusive or uuid in others.exclusive):
             reason = names.EXCLUSIVE_DEVICE_ALLOCATE_CONFLICT

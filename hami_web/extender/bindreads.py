@@ -84,7 +84,8 @@ class BindReads:
         for usage in self._other_bookings(pods, placed, f"on node {node}"):
             if usage.node == node:
                 bookings.append((usage.booking, usage.grants))
-        conflicts = placement_conflicts(view.inventory, other_bookings(bookings), placed.booking, placed.grants)
+        conflicts = placement_conflicts(view.inventory, other_bookings(bookings), placed.booking, placed.grants,
+                                        self._catalog.core_bookings())
         return "; ".join(conflict.describe() for conflict in conflicts)
 
     def quota_excess(self, placed: PodUsage, *, not_older_than: str) -> str:

@@ -52,6 +52,9 @@ class FamilyRecord:
     allocatable: int = 0
     devices: tuple[Device, ...] | None = None
     soft_split: bool = False  # the node allows the family's soft split (Ascend ``hami-vnpu-core``)
+    # The family's health is the node's capacity of its count resource (HAMi's AMD ``CheckHealth``) and that is 0,
+    # absent or unreadable: its device plugin is gone.
+    capacity_gone: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,8 +116,9 @@ def _parse_handshake_time(text: str) -> float | None:
     return None
 
 
-def _allocatable(node: Mapping[str, Any], resource: str) -> int:
-    value = ((node.get("status") or {}).get("allocatable") or {}).get(resource)
+def _allocatable(node: Mapping[str, Any], resource: str, section: str = "allocatable") -> int:
+    """The node's ``status.<section>`` of ``resource``, 0 when absent or unreadable."""
+    value = ((node.get("status") or {}).get(section) or {}).get(resource)
     if value is None:
         return 0
     try:
@@ -178,7 +182,9 @@ def _node_record(node: Mapping[str, Any], catalog: DeviceCatalog) -> NodeRecord:
         families.append(FamilyRecord(family=family.cw, register=register, handshake_key=family.handshake_key,
                                      handshake=handshake, requested_at=requested_at,
                                      allocatable=_allocatable(node, family.resources.count),
-                                     soft_split=family.soft_split_allowed(annotations)))
+                                     soft_split=family.soft_split_allowed(annotations),
+                                     capacity_gone=family.health_from_capacity
+                                     and _allocatable(node, family.resources.count, "capacity") <= 0))
     if errors and not families:
         return NodeRecord(name=name, error="; ".join(errors))
     return NodeRecord(name=name, families=tuple(families),
@@ -193,8 +199,9 @@ def _node_record(node: Mapping[str, Any], catalog: DeviceCatalog) -> NodeRecord:
 
 
 def family_plugin_gone(record: FamilyRecord, *, now: float) -> bool:
-    """``Deleted_…``, or ``Requesting_`` for over a minute while the kubelet reports none of the family's devices."""
-    if record.handshake.startswith("Deleted"):
+    """``Deleted_…``, or ``Requesting_`` for over a minute while the kubelet reports none of the family's devices, or
+    (a family whose health is its capacity) no capacity of its count resource."""
+    if record.handshake.startswith("Deleted") or record.capacity_gone:
         return True
     if record.requested_at is not None and now - record.requested_at > HANDSHAKE_TIMEOUT_SECONDS:
         return record.allocatable == 0

@@ -178,7 +178,8 @@ def _asked(container: Mapping[str, Any], position: int, count_resource: str) -> 
         raise AnnotationError(f"container {position}: {error}") from None
 
 
-def _family_grants(text: str, containers: list[Mapping[str, Any]], count_resource: str) -> PodGrants:
+def _family_grants(text: str, containers: list[Mapping[str, Any]], count_resource: str,
+                   family: str = "") -> PodGrants:
     """One family's allocated annotation as one entry per container.
 
     HAMi v2.10 writes NVIDIA's and Hygon's annotation without the empty entries of containers that hold none of the
@@ -186,7 +187,7 @@ def _family_grants(text: str, containers: list[Mapping[str, Any]], count_resourc
     containers asking for the family and fit them in order, is read as meant; anything else must be positional and
     backed by the spec.
     """
-    grants = decode_pod_devices(text)
+    grants = decode_pod_devices(text, family)
     try:
         _check_grants_match_request(grants, containers, count_resource)
         return grants
@@ -271,7 +272,7 @@ def pod_usage(pod: Mapping[str, Any], *, catalog: DeviceCatalog = DEFAULT_CATALO
     unclaimed: dict[str, tuple[MigInstance, ...]] = {}
     for family, text in texts:
         try:
-            family_part = _family_grants(text, containers, family.resources.count)
+            family_part = _family_grants(text, containers, family.resources.count, family.cw)
         except AnnotationError as error:
             raise AnnotationError(f"{family.allocated_key}: {error}") from None
         if family.reservations_key and (reserved := annotations.get(family.reservations_key)):

@@ -62,6 +62,17 @@ def patched(original: dict[str, Any], decision: AdmissionDecision) -> dict[str, 
     return result
 
 
+def review_stored(original: dict[str, Any], settings: Settings | None = None) -> tuple[bool, str, dict[str, Any]]:
+    """Whether the webhook (default settings unless given) allows ``original``, its message and the pod then stored;
+    the stored pod, reviewed again, changes nothing."""
+    policy = (settings or Settings()).admission
+    decision = review_pod(original, policy)
+    stored = patched(original, decision) if decision.allowed else original
+    if decision.allowed:
+        assert review_pod(stored, policy).patch == []
+    return decision.allowed, decision.message, stored
+
+
 def only_container(stored: dict[str, Any]) -> dict[str, Any]:
     containers: list[dict[str, Any]] = stored["spec"]["containers"]
     assert len(containers) == 1

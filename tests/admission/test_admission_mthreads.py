@@ -13,26 +13,12 @@ changes nothing.
 
 from __future__ import annotations
 
-from typing import Any
-
-import jsonpatch
 import pytest
 
-from hami_web.admission import review_pod
-from hami_web.settings import Settings
-
 from .test_admission_families import container, pod
+from .test_admission_families import review_stored as review
 
-POLICY = Settings().admission
 COUNT, MEMORY, CORES = "mthreads.com/vgpu", "mthreads.com/sgpu-memory", "mthreads.com/sgpu-core"
-
-
-def review(original: dict[str, Any]) -> tuple[bool, str, dict[str, Any]]:
-    decision = review_pod(original, POLICY)
-    stored: dict[str, Any] = jsonpatch.apply_patch(original, decision.patch) if decision.allowed else original
-    if decision.allowed:
-        assert review_pod(stored, POLICY).patch == []
-    return decision.allowed, decision.message, stored
 
 
 @pytest.mark.parametrize(("limits", "requests", "written", "annotation"), [

@@ -129,7 +129,7 @@ def test_a_pair_score_out_of_range_is_refused() -> None:
     pytest.param(f"GPU-a,NVIDIA,{HUGE},30:;", "memory is longer than 32 characters", id="400-digit-memory"),
     pytest.param(f"GPU-a,NVIDIA,1000,{HUGE}:;", "cores is longer than 32 characters", id="400-digit-cores"),
     pytest.param("GPU-a,NVIDIA,2147483648,30:;", "memory 2147483648 is over the limit of 2147483647", id="memory"),
-    pytest.param("GPU-a,NVIDIA,1000,101:;", "cores 101 is over the limit of 100", id="cores-over-100"),
+    pytest.param("GPU-a,NVIDIA,1000,10001:;", "cores 10001 is over the limit of 10000", id="cores-over-device-limit"),
 ])
 def test_a_pod_device_annotation_out_of_range_is_refused(text: str, message: str) -> None:
     with pytest.raises(AnnotationError, match=message):

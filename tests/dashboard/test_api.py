@@ -19,9 +19,10 @@ from hami_web.server.listeners import LISTENER_ENVIRON_KEY
 
 from .conftest import PENDING_POD, DemoCluster
 
-DEMO_GPUS = 66  # 4 + 4 A40, 8 A100, 2 MIG A100, 2 T4, 2 Hygon DCUs, 4 Cambricon MLUs, 8 Ascend 910B3 NPUs,
-# 2 Biren cards, 4 Enflame GCUs, 4 Metax GPUs, 2 Moore Threads GPUs, 4 Vastai dies, 8 whole XPUs, 8 vXPU cards
-DEMO_NODES = 15
+DEMO_GPUS = 68  # 4 + 4 A40, 8 A100, 2 MIG A100, 2 T4, 2 Hygon DCUs, 4 Cambricon MLUs, 8 Ascend 910B3 NPUs,
+# 2 Biren cards, 4 Enflame GCUs, 4 Metax GPUs, 2 Moore Threads GPUs, 4 Vastai dies, 8 whole XPUs, 8 vXPU cards,
+# 2 AMD GPUs
+DEMO_NODES = 16
 
 
 @pytest.fixture
@@ -73,7 +74,8 @@ def test_overview_filters_by_gpu_type(client: FlaskClient) -> None:
 def test_overview_draws_a_free_memory_histogram_per_gpu_type(client: FlaskClient) -> None:
     histograms = _get(client, "/ui/api/overview")["histograms"]
     assert [(h["family"], h["type"]) for h in histograms] == [
-        ("Ascend910B3", "Ascend910B3"), ("Biren", "Biren"), ("DCU", "DCU-BW100"), ("GCU", "GCU"), ("MLU", "MLU370-X4"),
+        ("AMD", "AMD_Instinct_MI300X"), ("Ascend910B3", "Ascend910B3"), ("Biren", "Biren"),
+        ("DCU", "DCU-BW100"), ("GCU", "GCU"), ("MLU", "MLU370-X4"),
         ("Metax-GPU", "Metax-GPU"), ("Mthreads", "Mthreads"),
         ("NVIDIA", "NVIDIA-NVIDIA A100-SXM4-40GB"), ("NVIDIA", "NVIDIA-NVIDIA A100-SXM4-80GB"),
         ("NVIDIA", "NVIDIA-NVIDIA A40"), ("NVIDIA", "NVIDIA-Tesla T4"), ("Vastai", "Vastai"), ("XPU", "XPU-P800"),
@@ -133,7 +135,8 @@ def test_whatif_without_a_shape_only_offers_the_form(client: FlaskClient) -> Non
     ascend = [{"cw": cw, "label": f"Ascend {chip}"} for cw, chip in (
         ("Ascend310P", "310P3"), ("Ascend910A", "910A"), ("Ascend910B2", "910B2"), ("Ascend910B3", "910B3"),
         ("Ascend910B4", "910B4"), ("Ascend910B4-1", "910B4-1"), ("Ascend910C", "Ascend910"))]
-    assert answer["families"] == [*ascend, {"cw": "Biren", "label": "Biren GPU"}, {"cw": "DCU", "label": "Hygon DCU"},
+    assert answer["families"] == [{"cw": "AMD", "label": "AMD GPU"}, *ascend,
+                                  {"cw": "Biren", "label": "Biren GPU"}, {"cw": "DCU", "label": "Hygon DCU"},
                                   {"cw": "GCU", "label": "Enflame GCU"}, {"cw": "MLU", "label": "Cambricon MLU"},
                                   {"cw": "Metax-GPU", "label": "Metax GPU"},
                                   {"cw": "Mthreads", "label": "Moore Threads GPU"},
@@ -172,12 +175,12 @@ def test_every_cell_carries_its_family_and_the_dcu_node_shows_its_dcus(client: F
     assert held == [{"pod": "ml/dcu-inference", "container": "server", "memory_mib": 16384, "cores": 50}]
     assert {cell["family"] for name, node in nodes.items()
             if name not in ("dcu-1", "mlu-1", "npu-1", "biren-1", "gcu-1", "metax-1", "mthreads-1",
-                            "vastai-1", "xpu-1", "vxpu-1")
+                            "vastai-1", "xpu-1", "vxpu-1", "amd-1")
             for cell in node["gpus"]} == {"NVIDIA"}
     families = overview["totals"]["families"]
     assert (families["DCU"]["nodes"], families["DCU"]["gpus"], families["DCU"]["pods"]) == (1, 2, 1)
     assert sum(families[cw]["gpus"] for cw in ("DCU", "MLU", "NVIDIA", "Ascend910B3", "Biren", "GCU", "Metax-GPU",
-                                                 "Mthreads", "Vastai", "XPU", "kunlun")) \
+                                                 "Mthreads", "Vastai", "XPU", "kunlun", "AMD")) \
         == DEMO_GPUS
     assert overview["families"] == [family.cw for family in demo.runtime.settings.devices]
     assert {"DCU", "MLU", "Ascend910B3"} <= set(overview["families"])
@@ -246,7 +249,7 @@ def test_whatif_of_dcus_answers_as_the_capacity_command(client: FlaskClient, dem
     ("/ui/api/whatif?gpus=1&memory_mib=100&memory_percent=50", "memory_percent"),
     ("/ui/api/whatif?gpus=1&gpu_policy=binpak", "gpu_policy"),
     ("/ui/api/whatif?gpus=1&cores=101", "cores"),
-    ("/ui/api/overview?family=AMD", "family"),
+    ("/ui/api/overview?family=Intel", "family"),
     ("/ui/api/whatif?gpus=1&family=MR-V100", "family"),
     ("/ui/api/whatif?gpus=1&family=DCU&memory_percent=50", "memory percentage"),
 ])

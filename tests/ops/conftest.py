@@ -7,6 +7,7 @@ import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -59,3 +60,16 @@ def assert_golden(name: str, text: str) -> None:
     if os.environ.get("UPDATE_GOLDEN"):
         path.write_text(text)
     assert text == path.read_text(), f"output differs from {path}; UPDATE_GOLDEN=1 rewrites it"
+
+
+def hami_pod(name: str, limits: dict[str, str], annotations: dict[str, str] | None = None,
+             node: str | None = None) -> dict[str, Any]:
+    """A pod of namespace ``ml`` for hami-scheduler asking ``limits``: Running on ``node`` (with ``annotations``, its
+    booking) when given, else Pending."""
+    spec: dict[str, Any] = {"schedulerName": "hami-scheduler",
+                            "containers": [{"name": "main", "resources": {"limits": limits}}]}
+    if node:
+        spec["nodeName"] = node
+    return {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "namespace": "ml", "annotations": dict(annotations or {})},
+            "spec": spec, "status": {"phase": "Running" if node else "Pending"}}

@@ -13,7 +13,7 @@ from typing import Any
 
 from hami_web.localcluster import LocalCluster
 
-from .conftest import Run
+from .conftest import Run, hami_pod
 
 
 def _node(name: str, capacity: dict[str, str]) -> dict[str, Any]:
@@ -21,26 +21,15 @@ def _node(name: str, capacity: dict[str, str]) -> dict[str, Any]:
             "status": {"capacity": capacity, "allocatable": capacity}}
 
 
-def _pod(name: str, limits: dict[str, str], annotations: dict[str, str] | None = None,
-         node: str | None = None) -> dict[str, Any]:
-    spec: dict[str, Any] = {"schedulerName": "hami-scheduler",
-                            "containers": [{"name": "main", "resources": {"limits": limits}}]}
-    if node:
-        spec["nodeName"] = node
-    return {"apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": name, "namespace": "ml", "annotations": dict(annotations or {})},
-            "spec": spec, "status": {"phase": "Running" if node else "Pending"}}
-
-
 def _cluster(cluster: LocalCluster) -> None:
     cluster.load([
         _node("gcu-0", {"enflame.com/gcu": "2"}),
         _node("metax-0", {"metax-tech.com/gpu": "1"}),
         _node("mt-0", {"mthreads.com/sgpu-core": "16", "mthreads.com/sgpu-memory": "96"}),
-        _pod("gcu-job", {"enflame.com/gcu": "1"}, {
+        hami_pod("gcu-job", {"enflame.com/gcu": "1"}, {
             "hami.io/vgpu-node": "gcu-0", "hami.io/bind-phase": "success",
             "hami.io/enflame-gcu-devices-allocated": "gcu-0-GCU-0,GCU,100,100:;"}, node="gcu-0"),
-        _pod("metax-wait", {"metax-tech.com/gpu": "1"}),
+        hami_pod("metax-wait", {"metax-tech.com/gpu": "1"}),
     ])
 
 

@@ -32,7 +32,7 @@ def _file(tmp_path: Path, text: str) -> str:
 
 def test_hami_chart_payload_is_accepted_unchanged(tmp_path: Path) -> None:
     settings = _settings("--device-config-file", _file(tmp_path, HAMI_CHART_CONFIG), "--enable-iluvatar")
-    assert [family.cw for family in settings.devices] == ["BI-V100", "BI-V150", "Biren", "DCU", "GCU", "MLU",
+    assert [family.cw for family in settings.devices] == ["AMD", "BI-V100", "BI-V150", "Biren", "DCU", "GCU", "MLU",
                                                           "MR-V100", "MR-V50", "Metax-GPU", "Mthreads", "NVIDIA",
                                                           "Vastai", "XPU", "kunlun"]
     assert settings.devices["NVIDIA"].resources.count == "nvidia.com/gpu"
@@ -43,7 +43,7 @@ def test_hami_chart_payload_is_accepted_unchanged(tmp_path: Path) -> None:
 
 def test_without_enable_iluvatar_the_iluvatars_section_is_read_but_not_enabled(tmp_path: Path) -> None:
     settings = _settings("--device-config-file", _file(tmp_path, HAMI_CHART_CONFIG))
-    assert [family.cw for family in settings.devices] == ["Biren", "DCU", "GCU", "MLU", "Metax-GPU", "Mthreads",
+    assert [family.cw for family in settings.devices] == ["AMD", "Biren", "DCU", "GCU", "MLU", "Metax-GPU", "Mthreads",
                                                           "NVIDIA", "Vastai", "XPU", "kunlun"]
 
 

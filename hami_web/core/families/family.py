@@ -55,6 +55,30 @@ class NodeScore(Protocol):
         ...
 
 
+class CoreBooking(Protocol):
+    """How a family's devices give out their cores when a grant does not book the number asked as it is: AMD's
+    percentage of each GPU's compute units, AWS Neuron's bitmask of the NeuronCores it takes.
+
+    ``ask`` turns what a container gives (its count, 0 when absent, and its cores, None when absent) into the devices
+    and the cores per device it asks; it raises ValueError naming the resource when the ask is not one HAMi reads.
+    ``book`` is what a grant of those cores books on ``device`` beside ``used`` (the cores its other grants book), None
+    when the device has too few free (``CardInsufficientCore``). ``overbooked`` tells the bind's re-check that two
+    bookings cannot share a device.
+    """
+
+    def ask(self, count: int, cores: int | None, resources: ResourceNames) -> tuple[int, int]: ...
+
+    def book(self, device: Device, used: int, cores: int) -> int | None: ...
+
+    def overbooked(self, device: Device, theirs: int, ours: int) -> bool: ...
+
+
+def product_type(device: Device) -> str:
+    """A grant's type field as HAMi's AMD ``Fit`` writes it: the device's registered product type, not the family's
+    common word (the annotation's readers want the actual model)."""
+    return device.type
+
+
 # Extra pod annotations a family's device plugin reads, from the family's grants (one entry per container).
 BookingExtras = Callable[[Sequence[Sequence[Any]]], dict[str, str]]
 
@@ -203,7 +227,11 @@ class AdmissionRules:
       not (NVIDIA's ``gpuCorePolicy``: HAMi v2.10 writes ``GPU_CORE_UTILIZATION_POLICY`` in each one);
     - ``notice``: an admission warning for every pod given ``every_container_env`` (a setting passed on as written
       that the device plugin does not know);
-    - ``positive_count``: a count of 0 or less is refused (HAMi's Mthreads: "must be greater than 0").
+    - ``positive_count``: a count of 0 or less is refused (HAMi's Mthreads: "must be greater than 0");
+    - ``route_without_count``: memory or cores in limits make the container the family's (routed to us) even without
+      a count, and no count is added (HAMi's AMD: such a container then asks no device);
+    - ``percent_cores``: with a count in limits, cores in limits outside 1..100 are refused (HAMi's AMD: "must be an
+      integer percentage between 1 and 100"), not clamped.
     """
 
     count_in_requests: bool = False
@@ -221,6 +249,8 @@ class AdmissionRules:
     every_container_env: tuple[tuple[str, str], ...] = ()
     notice: str = ""
     positive_count: bool = False
+    route_without_count: bool = False
+    percent_cores: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -299,6 +329,16 @@ class Family:
     # Further (use, nouse) UUID annotation pairs a device must pass too (Kunlunxin: HAMi's and Baidu's keys).
     more_uuid_keys: tuple[tuple[str, str], ...] = ()
     slices: SliceSizes | None = None
+    # How a grant books cores on a device when not as asked (AMD: compute units; AWS Neuron: a core bitmask).
+    core_booking: CoreBooking | None = None
+    # The type field a grant writes (HAMi's ``ContainerDevice.Type``), from the device; None: the common word.
+    grant_type: Callable[[Device], str] | None = None
+    # Any registered type serves the family (HAMi's AMD ``checkType`` compares only the request's type), so the device's
+    # type need not contain the common word; use/nouse type annotations still apply.
+    any_type: bool = False
+    # The family's devices count only while the node's capacity of its count resource is above 0 (HAMi's AMD
+    # ``CheckHealth``), its health signal instead of a handshake.
+    health_from_capacity: bool = False
 
     @property
     def bind_lock(self) -> LockRule:
@@ -321,8 +361,8 @@ class Family:
     @property
     def type_word(self) -> str:
         """What a device's type must contain (case-insensitively) to serve this family
-        (docs/device-families.md#device-families, type matching)."""
-        return self.cw.upper()
+        (docs/device-families.md#device-families, type matching); "" when any type serves (`any_type`)."""
+        return "" if self.any_type else self.cw.upper()
 
 
 @dataclass(frozen=True, slots=True)
@@ -365,6 +405,10 @@ class DeviceCatalog:
         """The node annotations the families' node scores read, each once."""
         return tuple(dict.fromkeys(key for family in self.families if family.node_score
                                    for key in family.node_score.keys))
+
+    def core_bookings(self) -> dict[str, CoreBooking]:
+        """The families whose grants book cores their own way (`Family.core_booking`), by common word."""
+        return {family.cw: family.core_booking for family in self.families if family.core_booking is not None}
 
     def lock_keys(self) -> tuple[str, ...]:
         """The node-lock annotation keys in use, each once."""

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from hami_web.core.families import (
+    amd,
     ascend,
     biren,
     cambricon,
@@ -35,4 +36,5 @@ REGISTRY: tuple[FamilySpec[Any], ...] = (
     mthreads.SPEC,
     vastai.SPEC,
     kunlunxin.SPEC,
+    amd.SPEC,
 )
