@@ -430,7 +430,8 @@ def main() -> int:
              zip(call_counts, [(0.0, 0.0), *call_counts[:-1]], strict=True) if count > previous}
     print(f"API calls / bind:  mean {histogram_mean(calls):.2f}; binds by calls (bucket <=): "
           + ", ".join(f"{bound if not math.isinf(bound) else '>24'}: {count:.0f}" for bound, count in exact.items())
-          + f"; re-reads after a 409: node {rereads.get('node', 0):.0f}, pod {rereads.get('pod', 0):.0f}")
+          + f"; re-reads after a 409: node {rereads.get('node', 0):.0f}, pod {rereads.get('pod', 0):.0f}"
+          + f"; node's pods listed (cache behind the lock): {rereads.get('node_pods', 0):.0f}")
     for route in ("filter", "bind", "webhook"):
         labels = route_label(latency, route)
         buckets = histogram_buckets(latency, **labels)

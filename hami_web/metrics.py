@@ -322,12 +322,13 @@ class Metrics:
         self._rejections = Counter("hami_web_filter_node_rejections", "nodes refused by filter, by reason",
                                    ["reason"], registry=self.registry)
         self._bind = Counter("hami_web_bind_results", "bind answers by result", ["result"], registry=self.registry)
-        self._bind_calls = Histogram("hami_web_bind_api_calls", "requests one /bind sent to kube-apiserver (4 on the "
-                                     "happy path: lock, booking, verification read, Binding)",
+        self._bind_calls = Histogram("hami_web_bind_api_calls", "requests one /bind sent to kube-apiserver (2 on the "
+                                     "happy path: lock, Binding carrying the booking)",
                                      registry=self.registry, buckets=BIND_CALL_BUCKETS)
-        self._bind_rereads = Counter("hami_web_bind_rereads", "binds whose preconditioned write met a newer version "
-                                     "(409) and read the object first: node (the lock), pod (the booking)", ["what"],
-                                     registry=self.registry)
+        self._bind_rereads = Counter("hami_web_bind_rereads", "binds that read before writing: node (the lock's "
+                                     "write met a newer node, 409), pod (the Binding or booking met a newer pod, "
+                                     "409), node_pods (the cache had not caught up with the lock: the node's pods "
+                                     "were listed)", ["what"], registry=self.registry)
         self._webhook = Counter("hami_web_webhook_reviews", "admission reviews by verdict", ["allowed"],
                                 registry=self.registry)
         self._lock_waits = Counter("hami_web_node_lock_waits", "gang pods that found their node locked and waited, "
@@ -378,7 +379,8 @@ class Metrics:
         self._bind.labels(result=result).inc()
 
     def observe_bind_reread(self, what: str) -> None:
-        """Count a bind that had to read ``what`` (node, pod): the version it wrote against was stale (409)."""
+        """Count a bind that had to read ``what``: node, pod (the version it wrote against was stale, 409), node_pods
+        (the cache could not vouch for the placement)."""
         self._bind_rereads.labels(what=what).inc()
 
     def observe_bind_calls(self, calls: int) -> None:

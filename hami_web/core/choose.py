@@ -28,6 +28,9 @@ from hami_web.core.usage import NodeView
 
 NODE_UNREGISTERED = "node unregistered"
 MEMO_ENTRIES_PER_NODE = 16
+# Asks whose last decision placed nothing, remembered with the view each node was judged on (`_NoFits`).
+NO_FIT_ASKS = 64
+MAX_ASKS = 4096  # distinct asks kept canonical (`_canonical`); forgotten all at once past it
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,6 +71,75 @@ class _Ask:
         return self is other or (isinstance(other, _Ask) and self.digest == other.digest
                                  and self.request == other.request and self.options == other.options
                                  and self.quota == other.quota)
+
+
+class _NoFits:
+    """For the asks whose last decision placed nothing: each node's reason, with the view it was judged on.
+
+    A pod no node takes is decided again and again (kube-scheduler retries it; a burst holds many pods of one shape)
+    while between two decisions only the few nodes whose usage changed have a new view. A view is immutable, so a node
+    whose view is the one its reason was judged on still does not fit: only the others are ranked and fitted, and the
+    rest of the answer is read back. Without this a pod that fits nowhere costs a rank and a look at every node
+    (``benchmarks/filter_decision.py --ascend``: the 8-NPU pods, docs/device-families.md#ascend-npus). Plain dict
+    operations, so concurrent filters at worst judge a node again.
+    """
+
+    def __init__(self, asks: int) -> None:
+        self._asks = asks
+        self._judged: dict[_Ask, dict[str, tuple[NodeView, str]]] = {}
+
+    def changed(self, ask: _Ask, known: list[NodeView], reasons: dict[str, str]) -> list[NodeView]:
+        """The views of ``known`` judged on another view (all when the ask placed something last time); the others'
+        reasons go into ``reasons``."""
+        judged = self._judged.get(ask)
+        if judged is None:
+            return known
+        changed = []
+        for view in known:
+            last = judged.get(view.inventory.name)
+            if last is not None and last[0] is view:
+                reasons[view.inventory.name] = last[1]
+            else:
+                changed.append(view)
+        return changed
+
+    def remember(self, ask: _Ask, known: list[NodeView], reasons: Mapping[str, str]) -> None:
+        """Nothing of ``known`` fitted ``ask``, for ``reasons``."""
+        judged = self._judged.pop(ask, None) or {}
+        judged.update((view.inventory.name, (view, reasons[view.inventory.name])) for view in known)
+        if len(self._judged) >= self._asks:
+            self._judged.pop(next(iter(self._judged)))
+        self._judged[ask] = judged
+
+    def forget(self, ask: _Ask) -> None:
+        """``ask`` placed something: its next decision starts afresh."""
+        self._judged.pop(ask, None)
+
+
+_NO_FITS = _NoFits(NO_FIT_ASKS)
+_ASKS: dict[_Ask, _Ask] = {}
+
+
+def _canonical(ask: _Ask) -> _Ask:
+    """The one `_Ask` object of its value: the per-node memos (failures, group bounds) are then found by identity, not
+    by comparing whole requests node after node."""
+    known = _ASKS.get(ask)
+    if known is not None:
+        return known
+    if len(_ASKS) >= MAX_ASKS:
+        _ASKS.clear()
+    _ASKS[ask] = ask
+    return ask
+
+
+def _group_bound(ask: _Ask, view: NodeView) -> float:
+    """`group_score_bound`, remembered on the (immutable) view for the next identical ask."""
+    bound = view.group_bounds.get(ask)
+    if bound is None:
+        if len(view.group_bounds) >= MEMO_ENTRIES_PER_NODE:
+            view.group_bounds.clear()
+        bound = view.group_bounds[ask] = group_score_bound(ask.request, view)
+    return bound
 
 
 def _fit_or_reason(ask: _Ask, view: NodeView) -> PodFit | str:
@@ -137,7 +209,19 @@ def choose_node(request: PodRequest, options: PodOptions, candidates: Sequence[s
             reasons[name] = f"{INVALID_REGISTER}: {broken[name]}"
         else:
             reasons[name] = NODE_UNREGISTERED
-    ask = _Ask(request=request, options=options, digest=hash((request, options, quota)), quota=quota)
+    ask = _canonical(_Ask(request=request, options=options, digest=hash((request, options, quota)), quota=quota))
+    result = _choose(ask, _NO_FITS.changed(ask, known, reasons), reasons, candidates, busy)
+    if isinstance(result, NoPlacement):
+        _NO_FITS.remember(ask, known, result.reasons)
+    else:
+        _NO_FITS.forget(ask)
+    return result
+
+
+def _choose(ask: _Ask, known: list[NodeView], reasons: dict[str, str], candidates: Sequence[str],
+            busy: Collection[str]) -> Placement | NoPlacement:
+    """`choose_node` among ``known`` (the candidates not already in ``reasons``)."""
+    request, options = ask.request, ask.options
     reach = request.group_score_reach
     if reach:
         ranked = _busy_last(rank_nodes(known, options.node_policy), busy)
@@ -220,7 +304,7 @@ def _choose_with_group_score(ask: _Ask, ranked: Iterator[NodeView], reasons: dic
             if (bound >= best[0] if spread else bound <= best[0]) or (view.name in busy and best[1].name not in busy):
                 break
             # This node's own groups may hold less than the whole term: no fit when even that cannot win.
-            own = group_score_bound(ask.request, view)
+            own = _group_bound(ask, view)
             if view.score - own >= best[0] if spread else view.score + own <= best[0]:
                 continue
         if not may_fit(ask.request, view, ask.options):

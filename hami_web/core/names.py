@@ -34,9 +34,6 @@ POD_NOUSE_GPU_TYPE = "nvidia.com/nouse-gputype"
 POD_USE_GPU_UUID = "nvidia.com/use-gpuuuid"
 POD_NOUSE_GPU_UUID = "nvidia.com/nouse-gpuuuid"
 
-# Label set with the assigned node so operators can select a node's vGPU pods.
-LABEL_ASSIGNED_NODE = "hami.io/vgpu-node"
-
 # Label of a Coscheduling PodGroup member: such pods wait for a held node lock instead of failing at once.
 LABEL_POD_GROUP = "scheduling.x-k8s.io/pod-group"
 

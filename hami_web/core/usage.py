@@ -162,6 +162,8 @@ class NodeView:
     # Failure summaries of asks that did not fit this exact state. The view is immutable and replaced when
     # its usage changes, so entries never go stale; a pod kube-scheduler keeps retrying costs one fit per node.
     failures: dict[object, str] = field(default_factory=dict, compare=False, repr=False)
+    # The most network-group term an ask can earn here (`fit.group_score_bound`), remembered per ask as the failures.
+    group_bounds: dict[object, float] = field(default_factory=dict, compare=False, repr=False)
 
     @property
     def name(self) -> str:

@@ -1,44 +1,36 @@
-"""``/bind``: lock the node, write the booking, verify it, create the Binding
+"""``/bind``: lock the node, check the placement, create the Binding carrying the booking
 (docs/deployment.md#high-availability-active-and-standby).
 
-The filter writes nothing: this is the one place that writes a booking, and it is checked when it is written. Under the
-node lock, the booking is written onto the pod in one patch (HAMi's device annotations, ``bind-phase=allocating``, the
-``hami.io/vgpu-node`` label) with the pod's uid and resourceVersion as preconditions — the version kube-scheduler sent
-to ``/filter``, so an unchanged pod is not read first; a pod that changed since (409) is read: it must still be ours and
-unbound (another extender may have bound it elsewhere) — and then checked against the bookings of the other pods the API
-shows on the node. The happy path is four round trips (docs/webhook-and-extender.md#the-scheduler-extender): the lock
-(one write preconditioned on the node's resourceVersion from the watch), the booking, one read of the node's booked
-pods, the Binding; ``hami_web_bind_api_calls`` counts them per bind. kube-scheduler's leader election is not a fence: a
-second extender may have booked the same GPUs from a cache that had not seen ours. Reading the node's pods *after* our
-own write lets the API answer from its watch cache at our write's version (fresh, and cheap: no read of every pod from
-etcd), and any other booking on this node was written before ours, under the same lock. A placement that no longer fits
-is voided (``bind-phase=failed``: an unbound pod so marked holds nothing), the lock released and the assumption dropped,
-with a ``BindingFailed`` event; kube-scheduler then filters the pod again (by then the watch has usually brought the
-other booking into the cache). Only then is the Binding created: HAMi's device plugin acts on bound pods only, so a
-voided booking never reaches a GPU.
+The filter writes nothing: this is the one place that writes a booking, and it is checked before it reaches a device.
+The happy path is two calls (docs/webhook-and-extender.md#the-scheduler-extender; ``hami_web_bind_api_calls`` counts
+them): the node lock (one write preconditioned on the node's resourceVersion from the watch), then the Binding, whose
+annotations kube-apiserver copies onto the pod in the same write that sets ``spec.nodeName`` (pods/binding storage,
+``setPodHostAndAnnotations``): HAMi's device annotations, ``bind-phase=allocating``, ``hami.io/vgpu-node``. The Binding
+carries the pod's uid and the resourceVersion kube-scheduler sent to ``/filter`` as preconditions, so a pod bound or
+booked by another binder since (409) is read and judged before anything of ours is written, and a pod is never bound
+without its booking. kube-scheduler's leader election is not a fence: a second extender may have booked the same devices
+from a cache that had not seen ours. Between the two calls the placement is checked against every other booking on the
+node, all written before the lock we hold was taken: from the cache when its pod stream has applied everything up to
+that version, else from one list of the node's pods at that version (a third call). A placement that no longer fits
+is refused before anything is written: the lock released, the placement dropped, a ``BindingFailed`` event;
+kube-scheduler filters the pod again.
 
-A pod whose namespace has a device quota on what it books (docs/quotas.md#namespace-quotas) is checked the same way
-against the namespace: its booked pods are read at or after our write's version, and a booking that would take the
-namespace past a limit is voided. Of two binders racing in one namespace, the later writer reads the earlier one's
-booking, so the two never pass a limit together. A namespace without such a quota costs no read.
+A pod whose namespace has a device quota on what it books (docs/quotas.md#namespace-quotas) is booked apart: the quota
+spans nodes, so the booking is patched onto the pod first, the node's and the namespace's bookings read at or after that
+write, and only then the Binding created (four calls or five); of two binders racing in one namespace, the later writer
+reads the earlier one's booking. A placement that no longer fits then is voided (``bind-phase=failed``: an unbound pod
+so marked holds nothing); HAMi's device plugin acts on bound pods only, so a voided booking never reaches a device.
 
-The saga is four named steps of `Binder` — `_lock_node`, `_book`, `_verify_booking`, `_create_binding` — each of which
-either returns or raises `_Abort` naming the failure's `BindFailure` kind and what it may have left; `_abort` cleans
-that up, and the answer is a `BindOutcome` (`extender.outcomes`) that the log line, event and metrics read.
-
-A member of a gang (label ``scheduling.x-k8s.io/pod-group`` or ``spec.schedulingGroup``) that finds the node
-locked waits for the lock; any other pod is answered at once, and so is a member when ``max_lock_waiters`` binds
-already wait (each holds one of the server's few request threads).
-
-Only a pod this process placed (same uid, namespace, name and node) is bound: ``/bind`` uses hami-web's RBAC, and must
-not bind a pod we never chose GPUs for. The one exception is a pod that asks for no device of ours (a count of 0,
-which the webhook routes to us as HAMi v2.10 does): read back, it is bound as HAMi binds it, with no lock and no
-booking. Anything else is refused before any lock or pod is touched. The answer must always reach kube-scheduler
-inside its ``httpTimeout`` (30 s), so a bind's API calls share one deadline: ``--extender-deadline``, or for a gang
-member that waits, ``--node-lock-retry-timeout`` counted from the start of the bind, which the lock wait and the calls
-after it share. The cleanup after a failure gets ``min(deadline/3, 3 s)`` more. When the Binding's outcome is unknown,
-the pod is read back: bound means success; unreadable means the booking and our lock stay (the pod may be running on
-those GPUs) and kube-scheduler is told to retry.
+Each step of `Binder` either returns or raises `_Abort` naming the failure's `BindFailure` kind and what it may have
+left; `_abort` cleans that up, and the answer is a `BindOutcome` (`extender.outcomes`). A member of a gang that finds
+the node locked waits for the lock (at most ``max_lock_waiters`` at once); any other pod is answered at once. Only a pod
+this process placed (same uid, namespace, name and node) is bound; the one exception is a pod that asks for no device
+of ours (a count of 0, which the webhook routes to us as HAMi v2.10 does): read back, it is bound as HAMi binds it,
+with no lock and no booking. Anything else is refused before any lock or pod is touched. A bind's calls share one
+deadline (``--extender-deadline``, or ``--node-lock-retry-timeout`` for a gang member that waits) so the answer beats
+kube-scheduler's 30 s; the cleanup after a failure gets ``min(deadline/3, 3 s)`` more. When the Binding's outcome is
+unknown, the pod is read back: bound means success; unreadable means the booking and our lock stay and kube-scheduler
+is told to retry.
 """
 
 from __future__ import annotations
@@ -47,6 +39,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable
+from typing import NoReturn
 
 from hami_web.core import names
 from hami_web.core.families import DEFAULT_CATALOG, DeviceCatalog
@@ -55,8 +48,9 @@ from hami_web.core.nodelocks import LockRule
 from hami_web.core.requests import RequestDefaults, RequestError, pod_request
 from hami_web.extender.bindreads import BindReads
 from hami_web.extender.collaborators import BindMetrics, EventSink
-from hami_web.extender.deadlines import after_deadline_seconds
-from hami_web.extender.nodelock import NodeLock, NodeLockError, NodeLockHeld
+from hami_web.extender.deadlines import BindDeadline, after_deadline_seconds
+from hami_web.extender.lockwait import LockWaiter
+from hami_web.extender.nodelock import NodeLock, NodeLockError
 from hami_web.extender.outcomes import BindFailure, BindOutcome, BindRefused, BindRequest, Bound, UnreadableArgs
 from hami_web.kube import (
     ConflictError,
@@ -67,41 +61,12 @@ from hami_web.kube import (
     NotFoundError,
     counting_calls,
     deadline,
-    deadline_left_seconds,
 )
-from hami_web.state.budget import WaitSlots
 from hami_web.state.faces import Placements
 from hami_web.state.pods import PodUsage
 
 log = logging.getLogger(__name__)
 
-# A gang member stops looking at a held lock this share of its deadline early (at most LOCK_WAIT_RESERVE_MAX_SECONDS),
-# so the last look at the lock, the pod patch and the Binding still have time before the deadline.
-LOCK_WAIT_RESERVE_SHARE = 0.2
-LOCK_WAIT_RESERVE_MAX_SECONDS = 2.0
-
-
-class _BindDeadline:
-    """The deadline one bind's API calls run under; a gang member that waits for a lock replaces it, and the work
-    after a failed Binding runs under the cleanup budget."""
-
-    def __init__(self, scope: contextlib.ExitStack, seconds: float) -> None:
-        self._scope = scope
-        self._started = time.monotonic()
-        self.seconds = seconds
-        scope.enter_context(deadline(seconds))
-
-    def replace(self, seconds: float) -> None:
-        """From now on the deadline is ``seconds`` after the bind's start (for every call until the answer)."""
-        self.seconds = seconds
-        self._scope.enter_context(deadline(seconds - (time.monotonic() - self._started)))
-
-    def enter_cleanup(self) -> float:
-        """From now on the calls run in the budget after the deadline (the deadline itself may be spent); that
-        budget in seconds."""
-        cleanup = after_deadline_seconds(self.seconds)
-        self._scope.enter_context(deadline(cleanup))
-        return cleanup
 
 
 class _Abort(Exception):
@@ -109,7 +74,7 @@ class _Abort(Exception):
 
     For a ``kind`` that cleans up (`BindFailure.cleaned_up`), ``locked`` says our node lock may stand (it is
     released), ``annotated`` that our booking may stand on the pod (it is voided); ``in_cleanup_budget`` that the
-    step already runs in the budget after the deadline (`_BindDeadline.enter_cleanup`).
+    step already runs in the budget after the deadline (`BindDeadline.enter_cleanup`).
     """
 
     def __init__(self, message: str, *, kind: BindFailure = BindFailure.FAILED, locked: bool = True,
@@ -133,20 +98,22 @@ class Binder:
     def __init__(self, *, cache: Placements, kube: Kube, events: EventSink, node_lock: NodeLock,
                  metrics: BindMetrics | None = None, clock: Callable[[], float] = time.time,
                  deadline_seconds: float = 15.0, lock_wait_seconds: float = 0.0, max_lock_waiters: int = 1,
-                 catalog: DeviceCatalog = DEFAULT_CATALOG) -> None:
+                 catalog: DeviceCatalog = DEFAULT_CATALOG, pods_version: Callable[[], str] = str) -> None:
         """``deadline_seconds`` is ``--extender-deadline``; ``lock_wait_seconds`` (``--node-lock-retry-timeout``)
-        is the whole deadline of a gang member's bind that waits for a held lock (0: nobody waits)."""
+        is the whole deadline of a gang member's bind that waits for a held lock (0: nobody waits);
+        ``pods_version`` the resourceVersion up to which the cache has applied the pod stream ("" unknown: every
+        placement is then checked against a list of the node's pods)."""
         self._deadline_seconds = deadline_seconds
         self._catalog = catalog
         self._cache = cache
-        self._lock_wait_seconds = lock_wait_seconds
-        self._wait_slots = WaitSlots(max_lock_waiters)
         self._kube = kube
         self._events = events
         self._lock = node_lock
         self._metrics = metrics
         self._clock = clock
-        self._reads = BindReads(kube=kube, cache=cache, catalog=catalog)
+        self._reads = BindReads(kube=kube, cache=cache, catalog=catalog, pods_version=pods_version)
+        self._waiter = LockWaiter(lock=node_lock, cache=cache, reads=self._reads, metrics=metrics,
+                                  wait_seconds=lock_wait_seconds, max_waiters=max_lock_waiters)
         self._request_defaults = RequestDefaults.of(catalog)
 
     def bind(self, request: BindRequest | UnreadableArgs) -> BindOutcome:
@@ -205,24 +172,39 @@ class Binder:
         return Bound(request, devices="")
 
     def _bind_placed(self, request: BindRequest, placed: PodUsage) -> BindOutcome:
-        """The saga, step by step under the bind's deadline: lock the node, write the booking, verify it against the
-        other bookings the API shows on the node, create the Binding. A step that cannot go on raises `_Abort`; what
-        it may have left (our lock, our booking, the placement) is cleaned up before the answer."""
+        """The saga, step by step under the bind's deadline. On the happy path two calls: lock the node, check the
+        placement against the other bookings on the node (the cache, when its pod stream has caught up with the
+        lock; else one list), create the Binding carrying the booking. A pod whose namespace has a device quota on
+        what it books, or that carries an earlier booking's MIG reservations a Binding cannot remove, is booked apart
+        first (`_books_apart`). A step that cannot go on raises `_Abort`; what it may have left (our lock, our
+        booking, the placement) is cleaned up before the answer."""
         node = request.node
         with contextlib.ExitStack() as scope:
-            bind_deadline = _BindDeadline(scope, self._deadline_seconds)
+            bind_deadline = BindDeadline(scope, self._deadline_seconds)
             try:
-                self._lock_node(placed, node, bind_deadline)
+                locked_at = self._lock_node(placed, node, bind_deadline)
                 self._cache.reassume(placed)  # written from here on; the watch confirms it
-                written = self._book(placed, node)
-                self._verify_booking(placed, node, written)
-                self._create_binding(placed, node, bind_deadline)
+                if self._books_apart(placed):
+                    written = self._book(placed, node)
+                    self._verify_booking(placed, node, written)
+                    self._create_binding(placed, node, bind_deadline)
+                else:
+                    self._verify_placement(placed, node, locked_at)
+                    self._bind_with_booking(placed, node, bind_deadline)
             except _AlreadyBound:
                 pass  # a retry after a Binding whose answer was lost: done; our lock stays as after a bind
             except _Abort as abort:
                 return self._abort(request, abort, budget=bind_deadline.seconds)
             self._release_binders_locks(placed, node)
         return Bound(request, devices=placed.devices_text)
+
+    def _books_apart(self, placed: PodUsage) -> bool:
+        """Whether the booking is patched before the Binding (four calls) instead of riding on it: a namespace's device
+        quota spans nodes, which the node lock does not serialise, so the booking must stand before the read that
+        checks it (docs/quotas.md#namespace-quotas); and a Binding cannot remove the MIG reservations of an earlier
+        booking (`cleared_annotations`)."""
+        return bool(placed.leftover_keys.intersection(cleared_annotations(placed.grants, self._catalog))) \
+            or self._reads.quota_applies(placed)
 
     def _release_binders_locks(self, placed: PodUsage, node: str) -> None:
         """Once bound, remove the locks no device plugin removes (`BIND_LOCK`, taken for the families HAMi binds
@@ -238,14 +220,15 @@ class Binder:
 
     # -- the steps -----------------------------------------------------------------------------------
 
-    def _lock_node(self, placed: PodUsage, node: str, bind_deadline: _BindDeadline) -> None:
-        """Step 1: take the node locks of the families the pod holds devices of (`_locks`; `_acquire`).
+    def _lock_node(self, placed: PodUsage, node: str, bind_deadline: BindDeadline) -> str:
+        """Step 1: take the node locks of the families the pod holds devices of (`_locks`; `_acquire`); the node's
+        resourceVersion at which they were taken (`NodeLock.acquire`).
 
         A lock held by another pod answers at once (kube-scheduler retries; nothing changed, the booking stays). A
         failed lock write may still have landed: the cleanup releases it (release only removes ours).
         """
         try:
-            self._acquire(placed.namespace, placed.name, node, bind_deadline, self._locks(placed))
+            return self._waiter.acquire(placed.namespace, placed.name, node, bind_deadline, self._locks(placed))
         except NodeLockError as error:
             raise _Abort(str(error), kind=BindFailure.LOCKED) from None
         except KubeError as error:
@@ -271,19 +254,9 @@ class Binder:
                 pass  # refused, nothing written: the read below says why
             except KubeError as error:
                 raise _Abort(f"cannot write the device booking onto the pod: {error}") from None
-        if self._metrics is not None:
-            self._metrics.observe_bind_reread("pod")
+        pod = self._reread_pod(placed, node)
         try:
-            pod, refusal = self._reads.pod_still_unbound(placed)
-        except KubeError as error:
-            raise _Abort(f"cannot read {where}: {error}", annotated=False) from None
-        if refusal and pod is not None and self._reads.bound_here(pod, placed, node):
-            raise _AlreadyBound
-        if refusal:
-            raise _Abort(refusal, kind=BindFailure.CONFLICT, annotated=False)
-        try:
-            return self._write_booking(placed, node, str(((pod or {}).get("metadata") or {}).get("resourceVersion")
-                                                         or ""))
+            return self._write_booking(placed, node, str((pod.get("metadata") or {}).get("resourceVersion") or ""))
         except ConflictError as error:  # changed meanwhile: nothing of ours was written
             raise _Abort(f"{where} changed while its devices were being booked ({error}); filter it again",
                          annotated=False) from None
@@ -312,18 +285,89 @@ class Binder:
                          f"({excess}); another scheduler booked first or the quota was lowered; filter it again",
                          kind=BindFailure.CONFLICT)
 
-    def _create_binding(self, placed: PodUsage, node: str, bind_deadline: _BindDeadline) -> None:
-        """Step 4: create the Binding. When its outcome is unknown (no answer, or "already assigned" on a retry), the
-        pod is read back in the cleanup budget: bound here is success; unreadable keeps the booking and our lock
-        (the pod may be running on those GPUs) and tells kube-scheduler to retry."""
-        namespace, name, uid = placed.namespace, placed.name, placed.uid
+    def _verify_placement(self, placed: PodUsage, node: str, locked_at: str) -> None:
+        """Step 2 of the two-call bind: the placement must fit beside every other booking on the node, all written
+        before ``locked_at`` (`BindReads.conflicts`): the cache tells when it has caught up with that version
+        (`BindReads.cached_conflicts`, no call); otherwise, or when it sees a conflict, one list decides."""
+        if self._reads.cached_conflicts(placed, node, not_older_than=locked_at) == "":
+            return
+        if self._metrics is not None:
+            self._metrics.observe_bind_reread("node_pods")
         try:
-            self._kube.bind_pod(namespace, name, node, uid=uid)
+            conflicts = self.verify(placed, node, not_older_than=locked_at)
+        except KubeError as error:
+            raise _Abort(f"cannot read node {node}'s pods to verify the placement: {error}", annotated=False) \
+                from None
+        if conflicts:
+            raise _Abort(f"devices given to pod {placed.namespace}/{placed.name} on node {node} are no longer free "
+                         f"({conflicts}); another scheduler booked them first; filter it again",
+                         kind=BindFailure.CONFLICT, annotated=False)
+
+    def _bind_with_booking(self, placed: PodUsage, node: str, bind_deadline: BindDeadline) -> None:
+        """Step 3 of the two-call bind: the Binding carrying the booking, preconditioned on the uid and the version
+        kube-scheduler sent to /filter: bound and booked in one write, or neither. A pod changed since (409) is read,
+        judged (`BindReads.pod_still_unbound`) and bound once more at the version read (one sent without a version is
+        read first). An unknown outcome is settled as `_create_binding` settles it."""
+        namespace, name, uid = placed.namespace, placed.name, placed.uid
+        where = f"pod {namespace}/{name}"
+        annotations = self._booking_annotations(placed, node)
+        version = placed.resource_version
+        if not version:  # sent without one: the pod is read and judged first, and bound at the version read
+            pod = self._reread_pod(placed, node)
+            if self._reads.leftovers(pod, placed):
+                raise _Abort(f"{where} changed while its devices were being bound; filter it again", annotated=False)
+            version = str((pod.get("metadata") or {}).get("resourceVersion") or "")
+        for attempt in range(2):
+            try:
+                self._kube.bind_pod(namespace, name, node, uid=uid, resource_version=version, annotations=annotations)
+                return
+            except NotFoundError:
+                raise _Abort(f"{where} no longer exists", annotated=False) from None
+            except ConflictError:
+                pass
+            except KubeError as error:
+                if error.outcome_unknown:
+                    self._settle_unknown_binding(placed, node, error, bind_deadline)
+                raise _Abort(str(error), annotated=False) from None
+            pod = self._reread_pod(placed, node)
+            if attempt or self._reads.leftovers(pod, placed):
+                break
+            version = str((pod.get("metadata") or {}).get("resourceVersion") or "")
+        raise _Abort(f"{where} changed while its devices were being bound; filter it again", annotated=False)
+
+    def _reread_pod(self, placed: PodUsage, node: str) -> JsonObject:
+        """The pod as the API has it now, after a write preconditioned on an older version met a newer one: still ours
+        and unbound, or the bind ends (`_AlreadyBound` when an earlier bind of it landed here)."""
+        if self._metrics is not None:
+            self._metrics.observe_bind_reread("pod")
+        try:
+            pod, refusal = self._reads.pod_still_unbound(placed)
+        except KubeError as error:
+            raise _Abort(f"cannot read pod {placed.namespace}/{placed.name}: {error}", annotated=False) from None
+        if refusal and pod is not None and self._reads.bound_here(pod, placed, node):
+            raise _AlreadyBound
+        if refusal or pod is None:
+            raise _Abort(refusal, kind=BindFailure.CONFLICT, annotated=False)
+        return pod
+
+    def _create_binding(self, placed: PodUsage, node: str, bind_deadline: BindDeadline) -> None:
+        """Step 4 of a booking written apart: create the Binding. When its outcome is unknown (no answer, or "already
+        assigned" on a retry), the pod is read back (`_settle_unknown_binding`)."""
+        try:
+            self._kube.bind_pod(placed.namespace, placed.name, node, uid=placed.uid)
             return
         except KubeError as failed:
             error = failed
         if not (error.outcome_unknown or isinstance(error, ConflictError)):
             raise _Abort(str(error))
+        self._settle_unknown_binding(placed, node, error, bind_deadline)
+
+    def _settle_unknown_binding(self, placed: PodUsage, node: str, error: KubeError,
+                                bind_deadline: BindDeadline) -> NoReturn:
+        """A Binding whose outcome is unknown: the pod is read back in the cleanup budget. Bound here is success;
+        unreadable keeps the booking and our lock (the pod may be running on those devices) and tells kube-scheduler
+        to retry; unbound voids the booking (a Binding still on its way then meets a changed pod)."""
+        namespace, name, uid = placed.namespace, placed.name, placed.uid
         cleanup = bind_deadline.enter_cleanup()  # the request's deadline may be spent
         with deadline(cleanup / 2, within_current=True):
             bound = self._reads.bound_to(namespace, name, uid)
@@ -338,19 +382,22 @@ class Binder:
         """Write the booking onto the pod in one patch; `ConflictError` when the pod is not at ``resource_version``.
 
         Preconditions: the pod of that name has our uid, and nobody (another extender binding the same pod, a Binding)
-        changed it since that version was read.
+        changed it since that version was read. No label, as on the Binding (which cannot write one).
         """
-        clock = self._clock()
-        now = str(int(clock))
         return self._kube.patch_pod(placed.namespace, placed.name, {"metadata": {
             "uid": placed.uid, "resourceVersion": resource_version or None,
-            "annotations": {
-                names.POD_ASSIGNED_NODE: node, names.POD_ASSIGNED_TIME: now,
-                **cleared_annotations(placed.grants, self._catalog),
+            "annotations": {**cleared_annotations(placed.grants, self._catalog),
+                            **self._booking_annotations(placed, node)}}})
+
+    def _booking_annotations(self, placed: PodUsage, node: str) -> dict[str, str]:
+        """The booking as pod annotations: HAMi's device annotations, ``vgpu-node``, ``bind-phase=allocating`` and
+        the times."""
+        clock = self._clock()
+        now = str(int(clock))
+        return {names.POD_ASSIGNED_NODE: node, names.POD_ASSIGNED_TIME: now,
                 **bind_annotations(placed.grants, self._catalog, now_seconds=int(now), node=node,
                                    now_ns=int(clock * 10**9)),
-                names.POD_BIND_PHASE: "allocating", names.POD_BIND_TIME: now},
-            "labels": {names.LABEL_ASSIGNED_NODE: node}}})
+                names.POD_BIND_PHASE: "allocating", names.POD_BIND_TIME: now}
 
     def verify(self, placed: PodUsage, node: str, *, not_older_than: str) -> str:
         """What of ``placed`` no longer fits on ``node`` beside the other pods' bookings ("" when all fits); see
@@ -361,62 +408,6 @@ class Binder:
         """The node locks this bind takes: those of exactly the families the pod holds devices of (HAMi's
         ``hami.io/mutex.lock`` once, Cambricon's own for MLUs), in the one order every binder uses."""
         return booking_locks(placed.grants, self._catalog)
-
-    def _acquire(self, namespace: str, name: str, node: str, bind_deadline: _BindDeadline,
-                 rules: tuple[LockRule, ...]) -> None:
-        """Take the node locks; a gang member whose node is locked waits for them (`NodeLock.acquire_waiting`).
-
-        A member that waits gets ``--node-lock-retry-timeout`` (from the bind's start) as the bind's deadline,
-        for the wait and every call after it; the wait ends a little early so those calls still have time.
-        """
-        try:
-            self._lock.acquire(node, namespace, name, seen=self._cache.seen_node(node), rules=rules)
-            return
-        except NodeLockHeld as held:
-            group = self._pod_group(namespace, name) if self._lock_wait_seconds > 0 else ""
-            if not group:
-                raise
-            if not self._wait_slots.try_take():
-                # Every waiting bind holds a request thread; the filter and the webhook must keep some.
-                self._count_wait("no_slot")
-                raise
-            log.info("bind pod=%s/%s node=%s: %s; pod group %s waits, the bind ending within %gs", namespace, name,
-                     node, held, group, self._lock_wait_seconds, extra={"pod": f"{namespace}/{name}", "node": node})
-        self._count_wait("started")
-        bind_deadline.replace(self._lock_wait_seconds)
-        reserve = min(self._lock_wait_seconds * LOCK_WAIT_RESERVE_SHARE, LOCK_WAIT_RESERVE_MAX_SECONDS)
-        wait_seconds = max(0.0, (deadline_left_seconds() or 0.0) - reserve)
-        try:
-            looks = self._lock.acquire_waiting(node, namespace, name, wait_seconds=wait_seconds, rules=rules)
-        except NodeLockHeld:
-            self._count_wait("timed_out")
-            raise
-        except (NodeLockError, KubeError):
-            self._count_wait("failed")
-            raise
-        finally:
-            self._wait_slots.give_back()
-        self._count_wait("acquired")
-        log.info("bind pod=%s/%s node=%s: lock taken after waiting (%d more looks)", namespace, name, node, looks,
-                 extra={"pod": f"{namespace}/{name}", "node": node})
-
-    def _pod_group(self, namespace: str, name: str) -> str:
-        """The pod's gang (PodGroup label or ``spec.schedulingGroup``), or "" for a pod on its own."""
-        try:
-            pod: JsonObject = self._kube.get_pod(namespace, name)
-        except KubeError as error:
-            log.warning("bind pod=%s/%s: cannot read the pod to see if it belongs to a gang: %s", namespace, name,
-                        error)
-            return ""
-        group = ((pod.get("metadata") or {}).get("labels") or {}).get(names.LABEL_POD_GROUP)
-        if isinstance(group, str) and group.strip():
-            return group.strip()
-        scheduling_group = (pod.get("spec") or {}).get("schedulingGroup")
-        if isinstance(scheduling_group, str) and scheduling_group.strip():
-            return scheduling_group.strip()
-        if isinstance(scheduling_group, dict) and scheduling_group:
-            return str(scheduling_group.get("name") or scheduling_group.get("podGroupName") or "spec.schedulingGroup")
-        return ""
 
     def _abort(self, request: BindRequest, abort: _Abort, *, budget: float) -> BindRefused:
         """The answer to a step that could not go on, after cleaning up what the failure may have left.
@@ -491,7 +482,3 @@ class Binder:
     def _count(self, result: str) -> None:
         if self._metrics is not None:
             self._metrics.observe_bind(result)
-
-    def _count_wait(self, outcome: str) -> None:
-        if self._metrics is not None:
-            self._metrics.observe_lock_wait(outcome)

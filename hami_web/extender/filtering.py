@@ -107,7 +107,8 @@ class Filter:
                                        options=options, candidates=request.candidates,
                                        container_names=pod_request.container_names,
                                        resource_version=request.resource_version, replaces=replaces,
-                                       priority=priority)
+                                       priority=priority,
+                                       leftover_keys=self._leftover_keys(request.annotations))
         except AlreadyBooked as error:
             return self._refused(request, str(error))
         if isinstance(result, Placement):
@@ -135,6 +136,12 @@ class Filter:
         if decision.hold.node in reasons:
             reasons[decision.hold.node] = note
         return Unschedulable(request, reasons, preemption=note)
+
+    def _leftover_keys(self, annotations: Mapping[str, str]) -> frozenset[str]:
+        """The annotations of an earlier booking the pod carries that a new booking may have to remove (MIG
+        reservations; `cleared_annotations`)."""
+        keys = (family.reservations_key for family in self._policy.catalog)
+        return frozenset(key for key in keys if key and key in annotations)
 
     @staticmethod
     def _refused(request: FilterRequest, message: str) -> FilterRefused:

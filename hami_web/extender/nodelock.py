@@ -126,19 +126,19 @@ class NodeLock:
         self._monotonic = monotonic
 
     def acquire_waiting(self, node: str, namespace: str, pod: str, *, wait_seconds: float,
-                        rules: Sequence[LockRule] = (MUTEX_LOCK,)) -> int:
+                        rules: Sequence[LockRule] = (MUTEX_LOCK,)) -> tuple[int, str]:
         """`acquire`, looking again with backoff while another pod holds a lock, for up to ``wait_seconds``.
 
-        Returns how many times a lock was found held before all were taken; raises `NodeLockHeld` (naming
-        the holder and the time waited) when one is still held at the deadline, other errors at once.
+        Returns how many times a lock was found held before all were taken, and `acquire`'s version; raises
+        `NodeLockHeld` (naming the holder and the time waited) when one is still held at the deadline, other errors at
+        once.
         """
         deadline = self._monotonic() + wait_seconds
         pause = WAIT_FIRST_SECONDS
         waits = 0
         while True:
             try:
-                self.acquire(node, namespace, pod, rules=rules)
-                return waits
+                return waits, self.acquire(node, namespace, pod, rules=rules)
             except NodeLockHeld as held:
                 remaining = deadline - self._monotonic()
                 if remaining <= 0:
@@ -155,8 +155,9 @@ class NodeLock:
         MLU) holds both or neither, and two binders never each hold one while waiting for the other. With ``seen``
         (the node as the watch last showed it) and every lock free there, or stale by its age, they are taken with
         one write preconditioned on that resourceVersion; a conflict (the node changed since) falls back to reading
-        the node. Returns the node's resourceVersion once locked: every write that happened before the locks were
-        taken (such as another binder's booking, made before it gave a lock up) is at most this version.
+        the node. Returns the node's resourceVersion at which every lock was seen free (or ours) and taken — the
+        write's precondition: every write that happened before the locks were taken (such as another binder's
+        booking, made before it gave a lock up) is at most this version.
         """
         ordered = order_rules(rules)
         if seen is not None and seen.resource_version and self._free_as_seen(node, namespace, pod, seen, ordered):
@@ -237,18 +238,18 @@ class NodeLock:
 
     def _write_locks(self, node: str, writes: dict[str, str], resource_version: str, namespace: str,
                      pod: str) -> str:
-        """Write ``writes`` with ``resource_version`` as the precondition; the node's new resourceVersion (the
-        version given when there is nothing to write: every lock is ours already)."""
+        """Write ``writes`` with ``resource_version`` as the precondition; that version once written (or when there
+        is nothing to write: every lock is ours already)."""
         if not writes:
             return resource_version
         patch = {"metadata": {"resourceVersion": resource_version or None, "annotations": writes}}
         try:
-            locked = self._kube.patch_node(node, patch)
+            self._kube.patch_node(node, patch)
         except (ConflictError, NotFoundError):
             self._claims.settle(node, writes, namespace, pod, written=False)
             raise
         self._claims.settle(node, writes, namespace, pod, written=True)
-        return str((locked.get("metadata") or {}).get("resourceVersion") or "")
+        return resource_version
 
     def release(self, node: str, namespace: str, pod: str, *, only_binders: bool = False) -> bool:
         """Remove every lock ``namespace/pod`` holds on ``node`` (``only_binders``: only those no device plugin removes,

@@ -7,7 +7,7 @@ The only place that uses the official ``kubernetes`` client's API classes. Objec
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
@@ -117,31 +117,30 @@ class Kube:
         """ResourceQuota objects of every namespace in pages (docs/quotas.md#namespace-quotas); see `list_nodes`."""
         return self.list_collection("/api/v1/resourcequotas", page_size=page_size)
 
-    def list_booked_pods_in_namespace(self, namespace: str, *, assigned_label: str,
-                                      not_older_than: str = "") -> list[JsonObject]:
-        """Pods of ``namespace`` carrying ``assigned_label`` (given devices, bound or not), at least as fresh as the
-        resourceVersion ``not_older_than``: what ``/bind`` checks a namespace's quota against (see
-        `list_pods_on_node`)."""
-        query = [("labelSelector", assigned_label)]
-        if not_older_than:
-            query += [("resourceVersion", not_older_than), ("resourceVersionMatch", "NotOlderThan")]
-        booked, _ = join_pages(self._pages(f"list pods given devices in namespace {namespace}",
-                                           f"/api/v1/namespaces/{namespace}/pods", query, page_size=0))
-        return booked
+    def list_namespace_pods_at(self, namespace: str, *, not_older_than: str = "") -> list[JsonObject]:
+        """Every pod of ``namespace``, at least as fresh as the resourceVersion ``not_older_than``: what ``/bind``
+        checks a namespace's device quota against (see `list_pods_on_node`). No selector: a booking that rode on its
+        Binding carries no label, and the bookings are told apart by their annotations."""
+        query = [("resourceVersion", not_older_than), ("resourceVersionMatch", "NotOlderThan")] \
+            if not_older_than else []
+        pods, _ = join_pages(self._pages(f"list pods in namespace {namespace}", f"/api/v1/namespaces/{namespace}/pods",
+                                         query, page_size=0))
+        return pods
 
-    def list_pods_on_node(self, node: str, *, assigned_label: str, not_older_than: str = "") -> list[JsonObject]:
-        """Pods labelled ``assigned_label=node``: every pod given GPUs there, bound or not (our booking sets it).
+    def list_pods_on_node(self, node: str, *, not_older_than: str = "") -> list[JsonObject]:
+        """Pods bound to ``node`` (``spec.nodeName``): what ``/bind`` checks a placement against, in one request.
 
-        What ``/bind`` checks a placement against, in one request. With ``not_older_than`` (a resourceVersion) the
-        API answers from its watch cache once that has caught up with the version — as fresh as needed, without
-        reading every pod of the cluster from etcd, which a plain (quorum) list with a selector does.
+        Under the node lock every live booking on the node is on a bound pod: a binder writes its booking with or
+        before its Binding while it holds the lock, and the lock is given up only after the Binding (or after the
+        booking was voided). With ``not_older_than`` (a resourceVersion) the API answers from its watch cache once
+        that has caught up with the version — as fresh as needed, without reading every pod of the cluster from
+        etcd, which a plain (quorum) list with a selector does.
         """
-        query = [("labelSelector", f"{assigned_label}={node}")]
+        query = [("fieldSelector", f"spec.nodeName={node}")]
         if not_older_than:
             query += [("resourceVersion", not_older_than), ("resourceVersionMatch", "NotOlderThan")]
-        booked, _ = join_pages(self._pages(f"list pods given GPUs on node {node}", "/api/v1/pods", query,
-                                           page_size=0))
-        return booked
+        pods, _ = join_pages(self._pages(f"list pods bound to node {node}", "/api/v1/pods", query, page_size=0))
+        return pods
 
     def _pages(self, what: str, path: str, query: list[tuple[str, str]], *, page_size: int) -> Iterator[ListPage]:
         """The pages of the list at ``path``, fetched through the raw request layer, one request per page.
@@ -195,11 +194,21 @@ class Kube:
         return self._call(f"delete pod {namespace}/{name}", self._core.delete_namespaced_pod, name, namespace,
                           body=options)
 
-    def bind_pod(self, namespace: str, name: str, node: str, *, uid: str = "") -> None:
-        """Create the pod's Binding to ``node``. The API answers a Status, so the body is read raw."""
+    def bind_pod(self, namespace: str, name: str, node: str, *, uid: str = "", resource_version: str = "",
+                 annotations: Mapping[str, str] | None = None) -> None:
+        """Create the pod's Binding to ``node``. The API answers a Status, so the body is read raw.
+
+        ``uid`` and ``resource_version`` are preconditions on the pod (409 when it is another pod, or changed since
+        that version); ``annotations`` are written onto the pod in the same write that sets ``spec.nodeName``
+        (kube-apiserver's pods/binding storage, ``setPodHostAndAnnotations``): added or replaced, never removed.
+        """
         metadata: JsonObject = {"name": name, "namespace": namespace}
         if uid:
             metadata["uid"] = uid
+        if resource_version:
+            metadata["resourceVersion"] = resource_version
+        if annotations:
+            metadata["annotations"] = dict(annotations)
         binding = {"apiVersion": "v1", "kind": "Binding", "metadata": metadata,
                    "target": {"apiVersion": "v1", "kind": "Node", "name": node}}
         self._call(f"bind pod {namespace}/{name} to {node}", self._core.create_namespaced_pod_binding,

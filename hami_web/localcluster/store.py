@@ -179,7 +179,9 @@ class Store:
                                                         f"{metadata.get('resourceVersion')}", group=rt.group)
 
     def bind(self, rt: ResourceType, namespace: str, name: str, binding: JsonObject) -> None:
-        """``pods/<name>/binding``: set ``spec.nodeName`` once; 409 when already bound or the uid differs."""
+        """``pods/<name>/binding``: set ``spec.nodeName`` once, and copy the Binding's annotations onto the pod in the
+        same write (kube-apiserver's ``setPodHostAndAnnotations``); 409 when already bound, being deleted, or the
+        Binding's uid or resourceVersion precondition fails."""
         target = binding.get("target") if isinstance(binding, dict) else None
         node = target.get("name") if isinstance(target, dict) else None
         if not node:
@@ -188,6 +190,10 @@ class Store:
         if binding_meta.get("name", name) != name:
             raise ApiError(400, f"the name of the object ({binding_meta.get('name')}) does not match the name "
                                 f"on the URL ({name})")
+        annotations = binding_meta.get("annotations") or {}
+        if not isinstance(annotations, dict) or not all(isinstance(value, str) for value in annotations.values()):
+            raise ApiError(400, "Binding in version \"v1\" cannot be handled as a Binding: metadata.annotations "
+                                "must be a map of strings")
         with self.condition:
             key = self._key(rt, namespace, name)
             old = self._require(rt, key)
@@ -195,6 +201,11 @@ class Store:
             if uid and uid != old["metadata"]["uid"]:
                 raise conflict("pods/binding", name, f"Precondition failed: UID in precondition: {uid}, UID in "
                                                      f"object meta: {old['metadata']['uid']}")
+            version = binding_meta.get("resourceVersion")
+            if version and str(version) != old["metadata"]["resourceVersion"]:
+                raise conflict("pods/binding", name, f"Precondition failed: ResourceVersion in precondition: "
+                                                     f"{version}, ResourceVersion in object meta: "
+                                                     f"{old['metadata']['resourceVersion']}")
             assigned = (old.get("spec") or {}).get("nodeName")
             if assigned:
                 raise conflict("pods/binding", name, f'pod {name} is already assigned to node "{assigned}"')
@@ -202,6 +213,8 @@ class Store:
                 raise conflict("pods/binding", name, f"pod {name} is being deleted, cannot be assigned to a host")
             new = copy.deepcopy(old)
             new.setdefault("spec", {})["nodeName"] = node
+            if annotations:  # copied in the same write (setPodHostAndAnnotations)
+                new["metadata"]["annotations"] = {**(new["metadata"].get("annotations") or {}), **annotations}
             status = new.setdefault("status", {})
             conditions = [c for c in status.get("conditions") or [] if c.get("type") != "PodScheduled"]
             conditions.append({"type": "PodScheduled", "status": "True",

@@ -114,7 +114,7 @@ def build_runtime(settings: Settings, *, kube: Kube | None = None, clock: Callab
                       deadline_seconds=settings.binding.extender_deadline_seconds,
                       lock_wait_seconds=settings.binding.node_lock_retry_timeout_seconds,
                       max_lock_waiters=max(1, settings.serving.threads // 2),
-                      catalog=settings.devices),
+                      catalog=settings.devices, pods_version=lambda: sync.pods.resource_version),
         events=events, cache=cache, decisions=decisions,
         preempter=PreemptVerb(policy=settings.policy, cache=cache),
     )

@@ -121,9 +121,9 @@ class ClusterCache:
 
     # -- reads (the store's, under its lock) ------------------------------------------------------
 
-    def node_view(self, name: str) -> NodeView | None:
+    def node_view(self, name: str, *, holding: PodUsage | None = None) -> NodeView | None:
         """See `CacheStore.node_view`."""
-        return self._store.node_view(name)
+        return self._store.node_view(name, holding=holding)
 
     def held_by(self, uid: str) -> PodUsage | None:
         """See `CacheStore.held_by`."""
@@ -282,12 +282,14 @@ class ClusterCache:
 
     def place(self, *, uid: str, namespace: str, name: str, request: PodRequest, options: PodOptions,
               candidates: Sequence[str], container_names: Sequence[str] = (),
-              resource_version: str = "", replaces: str = "", priority: int = 0) -> Placement | NoPlacement:
+              resource_version: str = "", replaces: str = "", priority: int = 0,
+              leftover_keys: frozenset[str] = frozenset()) -> Placement | NoPlacement:
         """Forget the pod's earlier assumption, choose a node, and book the result — atomically.
 
         Nodes busy binding (`busy_nodes`) are tried after the others unless the cache was made with
         ``busy_nodes_last=False``. ``resource_version`` is the pod's as kube-scheduler sent it: `/bind` writes the
-        booking with it as a precondition instead of reading the pod first. Raises `AlreadyBooked` when the API
+        booking with it as a precondition instead of reading the pod first; ``leftover_keys`` the annotations of an
+        earlier booking the pod carries (`PodUsage.leftover_keys`). Raises `AlreadyBooked` when the API
         shows the pod holding GPUs already (another binder wrote its booking: kube-scheduler's informer has not
         seen the pod bound yet): a second placement would book it twice — unless it is the booking ``replaces`` (the
         devices of a booking `standing_booking` says may be overwritten) or one this process abandoned.
@@ -322,7 +324,8 @@ class ClusterCache:
                 usage = PodUsage(uid=uid, namespace=namespace, name=name, node=result.node, grants=result.grants,
                                  booking=booking, devices_text=encode_pod_devices(result.grants),
                                  container_names=tuple(container_names), init_count=request.init_count,
-                                 resource_version=resource_version, priority=priority)
+                                 resource_version=resource_version, priority=priority,
+                                 leftover_keys=leftover_keys)
                 self._store.hold_locked(uid, usage, assumed_at=self._clock(), api_usage=shadowed)
                 self._claims.place(uid, usage)
             else:

@@ -42,7 +42,7 @@ class PodUsage:
     container_names: tuple[str, ...] = ()
     init_count: int = 0  # the first ``init_count`` entries of ``grants`` belong to init containers
     # Not part of what the pod holds (`planning.same_usage` ignores them): the pod's ``hami.io/bind-phase`` (does
-    # a node lock it owns still matter?) and the resourceVersion it was read at (a precondition for our patch).
+    # a node lock it owns still matter?) and the resourceVersion it was read at (a precondition for our write).
     bind_phase: str = ""
     resource_version: str = ""
     # What device-aware preemption judges a holder by (docs/preemption.md): ``spec.priority``, ``status.startTime``
@@ -51,6 +51,9 @@ class PodUsage:
     started_at: float | None = None
     terminating: bool = False
     labels: Mapping[str, str] = field(default_factory=dict, compare=False)
+    # Annotations of an earlier booking the pod carried when it was placed (MIG reservations): `/bind` removes those
+    # its booking does not write, which a Binding cannot do.
+    leftover_keys: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True, slots=True)

@@ -287,9 +287,16 @@ class CacheStore:
         if state is not None and state.inventory is not None:
             self.views[node] = build_node_view(state.inventory, totals)
 
-    def node_view(self, name: str) -> NodeView | None:
-        """One GPU node's current view (immutable), or None when the node is not a GPU node we know."""
+    def node_view(self, name: str, *, holding: PodUsage | None = None) -> NodeView | None:
+        """One GPU node's current view (immutable), or None when the node is not a GPU node we know.
+
+        With ``holding``, also None unless the cache holds exactly that usage for its pod: the view and the check are
+        read under one lock, so the view's totals are known to include it (the bind's check from the cache)."""
         with self.locked("read"):
+            if holding is not None:
+                held = self.held.get(holding.uid)
+                if held is None or held.usage != holding:
+                    return None
             return self.views.get(name)
 
     def held_by(self, uid: str) -> PodUsage | None:

@@ -5,7 +5,7 @@ and the node's score; binpack / spread node choice with ties by name; candidates
 (``node unregistered``) and nodes whose register annotation is broken (``InvalidRegisterAnnotation: <error>``,
 with the decoder's own message); a reason for every candidate when nothing fits, including nodes skipped by
 the cheap pre-check; duplicate candidates; nodes outside the candidate list are never chosen; a pod that
-asks for no GPU.
+asks for no GPU; a pod no node takes, decided again, fitted again only on the nodes whose view changed.
 """
 
 from __future__ import annotations
@@ -118,3 +118,26 @@ def test_pod_asking_for_no_gpu_follows_rank_order_despite_type_rules() -> None:
     placement = choose_node(pod(ask(0)), PodOptions(use_types=("A40",)), ["idle-a40", "busy-t4"], nodes)
     assert isinstance(placement, Placement)
     assert placement.node == "busy-t4"
+
+
+def test_a_pod_no_node_takes_decided_again_reads_back_only_the_unchanged_nodes() -> None:
+    """`choose_node` remembers, for an ask that placed nothing, each node's reason with the view it was judged on:
+    decided again, a node whose view is unchanged keeps its reason, one whose view changed is fitted again (and is
+    chosen when it now fits), and the answer is the one a fresh decision gives."""
+    full = {"GPU-0": DeviceUsage(10, 8000, 100), "GPU-1": DeviceUsage(10, 8000, 100)}
+    nodes = {name: view(inventory(name, [gpu(0), gpu(1)]), full) for name in ("a", "b", "c")}
+    request, options = pod(ask(1, memory_mib=1000)), PodOptions()
+    first = choose_node(request, options, ["a", "b", "c"], nodes)
+    assert first == NoPlacement(reasons=dict.fromkeys(["a", "b", "c"], "2/2 CardTimeSlicingExhausted"))
+    again = choose_node(request, options, ["c", "b", "a"], nodes)
+    assert again == NoPlacement(reasons={"c": "2/2 CardTimeSlicingExhausted", "b": "2/2 CardTimeSlicingExhausted",
+                                         "a": "2/2 CardTimeSlicingExhausted"})
+    assert list(again.reasons) == ["c", "b", "a"]  # in the candidates' order, as always
+
+    nodes["b"] = view(nodes["b"].inventory, {"GPU-0": DeviceUsage(10, 8000, 100), "GPU-1": DeviceUsage(9, 4000, 50)})
+    placed = choose_node(request, options, ["a", "b", "c"], nodes)
+    assert isinstance(placed, Placement) and placed.node == "b"
+    nodes["b"] = view(nodes["b"].inventory, {"GPU-0": DeviceUsage(10, 8000, 100), "GPU-1": DeviceUsage(9, 7500, 50)})
+    assert choose_node(request, options, ["a", "b", "c"], nodes) == NoPlacement(reasons={
+        "a": "2/2 CardTimeSlicingExhausted", "b": "1/2 CardInsufficientMemory, 1/2 CardTimeSlicingExhausted",
+        "c": "2/2 CardTimeSlicingExhausted"})

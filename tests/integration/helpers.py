@@ -348,6 +348,13 @@ def release_lock(kube: Kube, name: str, node: str, *, namespace: str = NAMESPACE
     kube.patch_pod(namespace, name, {"metadata": {"annotations": {names.POD_BIND_PHASE: phase}}})
 
 
+def booking_apart_quota(namespace: str = NAMESPACE) -> dict[str, Any]:
+    """A ResourceQuota that limits ``namespace``'s device memory far beyond any test's use: its pods' binds then book
+    apart (booking patch, node and namespace reads, Binding) instead of riding the booking on the Binding."""
+    return {"apiVersion": "v1", "kind": "ResourceQuota", "metadata": {"name": "devices", "namespace": namespace},
+            "spec": {"hard": {"limits.nvidia.com/gpumem": "100000000"}}}
+
+
 def devices_of(apiserver: LocalCluster, name: str, namespace: str = NAMESPACE) -> str:
     """The pod's ``hami.io/vgpu-devices-allocated`` annotation as stored in the API server (written by ``/bind``)."""
     pod = apiserver.get("pods", name, namespace) or {}

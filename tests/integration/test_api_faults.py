@@ -1,23 +1,25 @@
 """API faults (docs/security.md#hardening), made by the in-process API server's fault modes, through the HTTP routes.
 
 Covers: failed lists (500 / 429) keep the last good state and recover; a watch cut mid-stream is resumed and
-nothing it missed is lost (a pod only filtered, deleted meanwhile, frees its GPUs); ``/bind``'s booking patch
-or Binding answered 500 / 429 / 409 leaves no booking and no node lock of ours; ``/filter`` makes no API
-call, so it answers from the cache while the API server stalls or is down, and the ``/bind`` that follows
-gets a clear ``Error`` (the deadline, not the client's per-read timeout, bounds the wait) and leaves no
-booking; a failed read of the node's pods to verify the booking voids it (``bind-phase=failed``) and
-leaves no lock; a booking patch that stalls past the deadline cannot land after the bind gave up (resourceVersion
-precondition), and one that landed while its answer dripped is voided by ``bind-phase=failed``; a booking
-patch applied whose answer is lost fails the bind cleanly and kube-scheduler's retry binds; when even the
-clean-up cannot be written, the booking the API shows is honoured, so the next exclusive pod is not given the
-same GPU; a Binding applied whose answer is lost is read back and counts as done, and when it cannot be read
-back the booking and the lock are kept.
+nothing it missed is lost (a pod only filtered, deleted meanwhile, frees its GPUs); ``/bind``'s Binding carrying the
+booking answered 500 / 429 / 409 leaves no booking and no node lock of ours (booked apart, in a namespace with a
+device quota, its booking patch or Binding failing leaves the booking voided); ``/filter`` makes no API call, so it
+answers from the cache while the API server stalls or is down, and the ``/bind`` that follows gets a clear ``Error``
+(the deadline, not the client's per-read timeout, bounds the wait) and leaves no booking; a Binding that stalls past
+the deadline is read back: applied, it counts as done; not yet applied, the pod is marked ``bind-phase=failed`` and
+the stalled Binding, preconditioned on the older version, cannot land afterwards; a failed read of the node's pods
+to verify the placement leaves no booking and no lock; a booking patch that stalls past the deadline cannot land
+after the bind gave up (resourceVersion precondition), and one that landed while its answer dripped is voided by
+``bind-phase=failed``; a booking patch applied whose answer is lost fails the bind cleanly and kube-scheduler's retry
+binds; when even the clean-up cannot be written, the booking the API shows is honoured, so the next exclusive pod is
+not given the same GPU; a Binding applied whose answer is lost is read back and counts as done, and when it cannot
+be read back the booking and the lock are kept.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import pytest
@@ -33,6 +35,7 @@ from .helpers import (
     RuntimeFactory,
     Scheduler,
     annotations_of,
+    booking_apart_quota,
     delete_pod,
     gpu_limits,
     gpu_node,
@@ -54,6 +57,14 @@ def fast(apiserver: LocalCluster, make_runtime: RuntimeFactory) -> tuple[Runtime
     apiserver.load([gpu_node("node1", gpus("node1", 1, count=1)), gpu_pod("pod1"), gpu_pod("pod2")])
     runtime = make_runtime(extender_deadline_seconds=DEADLINE_SECONDS)
     return runtime, Scheduler(runtime.app.test_client(), apiserver)
+
+
+@pytest.fixture
+def fast_apart(fast: tuple[Runtime, Scheduler], apiserver: LocalCluster) -> tuple[Runtime, Scheduler]:
+    """As `fast`, in a namespace with a device quota: a bind books apart (the booking patch before the Binding)."""
+    apiserver.load([booking_apart_quota()])
+    wait_for(lambda: fast[0].cache.namespace_quota("default").limits, what="the quota")
+    return fast
 
 
 def _uid(scheduler: Scheduler, pod: str) -> str:
@@ -111,9 +122,9 @@ def test_a_watch_cut_mid_stream_is_resumed_and_misses_nothing(apiserver: LocalCl
 
 
 @pytest.mark.parametrize("status", [500, 429, 409])
-def test_a_failed_booking_patch_leaves_no_booking_and_no_lock_of_ours(fast: tuple[Runtime, Scheduler],
+def test_a_failed_booking_patch_leaves_no_booking_and_no_lock_of_ours(fast_apart: tuple[Runtime, Scheduler],
                                                                       apiserver: LocalCluster, status: int) -> None:
-    runtime, scheduler = fast
+    runtime, scheduler = fast_apart
     assert scheduler.filter("pod1", ["node1"])["NodeNames"] == ["node1"]
     # A 409 on the write preconditioned on the version kube-scheduler sent makes the bind read the pod and write
     # once more (docs/webhook-and-extender.md#the-scheduler-extender, /bind step 2): only a second conflict fails it.
@@ -138,18 +149,31 @@ def _assert_no_booking_of(scheduler: Scheduler, apiserver: LocalCluster, runtime
     assert usage_by_gpu(runtime) == {}
 
 
+@pytest.mark.parametrize("apart", [False, True])
 @pytest.mark.parametrize("status", [500, 429, 409])
 def test_a_failed_binding_leaves_no_booking_and_no_lock_of_ours(fast: tuple[Runtime, Scheduler],
-                                                                apiserver: LocalCluster, status: int) -> None:
+                                                                apiserver: LocalCluster, status: int,
+                                                                apart: bool) -> None:
+    """The Binding that carries the booking wrote nothing when it failed; booked apart, the booking is voided. A
+    409 on the Binding carrying the booking (preconditioned on the version kube-scheduler sent) makes the bind read
+    the pod and bind once more: only a second conflict fails it."""
     runtime, scheduler = fast
+    if apart:
+        apiserver.load([booking_apart_quota()])
+        wait_for(lambda: runtime.cache.namespace_quota("default").limits, what="the quota")
     assert scheduler.filter("pod1", ["node1"])["NodeNames"] == ["node1"]
-    apiserver.inject_failure("POST", "pods", name="pod1", subresource="binding", status=status)
+    apiserver.inject_failure("POST", "pods", name="pod1", subresource="binding", status=status,
+                             count=2 if status == 409 and not apart else 1)
 
     answer = scheduler.bind("pod1", "node1")
 
-    assert f"HTTP {status}" in answer["Error"]
+    if status == 409 and not apart:
+        assert answer["Error"] == "pod default/pod1 changed while its devices were being bound; filter it again"
+    else:
+        assert f"HTTP {status}" in answer["Error"]
     assert names.NODE_LOCK not in annotations_of(apiserver, "nodes", "node1")
-    assert annotations_of(apiserver, "pods", "pod1", "default")[names.POD_BIND_PHASE] == "failed"
+    assert annotations_of(apiserver, "pods", "pod1", "default").get(names.POD_BIND_PHASE) == \
+        ("failed" if apart else None)
     assert "nodeName" not in scheduler.pod("pod1")["spec"]
     # The watch may still deliver the booking patch after the bind dropped it; the voiding patch follows.
     wait_for(lambda: runtime.cache.held_by(_uid(scheduler, "pod1")) is None, what="pod1's booking to be dropped")
@@ -165,8 +189,9 @@ def test_a_filter_while_the_api_stalls_answers_from_the_cache_and_the_bind_error
         fast: tuple[Runtime, Scheduler], apiserver: LocalCluster, mode: str) -> None:
     runtime, scheduler = fast
     apiserver.inject_failure("GET", "pods", name="pod1", mode=mode, seconds=STALL_SECONDS)
-    # The pod changed since kube-scheduler sent it (409 on the preconditioned write): bind reads it, and that stalls.
-    apiserver.inject_failure("PATCH", "pods", name="pod1", status=409)
+    # The pod changed since kube-scheduler sent it (409 on the Binding preconditioned on that version): bind reads it,
+    # and that stalls.
+    apiserver.inject_failure("POST", "pods", name="pod1", subresource="binding", status=409)
 
     assert scheduler.filter("pod1", ["node1"]) == {"NodeNames": ["node1"], "FailedNodes": {}, "Error": ""}
     answer = scheduler.bind("pod1", "node1")
@@ -179,8 +204,8 @@ def test_a_filter_while_the_api_stalls_answers_from_the_cache_and_the_bind_error
 
 @pytest.mark.parametrize("mode", ["delay", "drip"])
 def test_a_booking_patch_that_stalls_past_the_deadline_fails_the_bind_and_books_nothing(
-        fast: tuple[Runtime, Scheduler], apiserver: LocalCluster, mode: str) -> None:
-    runtime, scheduler = fast
+        fast_apart: tuple[Runtime, Scheduler], apiserver: LocalCluster, mode: str) -> None:
+    runtime, scheduler = fast_apart
     assert scheduler.filter("pod1", ["node1"])["NodeNames"] == ["node1"]
     apiserver.inject_failure("PATCH", "pods", name="pod1", mode=mode, seconds=STALL_SECONDS)
 
@@ -198,6 +223,33 @@ def test_a_booking_patch_that_stalls_past_the_deadline_fails_the_bind_and_books_
         # nothing.
         assert annotations_of(apiserver, "pods", "pod1", "default")[names.POD_ASSIGNED_NODE] == "node1"
     assert annotations_of(apiserver, "pods", "pod1", "default")[names.POD_BIND_PHASE] == "failed"
+    wait_for(lambda: usage_by_gpu(runtime) == {}, what="pod1's GPUs to be free")
+    assert scheduler.schedule("pod2", ["node1"]) == "node1"
+
+
+@pytest.mark.parametrize("mode", ["delay", "drip"])
+def test_a_binding_that_stalls_past_the_deadline_is_read_back(fast: tuple[Runtime, Scheduler],
+                                                              apiserver: LocalCluster, mode: str) -> None:
+    """A Binding carrying the booking whose answer does not come in time: the pod is read back. Applied (only the
+    answer dripped), it is bound with its booking: done. Not applied yet (the request stalls before the store),
+    the pod is marked ``bind-phase=failed``, which changes it: the stalled Binding, preconditioned on the version
+    kube-scheduler sent, then meets a newer pod and is refused, so the pod is never bound after the bind gave up."""
+    runtime, scheduler = fast
+    assert scheduler.filter("pod1", ["node1"])["NodeNames"] == ["node1"]
+    apiserver.inject_failure("POST", "pods", name="pod1", subresource="binding", mode=mode, seconds=STALL_SECONDS)
+
+    answer = scheduler.bind("pod1", "node1")
+
+    if mode == "drip":
+        assert answer == {"Error": ""}
+        assert scheduler.pod("pod1")["spec"]["nodeName"] == "node1"
+        assert annotations_of(apiserver, "pods", "pod1", "default")[names.POD_BIND_PHASE] == "allocating"
+        return
+    assert "deadline" in answer["Error"]
+    assert annotations_of(apiserver, "pods", "pod1", "default")[names.POD_BIND_PHASE] == "failed"
+    time.sleep(STALL_SECONDS)  # the stalled Binding reaches the store now
+    assert "nodeName" not in scheduler.pod("pod1")["spec"]
+    assert names.NODE_LOCK not in annotations_of(apiserver, "nodes", "node1")
     wait_for(lambda: usage_by_gpu(runtime) == {}, what="pod1's GPUs to be free")
     assert scheduler.schedule("pod2", ["node1"]) == "node1"
 
@@ -236,8 +288,8 @@ def test_a_filter_while_the_api_is_down_answers_from_the_cache_and_the_bind_erro
 
 
 def test_a_booking_patch_applied_whose_answer_is_lost_fails_cleanly_and_the_retry_binds(
-        fast: tuple[Runtime, Scheduler], apiserver: LocalCluster, kube: Kube) -> None:
-    runtime, scheduler = fast
+        fast_apart: tuple[Runtime, Scheduler], apiserver: LocalCluster, kube: Kube) -> None:
+    runtime, scheduler = fast_apart
     assert scheduler.filter("pod1", ["node1"])["NodeNames"] == ["node1"]
     apiserver.inject_failure("PATCH", "pods", name="pod1", mode="reset")
 
@@ -258,8 +310,8 @@ def test_a_booking_patch_applied_whose_answer_is_lost_fails_cleanly_and_the_retr
 
 
 def test_a_booking_that_cannot_be_voided_is_honoured_and_the_gpu_not_given_twice(
-        fast: tuple[Runtime, Scheduler], apiserver: LocalCluster) -> None:
-    runtime, scheduler = fast
+        fast_apart: tuple[Runtime, Scheduler], apiserver: LocalCluster) -> None:
+    runtime, scheduler = fast_apart
     assert scheduler.filter("pod1", ["node1"])["NodeNames"] == ["node1"]
     apiserver.inject_failure("PATCH", "pods", name="pod1", mode="reset")  # the booking lands, unanswered
     apiserver.inject_failure("PATCH", "pods", name="pod1", status=500)  # bind-phase=failed is refused
@@ -301,13 +353,14 @@ class _HookedKube(Kube):
         if hook is not None:
             hook()
 
-    def bind_pod(self, namespace: str, name: str, node: str, *, uid: str = "") -> None:
+    def bind_pod(self, namespace: str, name: str, node: str, *, uid: str = "", resource_version: str = "",
+                 annotations: Mapping[str, str] | None = None) -> None:
         self._hook("bind_pod")
-        super().bind_pod(namespace, name, node, uid=uid)
+        super().bind_pod(namespace, name, node, uid=uid, resource_version=resource_version, annotations=annotations)
 
-    def list_pods_on_node(self, node: str, *, assigned_label: str, not_older_than: str = "") -> list[dict[str, Any]]:
+    def list_pods_on_node(self, node: str, *, not_older_than: str = "") -> list[dict[str, Any]]:
         self._hook("list_pods_on_node")
-        return super().list_pods_on_node(node, assigned_label=assigned_label, not_older_than=not_older_than)
+        return super().list_pods_on_node(node, not_older_than=not_older_than)
 
 
 @pytest.fixture
@@ -326,17 +379,28 @@ def hooked(apiserver: LocalCluster) -> Iterator[tuple[Runtime, Scheduler, _Hooke
         runtime.stop()
 
 
-def test_a_failed_verification_read_voids_the_booking_and_leaves_no_lock(
-        hooked: tuple[Runtime, Scheduler, _HookedKube], apiserver: LocalCluster) -> None:
+@pytest.mark.parametrize("apart", [False, True])
+def test_a_failed_verification_read_leaves_no_booking_and_no_lock(
+        hooked: tuple[Runtime, Scheduler, _HookedKube], apiserver: LocalCluster, apart: bool) -> None:
+    """Booked apart, the booking written before the read is voided. On the two-call path the node's pods are read
+    only when the cache's pod stream is behind the lock: here the watches are stopped and the node changed, so the
+    lock is taken at a version the cache has not seen; nothing was written when the read fails."""
     runtime, scheduler, kube = hooked
+    if apart:
+        apiserver.load([booking_apart_quota()])
+        wait_for(lambda: runtime.cache.namespace_quota("default").limits, what="the quota")
     assert scheduler.filter("pod1", ["node1"])["NodeNames"] == ["node1"]
+    if not apart:
+        runtime.sync.stop()
+        kube.patch_node("node1", {"metadata": {"annotations": {"example.com/touched": "yes"}}})
     kube.hooks["list_pods_on_node"] = lambda: apiserver.inject_failure("GET", "pods", status=500)
 
     answer = scheduler.bind("pod1", "node1")
 
     assert answer["Error"].startswith("cannot read node node1's pods to verify the placement:")
     assert "HTTP 500" in answer["Error"]
-    assert annotations_of(apiserver, "pods", "pod1", "default")[names.POD_BIND_PHASE] == "failed"
+    assert annotations_of(apiserver, "pods", "pod1", "default").get(names.POD_BIND_PHASE) == \
+        ("failed" if apart else None)
     assert names.NODE_LOCK not in annotations_of(apiserver, "nodes", "node1")
     assert "nodeName" not in scheduler.pod("pod1")["spec"]
     assert runtime.cache.placed(_uid(scheduler, "pod1")) is None
@@ -349,7 +413,7 @@ def test_an_unconfirmed_binding_keeps_booking_and_lock_and_a_retry_finds_it_boun
     runtime, scheduler, kube = hooked
     assert scheduler.filter("pod1", ["node1"])["NodeNames"] == ["node1"]
     apiserver.inject_failure("POST", "pods", name="pod1", subresource="binding", mode="reset")
-    # Only the read-back after the Binding fails (bind reads the pod once before writing its booking).
+    # Only the read-back after the Binding fails.
     kube.hooks["bind_pod"] = lambda: apiserver.inject_failure("GET", "pods", name="pod1", status=500)
 
     answer = scheduler.bind("pod1", "node1")

@@ -5,14 +5,16 @@ Covers: a second pod on a node is refused (``node <n> is locked by <ns>/<pod>``)
 its holder is allocating, and nothing is changed by the refusal; it is accepted once the holder is deleted,
 has bind-phase success or failed, or the lock is older than ``--node-lock-timeout`` (fake clock, and an old
 timestamp written into the annotation); a 409 on the node patch is retried and succeeds, five are an error;
-the lock is re-entrant for the same pod; a failing Binding or booking patch answers ``Error``, marks the
-pod ``bind-phase=failed``, releases our lock, drops the pod's GPUs from the cache and records BindingFailed,
-and the pod can then be filtered and bound again; another pod's lock is never released; a bind to another
-node than the filter chose is refused before anything is written; a failing booking patch in ``/bind``
-answers ``Error`` without leaking capacity (the exclusive GPU then goes to the next pod, once); a booking another
-scheduler wrote first on the same GPU fails the bind (the exact reason), voids ours, releases the lock, and the
-cache then counts the other booking; the echo of our voided booking, arriving after the bind gave up, does not make
-the next filter refuse the pod as another binder's (the race behind that test's flakiness, made deterministic).
+the lock is re-entrant for the same pod; a failing Binding carrying the booking answers ``Error`` and leaves no
+booking at all (booked apart in a namespace with a device quota, a failing Binding or booking patch marks the pod
+``bind-phase=failed``), releases our lock, drops the pod's GPUs from the cache and records BindingFailed, and the pod
+can then be filtered and bound again; another pod's lock is never released; a bind to another node than the filter
+chose is refused before anything is written; a failing write answers ``Error`` without leaking capacity (the
+exclusive GPU then goes to the next pod, once); a booking another scheduler wrote first on the same GPU fails the
+bind (the exact reason) before ours reaches a device (never written, or voided when booked apart), releases the lock,
+and the cache then counts the other booking; the echo of our voided booking (booked apart), arriving after the bind
+gave up, does not make the next filter refuse the pod as another binder's (the race behind that test's flakiness,
+made deterministic).
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from .helpers import (
     RuntimeFactory,
     Scheduler,
     annotations_of,
+    booking_apart_quota,
     delete_pod,
     gpu_limits,
     gpu_node,
@@ -160,11 +163,16 @@ def test_the_lock_is_reentrant_for_the_same_pod(cluster: None, scheduler: Schedu
 # -- failures ----------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("failing", ["binding", "booking patch"])
-def test_a_failed_bind_marks_the_pod_releases_our_lock_and_frees_its_gpus(cluster: None, scheduler: Scheduler,
-                                                                          apiserver: LocalCluster,
-                                                                          runtime: Runtime, kube: Kube,
-                                                                          failing: str) -> None:
+@pytest.mark.parametrize(("failing", "apart"), [("binding", False), ("binding", True), ("booking patch", True)])
+def test_a_failed_bind_leaves_no_booking_releases_our_lock_and_frees_its_gpus(cluster: None, scheduler: Scheduler,
+                                                                              apiserver: LocalCluster,
+                                                                              runtime: Runtime, kube: Kube,
+                                                                              failing: str, apart: bool) -> None:
+    """A Binding carrying the booking that fails wrote nothing: the pod has no booking at all. Booked apart (a
+    namespace with a device quota), the booking written before the Binding is voided (``bind-phase=failed``)."""
+    if apart:
+        apiserver.load([booking_apart_quota()])
+        wait_for(lambda: runtime.cache.namespace_quota("default").limits, what="the quota")
     assert scheduler.filter("pod1", ["node1"])["NodeNames"] == ["node1"]
     uid = scheduler.pod("pod1")["metadata"]["uid"]
     if failing == "binding":
@@ -175,7 +183,9 @@ def test_a_failed_bind_marks_the_pod_releases_our_lock_and_frees_its_gpus(cluste
     answer = scheduler.bind("pod1", "node1")
 
     assert "injected failure" in answer["Error"]
-    assert _phase(apiserver, "pod1") == "failed"
+    assert _phase(apiserver, "pod1") == ("failed" if apart else None)
+    if not apart:
+        assert names.POD_ASSIGNED_NODE not in annotations_of(apiserver, "pods", "pod1", "default")
     assert _lock(apiserver) == ""
     assert "nodeName" not in scheduler.pod("pod1")["spec"]
     # The watch may still deliver the booking patch after the bind dropped it; the voiding patch follows.
@@ -217,16 +227,22 @@ def test_a_bind_to_another_node_than_the_filter_chose_is_refused_and_keeps_other
     assert runtime.cache.held_by(scheduler.pod("pod3")["metadata"]["uid"]) is None
 
 
-def test_a_failed_booking_patch_is_an_error_and_leaks_no_capacity(apiserver: LocalCluster, runtime: Runtime,
-                                                                  scheduler: Scheduler) -> None:
-    apiserver.load([gpu_node("node1", gpus("node1", 1, count=1)), gpu_pod("pod1"), gpu_pod("pod2")])
+@pytest.mark.parametrize("apart", [False, True])
+def test_a_failed_write_is_an_error_and_leaks_no_capacity(apiserver: LocalCluster, runtime: Runtime,
+                                                          scheduler: Scheduler, apart: bool) -> None:
+    apiserver.load([gpu_node("node1", gpus("node1", 1, count=1)), gpu_pod("pod1"), gpu_pod("pod2"),
+                    *([booking_apart_quota()] if apart else [])])
     runtime.sync.sync_now()
     assert scheduler.filter("pod1", ["node1"])["NodeNames"] == ["node1"]
-    apiserver.inject_failure("PATCH", "pods", name="pod1", status=500)
+    if apart:
+        apiserver.inject_failure("PATCH", "pods", name="pod1", status=500)
+    else:
+        apiserver.inject_failure("POST", "pods", name="pod1", subresource="binding", status=500)
 
     answer = scheduler.bind("pod1", "node1")
 
-    assert answer["Error"].startswith("cannot write the device booking onto the pod:")
+    assert answer["Error"].startswith("cannot write the device booking onto the pod:" if apart
+                                      else "bind pod default/pod1 to node1: HTTP 500")
     assert "nodeName" not in scheduler.pod("pod1")["spec"]
     assert names.POD_ASSIGNED_NODE not in scheduler.pod("pod1")["metadata"]["annotations"]
     assert _lock(apiserver) == ""
@@ -234,26 +250,27 @@ def test_a_failed_booking_patch_is_an_error_and_leaks_no_capacity(apiserver: Loc
     # The exclusive GPU goes to the next pod, once.
     assert scheduler.schedule("pod2", ["node1"]) == "node1"
     assert usage_by_gpu(runtime) == {"node1-gpu0": (1, 8000, 0)}
-    assert scheduler.filter("pod1", ["node1"])["NodeNames"] == []
+    assert scheduler.filter("pod1", ["node1"])["FailedNodes"] == {"node1": "1/1 CardTimeSlicingExhausted"}
 
 
 def _intruder_on_node1() -> dict[str, Any]:
-    """A pod another scheduler bound to node1's exclusive GPU, labelled as every hami-web booking is."""
+    """A pod another scheduler bound to node1's exclusive GPU."""
     intruder = gpu_pod("intruder", annotations={names.POD_ASSIGNED_NODE: "node1",
                                                 names.POD_DEVICES_ALLOCATED: "node1-gpu0,NVIDIA,8000,0:;"})
-    intruder["metadata"]["labels"] = {names.LABEL_ASSIGNED_NODE: "node1"}
     intruder["spec"]["nodeName"] = "node1"
     return intruder
 
 
-def test_a_booking_another_scheduler_wrote_first_fails_the_bind_and_voids_ours(apiserver: LocalCluster,
-                                                                               runtime: Runtime,
-                                                                               scheduler: Scheduler) -> None:
-    apiserver.load([gpu_node("node1", gpus("node1", 1, count=1)), gpu_pod("pod1")])
+@pytest.mark.parametrize("apart", [False, True])
+def test_a_booking_another_scheduler_wrote_first_fails_the_bind_before_it_reaches_a_device(
+        apiserver: LocalCluster, runtime: Runtime, scheduler: Scheduler, apart: bool) -> None:
+    """Our booking is never written (on the Binding) or voided (booked apart) and the pod stays unbound."""
+    apiserver.load([gpu_node("node1", gpus("node1", 1, count=1)), gpu_pod("pod1"),
+                    *([booking_apart_quota()] if apart else [])])
     runtime.sync.sync_now()
     assert scheduler.filter("pod1", ["node1"])["NodeNames"] == ["node1"]
     # Another scheduler (a second hami-web), whose cache had not seen our placement, bound a pod to the same
-    # exclusive GPU; its booking carries the hami.io/vgpu-node label, as every hami-web booking does.
+    # exclusive GPU.
     apiserver.load([_intruder_on_node1()])
 
     answer = scheduler.bind("pod1", "node1")
@@ -261,7 +278,7 @@ def test_a_booking_another_scheduler_wrote_first_fails_the_bind_and_voids_ours(a
     assert answer["Error"] == ("devices given to pod default/pod1 on node node1 are no longer free (device node1-gpu0: "
                                "CardTimeSlicingExhausted); another scheduler booked them first; filter it again")
     assert "nodeName" not in scheduler.pod("pod1")["spec"]
-    assert _phase(apiserver, "pod1") == "failed"  # the booking bind wrote before verifying is void
+    assert _phase(apiserver, "pod1") == ("failed" if apart else None)  # booked apart: the booking is void
     assert _lock(apiserver) == ""
     assert runtime.cache.placed(scheduler.pod("pod1")["metadata"]["uid"]) is None
     # Counted as a conflict, and as a failure (the BindingFailed the pod's owner is told of).
@@ -283,8 +300,8 @@ def test_our_voided_booking_echoed_after_the_bind_gave_up_does_not_block_the_nex
     # wrote only after the bind voided it and dropped its placement (a loaded machine delays the watch thread). The
     # cache then shows the pod holding that booking, as the API did for a moment; kube-scheduler's retry of the
     # filter must not be refused as if another binder held the pod ("already holds devices ... not placed again").
-    apiserver.load([gpu_node("node1", gpus("node1", 1, count=1)), gpu_pod("pod1")])
-    runtime.sync.sync_now()
+    apiserver.load([gpu_node("node1", gpus("node1", 1, count=1)), gpu_pod("pod1"), booking_apart_quota()])
+    runtime.sync.sync_now()  # booked apart (a namespace with a device quota): a voided booking stands in the API
     runtime.sync.stop()  # from here the test delivers the watch's events, in the order under test
     assert scheduler.filter("pod1", ["node1"])["NodeNames"] == ["node1"]
     apiserver.load([_intruder_on_node1()])

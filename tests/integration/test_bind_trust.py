@@ -120,10 +120,10 @@ def test_a_forged_filter_for_a_real_pod_with_another_uid_is_never_written_or_bou
     answer = scheduler.post("/bind", _bind_args(apiserver, "pod1", PodUID=forged["metadata"]["uid"]))
 
     assert answer["Error"] == f"pod default/pod1 was replaced (uid {real_uid})"
-    # At most the booking write, refused by its uid precondition (the pod is not read first:
-    # docs/webhook-and-extender.md#the-scheduler-extender); no Binding.
+    # At most the Binding carrying the booking, refused by its uid precondition (the pod is not read first:
+    # docs/webhook-and-extender.md#the-scheduler-extender).
     pod_writes = [entry for entry in _writes(apiserver)[len(before):] if "/pods" in entry[1]]
-    assert [method for method, _path in pod_writes] in ([], ["PATCH"])
+    assert [method for method, _path in pod_writes] in ([], ["POST"])
     assert apiserver.get("pods", "pod1", "default")["metadata"]["resourceVersion"] == forged["metadata"][
         "resourceVersion"]  # the refused write changed nothing
     assert names.POD_ASSIGNED_NODE not in annotations_of(apiserver, "pods", "pod1", "default")
@@ -140,7 +140,7 @@ def _booked_by_another(runtime: Runtime, name: str, node: str, devices: str, *, 
     """What a second replica's bind leaves on the pod: its booking, and when ``bound`` its Binding too."""
     runtime.kube.patch_pod("default", name, {"metadata": {"annotations": {
         names.POD_ASSIGNED_NODE: node, names.POD_DEVICES_ALLOCATED: devices, names.POD_DEVICES_TO_ALLOCATE: devices,
-        names.POD_BIND_PHASE: "success" if bound else "allocating"}, "labels": {names.LABEL_ASSIGNED_NODE: node}}})
+        names.POD_BIND_PHASE: "success" if bound else "allocating"}}})
     if bound:
         runtime.kube.bind_pod("default", name, node)
 

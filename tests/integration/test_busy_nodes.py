@@ -1,13 +1,14 @@
 """Issue 19 through the routes and the in-process API server: binds in few round trips, filters that steer around
 nodes busy binding.
 
-Covers: a bind on the happy path sends exactly four requests (lock, booking, one verification list at our write's
-version, Binding), asserted against the API server's request log and ``hami_web_bind_api_calls``; a pod changed
-since kube-scheduler sent it, or a node changed since the watch showed it, costs one read and one more write, not a
-failure (``hami_web_bind_rereads``); a lock whose owner already succeeded keeps its node busy for a moment (the
-device plugin removes it next), then is stale and taken with one write. Under binpack the
-filter sends the next pod to the fullest node that is not busy: one with a placement not yet bound, or whose lock a
-live owner holds, is tried last — until the lock is released, stale by age, or its owner succeeded; with
+Covers: a bind on the happy path sends exactly two requests (the lock, the Binding carrying the booking), asserted
+against the API server's request log and ``hami_web_bind_api_calls``; a bind whose lock the cache has not caught up
+with lists the node's bound pods once; a bind in a namespace with a device quota books apart (lock, booking, node's
+and namespace's pods, Binding); a pod changed since kube-scheduler sent it, or a node changed since the watch showed
+it, costs one read and one more write, not a failure (``hami_web_bind_rereads``); a lock whose owner already succeeded
+keeps its node busy for a moment (the device plugin removes it next), then is stale and taken with one write. Under
+binpack the filter sends the next pod to the fullest node that is not busy: one with a placement not yet bound, or
+whose lock a live owner holds, is tried last — until the lock is released, stale by age, or its owner succeeded; with
 ``--busy-nodes-last=false`` it keeps HAMi's strict order; a pod that fits only on a busy node still gets it.
 """
 
@@ -27,6 +28,7 @@ from .helpers import (
     FakeClock,
     RuntimeFactory,
     Scheduler,
+    booking_apart_quota,
     busy_nodes,
     gpu_limits,
     gpu_node,
@@ -68,8 +70,11 @@ def _busy(runtime: Runtime, *nodes: str) -> None:
 # -- round trips -------------------------------------------------------------------------------------------------
 
 
-def test_a_bind_on_the_happy_path_sends_four_requests(cluster: None, apiserver: LocalCluster, runtime: Runtime,
-                                                       scheduler: Scheduler) -> None:
+def test_a_bind_on_the_happy_path_sends_two_requests(cluster: None, apiserver: LocalCluster, runtime: Runtime,
+                                                      scheduler: Scheduler) -> None:
+    """The lock and the Binding, whose annotations kube-apiserver copies onto the pod in the same write that binds it
+    (pods/binding storage, ``setPodHostAndAnnotations``); the placement is checked against the cache, whose pod
+    stream has seen everything up to the node's version the lock was taken at."""
     assert scheduler.filter("pod1", ["full", "empty"])["NodeNames"] == ["full"]
     before = len(apiserver.logged_requests())
 
@@ -78,15 +83,63 @@ def test_a_bind_on_the_happy_path_sends_four_requests(cluster: None, apiserver: 
     sent = _api_requests(apiserver, before)
     assert [(method, path) for method, path, _query in sent] == [
         ("PATCH", "/api/v1/nodes/full"),  # the lock, preconditioned on the node's version from the watch
-        ("PATCH", "/api/v1/namespaces/default/pods/pod1"),  # the booking, on the pod's version from /filter
-        ("GET", "/api/v1/pods"),  # the node's booked pods, at our write's version
+        ("POST", "/api/v1/namespaces/default/pods/pod1/binding"),  # the booking on the pod's version from /filter
+    ]
+    pod = scheduler.pod("pod1")
+    annotations = pod["metadata"]["annotations"]
+    assert pod["spec"]["nodeName"] == annotations[names.POD_ASSIGNED_NODE] == "full"
+    assert annotations[names.POD_BIND_PHASE] == "allocating"
+    assert annotations[names.POD_DEVICES_ALLOCATED] == annotations[names.POD_DEVICES_TO_ALLOCATE] != ""
+    assert _metric(runtime, "hami_web_bind_api_calls_sum") == 2
+    assert _metric(runtime, "hami_web_bind_api_calls_count") == 1
+
+
+def test_a_bind_the_cache_cannot_vouch_for_lists_the_nodes_pods_once(
+        cluster: None, apiserver: LocalCluster, kube: Kube, runtime: Runtime, scheduler: Scheduler) -> None:
+    """The cache's pod stream is behind the version the lock was taken at (the watches stopped, the node changed):
+    the node's bound pods are read at that version, from kube-apiserver's watch cache."""
+    assert scheduler.filter("pod1", ["full", "empty"])["NodeNames"] == ["full"]
+    runtime.sync.stop()
+    kube.patch_node("full", {"metadata": {"annotations": {"example.com/touched": "yes"}}})
+    before = len(apiserver.logged_requests())
+
+    assert scheduler.bind("pod1", "full") == {"Error": ""}
+
+    sent = _api_requests(apiserver, before)
+    assert [(method, path) for method, path, _query in sent] == [
+        ("PATCH", "/api/v1/nodes/full"),  # 409: the watch's version is stale
+        ("GET", "/api/v1/nodes/full"),
+        ("PATCH", "/api/v1/nodes/full"),
+        ("GET", "/api/v1/pods"),  # the node's bound pods, at the version the lock was taken at
         ("POST", "/api/v1/namespaces/default/pods/pod1/binding"),
     ]
-    verification = sent[2][2]
-    assert verification["labelSelector"] == f"{names.LABEL_ASSIGNED_NODE}=full"
-    assert verification["resourceVersionMatch"] == "NotOlderThan" and verification["resourceVersion"]
-    assert _metric(runtime, "hami_web_bind_api_calls_sum") == 4
-    assert _metric(runtime, "hami_web_bind_api_calls_count") == 1
+    listed = sent[3][2]
+    assert listed["fieldSelector"] == "spec.nodeName=full"
+    assert listed["resourceVersionMatch"] == "NotOlderThan" and listed["resourceVersion"]
+    assert _metric(runtime, "hami_web_bind_rereads_total", what="node_pods") == 1
+
+
+def test_a_bind_booked_apart_sends_its_booking_before_the_binding(cluster: None, apiserver: LocalCluster,
+                                                                  runtime: Runtime, scheduler: Scheduler) -> None:
+    """A namespace with a device quota: the booking patch, the node's and the namespace's pods read at our write's
+    version, then the Binding (docs/quotas.md#namespace-quotas)."""
+    apiserver.load([booking_apart_quota()])
+    wait_for(lambda: runtime.cache.namespace_quota("default").limits, what="the quota")
+    assert scheduler.filter("pod1", ["full", "empty"])["NodeNames"] == ["full"]
+    before = len(apiserver.logged_requests())
+
+    assert scheduler.bind("pod1", "full") == {"Error": ""}
+
+    sent = _api_requests(apiserver, before)
+    assert [(method, path) for method, path, _query in sent] == [
+        ("PATCH", "/api/v1/nodes/full"),
+        ("PATCH", "/api/v1/namespaces/default/pods/pod1"),  # the booking, on the pod's version from /filter
+        ("GET", "/api/v1/pods"),  # the node's bound pods, at our write's version
+        ("GET", "/api/v1/namespaces/default/pods"),  # the namespace's pods, at our write's version
+        ("POST", "/api/v1/namespaces/default/pods/pod1/binding"),
+    ]
+    assert all(query["resourceVersionMatch"] == "NotOlderThan" for _, _, query in sent[2:4])
+    assert _metric(runtime, "hami_web_bind_api_calls_sum") == 5
 
 
 def test_a_pod_changed_since_the_filter_is_read_once_and_bound(cluster: None, apiserver: LocalCluster, kube: Kube,
@@ -98,12 +151,13 @@ def test_a_pod_changed_since_the_filter_is_read_once_and_bound(cluster: None, ap
     assert scheduler.bind("pod1", "full") == {"Error": ""}
 
     sent = [(method, path) for method, path, _query in _api_requests(apiserver, before)]
-    assert sent[1:4] == [("PATCH", "/api/v1/namespaces/default/pods/pod1"),  # 409: the pod changed
-                         ("GET", "/api/v1/namespaces/default/pods/pod1"),
-                         ("PATCH", "/api/v1/namespaces/default/pods/pod1")]
-    assert len(sent) == 6
+    assert sent[1:] == [("POST", "/api/v1/namespaces/default/pods/pod1/binding"),  # 409: the pod changed
+                        ("GET", "/api/v1/namespaces/default/pods/pod1"),
+                        ("POST", "/api/v1/namespaces/default/pods/pod1/binding")]
     assert _metric(runtime, "hami_web_bind_rereads_total", what="pod") == 1
-    assert scheduler.pod("pod1")["metadata"]["labels"] == {"team": "vision", names.LABEL_ASSIGNED_NODE: "full"}
+    pod = scheduler.pod("pod1")
+    assert pod["metadata"]["labels"] == {"team": "vision"}
+    assert pod["metadata"]["annotations"][names.POD_ASSIGNED_NODE] == pod["spec"]["nodeName"] == "full"
 
 
 def test_a_node_changed_since_the_watch_is_read_once_and_locked(cluster: None, apiserver: LocalCluster,
@@ -115,9 +169,9 @@ def test_a_node_changed_since_the_watch_is_read_once_and_locked(cluster: None, a
     assert scheduler.bind("pod1", "full") == {"Error": ""}
 
     sent = [(method, path) for method, path, _query in _api_requests(apiserver, before)]
-    assert sent[:3] == [("PATCH", "/api/v1/nodes/full"), ("GET", "/api/v1/nodes/full"),
-                        ("PATCH", "/api/v1/nodes/full")]
-    assert len(sent) == 6
+    # The node did not really change (the 409 was injected): the cache's pod stream has seen its version.
+    assert sent == [("PATCH", "/api/v1/nodes/full"), ("GET", "/api/v1/nodes/full"), ("PATCH", "/api/v1/nodes/full"),
+                    ("POST", "/api/v1/namespaces/default/pods/pod1/binding")]
     assert _metric(runtime, "hami_web_bind_rereads_total", what="node") == 1
 
 
@@ -140,7 +194,7 @@ def test_a_lock_whose_owner_succeeded_is_busy_a_moment_then_taken_with_one_write
 
     assert scheduler.bind("pod2", "full") == {"Error": ""}
 
-    assert len(_api_requests(apiserver, before)) == 4
+    assert len(_api_requests(apiserver, before)) == 2
     assert apiserver.get("nodes", "full")["metadata"]["annotations"][names.NODE_LOCK].endswith(",default,pod2")
 
 

@@ -122,7 +122,6 @@ def test_a_pod_of_each_family_is_bound_with_only_that_familys_annotations(
     annotations = stored["metadata"]["annotations"]
     assert annotations[names.POD_ASSIGNED_NODE] == node
     assert annotations[names.POD_BIND_PHASE] == "allocating"
-    assert stored["metadata"]["labels"][names.LABEL_ASSIGNED_NODE] == node
 
 
 def test_an_iluvatar_ask_is_not_ours_while_iluvatar_is_disabled(apiserver: LocalCluster, runtime: Runtime,
@@ -369,6 +368,26 @@ def test_a_mig_mode_gpu_gives_instances_and_its_hami_core_neighbour_slices(
             (position, 2 * position) for position in range(count)]
     else:
         assert reservations is None
+
+
+def test_an_earlier_bookings_mig_reservations_are_removed_when_the_pod_is_booked_elsewhere(
+        apiserver: LocalCluster, runtime: Runtime, scheduler: Scheduler) -> None:
+    """A Binding adds annotations but removes none: a pod that still carries the MIG reservations of an earlier,
+    voided booking is booked apart, its patch removing them (`cleared_annotations`), before its Binding."""
+    apiserver.load([gpu_node("mig", register=_register(MIG_GPU, _a40("mig-gpu1", 1, mode="hami-core", health=True))),
+                    gpu_pod("earlier", gpu_limits(1, memory_mib=1000), annotations={"nvidia.com/vgpu-mode": "mig"})])
+    runtime.sync.sync_now()
+    assert scheduler.schedule("earlier", ["mig"]) == "mig"
+    leftover = annotations_of(apiserver, "pods", "earlier")[names.POD_MIG_RESERVATIONS]
+    release_lock(runtime.kube, "earlier", "mig")
+    apiserver.load([gpu_pod("pod1", gpu_limits(1, memory_mib=1000), annotations={
+        "nvidia.com/vgpu-mode": "hami-core", names.POD_MIG_RESERVATIONS: leftover, names.POD_BIND_PHASE: "failed"})])
+
+    assert scheduler.schedule("pod1", ["mig"]) == "mig"
+
+    annotations = annotations_of(apiserver, "pods", "pod1")
+    assert annotations[names.POD_DEVICES_ALLOCATED] == "mig-gpu1,NVIDIA,1000,0:;"
+    assert names.POD_MIG_RESERVATIONS not in annotations
 
 
 def test_a_gpu_registered_without_health_is_never_chosen(apiserver: LocalCluster, runtime: Runtime,

@@ -64,7 +64,6 @@ def test_node_policy_story(apiserver: LocalCluster, kube: Kube, make_runtime: Ru
         assert stored is not None
         assert stored["spec"]["nodeName"] == node
         assert stored["metadata"]["annotations"][names.POD_ASSIGNED_NODE] == node
-        assert stored["metadata"]["labels"][names.LABEL_ASSIGNED_NODE] == node
 
 
 def test_node_policy_comes_from_the_flag_when_the_pod_does_not_say(apiserver: LocalCluster, kube: Kube,

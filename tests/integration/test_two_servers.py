@@ -20,8 +20,11 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
+import pytest
+
 from hami_web.core import names
 from hami_web.core.checks import EXCLUSIVE_CORES
+from hami_web.extender.binding import Binder
 from hami_web.localcluster import LocalCluster
 from hami_web.server.runtime import Runtime
 from hami_web.state.pods import pod_usage
@@ -29,6 +32,7 @@ from hami_web.state.pods import pod_usage
 from .helpers import (
     RuntimeFactory,
     Scheduler,
+    delete_pod,
     gpu_limits,
     gpu_node,
     gpu_pod,
@@ -43,6 +47,7 @@ GPUS_PER_NODE = 2
 TASKS, MEMORY_MIB, CORES = 4, 8000, 100
 PODS = 40
 ATTEMPTS = 200
+ROUNDS_TO_BITE = 8
 BATCH = 6  # pods filtered ahead of their binds (kube-scheduler binds asynchronously)
 # Why a bind may be refused here, and nothing else: a held lock, or the other server got there first.
 EXPECTED_REFUSALS = ("is locked by", "no longer free", "already bound", "changed while", "was not placed by",
@@ -70,11 +75,14 @@ def _device_plugin(runtime: Runtime, apiserver: LocalCluster, stop: threading.Ev
 
 
 def _schedule_all(scheduler: Scheduler, names_in_order: list[str], refusals: list[str], *,
-                  nodes: Sequence[str] = tuple(NODES), retry_errors: bool = False) -> None:
+                  nodes: Sequence[str] = tuple(NODES), retry_errors: bool = False,
+                  first_binds: threading.Barrier | None = None) -> None:
     """kube-scheduler's loop for one server: scheduling cycles (filters) run ahead while the binds of the pods
     already filtered follow, in batches; a pod is tried at least once even if the other server bound it meanwhile
     (an informer lags), and retried until it is bound or no node fits. With ``retry_errors`` a pod whose filter
-    answers an ``Error`` goes back into the queue too, as kube-scheduler retries it after a backoff."""
+    answers an ``Error`` goes back into the queue too, as kube-scheduler retries it after a backoff. With
+    ``first_binds`` the first batch's binds wait until every scheduler has filtered its first batch (both servers
+    start on an empty cluster at once: neither cache can have seen the other's choices)."""
     pending = list(names_in_order)
     tried: set[str] = set()
     for _ in range(ATTEMPTS):
@@ -94,6 +102,9 @@ def _schedule_all(scheduler: Scheduler, names_in_order: list[str], refusals: lis
             if not answer["Error"] and answer["NodeNames"]:
                 placed.append((name, answer["NodeNames"][0]))
             # else unschedulable (reasons in FailedNodes): kube-scheduler waits for a cluster change
+        if first_binds is not None:
+            first_binds.wait(30)
+            first_binds = None
         for name, node in placed:
             bound = scheduler.bind(name, node)
             if bound["Error"]:
@@ -102,10 +113,13 @@ def _schedule_all(scheduler: Scheduler, names_in_order: list[str], refusals: lis
         time.sleep(0.002)
 
 
-def test_two_servers_with_two_schedulers_never_overbook_a_gpu(apiserver: LocalCluster,
-                                                             make_runtime: RuntimeFactory) -> None:
-    apiserver.load([gpu_node(node, gpus(node, GPUS_PER_NODE, count=TASKS, memory_mib=MEMORY_MIB, cores=CORES))
-                    for node in NODES] + _pods(seed=13))
+def _race(apiserver: LocalCluster, make_runtime: RuntimeFactory, *, seed: int = 13) -> tuple[list[Runtime], list[str]]:
+    """Two new servers schedule the same pods at once until each pod is bound or fits nowhere; the servers and every
+    refusal."""
+    if apiserver.get("nodes", NODES[0]) is None:
+        apiserver.load([gpu_node(node, gpus(node, GPUS_PER_NODE, count=TASKS, memory_mib=MEMORY_MIB, cores=CORES))
+                        for node in NODES])
+    apiserver.load(_pods(seed=seed))
     servers = [make_runtime(), make_runtime()]
     stop = threading.Event()
     plugin = threading.Thread(target=_device_plugin, args=(servers[0], apiserver, stop), daemon=True)
@@ -113,8 +127,9 @@ def test_two_servers_with_two_schedulers_never_overbook_a_gpu(apiserver: LocalCl
     refusals: list[str] = []
     orders = [[f"job-{index:02d}" for index in range(PODS)] for _ in servers]
     random.Random(7).shuffle(orders[1])
+    first_binds = threading.Barrier(len(servers))
     threads = [threading.Thread(target=_schedule_all, args=(Scheduler(server.app.test_client(), apiserver),
-                                                              order, refusals))
+                                                              order, refusals), kwargs={"first_binds": first_binds})
                for server, order in zip(servers, orders, strict=True)]
     for thread in threads:
         thread.start()
@@ -126,7 +141,13 @@ def test_two_servers_with_two_schedulers_never_overbook_a_gpu(apiserver: LocalCl
     stop.set()
     plugin.join(5)
 
-    pods = apiserver.list("pods", "default")
+    return servers, refusals
+
+
+def _overbooked(pods: list[dict[str, Any]]) -> tuple[list[str], int, dict[str, list[tuple[int, int, int]]]]:
+    """What the stored pods show over-booked or held wrongly (empty when nothing), how many are bound, and each GPU's
+    grants."""
+    wrong: list[str] = []
     booked: dict[str, list[tuple[int, int, int]]] = {}
     bound = 0
     for pod in pods:
@@ -134,19 +155,31 @@ def test_two_servers_with_two_schedulers_never_overbook_a_gpu(apiserver: LocalCl
         node = pod["spec"].get("nodeName")
         if node:
             bound += 1
-            assert usage is not None and usage.node == node, (pod["metadata"]["name"], usage)
+            if usage is None or usage.node != node:
+                wrong.append(f"bound pod {pod['metadata']['name']} holds {usage}")
+                continue
         else:
-            assert usage is None, f"unbound pod {pod['metadata']['name']} still holds {usage.devices_text}"
+            if usage is not None:
+                wrong.append(f"unbound pod {pod['metadata']['name']} still holds {usage.devices_text}")
             continue
         for container in usage.grants:
             for grant in container:
                 booked.setdefault(grant.uuid, []).append((1, grant.memory_mib, grant.cores))
     for uuid, grants in booked.items():
         tasks, memory, cores = (sum(column) for column in zip(*grants, strict=True))
-        assert tasks <= TASKS and memory <= MEMORY_MIB and cores <= CORES, (uuid, grants)
-        if any(grant_cores == EXCLUSIVE_CORES for _, _, grant_cores in grants):
-            assert len(grants) == 1, f"exclusive GPU {uuid} shared: {grants}"
+        if tasks > TASKS or memory > MEMORY_MIB or cores > CORES:
+            wrong.append(f"{uuid} over-booked: {grants}")
+        if any(grant_cores == EXCLUSIVE_CORES for _, _, grant_cores in grants) and len(grants) > 1:
+            wrong.append(f"exclusive GPU {uuid} shared: {grants}")
+    return wrong, bound, booked
 
+
+def test_two_servers_with_two_schedulers_never_overbook_a_gpu(apiserver: LocalCluster,
+                                                             make_runtime: RuntimeFactory) -> None:
+    servers, refusals = _race(apiserver, make_runtime)
+
+    wrong, bound, booked = _overbooked(apiserver.list("pods", "default"))
+    assert wrong == []
     assert bound >= len(NODES) * GPUS_PER_NODE  # the cluster really was filled
     assert refusals, "the two servers never raced for a GPU: the test proves nothing"
     unexplained = [message for message in refusals if not any(key in message for key in EXPECTED_REFUSALS)]
@@ -158,3 +191,23 @@ def test_two_servers_with_two_schedulers_never_overbook_a_gpu(apiserver: LocalCl
     for server in servers:
         wait_for(lambda server=server: usage_by_gpu(server) == expected, timeout_seconds=5,
                  what="the cache to agree with the API")
+
+
+def test_without_the_check_before_the_binding_the_same_race_overbooks(apiserver: LocalCluster,
+                                                                     make_runtime: RuntimeFactory,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """The test above bites: with the bind's check of the placement against the node's other bookings switched off
+    (the cache's and the list's on the two-call path, the reads after the booking when booked apart), the same race
+    over-books a GPU."""
+    monkeypatch.setattr(Binder, "_verify_placement", lambda *_args: None)
+    monkeypatch.setattr(Binder, "_verify_booking", lambda *_args: None)
+    found: list[str] = []
+    for seed in range(13, 13 + ROUNDS_TO_BITE):  # the race is timing: a round may happen to book nothing twice
+        _race(apiserver, make_runtime, seed=seed)
+        found = [problem for problem in _overbooked(apiserver.list("pods", "default"))[0]
+                 if "over-booked" in problem or "shared" in problem]
+        if found:
+            break
+        for pod in apiserver.list("pods", "default"):
+            delete_pod(apiserver, pod["metadata"]["name"])
+    assert found, f"no GPU over-booked in {ROUNDS_TO_BITE} rounds without the check"

@@ -186,8 +186,7 @@ def test_a_pod_refused_for_another_binders_booking_does_not_keep_our_first_place
     other = "hygon-dcu1,DCU,65520,100:;"
     ours.kube.patch_pod("default", "x", {"metadata": {
         "annotations": {names.POD_ASSIGNED_NODE: "hygon", names.POD_ASSIGNED_TIME: now, FAMILY_KEYS["DCU"][0]: other,
-                        FAMILY_KEYS["DCU"][1]: other, names.POD_BIND_PHASE: "allocating", names.POD_BIND_TIME: now},
-        "labels": {names.LABEL_ASSIGNED_NODE: "hygon"}}})
+                        FAMILY_KEYS["DCU"][1]: other, names.POD_BIND_PHASE: "allocating", names.POD_BIND_TIME: now}}})
     # ... so when kube-scheduler retries x here (our bind found the node locked), we refuse to place it again ...
     assert "already holds devices" in scheduler.filter("x", ["hygon"])["Error"]
     # ... and the other server's verification fails: its booking is voided, x is unbound and holds nothing.
