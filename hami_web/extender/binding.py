@@ -139,8 +139,6 @@ class Binder:
             outcome = self._bind_placed(request, placed)
         if self._metrics is not None:
             self._metrics.observe_bind_calls(calls.calls)
-        if isinstance(outcome, Bound):
-            self._cache.mark_bound(ref.uid)
         return outcome
 
     def _bind_deviceless(self, request: BindRequest) -> BindOutcome:
@@ -179,6 +177,7 @@ class Binder:
         first (`_books_apart`). A step that cannot go on raises `_Abort`; what it may have left (our lock, our
         booking, the placement) is cleaned up before the answer."""
         node = request.node
+        locked_at = ""
         with contextlib.ExitStack() as scope:
             bind_deadline = BindDeadline(scope, self._deadline_seconds)
             try:
@@ -195,6 +194,7 @@ class Binder:
                 pass  # a retry after a Binding whose answer was lost: done; our lock stays as after a bind
             except _Abort as abort:
                 return self._abort(request, abort, budget=bind_deadline.seconds)
+            self._cache.mark_bound(placed.uid, locked_at=locked_at)
             self._release_binders_locks(placed, node)
         return Bound(request, devices=placed.devices_text)
 

@@ -19,6 +19,7 @@ from hami_web.core.grants import booking_annotations, cleared_annotations
 from hami_web.core.quota import NamespaceQuota, booking_quota_use, family_quota_names, quota_resources
 from hami_web.core.usage import NO_USAGE, DeviceUsage
 from hami_web.core.verify import OtherBookings, other_bookings, placement_conflicts
+from hami_web.core.versions import not_older
 from hami_web.kube import JsonObject, Kube, KubeError, NotFoundError
 from hami_web.state.faces import Placements
 from hami_web.state.pods import PodUsage, pod_key, pod_usage
@@ -102,7 +103,7 @@ class BindReads:
         number (a resourceVersion is opaque to clients; kube-apiserver's are etcd revisions), or totals that do not
         hold our placement, and the cache cannot tell.
         """
-        if not _not_older(self._pods_version(), not_older_than):
+        if not not_older(self._pods_version(), not_older_than):
             return None
         view = self._cache.node_view(node, holding=placed)
         if view is None:
@@ -197,8 +198,3 @@ class BindReads:
         if (pod.get("metadata") or {}).get("uid") != uid:
             return ""
         return str((pod.get("spec") or {}).get("nodeName") or "")
-
-
-def _not_older(version: str, than: str) -> bool:
-    """Whether resourceVersion ``version`` is ``than`` or newer, when both are numbers (etcd revisions)."""
-    return version.isdigit() and than.isdigit() and int(version) >= int(than)

@@ -19,12 +19,17 @@ from typing import Any
 import pytest
 
 from hami_web.core import names
+from hami_web.core.choose import Placement
+from hami_web.core.nodelocks import format_lock
+from hami_web.core.options import pod_options
+from hami_web.core.requests import RequestDefaults, pod_request
 from hami_web.kube import Kube
 from hami_web.localcluster import LocalCluster
 from hami_web.server.runtime import Runtime
-from hami_web.state.cache import LOCK_RELEASE_GRACE_SECONDS
+from hami_web.state.cache import ASSUMPTION_GRACE_SECONDS, LOCK_RELEASE_GRACE_SECONDS, ClusterCache
 
 from .helpers import (
+    NAMESPACE,
     FakeClock,
     RuntimeFactory,
     Scheduler,
@@ -34,6 +39,7 @@ from .helpers import (
     gpu_node,
     gpu_pod,
     gpus,
+    observe_node,
     release_lock,
     wait_for,
 )
@@ -207,6 +213,51 @@ def test_a_placement_not_yet_bound_makes_its_node_busy(cluster: None, runtime: R
 
     assert scheduler.filter("pod2", ["full", "empty"])["NodeNames"] == ["empty"]  # binpack's fullest free node
     assert scheduler.filter("pod1", ["full", "empty"])["NodeNames"] == ["full"]  # its own placement does not count
+
+
+def test_a_pod_just_bound_keeps_its_node_busy_until_the_node_stream_shows_its_lock() -> None:
+    """Regression (e2e burst under binpack, 4 lock refusals in 40 binds): the two-call bind creates the Binding a moment
+    after its lock write, often before the node watch brings the lock; a pod bound is no placement any more, so the
+    node looked free and binpack sent the next pod there, into our lock. It stays busy until the node stream shows a
+    version newer than the one the lock write was preconditioned on (the lock, then its release), or for the grace."""
+    clock = FakeClock()
+    cache = ClusterCache(clock=clock)
+    for name, version in (("full", "10"), ("empty", "11")):
+        node = gpu_node(name, gpus(name, 1))
+        node["metadata"]["resourceVersion"] = version
+        observe_node(cache, "ADDED", node)
+    options = pod_options({}, node_policy="binpack", gpu_policy="spread")
+
+    def place(name: str, candidates: list[str]) -> str:
+        pod = gpu_pod(name, SMALL)
+        placed = cache.place(uid=f"uid-{name}", namespace=NAMESPACE, name=name, options=options,
+                             request=pod_request(pod, RequestDefaults()), candidates=candidates)
+        assert isinstance(placed, Placement), placed
+        return placed.node
+
+    assert place("pod1", ["full"]) == "full"
+    cache.mark_bound("uid-pod1", locked_at="10")  # the lock written on version 10; the watch has not shown it
+    assert busy_nodes(cache) == {"full"}
+    assert place("pod2", ["full", "empty"]) == "empty"  # not into pod1's lock
+    cache.forget("uid-pod2")
+
+    locked = gpu_node("full", gpus("full", 1), annotations={
+        names.NODE_LOCK: format_lock(clock(), NAMESPACE, "pod1")})
+    locked["metadata"]["resourceVersion"] = "12"
+    observe_node(cache, "MODIFIED", locked)
+    assert busy_nodes(cache) == {"full"}  # now by the lock itself
+    released = gpu_node("full", gpus("full", 1))
+    released["metadata"]["resourceVersion"] = "13"
+    observe_node(cache, "MODIFIED", released)
+    assert busy_nodes(cache) == frozenset()
+    assert place("pod2", ["full", "empty"]) == "full"  # packs the fullest free node again
+    cache.forget("uid-pod2")
+
+    assert place("pod3", ["full"]) == "full"
+    cache.mark_bound("uid-pod3", locked_at="13")
+    assert busy_nodes(cache) == {"full"}
+    clock.advance(ASSUMPTION_GRACE_SECONDS + 1)  # a lock the node stream never shows: a bind that lost it
+    assert busy_nodes(cache) == frozenset()
 
 
 def test_a_lock_held_by_an_allocating_pod_makes_its_node_busy_until_released(
