@@ -414,14 +414,9 @@ class ClusterCache:
             locked.append(LockedNode(node, lock, owner_known=held is not None, owner_phase=phase))
         placements = [(usage.node, held.assumed_at) for placed_uid, usage in self._claims.placed.items()
                       if placed_uid != uid and (held := self._store.held.get(placed_uid)) is not None]
-        placements.extend(self._claims.due_locks(self._seen_version_locked, since=now - ASSUMPTION_GRACE_SECONDS))
+        placements.extend(self._claims.due_locks(self._store.seen_version_locked, since=now - ASSUMPTION_GRACE_SECONDS))
         return busy_nodes(locked, placements, now=now, lock_timeout_seconds=self._node_lock_timeout_seconds,
                           grace_seconds=ASSUMPTION_GRACE_SECONDS, family_locks=family_locks)
-
-    def _seen_version_locked(self, node: str) -> str | None:
-        """The node's resourceVersion as the node stream last showed it (None: not a GPU node of the cache)."""
-        seen = self._store.seen_nodes.get(node)
-        return seen.resource_version if seen is not None else None
 
     def forget(self, uid: str, *, keep_booking: bool = False) -> PodUsage | None:
         """Drop the pod's placement and our assumption of its booking (abandoned); returns what was dropped.
@@ -475,14 +470,9 @@ class ClusterCache:
             self._store.hold_locked(usage.uid, usage, assumed_at=self._clock(), api_usage=shadowed)
 
     def mark_bound(self, uid: str, *, locked_at: str = "") -> None:
-        """The pod's Binding exists: it can never be bound again, so it stops being bindable.
-
-        ``locked_at`` is the node's resourceVersion our node lock write was preconditioned on: until the node stream
-        shows a newer one, the node stays busy (`Claims.due_locks`). The two-call bind creates the Binding a moment
-        after the lock, often before the node watch brings the lock here; without this, a binpack filter in that
-        moment sees neither our placement nor our lock and sends the next pod to the node, whose bind the lock then
-        refuses.
-        """
+        """The pod's Binding exists: it can never be bound again, so it stops being bindable. Its node stays busy until
+        the node stream shows a version newer than ``locked_at``, the one our lock write was preconditioned on
+        (`Claims.due_locks`): the Binding follows the lock by milliseconds, often before the watch brings the lock."""
         with self._store.locked("filter"):
             self._claims.bound(uid, locked_at=locked_at, now=self._clock())
 

@@ -109,6 +109,11 @@ class CacheStore:
             else:
                 self.node_locks.pop(name, None)
 
+    def seen_version_locked(self, node: str) -> str | None:
+        """The node's resourceVersion as the node stream last showed it (None: not a GPU node of the cache)."""
+        seen = self.seen_nodes.get(node)
+        return seen.resource_version if seen is not None else None
+
     def judge_node(self, record: NodeRecord, now: float) -> NodeState:
         try:
             return node_state(record, now=now, catalog=self.catalog)
