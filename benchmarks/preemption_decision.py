@@ -8,11 +8,16 @@ equal share, priorities 0-9 and start times at random), so no pod fits anywhere 
 for the dry run, which tries nodes until it has kube-scheduler's number of candidates (10 %, at least 100) and picks
 one. The preemptor (priority 1000) asks for one GPU with a whole card's memory and, in a second row, two GPUs.
 Printed: median / p95 / max ms per decision. Not a test: no assertions (docs/preemption.md#preemption, speed).
+
+``--through-cache`` times what ``/filter`` runs instead: `ClusterCache.preempt` on a cache fed the same nodes and pods
+(the snapshot under the lock, the dry run outside it, the hold recorded; each decision a new preemptor, its hold
+dropped after), and prints the longest hold of the cache's lock by a decision: what a concurrent filter may wait.
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
 import random
 import statistics
 import sys
@@ -21,13 +26,17 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from hami_web.core.devices import Device, NodeInventory
+from hami_web.core.devices import Device, NodeInventory, encode_register_json
 from hami_web.core.families import DEFAULT_CATALOG
-from hami_web.core.grants import DeviceGrant
+from hami_web.core.grants import DeviceGrant, encode_pod_devices
 from hami_web.core.options import PodOptions
 from hami_web.core.preemption import Holder, PreemptionPlan, Preemptor, plan_preemption
 from hami_web.core.requests import ContainerRequest, PodRequest
 from hami_web.core.usage import NodeView, build_node_view, pod_booking, sum_bookings
+from hami_web.state.cache import ClusterCache
+from hami_web.state.holds import Preempting
+from hami_web.state.nodes import node_record
+from hami_web.state.pods import PodRecord, PodUsage
 
 GPUS_PER_NODE = 8
 MEMORY_MIB = 46068
@@ -57,6 +66,41 @@ def full_cluster(size: int, holders_per_gpu: int, rng: random.Random
     return views, holders
 
 
+def filled_cache(views: dict[str, NodeView], holders: dict[str, list[Holder]]) -> ClusterCache:
+    """A cluster cache fed, as its reflectors would, the nodes of ``views`` and the pods of ``holders``."""
+    cache = ClusterCache()
+    cache.replace_nodes(node_record({"metadata": {"name": name, "annotations": {
+        "hami.io/node-nvidia-register": encode_register_json(view.inventory.devices),
+        "hami.io/node-handshake": "Reported_2099-01-01 00:00:00"}}}) for name, view in views.items())
+    records = []
+    for node, on_node in holders.items():
+        for holder in on_node:
+            (uuid,) = holder.booking
+            grants = ((DeviceGrant(uuid=uuid, memory_mib=holder.booking[uuid].memory_mib, cores=0),),)
+            records.append(PodRecord(uid=holder.uid, bound=True, usage=PodUsage(
+                uid=holder.uid, namespace=holder.namespace, name=holder.name, node=node, grants=grants,
+                booking=holder.booking, devices_text=encode_pod_devices(grants), priority=holder.priority,
+                started_at=holder.started_at, bind_phase="success")))
+    cache.replace_pods(records, listed_at=time.time())
+    cache.mark_synced()
+    gc.collect()
+    gc.freeze()  # as the server does once synced (state.sync): full collections would walk the cache under the lock
+    return cache
+
+
+def _decide(cache: ClusterCache | None, preemptor: Preemptor, nodes: list[str], views: dict[str, NodeView],
+            holders: dict[str, list[Holder]]) -> int:
+    """One decision, by the core alone or through ``cache``; returns its victims."""
+    if cache is None:
+        plan = plan_preemption(preemptor, nodes, views, holders, [], DEFAULT_CATALOG)
+        assert isinstance(plan, PreemptionPlan)
+        return len(plan.chosen.victims)
+    decision = cache.preempt(preemptor, nodes)
+    assert isinstance(decision, Preempting), decision
+    cache.drop_hold(preemptor.uid, "the benchmark's next decision")
+    return len(decision.plan.victims)
+
+
 def main() -> None:
     """Parse the arguments, build each cluster and time the decisions."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -64,27 +108,31 @@ def main() -> None:
     parser.add_argument("--holders", type=int, default=2, help="low-priority pods per GPU")
     parser.add_argument("--repeat", type=int, default=20, help="decisions timed per row")
     parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--through-cache", action="store_true", help="time ClusterCache.preempt (see the module)")
     args = parser.parse_args()
     options = PodOptions(node_policy="binpack", gpu_policy="binpack")
     for size in (int(text) for text in args.sizes.split(",")):
         views, holders = full_cluster(size, args.holders, random.Random(args.seed))
         nodes = sorted(views)
+        cache = filled_cache(views, holders) if args.through_cache else None
         for count in (1, 2):
             ask = PodRequest(containers=(ContainerRequest(name="main", init=False, count=count,
                                                           memory_mib=MEMORY_MIB),))
-            preemptor = Preemptor(uid="p", namespace="prod", name="p", priority=1000, request=ask, options=options)
             samples = []
             victims = 0
-            for _ in range(args.repeat):
+            for attempt in range(args.repeat):
+                preemptor = Preemptor(uid=f"p-{count}-{attempt}", namespace="prod", name=f"p-{count}-{attempt}",
+                                      priority=1000, request=ask, options=options)
                 started = time.perf_counter()
-                plan = plan_preemption(preemptor, nodes, views, holders, [], DEFAULT_CATALOG)
+                victims = _decide(cache, preemptor, nodes, views, holders)
                 samples.append((time.perf_counter() - started) * 1000)
-                assert isinstance(plan, PreemptionPlan)
-                victims = len(plan.chosen.victims)
             samples.sort()
+            held = ""
+            if cache is not None:
+                held = f", longest lock hold {cache.lock_hold_snapshot()['filter'].max_seconds * 1000:.1f} ms"
             print(f"{size:>6} nodes x {GPUS_PER_NODE} GPUs, {args.holders} holders/GPU, {count} GPU ask: "
                   f"median {statistics.median(samples):.1f} ms, p95 {samples[int(len(samples) * 0.95) - 1]:.1f} ms, "
-                  f"max {samples[-1]:.1f} ms ({victims} victims)")
+                  f"max {samples[-1]:.1f} ms ({victims} victims){held}")
 
 
 if __name__ == "__main__":

@@ -18,6 +18,7 @@ from hami_web.core.preemption import Holder, NoPreemption, Preemptor, plan_preem
 from hami_web.core.quota import booking_quota_use, family_quota_names, quota_resources
 from hami_web.core.requests import PodRequest
 from hami_web.ops.snapshot import ClusterSnapshot
+from hami_web.state.pods import preemption_holder
 
 
 def preemption_note(pod: Mapping[str, Any], request: PodRequest, options: PodOptions, candidates: Sequence[str],
@@ -58,8 +59,6 @@ def _holders(snapshot: ClusterSnapshot, preemptor_uid: str) -> dict[str, list[Ho
     for usage in snapshot.usages:
         if usage.uid == preemptor_uid:
             continue
-        by_node.setdefault(usage.node, []).append(Holder(
-            uid=usage.uid, namespace=usage.namespace, name=usage.name, priority=usage.priority, booking=usage.booking,
-            started_at=usage.started_at, terminating=usage.terminating, labels=usage.labels,
-            quota_use=booking_quota_use(usage.booking, usage.grants, resources, families)))
+        by_node.setdefault(usage.node, []).append(preemption_holder(
+            usage, booking_quota_use(usage.booking, usage.grants, resources, families)))
     return by_node

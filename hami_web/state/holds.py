@@ -35,6 +35,7 @@ from hami_web.core.preemption import (
 )
 from hami_web.core.usage import DeviceUsage, NodeView, pod_booking, with_booking
 from hami_web.state.planning import Held
+from hami_web.state.pods import PodUsage, preemption_holder
 from hami_web.state.store import CacheStore
 
 log = logging.getLogger(__name__)
@@ -112,14 +113,6 @@ class _Overlay(Mapping[str, NodeView]):
 
     def __len__(self) -> int:
         return len(self._base)
-
-
-def holder_of(held: Held, quota_use: Mapping[str, int]) -> Holder:
-    """A held pod as preemption judges it."""
-    usage = held.usage
-    return Holder(uid=usage.uid, namespace=usage.namespace, name=usage.name, priority=usage.priority,
-                  booking=usage.booking, started_at=usage.started_at, terminating=usage.terminating,
-                  labels=usage.labels, quota_use=quota_use)
 
 
 class Holds:
@@ -211,7 +204,7 @@ class Holds:
             if not any(priority < preemptor.priority for priority in self._store.priorities):
                 return NoPreemption(reasons={})  # no pod of lower priority holds a device: nothing to look at
             trial = self._trial_locked(preemptor, candidates)
-        result = plan_preemption(trial.preemptor, list(candidates), trial.views, trial.holders, trial.budgets,
+        result = plan_preemption(trial.preemptor, list(candidates), trial.views, trial.holders(), trial.budgets,
                                  self._store.catalog)
         if isinstance(result, NoPreemption):
             return result
@@ -234,18 +227,15 @@ class Holds:
         return Preempting(hold, chosen, reasons)
 
     def _trial_locked(self, preemptor: Preemptor, candidates: Sequence[str]) -> _Trial:
-        """What the dry run needs, copied under the lock (views are immutable; the rest is small)."""
+        """What the dry run needs, copied under the lock: the candidates' views (immutable), the held pods and their
+        quota use as two C-level copies (`_Trial.holders` sorts them by node outside the lock)."""
         views = self.views_for_locked(preemptor.uid, preemptor.priority)
         snapshot = {name: views[name] for name in candidates if name in views}
         seen = {name: (self._store.views.get(name), self._holds_on_locked(name)) for name in snapshot}
-        held = [entry for entry in self._store.held.values() if entry.usage.node in snapshot]
-        ledger = self._store.quota_ledger
-        by_node: dict[str, list[Holder]] = {}
-        for entry in held:
-            by_node.setdefault(entry.usage.node, []).append(holder_of(entry, ledger.use_of(entry.usage.uid)))
-        namespace = ledger.namespace(preemptor.namespace)
+        namespace = self._store.quota_ledger.namespace(preemptor.namespace)
         judged = replace(preemptor, quota=namespace if namespace.limits else None)
-        return _Trial(judged, snapshot, seen, by_node, list(self._budgets.values()))
+        return _Trial(judged, snapshot, seen, list(self._store.held.values()), self._store.quota_ledger.counted(),
+                      list(self._budgets.values()))
 
     def _record(self, hold: Hold, seen: tuple[NodeView | None, tuple[str, ...]]) -> bool:
         """Record ``hold`` if its node's view and holds are still those the decision judged (``seen``)."""
@@ -270,20 +260,55 @@ class Holds:
         view = trial.views.get(node)
         if view is None:
             return f"node {node} has no devices hami-web knows"
-        holders = [holder for holder in trial.holders.get(node, []) if holder.uid != preemptor.uid]
+        holders = [holder for holder in trial.holders().get(node, []) if holder.uid != preemptor.uid]
         return extend_victims(trial.preemptor, view, holders, proposed, trial.budgets, self._store.catalog)
 
 
 @dataclass(frozen=True, slots=True)
 class _Trial:
     """A preemption's inputs copied under the lock: the preemptor with its namespace's quota, the candidates' views,
-    what each view and the holds on its node were (to check before recording), the holders by node, the budgets."""
+    what each view and the holds on its node were (to check before recording), every held pod and what each counts
+    against its namespace's quota (shallow copies: the entries are replaced, never changed), the budgets."""
 
     preemptor: Preemptor
     views: Mapping[str, NodeView]
     seen: Mapping[str, tuple[NodeView | None, tuple[str, ...]]]
-    holders: Mapping[str, list[Holder]]
+    held: list[Held]
+    counted: Mapping[str, tuple[str, Mapping[str, int]]]
     budgets: list[DisruptionBudget]
+
+    def holders(self) -> Mapping[str, list[Holder]]:
+        """The holders on the candidate nodes, by node, as preemption judges them; built outside the lock, and only
+        for the nodes the dry run reaches (it stops after kube-scheduler's number of candidates)."""
+        by_node: dict[str, list[tuple[PodUsage, Mapping[str, int]]]] = {}
+        for entry in self.held:
+            usage = entry.usage
+            if usage.node in self.views:
+                counted = self.counted.get(usage.uid)
+                by_node.setdefault(usage.node, []).append((usage, counted[1] if counted is not None else {}))
+        return _Holders(by_node)
+
+
+class _Holders(Mapping[str, list[Holder]]):
+    """Each node's holders, built on first look."""
+
+    __slots__ = ("_built", "_held")
+
+    def __init__(self, held: dict[str, list[tuple[PodUsage, Mapping[str, int]]]]) -> None:
+        self._held = held
+        self._built: dict[str, list[Holder]] = {}
+
+    def __getitem__(self, node: str) -> list[Holder]:
+        built = self._built.get(node)
+        if built is None:
+            built = self._built[node] = [preemption_holder(usage, use) for usage, use in self._held[node]]
+        return built
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._held)
+
+    def __len__(self) -> int:
+        return len(self._held)
 
 
 CHANGED = "the node changed while preemption was decided; decided again at the pod's next filter"

@@ -19,7 +19,7 @@ from hami_web.core.grants import DeviceGrant, PodGrants, decode_pod_devices, enc
 from hami_web.core.limits import json_type_name, quote
 from hami_web.core.mig import MigInstance
 from hami_web.core.migreservations import attach_reservations, decode_reservations
-from hami_web.core.preemption import preemption_terms
+from hami_web.core.preemption import Holder, preemption_terms
 from hami_web.core.requests import RequestError, asked_gpu_count
 from hami_web.core.usage import DeviceUsage, pod_booking
 
@@ -54,6 +54,14 @@ class PodUsage:
     # Annotations of an earlier booking the pod carried when it was placed (MIG reservations): `/bind` removes those
     # its booking does not write, which a Binding cannot do.
     leftover_keys: frozenset[str] = frozenset()
+
+
+def preemption_holder(usage: PodUsage, quota_use: Mapping[str, int]) -> Holder:
+    """A pod holding devices as device-aware preemption judges it (the cache's decision and ``explain``'s alike);
+    ``quota_use`` is what it counts against its namespace's quota."""
+    return Holder(uid=usage.uid, namespace=usage.namespace, name=usage.name, priority=usage.priority,
+                  booking=usage.booking, started_at=usage.started_at, terminating=usage.terminating,
+                  labels=usage.labels, quota_use=quota_use)
 
 
 @dataclass(frozen=True, slots=True)

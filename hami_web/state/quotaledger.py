@@ -109,10 +109,11 @@ class QuotaLedger:
         for resource, amount in amounts.items():
             totals[resource] = totals.get(resource, 0) + amount
 
-    def use_of(self, uid: str) -> dict[str, int]:
-        """What pod ``uid`` counts against its namespace (a victim in the preemptor's namespace gives it back)."""
-        counted = self._pods.get(uid)
-        return dict(counted[1]) if counted is not None else {}
+    def counted(self) -> dict[str, tuple[str, Mapping[str, int]]]:
+        """Per pod uid, its namespace and what it counts against it (a victim in the preemptor's namespace gives it
+        back): one C-level copy for a preemption's snapshot under the lock; the amounts are not copied, since `count`
+        replaces a pod's amounts and never changes them."""
+        return dict(self._pods)
 
     def set_limits(self, limits: Mapping[str, Mapping[str, int]]) -> None:
         """Replace the limits of the namespaces named (an empty map: the namespace has no limit any more)."""
