@@ -157,18 +157,18 @@ def _fit_or_reason(ask: _Ask, view: NodeView) -> PodFit | str:
 
 
 def rank_nodes(views: Sequence[NodeView], policy: str, busy: Collection[str] = (),
-               scores: Mapping[str, float] | None = None) -> list[NodeView]:
+               terms: Mapping[str, float] | None = None) -> list[NodeView]:
     """Binpack: highest score first (fill nodes up); spread: lowest first; ties by node name ascending.
 
-    Nodes named in ``busy`` come after all the others, in the same order among themselves. ``scores``, when given,
-    replace the views' own (a pod's families' terms added: `_with_family_terms`).
+    Nodes named in ``busy`` come after all the others, in the same order among themselves. ``terms``, when given, adds
+    to each view's score the term of its node-score annotations (a pod's families' terms: `_with_family_terms`).
     """
     # Two stable sorts with C-level keys: by name, then by score (reverse keeps equal scores in name order).
     ranked = sorted(views, key=_BY_NAME)
-    if scores is None:
+    if terms is None:
         ranked.sort(key=_BY_SCORE, reverse=policy != SPREAD)
     else:
-        totals = list(map(scores.__getitem__, map(_BY_NAME, ranked)))
+        totals = list(map(add, map(_BY_SCORE, ranked), map(terms.__getitem__, map(_ANNOTATIONS, ranked))))
         order = sorted(range(len(ranked)), key=totals.__getitem__, reverse=policy != SPREAD)
         ranked = list(map(ranked.__getitem__, order))
     return list(_busy_last(ranked, busy)) if busy else ranked
@@ -226,8 +226,8 @@ def _choose(ask: _Ask, known: list[NodeView], reasons: dict[str, str], candidate
     if reach:
         ranked = _busy_last(rank_nodes(known, options.node_policy), busy)
         return _choose_with_group_score(ask, ranked, reasons, candidates, busy, reach)
-    scores, same_term = _with_family_terms(request, known, options.node_policy)
-    ranked = _busy_last(rank_nodes(known, options.node_policy, scores=scores), busy)
+    terms, same_term = _with_family_terms(request, known, options.node_policy)
+    ranked = _busy_last(rank_nodes(known, options.node_policy, terms=terms), busy)
     skipped: list[NodeView] = []
     for view in ranked:
         if not may_fit(request, view, options):
@@ -236,10 +236,10 @@ def _choose(ask: _Ask, known: list[NodeView], reasons: dict[str, str], candidate
         result = _fit_or_reason(ask, view)
         if isinstance(result, PodFit):
             return Placement(node=view.name, grants=result.grants, node_busy=view.name in busy,
-                             node_score=_with_group_term(scores[view.name] if scores else view.score + same_term,
+                             node_score=_with_group_term(_node_score(view, terms, same_term),
                                                          result, ask.options.node_policy))
         reasons[view.name] = result
-    return _first_skipped(ask, skipped, reasons, candidates, busy, scores, same_term)
+    return _first_skipped(ask, skipped, reasons, candidates, busy, terms, same_term)
 
 
 def _with_group_term(score: float, fit: PodFit, policy: str) -> float:
@@ -250,28 +250,32 @@ def _with_group_term(score: float, fit: PodFit, policy: str) -> float:
 
 def _with_family_terms(request: PodRequest, views: Sequence[NodeView],
                        policy: str) -> tuple[dict[str, float] | None, float]:
-    """Each node's score plus the asked families' own terms (`hami_web.core.families.family.NodeScore`: Metax GPU's
-    topology loss); ``(None, term)`` when every node earns the same ``term`` (none asked: 0), whose order is the
-    scores' own.
+    """The asked families' own node-score terms (`hami_web.core.families.family.NodeScore`: Metax GPU's topology
+    loss) by node-score annotation set, for `rank_nodes`; ``(None, term)`` when every node earns the same ``term``
+    (none asked: 0), whose order is the scores' own.
 
-    Nodes carry few distinct annotation sets (none, or the same tables): each set is judged once, and the per-node work
-    is C-level maps, so ranking a thousand nodes costs little more than without the terms."""
+    Nodes carry few distinct annotation sets (none, or the same tables): each set is judged once, and the per-node
+    work is one C-level pass here and one in the ranking, so ranking a thousand nodes costs little more than without
+    the terms."""
     if not request.node_terms:
         return None, 0.0
-    annotations = list(map(_ANNOTATIONS, views))
     terms: dict[str, float] = {}
-    for distinct in set(annotations):
+    for distinct in set(map(_ANNOTATIONS, views)):
         given = json.loads(distinct) if distinct else {}
         terms[distinct] = sum(rule.term(given, devices, policy) for rule, devices in request.node_terms) if given \
             else 0.0
     if len(set(terms.values())) <= 1:
         return None, next(iter(terms.values()), 0.0)
-    totals = map(add, map(_BY_SCORE, views), map(terms.__getitem__, annotations))
-    return dict(zip(map(_BY_NAME, views), totals, strict=True)), 0.0
+    return terms, 0.0
+
+
+def _node_score(view: NodeView, terms: Mapping[str, float] | None, same_term: float) -> float:
+    """The node's score with its family terms, as `rank_nodes` ranked it."""
+    return view.score + (terms[view.inventory.annotations] if terms is not None else same_term)
 
 
 def _first_skipped(ask: _Ask, skipped: Sequence[NodeView], reasons: dict[str, str], candidates: Sequence[str],
-                   busy: Collection[str], scores: Mapping[str, float] | None = None,
+                   busy: Collection[str], terms: Mapping[str, float] | None = None,
                    same_term: float = 0.0) -> Placement | NoPlacement:
     """The nodes `may_fit` ruled out, fitted after all: the full fit is the authority on the reason (may_fit is only
     a necessary condition); should it ever disagree, the skipped nodes are still in rank order, so the first fit is
@@ -280,7 +284,7 @@ def _first_skipped(ask: _Ask, skipped: Sequence[NodeView], reasons: dict[str, st
         result = _fit_or_reason(ask, view)
         if isinstance(result, PodFit):
             return Placement(node=view.name, grants=result.grants, node_busy=view.name in busy,
-                             node_score=_with_group_term(scores[view.name] if scores else view.score + same_term,
+                             node_score=_with_group_term(_node_score(view, terms, same_term),
                                                          result, ask.options.node_policy))
         reasons[view.name] = result
     return NoPlacement(reasons={name: reasons[name] for name in dict.fromkeys(candidates)})
