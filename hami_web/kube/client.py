@@ -15,7 +15,14 @@ from urllib.parse import quote
 import kubernetes.client
 
 from hami_web.kube.config import load_client_configuration
-from hami_web.kube.transport import REQUEST_TIMEOUT_SECONDS, JsonObject, Throttle, Transport
+from hami_web.kube.transport import (
+    LIST_PAGE_TIMEOUT_SECONDS,
+    REQUEST_TIMEOUT_SECONDS,
+    JsonObject,
+    LateAnswersNotResent,
+    Throttle,
+    Transport,
+)
 from hami_web.kube.watches import WatchEvent, stream_events, watch_query
 
 MERGE_PATCH = "application/merge-patch+json"
@@ -51,7 +58,9 @@ class Kube:
                  timeout_seconds: float = REQUEST_TIMEOUT_SECONDS, throttle: Throttle | None = None) -> None:
         """``timeout_seconds`` bounds each request (``--kube-timeout``); ``throttle`` is called before each
         request and may sleep (``--kube-qps`` / ``--kube-burst``): it gets the most it may wait (the time left
-        before the request's deadline, or None) and answers None when its wait would be longer."""
+        before the request's deadline, or None) and answers None when its wait would be longer. A request whose
+        answer is late is never sent again by the transport (`LateAnswersNotResent`)."""
+        configuration.retries = LateAnswersNotResent(3)
         self._api_client = kubernetes.client.ApiClient(configuration)
         self._transport = Transport(self._api_client, timeout_seconds=timeout_seconds, throttle=throttle)
 
@@ -148,12 +157,15 @@ class Kube:
         Pages keep each response (and each JSON decode) small, which a big cluster's API server asks of clients.
         Without a resourceVersion in ``query`` the list is a consistent read (from etcd on a real server), which
         honours ``limit``; a list at resourceVersion "0" is served whole from the watch cache, the one big decode
-        to avoid.
+        to avoid. A page may take `LIST_PAGE_TIMEOUT_SECONDS` (the API server's own bound) unless a deadline is
+        shorter: one slower than ``--kube-timeout`` on a busy server is waited for, not asked for again.
         """
+        page_timeout = max(self._transport.timeout_seconds, LIST_PAGE_TIMEOUT_SECONDS)
         limit = [("limit", str(page_size))] if page_size else []
         token = ""
         while True:
-            body = self._transport.get(what, path, [*query, *limit, *([("continue", token)] if token else [])])
+            body = self._transport.get(what, path, [*query, *limit, *([("continue", token)] if token else [])],
+                                       timeout_seconds=page_timeout)
             metadata = body.get("metadata") or {}
             token = str(metadata.get("continue") or "")
             yield ListPage(items=body.get("items") or [], resource_version=str(metadata.get("resourceVersion", "")),

@@ -15,10 +15,15 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
-from typing import Any
+from types import TracebackType
+from typing import Any, Self
 
 import kubernetes.client
 from kubernetes.client.exceptions import ApiException
+from urllib3.connectionpool import ConnectionPool
+from urllib3.exceptions import ReadTimeoutError
+from urllib3.response import BaseHTTPResponse
+from urllib3.util.retry import Retry
 
 from hami_web.kube.deadlines import count_call, current_deadline
 from hami_web.kube.errors import KubeError, error_from, is_transport_error
@@ -28,6 +33,10 @@ JsonObject = dict[str, Any]
 
 # Seconds: a request to the API server that takes longer than this is a failure, not a hang.
 REQUEST_TIMEOUT_SECONDS = 10.0
+# Seconds a page of a list may take when no deadline is shorter: kube-apiserver's own ``--request-timeout`` (one
+# minute by default), past which it answers 504 itself. A client that gave up sooner and asked again would make a busy
+# API server read the same page twice.
+LIST_PAGE_TIMEOUT_SECONDS = 60.0
 # Threads that carry API calls made under a deadline (see `deadline`); more calls than this wait their turn.
 DEADLINE_CALL_THREADS = 16
 # Bytes read from a response at a time, so a response dripped slowly is cut at the deadline.
@@ -35,6 +44,19 @@ READ_CHUNK_BYTES = 64 * 1024
 
 # Called before each request with the most it may wait (seconds, or None); answers None when it cannot wait.
 Throttle = Callable[[float | None], float | None]
+
+
+class LateAnswersNotResent(Retry):
+    """urllib3's retries (a refused connection, a pooled connection the server had closed), except for a request whose
+    answer is late: the server may still be working on it, and urllib3's default would send it three more times,
+    doubling and tripling the work of a busy API server (a list page, a watch waiting for its first bytes)."""
+
+    def increment(self, method: str | None = None, url: str | None = None, response: BaseHTTPResponse | None = None,
+                  error: Exception | None = None, _pool: ConnectionPool | None = None,
+                  _stacktrace: TracebackType | None = None) -> Self:
+        if isinstance(error, ReadTimeoutError):
+            raise error  # as the one request's failure (`errors.timed_out_reading` knows it)
+        return super().increment(method, url, response, error, _pool, _stacktrace)
 
 
 class _DeadlineExceeded(Exception):
@@ -58,10 +80,14 @@ class Transport:
             self._call_threads.shutdown(wait=False, cancel_futures=True)
         close_api_client(self.api_client)
 
-    def get(self, what: str, path: str, query: list[tuple[str, str]]) -> JsonObject:
+    def get(self, what: str, path: str, query: list[tuple[str, str]], *,
+            timeout_seconds: float | None = None) -> JsonObject:
         """GET ``path`` with ``query``, without the generated API classes (importing CoreV1Api costs about 0.6 s
-        of CPU, more than a whole `inspect` of a small cluster)."""
-        return self.call(what, self._get_raw, path, query)
+        of CPU, more than a whole `inspect` of a small cluster); ``timeout_seconds`` instead of ``--kube-timeout``
+        when no deadline is set."""
+        if timeout_seconds is None:
+            return self.call(what, self._get_raw, path, query)
+        return self.call(what, self._get_raw, path, query, _request_timeout=timeout_seconds)
 
     def call(self, what: str, method: Any, *args: Any, **kwargs: Any) -> JsonObject:
         """Call ``method`` (a generated API method, or `_get_raw`) and decode its answer; ``what`` names the call

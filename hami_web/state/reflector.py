@@ -14,9 +14,11 @@ carries the list's resourceVersion, and the same stream goes on as the watch (on
 that refuses or fails (an older one or the WatchList feature off: 422; an etcd without progress notify: 500
 "the required storage feature RequestWatchProgress is disabled"; any other error status or ERROR event; a plain
 watch: any event but ADDED, or the stream ending or falling silent, before that bookmark) gets a paginated list at
-once instead (`LIST_PAGE_SIZE` objects per consistent page), as client-go falls back, and paginated lists for
-`STREAMING_RETRY_SECONDS` before streaming is tried again. A list that fails part-way leaves the sinks' previous
-state untouched.
+once instead (`LIST_PAGE_SIZE` objects per consistent page), and paginated lists for `STREAMING_RETRY_SECONDS` before
+streaming is tried again. A streaming list with no answer within the silence bound, or a busy one (429, 503, 504: a
+cache still initialising or not fresh yet), is no refusal: it is streamed again after the usual backoff, never
+replaced at once by pages read from etcd, which would add the heaviest list to a server already too busy to answer
+(docs/performance.md#scale). A list that fails part-way leaves the sinks' previous state untouched.
 
 **A sink** is told of a full list through a `Listing` (`Sink.listing` when the list starts, ``add`` per object,
 ``done`` once it is complete: only then may it replace its state), of each watch event (`Sink.apply`), and of the
@@ -196,6 +198,17 @@ class StreamingRefused(Exception):
     """The API server does not offer a streaming list (the message says how it answered)."""
 
 
+# Answers of a busy API server: too many requests, unavailable, and 504 (kube-apiserver's "Too large resource
+# version" when its watch cache is not yet as fresh as etcd, or a request it gave up on).
+BUSY_STATUSES = frozenset({429, 503, 504})
+
+
+def busy_answer(error: KubeError, *, accepted: bool) -> bool:
+    """Whether a failed streaming list says the server is busy rather than that it does not offer streaming: a busy
+    status, or no answer at all before the server accepted the watch (no status; silent past the bound)."""
+    return error.status in BUSY_STATUSES or (not accepted and error.status == 0)
+
+
 def event_version(event: WatchEvent) -> str:
     """The resourceVersion an event or bookmark carries ("" when none)."""
     metadata = event.object.get("metadata") if isinstance(event.object, dict) else None
@@ -325,10 +338,17 @@ class Reflector:
         status, started = self.status, self.clock()
         timeout = self._watch_seconds(listing=True)
         listings = [sink.listing() for sink in self.sinks]
+        accepted = False
+
+        def opened() -> None:
+            nonlocal accepted
+            accepted = True
+            self._opened()
+
         try:
             stream = iter(self.source.watch(resource_version="", timeout_seconds=max(1, math.ceil(timeout)),
                                             silence_seconds=self.options.silence_bound_seconds,
-                                            on_open=self._opened, initial_events=True))
+                                            on_open=opened, initial_events=True))
             with collector_paused():
                 for event in stream:
                     if event.type == "ADDED":
@@ -342,10 +362,13 @@ class Reflector:
                         raise error_of(status.resource, event)
                     else:  # a plain watch: the server ignored sendInitialEvents
                         raise StreamingRefused(f"a {event.type} event came before the end of the initial events")
-        except WatchSilentError as error:
-            raise StreamingRefused(f"no end of the initial events: {error}") from error
-        except KubeError as error:  # refused (422, 500 from an etcd without progress notify) or failed
-            raise StreamingRefused(str(error)) from error
+        except KubeError as error:
+            if busy_answer(error, accepted=accepted):  # streamed again after the backoff (see the module)
+                raise KubeError(f"streaming list: the API server is busy ({error}); streaming again, not listing "
+                                f"in pages", status=error.status) from error
+            if isinstance(error, WatchSilentError):
+                raise StreamingRefused(f"no end of the initial events: {error}") from error
+            raise StreamingRefused(str(error)) from error  # refused (422, 500 from an etcd without progress notify)
         finally:
             status.watching = False
         raise StreamingRefused("the stream ended before the end of the initial events")

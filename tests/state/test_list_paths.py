@@ -3,7 +3,10 @@
 Covers: with streaming lists offered, each resource is listed and watched by one request (``sendInitialEvents``
 with ``resourceVersionMatch=NotOlderThan`` and bookmarks), the cache holds what the initial events showed and
 later changes come on the same stream; a server that refuses them (422, as with the WatchList feature off) or
-ignores them (a plain watch) is listed in pages instead and its cache is the same; the in-process server checks
+ignores them (a plain watch) is listed in pages instead and its cache is the same; a busy server (429, 504, or no
+answer within the silence bound) is streamed again after the backoff, never listed in pages at once; a page slower
+than ``--kube-timeout`` is waited for and sent once, and no request whose answer is late is sent again by the
+transport (urllib3 would send it three more times); the in-process server checks
 the options as kube-apiserver does (a table of good and bad queries); with the dashboard on, the process makes one
 node watch and one pod watch in all, and the dashboard's node traits follow the node reflector (a cordon shows); a
 third resource is one registration (a reflector over ConfigMaps: listed before the cache is synced, its events
@@ -14,7 +17,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -22,7 +25,7 @@ import requests
 
 from hami_web.core import names
 from hami_web.dashboard.nodetraits import NodeTraitsSink
-from hami_web.kube import Kube
+from hami_web.kube import Kube, KubeError
 from hami_web.localcluster import LocalCluster
 from hami_web.server.runtime import build_runtime
 from hami_web.settings import Settings
@@ -56,14 +59,18 @@ def _held(sync: ClusterSync) -> set[str]:
 
 @pytest.fixture
 def synced() -> Iterator[Any]:
-    """``synced(watch_list)``: an API server answering streaming lists so, and a started `ClusterSync` on it."""
+    """``synced(watch_list, faults=..., kube_timeout=..., **options)``: an API server answering streaming lists so
+    (with ``faults`` injected before the first list), and a started `ClusterSync` with ``options`` on it."""
     made: list[tuple[LocalCluster, ClusterSync, Kube]] = []
 
-    def make(watch_list: str) -> tuple[LocalCluster, ClusterSync]:
+    def make(watch_list: str, *, faults: Callable[[LocalCluster], None] | None = None, kube_timeout: float = 10.0,
+             **options: Any) -> tuple[LocalCluster, ClusterSync]:
         apiserver = LocalCluster(_objects(), bookmark_interval_seconds=0.1, watch_list=watch_list)
         apiserver.start()
-        kube = Kube.for_url(apiserver.url)
-        sync = ClusterSync(ClusterCache(), kube, page_size=2)
+        if faults is not None:
+            faults(apiserver)
+        kube = Kube.for_url(apiserver.url, timeout_seconds=kube_timeout)
+        sync = ClusterSync(ClusterCache(), kube, page_size=2, **options)
         made.append((apiserver, sync, kube))
         sync.start()
         assert sync._cache.wait_synced(5), "no first sync"
@@ -112,6 +119,59 @@ def test_a_server_without_streaming_lists_is_listed_in_pages(synced: Any, mode: 
 
     delete_pod(apiserver, "pod1")
     wait_for(lambda: "pod1" not in _held(sync), what="the deletion on the watch after the pages")
+
+
+@pytest.mark.parametrize(("fault", "says"), [
+    ({"status": 504}, "HTTP 504"),  # kube-apiserver's "Too large resource version": its watch cache is behind etcd
+    ({"status": 429}, "HTTP 429"),  # its cache still initialising after a restart
+    ({"mode": "delay", "seconds": 1.5}, "nothing received for 0.5s"),  # no answer within the silence bound
+])
+def test_a_busy_server_is_streamed_again_not_listed_in_pages(synced: Any, fault: dict[str, Any], says: str,
+                                                             caplog: pytest.LogCaptureFixture) -> None:
+    """A restart on a loaded API server (docs/performance.md#scale): the streaming list's busy answer, or none, is
+    followed after the backoff by the same streaming list, never at once by pages read from etcd, which would add the
+    heaviest list to a server already too busy to answer; the API server sees one request at a time."""
+    def busy(apiserver: LocalCluster) -> None:
+        apiserver.inject_failure("GET", "pods", watch=True, **fault)
+
+    apiserver, sync = synced("on", faults=busy, watch_silence_bound_seconds=0.5)
+
+    queries = apiserver.requests("GET", POD_PATH)
+    assert [query.get("sendInitialEvents") for query in queries] == ["true", "true"]  # no page, no third request
+    assert (sync.pods.list_mode, sync.pods.errors, sync.pods.streaming_refused) == (STREAMING, 1, "")
+    assert any(says in record.getMessage() and "streaming again, not listing in pages" in record.getMessage()
+               for record in caplog.records)
+    assert _held(sync) == {f"pod{i}" for i in range(5)}
+
+
+def test_a_page_slower_than_the_kube_timeout_is_waited_for_and_sent_once(synced: Any) -> None:
+    """``--kube-timeout`` (0.5 s here) bounds a bind's calls, not a list's pages: a page may take the API server's own
+    request timeout, so a slow one is read once instead of being sent again while the server still works on it."""
+    def slow_second_page(apiserver: LocalCluster) -> None:
+        apiserver.inject_failure("GET", "pods", mode="delay", seconds=1.5, skip=1, watch=False)
+
+    apiserver, sync = synced("refuse", faults=slow_second_page, kube_timeout=0.5)
+
+    pages = [query for query in apiserver.requests("GET", POD_PATH) if not _is_watch(query)]
+    assert [(query.get("limit"), bool(query.get("continue"))) for query in pages] == [
+        ("2", False), ("2", True), ("2", True)]
+    assert (sync.pods.list_mode, sync.pods.errors) == (PAGINATED, 0)
+
+
+def test_a_request_answered_after_the_kube_timeout_is_sent_once() -> None:
+    """urllib3's default retries would send a GET whose answer is late three more times (four requests for one
+    read, each abandoned while the server still works on it); the transport sends it once and says it timed out."""
+    apiserver = LocalCluster(_objects())
+    apiserver.start()
+    kube = Kube.for_url(apiserver.url, timeout_seconds=0.3)
+    try:
+        apiserver.inject_failure("GET", "nodes", name="node0", mode="delay", seconds=1.0, count=4)
+        with pytest.raises(KubeError, match="Read timed out"):
+            kube.get_node("node0")
+        assert len(apiserver.requests("GET", f"{NODE_PATH}/node0")) == 1
+    finally:
+        kube.close()
+        apiserver.stop()
 
 
 WATCH_OPTIONS = [  # query, the in-process server's streaming mode, HTTP status, what the answer says

@@ -1,11 +1,12 @@
 """The reflector's list/watch loop against a scripted source (docs/performance.md#scale, "One reflector per resource").
 
 Covers: a streaming list delivers its initial events as one list and goes on as the watch (one request); a
-server that refuses or fails a streaming list (422 Invalid, 500 from an etcd without progress notify, a 504, a plain
+server that refuses or fails a streaming list (422 Invalid, 500 from an etcd without progress notify, a plain
 watch that sends a non-ADDED event or a bookmark without the end annotation, a stream that ends or falls silent
 before the end) gets a paginated list at once, no error counted, and paginated lists until streaming is tried
-again after the retry interval; a list that fails both ways is one error, retried; a half-delivered list never
-reaches the sinks; a watch resumes from the
+again after the retry interval; a busy one (429, 503, 504, or no answer before the stream was accepted) is streamed
+again after the backoff, one error, no pages; a list that fails both ways is one error, retried; a half-delivered
+list never reaches the sinks; a watch resumes from the
 resourceVersion of its last event or bookmark; 410 Gone lists again at once without counting an error; a silent
 watch is re-opened from the last version, and the second silence in a row lists; three failed watches in a row
 list; every sink receives the list and the events; `current` is told when the stream is current.
@@ -165,7 +166,6 @@ REFUSALS = [
     pytest.param([KubeError("HTTP 500: InternalError: a watch stream was requested by the client but the required "
                             "storage feature RequestWatchProgress is disabled", status=500)], "RequestWatchProgress",
                  id="etcd-without-progress-notify"),
-    pytest.param([added("a", 1), KubeError("Too large resource version", status=504)], "Too large", id="504-mid-way"),
     pytest.param([added("a", 1), modified("a", 2)], "MODIFIED event came before", id="plain-watch-event"),
     pytest.param([added("a", 1), bookmark(2)], "BOOKMARK event came before", id="plain-watch-bookmark"),
     pytest.param([added("a", 1)], "ended before the end", id="stream-ended"),
@@ -184,6 +184,30 @@ def test_a_refused_streaming_list_falls_back_to_pages_at_once(answer: Script, wh
     status = reflector.status
     assert why in status.streaming_refused
     assert (status.lists, status.errors, status.list_mode) == (2, 0, PAGINATED)
+
+
+BUSY = [
+    pytest.param([added("a", 1), KubeError("Too large resource version: 9, current: 8", status=504)],
+                 id="504-mid-way"),  # kube-apiserver's watch cache not yet as fresh as etcd
+    pytest.param([KubeError("storage is (re)initializing", status=429)], id="429-cache-initialising"),
+    pytest.param([KubeError("HTTP 503: the server is currently unable to handle the request", status=503)],
+                 id="503"),
+    pytest.param([KubeError("watch things: Read timed out", status=0)], id="no-answer-before-accepted"),
+]
+
+
+@pytest.mark.parametrize("answer", BUSY)
+def test_a_busy_answer_to_a_streaming_list_is_streamed_again_after_the_backoff(answer: Script) -> None:
+    """A busy API server (docs/performance.md#scale): the streaming list is not replaced by pages read from etcd, the
+    heaviest list there is, while the server is too busy to answer; it is tried again after the backoff."""
+    stream = [added("a", 3), added("b", 5), bookmark(7, end=True)]
+    reflector, source, (sink,) = run(lists=[], watches=[answer, stream])
+
+    assert sink.lists == [["a", "b"]]  # the half-streamed "a" of a failed try never reached the sink
+    assert source.list_calls == 0
+    assert source.watch_calls[:2] == [("", True), ("", True)]
+    status = reflector.status
+    assert (status.lists, status.errors, status.list_mode, status.streaming_refused) == (1, 1, STREAMING, "")
 
 
 def test_streaming_is_tried_again_after_the_retry_interval() -> None:
