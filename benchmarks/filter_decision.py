@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import json
 import random
 import statistics
 import sys
@@ -52,6 +53,7 @@ from hami_web.core.choose import NoPlacement, Placement, choose_node
 from hami_web.core.devices import Device, NodeInventory, encode_register_json
 from hami_web.core.families import DEFAULT_CATALOG
 from hami_web.core.families.capacity import CapacityInventory
+from hami_web.core.families.enflame_drs import CAPACITY_KEY as DRS_CAPACITY_KEY
 from hami_web.core.grants import describe_grants
 from hami_web.core.groups import NETWORK_GROUPS
 from hami_web.core.options import DeviceSelection, PodOptions
@@ -159,6 +161,10 @@ def family_node(family: str, number: int) -> dict[str, Any]:
         annotations = {spec.register_key: encode_register_json(devices)}
         if spec.handshake_key:  # a family without one (AMD) counts while its capacity does
             annotations[spec.handshake_key] = "Reported_2099-01-01"
+    if spec.partitioning is not None:  # GCUs of six slices in DRS mode; a count of n asks the n-slice profile
+        annotations = {DRS_CAPACITY_KEY: json.dumps({
+            "devices": [{"index": str(index), "minor": str(index), "capacity": 6} for index in range(GPUS_PER_NODE)],
+            "profiles": {"1g.12gb": "0", "2g.24gb": "1", "4g.48gb": "2", "6g.72gb": "3"}})}
     return {"metadata": {"name": name, "annotations": annotations}, "status": status}
 
 

@@ -29,6 +29,10 @@ def test_the_demo_schedules_the_example_pods_through_the_three_listeners(capsys:
     # Biren, Enflame GCU and Metax GPU: whole cards on their own nodes (a register; the capacity; the capacity).
     assert re.search(r"^biren-job +scheduled +biren-1 +Biren +biren-1-card-[01]\(0MiB,0%\)", output, re.MULTILINE)
     assert re.search(r"^gcu-job +scheduled +gcu-1 +GCU +gcu-1-GCU-\d\(100MiB,100%\),gcu-1-GCU-\d", output, re.MULTILINE)
+    # Enflame DRS: 30 GB and 40 % is the 3g.36gb profile (three of the GCU's six slices, 50 % of its cores).
+    assert re.search(r"^drs-job +scheduled +drs-1 +Enflame +drs-1-enflame-drs-[01]\(36864MiB,50%\)", output,
+                     re.MULTILINE)
+    assert re.search(r"^drs-1 +drs-1-enflame-drs-[01] +Enflame +Enflame +3 +36864/73728 +50/100", output, re.MULTILINE)
     assert re.search(r"^metax-job +scheduled +metax-1 +Metax-GPU +metax-1-metax-\d\(65536MiB,100%\),", output,
                      re.MULTILINE)
     assert re.search(r"^mthreads-slice +scheduled +mthreads-1 +Mthreads +mthreads-1-mthreads-[01]\(4096MiB,4%\)",

@@ -230,6 +230,8 @@ def _mutate_for_family(container: dict[str, Any], name: str, family: Family, ann
     names = family.resources
     rules = family.admission
     asked = _read_quantities(container, name, family)
+    if rules.any_resource_routes:
+        return _route_any_resource(container, name, names, asked)
     limits = ((container.get("resources") or {}).get("limits") or {})
     count = asked.get(names.count) if rules.count_in_requests or names.count in limits else None
     if count is None and rules.default_count and any(
@@ -272,6 +274,32 @@ def _mutate_for_family(container: dict[str, Any], name: str, family: Family, ann
             isinstance(variable, dict) and variable.get("name") == rules.container_name_env
             for variable in container.get("env") or []):
         container.setdefault("env", []).append({"name": rules.container_name_env, "value": name})
+    return True
+
+
+def _route_any_resource(container: dict[str, Any], name: str, names: ResourceNames, asked: dict[str, int]) -> bool:
+    """`AdmissionRules.any_resource_routes` (HAMi v2.10's Enflame DRS ``MutateAdmission``): the count, else the memory
+    or the cores, make the container the family's; each given is written to limits and requests where one lacks it.
+    `FamilyRefusal` in HAMi's words for a count or memory of 0 or less, or cores outside (0, 100]."""
+    given = [resource for resource in (names.count, names.memory, names.cores) if resource and resource in asked]
+    if not given:
+        return False
+    if names.count in asked:
+        if asked[names.count] <= 0:
+            raise FamilyRefusal(f"container {name}: {names.count} must be greater than 0")
+        given = [names.count]
+    elif names.memory in asked and asked[names.memory] <= 0:
+        raise FamilyRefusal(f"container {name}: {names.memory} must be greater than 0")
+    elif names.cores in asked and not 0 < asked[names.cores] <= MAX_CORES:
+        raise FamilyRefusal(f"container {name}: {names.cores} must be in range (0,100]")
+    limits = _limits(container)
+    requests = container["resources"].get("requests")
+    if not isinstance(requests, dict):
+        requests = container["resources"]["requests"] = {}
+    for resource in given:
+        value = limits.get(resource, requests.get(resource))
+        limits.setdefault(resource, value)
+        requests.setdefault(resource, value)
     return True
 
 

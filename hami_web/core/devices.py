@@ -31,6 +31,7 @@ from hami_web.core.limits import (
     uuid_problem,
 )
 from hami_web.core.mig import MigPlacement, MigProfile
+from hami_web.core.partitions import DevicePartitions
 
 if TYPE_CHECKING:
     from hami_web.core.groups import Grouping
@@ -68,6 +69,8 @@ class Device:
     # ``custominfo.AIC`` of a die registered with ``custominfo.DeviceStrategy`` "die": the physical card it sits on
     # (Vastai); "" otherwise.
     card: str = ""
+    # The profiles a partitioned device offers and its handle (Enflame DRS: `hami_web.core.partitions`); None else.
+    partitions: DevicePartitions | None = None
 
 
 @dataclass(frozen=True, slots=True)

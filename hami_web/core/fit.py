@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from hami_web.core import names
+from hami_web.core.capabilities import device_handle, with_profile
 from hami_web.core.checks import SOFT_SPLIT_CORES, check_device, device_reasons, is_dynamic_mig, mig_pick
 from hami_web.core.devices import Device, NodeInventory
 from hami_web.core.grants import DeviceGrant, PodGrants, merge_grants
@@ -74,6 +75,19 @@ def fit_container(request: ContainerRequest, inventory: NodeInventory, work: Wor
     (docs/quotas.md#namespace-quotas). ``pinned``: the cards the pod's earlier containers hold, for a family that keeps
     a pod on one card (`_one_card`).
     """
+    if request.partition is not None:  # a partitioned family books the profile the node offers for the ask
+        first, end = inventory.groups.get(request.family, (0, 0))
+        profiled = with_profile(request, inventory.devices[first:end])
+        if profiled is None:  # HAMi's Enflame DRS: no profile for the ask, the node counts one ModeNotFit
+            return FitFailure(reasons=((names.MODE_NOT_FIT, 1),), total=end - first)
+        request = profiled
+    return _fit_devices(request, inventory, work, options, occupied, quota, pinned)
+
+
+def _fit_devices(request: ContainerRequest, inventory: NodeInventory, work: WorkingUsage, options: PodOptions,
+                 occupied: WorkingPlacements | None, quota: QuotaTally | None,
+                 pinned: frozenset[str] | None) -> tuple[DeviceGrant, ...] | FitFailure:
+    """`fit_container` once the ask is what it books."""
     first, end = inventory.groups.get(request.family, (0, 0))
     whole = first == 0 and end == len(inventory.devices)
     devices = inventory.devices if whole else inventory.devices[first:end]
@@ -174,10 +188,11 @@ def _book(chosen: list[int], devices: Sequence[Device], first: int, work: Workin
         device = devices[position]
         tasks, memory_mib, cores = work[first + position]
         units = _cores_on(request, device, cores)
-        work[first + position] = (tasks + 1, memory_mib + booked[position], cores + units)
+        work[first + position] = (tasks + request.shares, memory_mib + booked[position], cores + units)
         written = grant_type(device) if grant_type else ""
         grants.append(DeviceGrant(uuid=device.uuid, memory_mib=booked[position], cores=units, vendor=request.family,
-                                  soft_split=soft_split, type=written if written != request.family else ""))
+                                  soft_split=soft_split, type=written if written != request.family else "",
+                                  shares=request.shares, partition=request.profile, handle=device_handle(device)))
         if quota is not None:
             quota.add(device.uuid, booked[position], units, request.init)
     return tuple(grants)

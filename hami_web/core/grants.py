@@ -19,6 +19,7 @@ from hami_web.core.limits import MAX_DEVICE_CORES, MAX_DEVICE_MEMORY_MIB, MAX_NU
 from hami_web.core.mig import MigInstance
 from hami_web.core.names import VENDOR
 from hami_web.core.nodelocks import LockRule
+from hami_web.core.partitions import PartitionProfile
 
 _MIN_FIELDS = 4
 
@@ -38,6 +39,12 @@ class DeviceGrant:
     instance: MigInstance | None = None
     # The annotation's type field when it is not the family's common word (HAMi's AMD writes the product type).
     type: str = ""
+    # Of a partitioned device (`hami_web.core.partitions`): the device's shares the partition takes (its slices) and
+    # its profile. The device annotation carries neither: a grant read back gets its shares from the family's own
+    # annotation (`Partitioning.shares_of`) and compares equal without them.
+    shares: int = field(default=1, compare=False)
+    partition: PartitionProfile | None = field(default=None, compare=False)
+    handle: str = field(default="", compare=False)  # the partitioned device's handle (`DevicePartitions.handle`)
 
 
 ContainerGrants = tuple[DeviceGrant, ...]
@@ -139,21 +146,26 @@ PREDICATE_TIME = "predicate-time"
 
 
 def bind_annotations(grants: Sequence[Sequence[DeviceGrant]], catalog: DeviceCatalog, *,
-                     now_seconds: int, node: str = "", now_ns: int | None = None) -> dict[str, str]:
+                     now_seconds: int, node: str = "", now_ns: int | None = None,
+                     containers: Sequence[str] = ()) -> dict[str, str]:
     """Everything a bind writes for the families of ``grants``: `booking_annotations`; ``predicate-time`` (the
     bind's Unix seconds, no prefix) when a family's device plugin reads it (Ascend's,
     docs/device-families.md#ascend-npus); a family's ``predicate_node_key`` (the node) and ``predicate_ns_key`` (the
     bind's time in nanoseconds: ``now_ns``, else ``now_seconds`` in nanoseconds), as HAMi's Mthreads and AWS Neuron
-    ``PatchAnnotations`` write them."""
+    ``PatchAnnotations`` write them; a family's ``bind_extras`` from its grants, the pod's ``containers`` (names, init
+    containers first) and that time."""
     annotations = booking_annotations(grants, catalog)
+    ns = now_seconds * 10**9 if now_ns is None else now_ns
     for cw in families_of(grants):
         family = catalog[cw]
+        if family.bind_extras is not None:
+            annotations.update(family.bind_extras(family_grants(grants, cw), containers, ns))
         if family.predicate_time:
             annotations[PREDICATE_TIME] = str(now_seconds)
         if family.predicate_node_key:
             annotations[family.predicate_node_key] = node
         if family.predicate_ns_key:
-            annotations[family.predicate_ns_key] = str(now_seconds * 10**9 if now_ns is None else now_ns)
+            annotations[family.predicate_ns_key] = str(ns)
     return annotations
 
 

@@ -8,6 +8,7 @@ would send the pod to a node where it cannot run.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -23,6 +24,7 @@ from hami_web.core.families import (
 )
 from hami_web.core.families.family import CoreBooking, NodeScore
 from hami_web.core.limits import MAX_DEVICE_MEMORY_MIB, MAX_GPUS_PER_CONTAINER, MAX_QUANTITY
+from hami_web.core.partitions import PartitionAsk, PartitionProfile
 from hami_web.core.quantities import QuantityError, parse_whole_quantity
 
 MAX_CORES = 100
@@ -54,6 +56,19 @@ class ContainerRequest:
     # None: ``cores`` as they are.
     core_booking: CoreBooking | None = None
     grant_type: Callable[[Device], str] | None = None  # a grant's type field (`Family.grant_type`); None: the family
+    # A partitioned family's ask (`hami_web.core.partitions`): the fit maps it to a node's profile (``profile``), whose
+    # memory and cores it then books, with the profile's slices as the device's shares taken.
+    partition: PartitionAsk | None = None
+    profile: PartitionProfile | None = None
+
+    @property
+    def shares(self) -> int:
+        """How many of a device's shares (``count``) one grant of this container takes: its profile's slices, else 1."""
+        return self.profile.slices if self.profile is not None else 1
+
+    def with_profile(self, profile: PartitionProfile) -> ContainerRequest:
+        """This ask as it books ``profile``: the profile's memory and cores."""
+        return replace(self, memory_mib=profile.memory_mib, memory_percent=0, cores=profile.cores, profile=profile)
 
     def booked_memory_mib(self, total_memory_mib: int) -> int:
         """Memory this container books on a device of ``total_memory_mib``."""
@@ -196,6 +211,25 @@ def container_request(container: Mapping[str, Any], *, init: bool, defaults: Req
     return family_request(container, init=init, family=defaults.nvidia)
 
 
+def _read_resource(resources: Mapping[str, Any], name: str, family: Family, resource: str) -> int | None:
+    """One resource of a container (limits over requests), None when absent; `RequestError` naming the container and
+    resource when unreadable."""
+    if not resource:
+        return None
+    try:
+        raw = _resource_value(resources, resource)
+    except RequestError as error:
+        raise RequestError(f"container {name}: {error}") from None
+    if raw is None:
+        return None
+    try:
+        return parse_whole_quantity(raw, container=name, resource=resource,
+                                    maximum=quantity_maximum(family.resources, resource,
+                                                             memory_factor=family.memory_factor))
+    except QuantityError as error:
+        raise RequestError(str(error)) from None
+
+
 def family_request(container: Mapping[str, Any], *, init: bool, family: Family) -> ContainerRequest:
     """Read one container's ask of ``family``: limits over requests per resource, then the family's defaults,
     memory in MiB (× the family's memory factor) and the cores clamp."""
@@ -205,22 +239,9 @@ def family_request(container: Mapping[str, Any], *, init: bool, family: Family) 
         raise RequestError(f"container {name}: resources is not a map")
     names = family.resources
     factor = family.memory_factor
-
-    def read(resource: str) -> int | None:
-        if not resource:
-            return None
-        try:
-            raw = _resource_value(resources, resource)
-        except RequestError as error:
-            raise RequestError(f"container {name}: {error}") from None
-        if raw is None:
-            return None
-        try:
-            return parse_whole_quantity(raw, container=name, resource=resource,
-                                        maximum=quantity_maximum(names, resource, memory_factor=factor))
-        except QuantityError as error:
-            raise RequestError(str(error)) from None
-
+    read = functools.partial(_read_resource, resources, name, family)
+    if family.partitioning is not None:
+        return _partition_request(name, init, family, read)
     count = read(names.count) or 0
     if family.core_booking is not None:
         return _booked_cores_request(family, family.core_booking, name, init, count, read)
@@ -269,6 +290,28 @@ def _booked_cores_request(family: Family, booking: CoreBooking, name: str, init:
     memory_mib = (read(names.memory) or 0) * family.memory_factor if names.memory else 0
     return ContainerRequest(name=name, init=init, count=count, memory_mib=memory_mib, cores=cores, family=family.cw,
                             core_booking=booking, grant_type=family.grant_type)
+
+
+def _partition_request(name: str, init: bool, family: Family, read: Callable[[str], int | None]) -> ContainerRequest:
+    """A partitioned family's ask (HAMi's Enflame DRS ``GenerateResourceRequests``): one device, asked by a slice count
+    above 0, else by memory and cores (either present, even 0); no such resource: no ask."""
+    assert family.partitioning is not None
+    names = family.resources
+    slices = read(names.count)
+    memory, cores = read(names.memory), read(names.cores)
+    if not slices and memory is None and cores is None:
+        return ContainerRequest(name=name, init=init, count=0, family=family.cw)
+    ask = PartitionAsk(family.partitioning, slices=slices or 0, memory=0 if slices else memory or 0,
+                       cores=0 if slices else cores or 0)
+    return ContainerRequest(name=name, init=init, count=1, memory_percent=0, family=family.cw, partition=ask)
+
+
+def family_asks_devices(container: Mapping[str, Any], family: Family) -> int:
+    """How many devices one container asks of ``family`` (a partitioned family's ask is one device); `RequestError`
+    when unreadable."""
+    if family.partitioning is None:
+        return asked_gpu_count(container, count_resource=family.resources.count)
+    return family_request(container, init=False, family=family).count
 
 
 def pod_request(pod: Mapping[str, Any], defaults: RequestDefaults) -> PodRequest:

@@ -75,27 +75,28 @@ def pod_booking(grants: PodGrants, *, init_count: int, init_finished: bool = Fal
     instance, or its entry as unreserved, plus ``unclaimed`` reservations no entry took; a pre-2.10 geometry
     entry counts on its parent GPU.
     """
-    init_peak: dict[str, tuple[int, int]] = {}
+    init_peak: dict[str, tuple[int, int, int]] = {}
     regular: dict[str, tuple[int, int, int]] = {}
     mig = _MigSide(owner)
     if not init_finished:
         for container in grants[:init_count]:
             for grant in container:
                 uuid = mig.note(grant.uuid, grant.instance)
-                memory_mib, cores = init_peak.get(uuid, (0, 0))
-                init_peak[uuid] = (max(memory_mib, grant.memory_mib), max(cores, grant.cores))
+                shares, memory_mib, cores = init_peak.get(uuid, (0, 0, 0))
+                init_peak[uuid] = (max(shares, grant.shares), max(memory_mib, grant.memory_mib),
+                                   max(cores, grant.cores))
     for container in grants[init_count:]:
         for grant in container:
             uuid = mig.note(grant.uuid, grant.instance)
             tasks, memory_mib, cores = regular.get(uuid, (0, 0, 0))
-            regular[uuid] = (tasks + 1, memory_mib + grant.memory_mib, cores + grant.cores)
+            regular[uuid] = (tasks + grant.shares, memory_mib + grant.memory_mib, cores + grant.cores)
     for uuid, instances in (unclaimed or {}).items():
         mig.instances.setdefault(uuid, []).extend(instances)
     booking: dict[str, DeviceUsage] = {}
     for uuid in init_peak.keys() | regular.keys() | mig.instances.keys():
-        peak_memory, peak_cores = init_peak.get(uuid, (0, 0))
+        peak_shares, peak_memory, peak_cores = init_peak.get(uuid, (0, 0, 0))
         tasks, memory_mib, cores = regular.get(uuid, (0, 0, 0))
-        booking[uuid] = DeviceUsage(max(int(uuid in init_peak), tasks), max(peak_memory, memory_mib),
+        booking[uuid] = DeviceUsage(max(peak_shares, tasks), max(peak_memory, memory_mib),
                                     max(peak_cores, cores), tuple(mig.instances.get(uuid, ())),
                                     tuple(mig.unreserved.get(uuid, ())), mig.legacy.get(uuid, 0))
     return booking

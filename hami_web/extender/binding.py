@@ -396,7 +396,7 @@ class Binder:
         now = str(int(clock))
         return {names.POD_ASSIGNED_NODE: node, names.POD_ASSIGNED_TIME: now,
                 **bind_annotations(placed.grants, self._catalog, now_seconds=int(now), node=node,
-                                   now_ns=int(clock * 10**9)),
+                                   now_ns=int(clock * 10**9), containers=placed.container_names),
                 names.POD_BIND_PHASE: "allocating", names.POD_BIND_TIME: now}
 
     def verify(self, placed: PodUsage, node: str, *, not_older_than: str) -> str:

@@ -111,7 +111,9 @@ class PodShape:
         """The pod object the webhook would have let through for this shape."""
         family = self.device_family(policies.catalog)
         resources = family.resources
-        limits = {resources.count: str(self.gpus)}
+        # A partitioned family's count is a partition's slices, asked instead of memory and cores (Enflame DRS).
+        by_size = family.partitioning is not None and bool(self.memory_mib or self.cores)
+        limits = {} if by_size else {resources.count: str(self.gpus)}
         if self.memory_mib:
             limits[resources.memory] = str(self.memory_mib)
         if self.memory_percent:

@@ -8,19 +8,19 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
 from hami_web.core import names
 from hami_web.core.devices import AnnotationError
-from hami_web.core.families import DEFAULT_CATALOG, DeviceCatalog
+from hami_web.core.families import DEFAULT_CATALOG, DeviceCatalog, Family
 from hami_web.core.grants import DeviceGrant, PodGrants, decode_pod_devices, encode_pod_devices, merge_grants
 from hami_web.core.limits import json_type_name, quote
 from hami_web.core.mig import MigInstance
 from hami_web.core.migreservations import attach_reservations, decode_reservations
 from hami_web.core.preemption import Holder, preemption_terms
-from hami_web.core.requests import RequestError, asked_gpu_count
+from hami_web.core.requests import RequestError, family_asks_devices
 from hami_web.core.usage import DeviceUsage, pod_booking
 
 log = logging.getLogger(__name__)
@@ -167,7 +167,7 @@ def _init_finished(pod: Mapping[str, Any]) -> bool:
     return False
 
 
-def _check_grants_match_request(grants: PodGrants, containers: list[Mapping[str, Any]], count_resource: str) -> None:
+def _check_grants_match_request(grants: PodGrants, containers: list[Mapping[str, Any]], family: Family) -> None:
     """A booking is only trusted when the pod asks for it: no more entries than containers, and no container
     holding more devices than it asks for (a pod that asks for none holds none). Anyone who may create a pod can
     write these annotations, so a booking the spec does not back would take devices from everyone else."""
@@ -176,21 +176,20 @@ def _check_grants_match_request(grants: PodGrants, containers: list[Mapping[str,
     for position, (container, granted) in enumerate(zip(containers, grants, strict=False)):
         if not granted:
             continue
-        asked = _asked(container, position, count_resource)
+        asked = _asked(container, position, family)
         if len(granted) > asked:
             raise AnnotationError(f"container {position} holds {len(granted)} devices but asks for {asked} "
-                                  f"{count_resource}")
+                                  f"{family.resources.count}")
 
 
-def _asked(container: Mapping[str, Any], position: int, count_resource: str) -> int:
+def _asked(container: Mapping[str, Any], position: int, family: Family) -> int:
     try:
-        return asked_gpu_count(container, count_resource=count_resource)
+        return family_asks_devices(container, family)
     except RequestError as error:
         raise AnnotationError(f"container {position}: {error}") from None
 
 
-def _family_grants(text: str, containers: list[Mapping[str, Any]], count_resource: str,
-                   family: str = "") -> PodGrants:
+def _family_grants(text: str, containers: list[Mapping[str, Any]], family: Family) -> PodGrants:
     """One family's allocated annotation as one entry per container.
 
     HAMi v2.10 writes NVIDIA's and Hygon's annotation without the empty entries of containers that hold none of the
@@ -198,21 +197,35 @@ def _family_grants(text: str, containers: list[Mapping[str, Any]], count_resourc
     containers asking for the family and fit them in order, is read as meant; anything else must be positional and
     backed by the spec.
     """
-    grants = decode_pod_devices(text, family)
+    grants = decode_pod_devices(text, family.cw)
     try:
-        _check_grants_match_request(grants, containers, count_resource)
+        _check_grants_match_request(grants, containers, family)
         return grants
     except AnnotationError:
         asking = [position for position, container in enumerate(containers)
-                  if _asked(container, position, count_resource) > 0]
+                  if _asked(container, position, family) > 0]
         held = [entry for entry in grants if entry]
         if len(held) != len(asking) or len(grants) != len(held):
             raise
         spread: list[tuple[DeviceGrant, ...]] = [() for _ in containers]
         for position, entry in zip(asking, held, strict=True):
             spread[position] = entry
-        _check_grants_match_request(tuple(spread), containers, count_resource)
+        _check_grants_match_request(tuple(spread), containers, family)
         return tuple(spread)
+
+
+def _with_shares(grants: PodGrants, family: Family, annotations: Mapping[str, str],
+                 containers: list[Mapping[str, Any]]) -> PodGrants:
+    """A partitioned family's grants with the shares each partition took, read back from the family's own annotation
+    (`hami_web.core.partitions.Partitioning.shares_of`); one where it does not say."""
+    read = family.partitioning.shares_of if family.partitioning is not None else None
+    if read is None:
+        return grants
+    restored: list[tuple[DeviceGrant, ...]] = []
+    for container, entry in zip(containers, grants, strict=False):
+        shares = read(annotations, str(container.get("name") or "")) if entry else None
+        restored.append(tuple(replace(grant, shares=shares) for grant in entry) if shares else entry)
+    return (*restored, *grants[len(restored):])
 
 
 def _with_reservations(grants: PodGrants, text: str, key: str,
@@ -283,9 +296,10 @@ def pod_usage(pod: Mapping[str, Any], *, catalog: DeviceCatalog = DEFAULT_CATALO
     unclaimed: dict[str, tuple[MigInstance, ...]] = {}
     for family, text in texts:
         try:
-            family_part = _family_grants(text, containers, family.resources.count, family.cw)
+            family_part = _family_grants(text, containers, family)
         except AnnotationError as error:
             raise AnnotationError(f"{family.allocated_key}: {error}") from None
+        family_part = _with_shares(family_part, family, annotations, containers)
         if family.reservations_key and (reserved := annotations.get(family.reservations_key)):
             family_part, left = _with_reservations(family_part, reserved, family.reservations_key, owner)
             unclaimed.update(left)

@@ -21,30 +21,35 @@ from hami_web.core.families.enflame_drs import (
     ASSIGNED_MINOR_KEY,
     ASSIGNED_TIME_KEY,
     CW,
+    PARTITIONING,
     REQUEST_SIZE_KEY,
-    DrsAsk,
     DrsGcu,
-    DrsGrant,
-    DrsProfile,
     decode_drs_capacity,
-    drs_admission_refusal,
     drs_annotations,
     parse_profile_name,
-    select_profile,
+    shares_of,
 )
+from hami_web.core.grants import DeviceGrant
+from hami_web.core.partitions import DevicePartitions, PartitionAsk, PartitionProfile
 
 NODE_A = '{"devices":[{"index":"0","minor":"0","capacity":6}],"profiles":{"1g.6gb":"0","3g.20gb":"1","6g.40gb":"2"}}'
 PROFILES = decode_drs_capacity(NODE_A, "node-a").profiles
+
+
+def drs(slices: int = 0, memory: int = 0, cores: int = 0) -> PartitionAsk:
+    return PartitionAsk(PARTITIONING, slices=slices, memory=memory, cores=cores)
 
 
 def test_capacity_annotation_of_node_a() -> None:
     """HAMi device_test.go TestGetNodeDevices_DRSAnnotation: one GCU of 6 slices with the largest profile's
     40 GB, minor "0"; profiles sorted by slices, cores their share of the largest (rounded up)."""
     node = decode_drs_capacity(NODE_A, "node-a")
+    assert node.profiles == (PartitionProfile("1g.6gb", "0", 1, 6144, 17),
+                             PartitionProfile("3g.20gb", "1", 3, 20480, 50),
+                             PartitionProfile("6g.40gb", "2", 6, 40960, 100))
     assert node.gcus == (DrsGcu(device=Device(uuid="node-a-enflame-drs-0", index=0, count=6, memory_mib=40960,
-                                              cores=100, type=CW, family=CW), minor="0"),)
-    assert node.profiles == (DrsProfile("1g.6gb", "0", 1, 6, 17), DrsProfile("3g.20gb", "1", 3, 20, 50),
-                             DrsProfile("6g.40gb", "2", 6, 40, 100))
+                                              cores=100, type=CW, family=CW,
+                                              partitions=DevicePartitions(node.profiles, "0")), minor="0"),)
 
 
 def test_capacity_as_string_index_missing_and_minor_defaulting() -> None:
@@ -87,56 +92,43 @@ def test_profile_names(name: str, parsed: tuple[int, int]) -> None:
 
 
 @pytest.mark.parametrize(("ask", "profile"), [
-    (DrsAsk(slices=3), "3g.20gb"),  # HAMi TestFit_SelectProfileByRequest
-    (DrsAsk(memory=20480, cores=40), "3g.20gb"),  # TestFit_SelectProfileByMemoryCoreRequest: MiB → 20 GB, 40 % ≤ 50
-    (DrsAsk(memory=20), "3g.20gb"),  # GB: not more than twice the largest profile's 40
-    (DrsAsk(memory=6), "1g.6gb"),
-    (DrsAsk(memory=7), "3g.20gb"),
-    (DrsAsk(cores=51), "6g.40gb"),
-    (DrsAsk(cores=17), "1g.6gb"),
-    (DrsAsk(memory=81), "1g.6gb"),  # 81 > 2 × 40: read as MiB, 1 GB
-    (DrsAsk(slices=1), "1g.6gb"),
+    (drs(slices=3), "3g.20gb"),  # HAMi TestFit_SelectProfileByRequest
+    (drs(memory=20480, cores=40), "3g.20gb"),  # TestFit_SelectProfileByMemoryCoreRequest: MiB → 20 GB, 40 % ≤ 50
+    (drs(memory=20), "3g.20gb"),  # GB: not more than twice the largest profile's 40
+    (drs(memory=6), "1g.6gb"),
+    (drs(memory=7), "3g.20gb"),
+    (drs(cores=51), "6g.40gb"),
+    (drs(cores=17), "1g.6gb"),
+    (drs(memory=81), "1g.6gb"),  # 81 > 2 × 40: read as MiB, 1 GB
+    (drs(slices=1), "1g.6gb"),
 ])
-def test_an_ask_maps_to_the_smallest_fitting_profile(ask: DrsAsk, profile: str) -> None:
+def test_an_ask_maps_to_the_smallest_fitting_profile(ask: PartitionAsk, profile: str) -> None:
     """HAMi selectProfileByRequest: a slice count is exact, memory/cores the smallest holding both."""
-    chosen = select_profile(PROFILES, ask)
+    chosen = PARTITIONING.pick(PROFILES, ask)
     assert chosen is not None and chosen.name == profile
 
 
-@pytest.mark.parametrize("ask", [DrsAsk(slices=2), DrsAsk(slices=7), DrsAsk(memory=41), DrsAsk(cores=101),
-                                 DrsAsk(memory=70 * 1024)])
-def test_an_ask_no_profile_holds_gets_none(ask: DrsAsk) -> None:
+@pytest.mark.parametrize("ask", [drs(slices=2), drs(slices=7), drs(memory=41), drs(cores=101),
+                                 drs(memory=70 * 1024)])
+def test_an_ask_no_profile_holds_gets_none(ask: PartitionAsk) -> None:
     """HAMi TestFit_ProfileNotFound: no profile of the size (or big enough) is ``ModeNotFit``."""
-    assert select_profile(PROFILES, ask) is None
+    assert PARTITIONING.pick(PROFILES, ask) is None
 
 
 def test_no_profiles_no_choice() -> None:
     """HAMi selectProfileByRequest on a node without profiles."""
-    assert select_profile((), DrsAsk(slices=1)) is None
+    assert PARTITIONING.pick((), drs(slices=1)) is None
 
 
-NAMES = {"count": "enflame.com/drs-gcu", "memory": "enflame.com/gcu-memory", "cores": "enflame.com/gcu-core"}
-
-
-@pytest.mark.parametrize(("slices", "memory", "cores", "refusal"), [
-    (3, None, None, ""),
-    (0, None, None, "enflame.com/drs-gcu must be greater than 0"),
-    (None, 20480, 50, ""),  # HAMi TestMutateAdmission_ByMemoryCoreAPI
-    (None, 0, None, "enflame.com/gcu-memory must be greater than 0"),
-    (None, None, 0, "enflame.com/gcu-core must be in range (0,100]"),
-    (None, 10, 101, "enflame.com/gcu-core must be in range (0,100]"),
-    (2, 0, 0, ""),  # a slice count wins: memory and cores are not read
-])
-def test_webhook_refusals(slices: int | None, memory: int | None, cores: int | None, refusal: str) -> None:
-    """HAMi MutateAdmission's errors, word for word."""
-    assert drs_admission_refusal(slices=slices, memory=memory, cores=cores, names=NAMES) == refusal
+def _grant(index: int, minor: str, profile: PartitionProfile) -> DeviceGrant:
+    return DeviceGrant(uuid=f"node-a-enflame-drs-{index}", memory_mib=profile.memory_mib, cores=profile.cores,
+                       vendor=CW, shares=profile.slices, partition=profile, handle=minor)
 
 
 def test_annotations_the_device_plugin_reads() -> None:
     """HAMi device_test.go TestPatchAnnotations_DRSFields."""
     profile = PROFILES[1]
-    annotations = drs_annotations([DrsGrant(container="pod-gcu-example1", index=0, minor="0", profile=profile)],
-                                  assigned_time_ns=1_700_000_000_000_000_000)
+    annotations = drs_annotations([[_grant(0, "0", profile)]], ["pod-gcu-example1"], 1_700_000_000_000_000_000)
     assert annotations[ASSIGNED_KEY] == "false"
     assert annotations[ASSIGNED_INDEX_KEY] == annotations[ASSIGNED_ID_KEY] == "0"
     assert annotations[ASSIGNED_MINOR_KEY] == "0"
@@ -144,13 +136,25 @@ def test_annotations_the_device_plugin_reads() -> None:
     assert annotations[ASSIGNED_TIME_KEY] == "1700000000000000000"
     assert json.loads(annotations[ASSIGNED_CONTAINERS_KEY]) == {
         "pod-gcu-example1": {"allocated": False, "request": 3, "profileID": "1", "profileName": "3g.20gb"}}
+    assert shares_of(annotations, "pod-gcu-example1") == 3
 
 
 def test_annotations_name_the_first_partition_and_list_every_container() -> None:
-    """The index, minor and size are the first container's; ``assigned-containers`` has each; none without grants."""
-    annotations = drs_annotations([DrsGrant("a", 2, "5", PROFILES[0]), DrsGrant("b", 0, "0", PROFILES[2])],
-                                  assigned_time_ns=1)
+    """The index, minor and size are the first container's (an init container's first, HAMi containerNameByIndex);
+    ``assigned-containers`` has each; none without grants."""
+    annotations = drs_annotations([[], [_grant(2, "5", PROFILES[0])], [_grant(0, "0", PROFILES[2])]],
+                                  ["init", "a", "b"], 1)
     assert (annotations[ASSIGNED_INDEX_KEY], annotations[ASSIGNED_MINOR_KEY], annotations[REQUEST_SIZE_KEY]) == (
         "2", "5", "1")
     assert set(json.loads(annotations[ASSIGNED_CONTAINERS_KEY])) == {"a", "b"}
-    assert drs_annotations([], assigned_time_ns=1) == {}
+    assert drs_annotations([[], []], ["a", "b"], 1) == {}
+
+
+@pytest.mark.parametrize(("text", "container", "shares"), [
+    ('{"a":{"allocated":true,"request":3}}', "a", 3), ('{"a":{"request":3}}', "b", None),
+    ('{"a":{"request":"3"}}', "a", None), ('{"a":{"request":0}}', "a", None), ("[", "a", None), ("", "a", None),
+])
+def test_shares_read_back_after_a_restart(text: str, container: str, shares: int | None) -> None:
+    """HAMi's restart counts one slice per container (the device annotation has no slice field); hami-web reads the
+    container's ``request`` from ``assigned-containers`` (the device plugin keeps it), one slice when unreadable."""
+    assert shares_of({ASSIGNED_CONTAINERS_KEY: text} if text else {}, container) == shares

@@ -63,7 +63,8 @@ ILUVATAR_CHIPS = ("MR-V100", "MR-V50", "BI-V150", "BI-V100")
 
 
 # The families HAMi v2.10 registers unconditionally that hami-web schedules: on by default.
-ALWAYS_ON = ["AMD", "Biren", "DCU", "GCU", "MLU", "Metax-GPU", "Mthreads", "NVIDIA", "Vastai", "XPU", "kunlun"]
+ALWAYS_ON = ["AMD", "Biren", "DCU", "Enflame", "GCU", "MLU", "Metax-GPU", "Mthreads", "NVIDIA", "Vastai", "XPU",
+             "kunlun"]
 
 
 def test_the_default_catalog_holds_every_family_hami_does_not_gate() -> None:
@@ -77,7 +78,8 @@ def test_enabling_iluvatar_adds_its_four_chips_in_common_word_order() -> None:
 
 def test_the_catalog_lists_every_resource_and_three_locks() -> None:
     assert tuple(family.resources.count for family in DEFAULT_CATALOG) == (
-        "amd.com/gpu", "birentech.com/gpu", "hygon.com/dcunum", "enflame.com/gcu", "cambricon.com/vmlu",
+        "amd.com/gpu", "birentech.com/gpu", "hygon.com/dcunum", "enflame.com/drs-gcu", "enflame.com/gcu",
+        "cambricon.com/vmlu",
         "metax-tech.com/gpu", "mthreads.com/vgpu", "nvidia.com/gpu", "vastaitech.com/va", "kunlunxin.com/vxpu",
         "kunlunxin.com/xpu")
     assert set(DEFAULT_CATALOG.managed_resources()) == {
@@ -86,7 +88,8 @@ def test_the_catalog_lists_every_resource_and_three_locks() -> None:
         "hygon.com/dcunum", "hygon.com/dcumem", "hygon.com/dcucores", "cambricon.com/vmlu",
         "cambricon.com/mlu.smlu.vmemory", "cambricon.com/mlu.smlu.vcore", "nvidia.com/gpu", "nvidia.com/gpumem",
         "nvidia.com/gpumem-percentage", "nvidia.com/gpucores", "nvidia.com/priority", "kunlunxin.com/xpu",
-        "kunlunxin.com/vxpu", "kunlunxin.com/vxpu-memory", "amd.com/gpu", "amd.com/gpumem", "amd.com/gpucores"}
+        "kunlunxin.com/vxpu", "kunlunxin.com/vxpu-memory", "amd.com/gpu", "amd.com/gpumem", "amd.com/gpucores",
+        "enflame.com/drs-gcu", "enflame.com/gcu-memory", "enflame.com/gcu-core"}
     # Enflame GCU, Metax GPU and whole Kunlunxin XPUs have no HAMi lock: their binds take hami-web's own.
     assert FULL_CATALOG.lock_keys() == ("cambricon.com/dsmlu.lock", "hami-web.io/bind.lock", NODE_LOCK)
     assert NODE_LOCK == "hami.io/mutex.lock"
@@ -109,6 +112,9 @@ SPEC_ROWS = [
                  ("", "", "hami.io/cambricon-mlu-devices-to-allocate", "hami.io/cambricon-mlu-devices-allocated",
                   "cambricon.com/use-gpuuuid", "cambricon.com/nouse-gpuuuid"), 256, 100, "cambricon.com/dsmlu.lock",
                  id="MLU"),
+    pytest.param("Enflame", ("enflame.com/drs-gcu", "enflame.com/gcu-memory", "enflame.com/gcu-core"),
+                 ("", "", "", "hami.io/enflame-vgpu-devices-allocated", "enflame.com/use-gpuuuid",
+                  "enflame.com/nouse-gpuuuid"), 1, 0, "hami-web.io/bind.lock", id="Enflame-DRS"),
     *(pytest.param(cw, (f"iluvatar.ai/{cw}-vgpu", f"iluvatar.ai/{cw}.vMem", f"iluvatar.ai/{cw}.vCore"),
                    (f"hami.io/node-{cw}-register", f"hami.io/node-handshake-{cw}", f"hami.io/{cw}-devices-to-allocate",
                     f"hami.io/{cw}-devices-allocated", f"hami.io/use-{cw}-uuid", f"hami.io/no-use-{cw}-uuid"), 256, 0,

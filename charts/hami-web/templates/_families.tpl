@@ -43,6 +43,13 @@ node has iluvatar.ai/<chip>.vMem or huawei.com/<chip>-memory in its allocatable)
   flag: ""
   resources:
     - "enflame.com/gcu"
+- name: enflame-drs
+  enabled: true
+  flag: ""
+  resources:
+    - {{ .Values.enflameResourceNameDRSGCU | quote }}
+    - {{ .Values.enflameResourceNameGCUMemory | quote }}
+    - {{ .Values.enflameResourceNameGCUCore | quote }}
 - name: metax
   enabled: true
   flag: ""

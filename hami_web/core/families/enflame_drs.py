@@ -5,7 +5,10 @@ The DRS device plugin publishes ``enflame.com/gcu-drs-capacity``: the GCUs (inde
 the profiles every GCU can be carved into, named ``<slices>g.<memory>gb`` (``1g.12gb`` … ``6g.72gb``) with the id
 the plugin knows them by. A container takes one partition of one GCU: it names the slice count
 (``enflame.com/drs-gcu``: exactly a profile of that size) or memory and cores (``gcu-memory``, ``gcu-core``: the
-smallest profile holding both), and books the profile's slices, memory and cores.
+smallest profile holding both), and books the profile's slices, memory and cores: the family's
+`hami_web.core.partitions.Partitioning`. No node lock (the bind takes hami-web's own), no handshake; the bind writes
+only ``hami.io/enflame-vgpu-devices-allocated`` and the plugin's ``enflame.com/gcu-assigned*``,
+``gcu-request-size`` and ``assigned-containers``, from which a restart reads back each partition's slices.
 """
 
 from __future__ import annotations
@@ -13,12 +16,19 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import Any
 
 from hami_web.core.devices import AnnotationError, Device, json_kind
+from hami_web.core.families import config
+from hami_web.core.families.capacity import node_name
+from hami_web.core.families.family import AdmissionRules, Family, ResourceNames
+from hami_web.core.families.spec import FamilySpec
 from hami_web.core.limits import MAX_DEVICE_INDEX, MAX_DEVICE_MEMORY_MIB, MAX_DEVICE_SHARES, quote, uuid_problem
+from hami_web.core.partitions import DevicePartitions, Partitioning, PartitionProfile
 
 CW = "Enflame"
+KIND = "enflame"
 CAPACITY_KEY = "enflame.com/gcu-drs-capacity"
 ALLOCATED_KEY = "hami.io/enflame-vgpu-devices-allocated"
 USE_UUID_KEY = "enflame.com/use-gpuuuid"
@@ -35,25 +45,9 @@ CORES_PER_GCU = 100
 
 
 @dataclass(frozen=True, slots=True)
-class DrsProfile:
-    """One way to carve a GCU: its name, the device plugin's id for it, slices, memory (GB) and the cores it
-    stands for (its share of the largest profile, rounded up: HAMi ``collectDRSProfiles``)."""
-
-    name: str
-    profile_id: str
-    slices: int
-    memory_gb: int
-    cores: int
-
-    @property
-    def memory_mib(self) -> int:
-        """What the profile books of a GCU's memory."""
-        return self.memory_gb * 1024
-
-
-@dataclass(frozen=True, slots=True)
 class DrsGcu:
-    """One GCU of the capacity annotation: the device (capacity = slices) and its minor number."""
+    """One GCU of the capacity annotation: the device (capacity = slices, offering the node's profiles) and its minor
+    number."""
 
     device: Device
     minor: str
@@ -64,7 +58,7 @@ class DrsNode:
     """What ``enflame.com/gcu-drs-capacity`` says of a node: its GCUs and the profiles, smallest first."""
 
     gcus: tuple[DrsGcu, ...]
-    profiles: tuple[DrsProfile, ...]
+    profiles: tuple[PartitionProfile, ...]
 
 
 def parse_profile_name(name: str) -> tuple[int, int]:
@@ -98,7 +92,7 @@ def decode_drs_capacity(text: str, node_name: str) -> DrsNode:
     profiles = _profiles(document.get("profiles"))
     if not profiles:
         raise AnnotationError(f"{CAPACITY_KEY}: no valid drs profiles (names like 1g.12gb)")
-    largest_gb = max(profile.memory_gb for profile in profiles)
+    largest_mib = max(profile.memory_mib for profile in profiles)
     entries = document.get("devices") or []
     if not isinstance(entries, list) or not entries:
         raise AnnotationError(f"{CAPACITY_KEY}: no drs devices listed")
@@ -117,8 +111,9 @@ def decode_drs_capacity(text: str, node_name: str) -> DrsNode:
         uuid = f"{node_name}{ID_INFIX}{index}"
         if problem := uuid_problem(uuid):
             raise AnnotationError(f"GCU id {quote(uuid)} {problem}")
-        gcus.append(DrsGcu(device=Device(uuid=uuid, index=index, count=capacity, memory_mib=largest_gb * 1024,
-                                         cores=CORES_PER_GCU, type=CW, family=CW), minor=minor))
+        gcus.append(DrsGcu(device=Device(uuid=uuid, index=index, count=capacity, memory_mib=largest_mib,
+                                         cores=CORES_PER_GCU, type=CW, family=CW,
+                                         partitions=DevicePartitions(profiles, handle=minor)), minor=minor))
     return DrsNode(gcus=tuple(gcus), profiles=profiles)
 
 
@@ -126,7 +121,7 @@ def _refuse(literal: str) -> object:
     raise ValueError(f"{literal} is not a JSON value")
 
 
-def _profiles(value: object) -> tuple[DrsProfile, ...]:
+def _profiles(value: object) -> tuple[PartitionProfile, ...]:
     if not isinstance(value, dict):
         return ()
     sized = [(name, profile_id, *parse_profile_name(name)) for name, profile_id in value.items()
@@ -136,10 +131,10 @@ def _profiles(value: object) -> tuple[DrsProfile, ...]:
               if slices > 0 and 0 < memory <= MAX_DEVICE_MEMORY_MIB // 1024]
     if max_slices <= 0:
         return ()
-    profiles = (DrsProfile(name=name, profile_id=profile_id, slices=slices, memory_gb=memory,
-                           cores=math.ceil(slices * CORES_PER_GCU / max_slices))
+    profiles = (PartitionProfile(name=name, profile_id=profile_id, slices=slices, memory_mib=memory * 1024,
+                                 cores=math.ceil(slices * CORES_PER_GCU / max_slices))
                 for name, profile_id, slices, memory in usable)
-    return tuple(sorted(profiles, key=lambda p: (p.slices, p.memory_gb, p.name)))
+    return tuple(sorted(profiles, key=lambda p: (p.slices, p.memory_mib, p.name)))
 
 
 def _string_int(value: object) -> int | None:
@@ -161,73 +156,112 @@ def _capacity(value: object) -> int | None:
     return number if 0 < number <= MAX_DEVICE_SHARES else None
 
 
-@dataclass(frozen=True, slots=True)
-class DrsAsk:
-    """What a container asks: ``slices`` (the drs-gcu count, exactly a profile's size) or memory and cores (0 =
-    not given; memory in GB, or in MiB when more than twice the largest profile's GB, as HAMi guesses)."""
-
-    slices: int = 0
-    memory: int = 0
-    cores: int = 0
-
-
-def select_profile(profiles: Sequence[DrsProfile], ask: DrsAsk) -> DrsProfile | None:
-    """The profile a container gets (HAMi ``selectProfileByRequest``): for a slice count the first profile of that
-    many slices; for memory/cores the smallest (by slices, then memory) holding both; None when none does."""
-    if not profiles:
-        return None
-    if ask.slices:
-        return next((p for p in profiles if p.slices == ask.slices), None)
-    memory_gb = _memory_gb(ask.memory, profiles[-1].memory_gb)
-    return next((p for p in profiles
-                 if (memory_gb <= 0 or p.memory_gb >= memory_gb) and (ask.cores <= 0 or p.cores >= ask.cores)),
-                None)
-
-
-def _memory_gb(memory: int, largest_gb: int) -> int:
-    """HAMi ``normalizeMemoryRequestToGB``: a value over twice the largest profile's GB is MiB, rounded up to GB."""
-    if memory <= 0:
-        return 0
+def memory_mib(memory: int, profiles: Sequence[PartitionProfile]) -> int:
+    """A memory ask as MiB (HAMi ``normalizeMemoryRequestToGB``): GB, unless it is over twice the largest profile's GB,
+    then MiB rounded up to whole GB."""
+    largest_gb = max((profile.memory_mib // 1024 for profile in profiles), default=0)
     if largest_gb > 0 and memory > 2 * largest_gb:
-        return math.ceil(memory / 1024)
-    return memory
+        return math.ceil(memory / 1024) * 1024
+    return memory * 1024
 
 
-def drs_admission_refusal(*, slices: int | None, memory: int | None, cores: int | None,
-                          names: Mapping[str, str]) -> str:
-    """Why the webhook refuses a container's DRS ask (HAMi ``MutateAdmission``), "" when it does not: a slice count
-    must be above 0; without one, memory above 0 and cores in (0, 100]. ``names`` maps count/memory/cores to the
-    resource names in the message."""
-    if slices is not None:
-        return f"{names['count']} must be greater than 0" if slices <= 0 else ""
-    if memory is not None and memory <= 0:
-        return f"{names['memory']} must be greater than 0"
-    if cores is not None and not 0 < cores <= 100:
-        return f"{names['cores']} must be in range (0,100]"
-    return ""
+def shares_of(annotations: Mapping[str, str], container: str) -> int | None:
+    """The slices a container's partition took, from ``assigned-containers`` (its ``request``), None when unreadable."""
+    try:
+        document = json.loads(annotations.get(ASSIGNED_CONTAINERS_KEY) or "null")
+    except (ValueError, RecursionError):
+        return None
+    entry = document.get(container) if isinstance(document, dict) else None
+    slices = entry.get("request") if isinstance(entry, dict) else None
+    return slices if isinstance(slices, int) and not isinstance(slices, bool) and 0 < slices <= MAX_DEVICE_SHARES \
+        else None
+
+
+PARTITIONING = Partitioning(memory_mib=memory_mib, shares_of=shares_of)
+
+
+def drs_annotations(grants: Sequence[Sequence[Any]], containers: Sequence[str],
+                    assigned_time_ns: int) -> dict[str, str]:
+    """The pod annotations the DRS device plugin reads (HAMi ``PatchAnnotations``), from the family's grants (one entry
+    per container, `hami_web.core.grants.DeviceGrant`) and the pod's container names: ``gcu-assigned`` false, the time,
+    the first partition's GCU index (as ``gcu-assigned-index`` and ``-id``), minor and slice count, and
+    ``assigned-containers``: per container its slices and profile, not yet allocated."""
+    containers_info: dict[str, dict[str, object]] = {}
+    annotations: dict[str, str] = {}
+    for position, entry in enumerate(grants):
+        if not entry:
+            continue
+        chosen = entry[0]
+        profile = chosen.partition
+        slices = max(chosen.shares, 1)
+        name = containers[position] if position < len(containers) else f"container-{position}"
+        containers_info[name] = {"allocated": False, "request": slices,
+                                 **({"profileID": profile.profile_id, "profileName": profile.name} if profile else {})}
+        index = gcu_index(chosen.uuid)
+        if index is not None:
+            annotations.setdefault(ASSIGNED_INDEX_KEY, str(index))
+            annotations.setdefault(ASSIGNED_ID_KEY, str(index))
+        if chosen.handle:
+            annotations.setdefault(ASSIGNED_MINOR_KEY, chosen.handle)
+        annotations.setdefault(REQUEST_SIZE_KEY, str(slices))
+    if not containers_info:
+        return {}
+    return {ASSIGNED_KEY: "false", ASSIGNED_TIME_KEY: str(assigned_time_ns), **annotations,
+            ASSIGNED_CONTAINERS_KEY: json.dumps(containers_info, separators=(",", ":"))}
+
+
+def gcu_index(uuid: str) -> int | None:
+    """The index a DRS GCU's id names (``node-a-enflame-drs-3`` → 3), None for an id of another form."""
+    _, infix, index = uuid.rpartition(ID_INFIX)
+    return int(index) if infix and index.isdigit() and len(index) <= len(str(MAX_DEVICE_INDEX)) else None
 
 
 @dataclass(frozen=True, slots=True)
-class DrsGrant:
-    """One container's partition: the container's name, the GCU's index and minor, and the profile."""
+class DrsCapacity:
+    """The DRS GCUs of a node, read from its ``enflame.com/gcu-drs-capacity`` annotation (None without it)."""
 
-    container: str
-    index: int
-    minor: str
-    profile: DrsProfile
+    def devices(self, node: Mapping[str, Any]) -> tuple[Device, ...] | None:
+        """The node's GCUs; `AnnotationError` naming what of the annotation is unreadable."""
+        metadata = node.get("metadata")
+        annotations = metadata.get("annotations") if isinstance(metadata, Mapping) else None
+        text = annotations.get(CAPACITY_KEY) if isinstance(annotations, Mapping) else None
+        if text is None:
+            return None
+        if not isinstance(text, str):
+            raise AnnotationError(f"{CAPACITY_KEY} is not a string")
+        return tuple(gcu.device for gcu in decode_drs_capacity(text, node_name(node)).gcus)
 
 
-def drs_annotations(grants: Sequence[DrsGrant], *, assigned_time_ns: int) -> dict[str, str]:
-    """The pod annotations the DRS device plugin reads (HAMi ``PatchAnnotations``): ``gcu-assigned`` false, the
-    time, the first partition's GCU index (as ``gcu-assigned-index`` and ``-id``), minor and slice count, and
-    ``assigned-containers``: per container its slices and profile, not yet allocated."""
-    if not grants:
-        return {}
-    first = grants[0]
-    containers = {grant.container: {"allocated": False, "request": grant.profile.slices,
-                                    "profileID": grant.profile.profile_id, "profileName": grant.profile.name}
-                  for grant in grants}
-    return {ASSIGNED_KEY: "false", ASSIGNED_TIME_KEY: str(assigned_time_ns),
-            ASSIGNED_INDEX_KEY: str(first.index), ASSIGNED_ID_KEY: str(first.index),
-            ASSIGNED_MINOR_KEY: first.minor, REQUEST_SIZE_KEY: str(first.profile.slices),
-            ASSIGNED_CONTAINERS_KEY: json.dumps(containers, separators=(",", ":"))}
+DEFAULT_RESOURCES = ResourceNames(count="enflame.com/drs-gcu", memory="enflame.com/gcu-memory", memory_percentage="",
+                                  cores="enflame.com/gcu-core", priority="")
+_KEYS = (("count", "resourceNameDRSGCU"), ("memory", "resourceNameGCUMemory"), ("cores", "resourceNameGCUCore"))
+
+
+def drs_family(resources: ResourceNames = DEFAULT_RESOURCES) -> Family:
+    """Enflame DRS: GCUs read from the capacity annotation, one partition a container, no lock, no handshake; only
+    ``hami.io/enflame-vgpu-devices-allocated`` and the device plugin's own annotations are written."""
+    return Family(
+        cw=CW, kind=KIND, label="Enflame DRS", resources=resources, register_key="", handshake_key="",
+        to_allocate_key="", allocated_key=ALLOCATED_KEY, lock=None, use_uuid_key=USE_UUID_KEY,
+        nouse_uuid_key=NOUSE_UUID_KEY, inventory=DrsCapacity(), partitioning=PARTITIONING, bind_extras=drs_annotations,
+        admission=AdmissionRules(any_resource_routes=True))
+
+
+def read_drs(value: object, where: str) -> ResourceNames:
+    """The ``enflame`` section's DRS names (``resourceNameDRSGCU``, else the legacy ``resourceNameVGCU``, memory and
+    cores), each else the chart's, as HAMi ``InitEnflameDevice``."""
+    section = config.section_map(value, where)
+    count = config.resource(section, "resourceNameDRSGCU", where) or config.resource(section, "resourceNameVGCU", where)
+    return replace(DEFAULT_RESOURCES, count=count or DEFAULT_RESOURCES.count,
+                   memory=config.resource(section, "resourceNameGCUMemory", where) or DEFAULT_RESOURCES.memory,
+                   cores=config.resource(section, "resourceNameGCUCore", where) or DEFAULT_RESOURCES.cores)
+
+
+def publish_drs(names: ResourceNames) -> object | None:
+    """The section back: the DRS names that differ from the chart's (None when none does)."""
+    return config.names_document(tuple((key, value) for field, key in _KEYS
+                                       if (value := getattr(names, field)) != getattr(DEFAULT_RESOURCES, field)))
+
+
+SPEC = FamilySpec(name="enflame-drs", label="Enflame DRS", section="enflame", default=DEFAULT_RESOURCES,
+                  read=read_drs, publish=publish_drs, build=lambda names: (drs_family(names),))

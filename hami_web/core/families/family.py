@@ -16,6 +16,7 @@ from typing import Any, Protocol
 from hami_web.core.devices import Device
 from hami_web.core.groups import Grouping
 from hami_web.core.nodelocks import BIND_LOCK, MUTEX_LOCK, LockRule, order_rules
+from hami_web.core.partitions import Partitioning
 
 
 class DeviceConfigError(ValueError):
@@ -81,6 +82,9 @@ def product_type(device: Device) -> str:
 
 # Extra pod annotations a family's device plugin reads, from the family's grants (one entry per container).
 BookingExtras = Callable[[Sequence[Sequence[Any]]], dict[str, str]]
+# Extra pod annotations only a bind writes: from the family's grants, the pod's container names (init containers
+# first) and the bind's time in nanoseconds (Enflame DRS's ``assigned-containers`` and ``gcu-assigned-time``).
+BindExtras = Callable[[Sequence[Sequence[Any]], Sequence[str], int], dict[str, str]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -232,6 +236,9 @@ class AdmissionRules:
       a count, and no count is added (HAMi's AMD: such a container then asks no device);
     - ``percent_cores``: with a count in limits, cores in limits outside 1..100 are refused (HAMi's AMD: "must be an
       integer percentage between 1 and 100"), not clamped.
+    - ``any_resource_routes``: the count (in limits or requests), or the memory or the cores alone, make the container
+      the family's, with no count added; each is copied to limits and requests where one lacks it; memory of 0 or
+      less and cores outside (0, 100] are refused (HAMi's Enflame DRS, whose count is a partition's slices).
     """
 
     count_in_requests: bool = False
@@ -251,6 +258,7 @@ class AdmissionRules:
     positive_count: bool = False
     route_without_count: bool = False
     percent_cores: bool = False
+    any_resource_routes: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -339,6 +347,10 @@ class Family:
     # The family's devices count only while the node's capacity of its count resource is above 0 (HAMi's AMD
     # ``CheckHealth``), its health signal instead of a handshake.
     health_from_capacity: bool = False
+    # The device is carved into partitions of fixed profiles (Enflame DRS): a container's ask is mapped to a profile,
+    # which it books (`hami_web.core.partitions`); None: shared by memory and cores.
+    partitioning: Partitioning | None = None
+    bind_extras: BindExtras | None = None
 
     @property
     def bind_lock(self) -> LockRule:
