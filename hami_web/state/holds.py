@@ -35,7 +35,7 @@ from hami_web.core.preemption import (
 )
 from hami_web.core.usage import DeviceUsage, NodeView, pod_booking, with_booking
 from hami_web.state.planning import Held
-from hami_web.state.pods import PodUsage, preemption_holder
+from hami_web.state.pods import preemption_holder
 from hami_web.state.store import CacheStore
 
 log = logging.getLogger(__name__)
@@ -227,15 +227,16 @@ class Holds:
         return Preempting(hold, chosen, reasons)
 
     def _trial_locked(self, preemptor: Preemptor, candidates: Sequence[str]) -> _Trial:
-        """What the dry run needs, copied under the lock: the candidates' views (immutable), the held pods and their
-        quota use as two C-level copies (`_Trial.holders` sorts them by node outside the lock)."""
+        """What the dry run needs, copied under the lock: the candidates' views (immutable), their held pods (one
+        C-level copy per node) and the pods' quota use (one C-level copy); the holders are built outside it."""
         views = self.views_for_locked(preemptor.uid, preemptor.priority)
         snapshot = {name: views[name] for name in candidates if name in views}
         seen = {name: (self._store.views.get(name), self._holds_on_locked(name)) for name in snapshot}
+        held_on = self._store.held_on
+        held = {name: list(held_on[name].values()) for name in snapshot if name in held_on}
         namespace = self._store.quota_ledger.namespace(preemptor.namespace)
         judged = replace(preemptor, quota=namespace if namespace.limits else None)
-        return _Trial(judged, snapshot, seen, list(self._store.held.values()), self._store.quota_ledger.counted(),
-                      list(self._budgets.values()))
+        return _Trial(judged, snapshot, seen, held, self._store.quota_ledger.counted(), list(self._budgets.values()))
 
     def _record(self, hold: Hold, seen: tuple[NodeView | None, tuple[str, ...]]) -> bool:
         """Record ``hold`` if its node's view and holds are still those the decision judged (``seen``)."""
@@ -267,42 +268,43 @@ class Holds:
 @dataclass(frozen=True, slots=True)
 class _Trial:
     """A preemption's inputs copied under the lock: the preemptor with its namespace's quota, the candidates' views,
-    what each view and the holds on its node were (to check before recording), every held pod and what each counts
-    against its namespace's quota (shallow copies: the entries are replaced, never changed), the budgets."""
+    what each view and the holds on its node were (to check before recording), the held pods of each candidate and
+    what every pod counts against its namespace's quota (shallow copies: entries are replaced, never changed), the
+    budgets."""
 
     preemptor: Preemptor
     views: Mapping[str, NodeView]
     seen: Mapping[str, tuple[NodeView | None, tuple[str, ...]]]
-    held: list[Held]
+    held: Mapping[str, list[Held]]
     counted: Mapping[str, tuple[str, Mapping[str, int]]]
     budgets: list[DisruptionBudget]
 
     def holders(self) -> Mapping[str, list[Holder]]:
         """The holders on the candidate nodes, by node, as preemption judges them; built outside the lock, and only
         for the nodes the dry run reaches (it stops after kube-scheduler's number of candidates)."""
-        by_node: dict[str, list[tuple[PodUsage, Mapping[str, int]]]] = {}
-        for entry in self.held:
-            usage = entry.usage
-            if usage.node in self.views:
-                counted = self.counted.get(usage.uid)
-                by_node.setdefault(usage.node, []).append((usage, counted[1] if counted is not None else {}))
-        return _Holders(by_node)
+        return _Holders(self.held, self.counted)
 
 
 class _Holders(Mapping[str, list[Holder]]):
     """Each node's holders, built on first look."""
 
-    __slots__ = ("_built", "_held")
+    __slots__ = ("_built", "_counted", "_held")
 
-    def __init__(self, held: dict[str, list[tuple[PodUsage, Mapping[str, int]]]]) -> None:
+    def __init__(self, held: Mapping[str, list[Held]], counted: Mapping[str, tuple[str, Mapping[str, int]]]) -> None:
         self._held = held
+        self._counted = counted
         self._built: dict[str, list[Holder]] = {}
 
     def __getitem__(self, node: str) -> list[Holder]:
         built = self._built.get(node)
         if built is None:
-            built = self._built[node] = [preemption_holder(usage, use) for usage, use in self._held[node]]
+            built = self._built[node] = [preemption_holder(entry.usage, self._quota_use(entry.usage.uid))
+                                         for entry in self._held[node]]
         return built
+
+    def _quota_use(self, uid: str) -> Mapping[str, int]:
+        counted = self._counted.get(uid)
+        return counted[1] if counted is not None else {}
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._held)

@@ -63,7 +63,9 @@ class CacheStore:
         self.views: dict[str, NodeView] = {}
         self.broken: dict[str, str] = {}
         self.held: dict[str, Held] = {}
-        # How many held pods have each priority: preemption looks no further when none is below the preemptor's.
+        # The held pods by node, and how many have each priority (`_index_locked`): a preemption's snapshot copies
+        # only its candidates' pods, and looks no further when none is below the preemptor's.
+        self.held_on: dict[str, dict[str, Held]] = {}
         self.priorities: dict[int, int] = {}
         self.assumed: set[str] = set()
         self.node_usage: dict[str, NodeTotals] = {}
@@ -192,7 +194,7 @@ class CacheStore:
         now = self.clock()
         for uid, held in plan.held_after.items():
             self.quota_ledger.count(uid, held.usage if held is not None else None)
-            self._count_priority_locked(self.held.get(uid), held)
+            self._index_locked(uid, self.held.get(uid), held)
             if held is None:
                 self._unindex_locked(uid, self.held.pop(uid, None))
                 self.assumed.discard(uid)
@@ -225,7 +227,7 @@ class CacheStore:
                     api_usage: PodUsage | None = None) -> None:
         self.release_locked(uid)
         self.held[uid] = Held(usage=usage, assumed_at=assumed_at, api_usage=api_usage)
-        self._count_priority_locked(None, self.held[uid])
+        self._index_locked(uid, None, self.held[uid])
         self.uid_by_name[(usage.namespace, usage.name)] = uid
         if assumed_at is not None:
             self.assumed.add(uid)
@@ -238,21 +240,26 @@ class CacheStore:
         self._unindex_locked(uid, held)
         if held is None:
             return None
-        self._count_priority_locked(held, None)
+        self._index_locked(uid, held, None)
         self._add_usage_locked(held.usage.node, held.usage.booking, sign=-1)
         self.quota_ledger.count(uid, None)
         return held.usage
 
-    def _count_priority_locked(self, before: Held | None, after: Held | None) -> None:
-        """Keep `priorities` in step when a pod's holding changes from ``before`` to ``after``."""
+    def _index_locked(self, uid: str, before: Held | None, after: Held | None) -> None:
+        """Keep `held_on` and `priorities` in step when pod ``uid``'s holding changes from ``before`` to ``after``."""
         if before is not None:
             left = self.priorities[before.usage.priority] - 1
             if left:
                 self.priorities[before.usage.priority] = left
             else:
                 del self.priorities[before.usage.priority]
+            on_node = self.held_on[before.usage.node]
+            del on_node[uid]
+            if not on_node:
+                del self.held_on[before.usage.node]
         if after is not None:
             self.priorities[after.usage.priority] = self.priorities.get(after.usage.priority, 0) + 1
+            self.held_on.setdefault(after.usage.node, {})[uid] = after
 
     def lock_owner_done_locked(self, held: Held) -> bool:
         """Whether the lock owner ``held`` is done: bind-phase failed, or success for `LOCK_RELEASE_GRACE_SECONDS`.
