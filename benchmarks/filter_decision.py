@@ -54,6 +54,7 @@ from hami_web.core.devices import Device, NodeInventory, encode_register_json
 from hami_web.core.families import DEFAULT_CATALOG
 from hami_web.core.families.capacity import CapacityInventory
 from hami_web.core.families.enflame_drs import CAPACITY_KEY as DRS_CAPACITY_KEY
+from hami_web.core.families.metax_sgpu import INVENTORY_KEY as SGPU_INVENTORY_KEY
 from hami_web.core.grants import describe_grants
 from hami_web.core.groups import NETWORK_GROUPS
 from hami_web.core.options import DeviceSelection, PodOptions
@@ -161,6 +162,11 @@ def family_node(family: str, number: int) -> dict[str, Any]:
         annotations = {spec.register_key: encode_register_json(devices)}
         if spec.handshake_key:  # a family without one (AMD) counts while its capacity does
             annotations[spec.handshake_key] = "Reported_2099-01-01"
+    if spec.sharing is not None:  # Metax sGPU cards of 16 shares under one QoS, as their device plugin lists them
+        annotations = {SGPU_INVENTORY_KEY: json.dumps([
+            {"uuid": f"{name}-{index}", "totalDevCount": 16, "totalCompute": 100, "totalVRam": 65536, "numa": 0,
+             "healthy": True, "qosPolicy": "best-effort", "linkZone": 1 + index // 4}
+            for index in range(GPUS_PER_NODE)])}
     if spec.partitioning is not None:  # GCUs of six slices in DRS mode; a count of n asks the n-slice profile
         annotations = {DRS_CAPACITY_KEY: json.dumps({
             "devices": [{"index": str(index), "minor": str(index), "capacity": 6} for index in range(GPUS_PER_NODE)],

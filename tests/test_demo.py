@@ -33,6 +33,9 @@ def test_the_demo_schedules_the_example_pods_through_the_three_listeners(capsys:
     assert re.search(r"^drs-job +scheduled +drs-1 +Enflame +drs-1-enflame-drs-[01]\(36864MiB,50%\)", output,
                      re.MULTILINE)
     assert re.search(r"^drs-1 +drs-1-enflame-drs-[01] +Enflame +Enflame +3 +36864/73728 +50/100", output, re.MULTILINE)
+    # Metax sGPU: 8 GiB and 25 % of one card (the webhook wrote best-effort).
+    assert re.search(r"^sgpu-job +scheduled +sgpu-1 +Metax-SGPU +sgpu-1-card-[01]\(8192MiB,25%\)", output,
+                     re.MULTILINE)
     assert re.search(r"^metax-job +scheduled +metax-1 +Metax-GPU +metax-1-metax-\d\(65536MiB,100%\),", output,
                      re.MULTILINE)
     assert re.search(r"^mthreads-slice +scheduled +mthreads-1 +Mthreads +mthreads-1-mthreads-[01]\(4096MiB,4%\)",

@@ -15,7 +15,7 @@ device plugins and GPU exporters run privileged and rely on ``NVIDIA_VISIBLE_DEV
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, cast
 
@@ -24,7 +24,7 @@ import jsonpatch
 from hami_web.admission.pod_shape import PodShapeError, check_pod_shape, iter_containers
 from hami_web.core import names
 from hami_web.core.families import AdmissionAsk, AdmissionRewrite, Family, ResourceNames
-from hami_web.core.limits import quote
+from hami_web.core.limits import MAX_QUANTITY, quote
 from hami_web.core.options import GO_FALSE, GO_TRUE, OptionsError, parse_scoring_weights, policy_warnings
 from hami_web.core.policy import AdmissionPolicy
 from hami_web.core.quantities import QuantityError, parse_whole_quantity
@@ -100,6 +100,8 @@ def review_pod(pod: object, policy: AdmissionPolicy, *, quotas: QuotaBook | None
     except (QuantityError, FamilyRefusal) as error:
         return _deny(MALFORMED, str(error))
 
+    if (refusal := _pod_rules(mutated, families_used)):
+        return _deny(MALFORMED, refusal)
     if not gpu_containers:
         message = "pod asks for no GPU"
         if privileged_containers and policy.privileged_policy == "skip":
@@ -157,6 +159,32 @@ def _mutate_containers(mutated: dict[str, Any], policy: AdmissionPolicy, gpu_con
             families_used.update((family.cw, family) for family in used)
     if annotations and given is None:  # a family's rules annotated a pod that had no annotations
         metadata["annotations"] = annotations
+
+
+def _pod_rules(mutated: dict[str, Any], families: Mapping[str, Family]) -> str:
+    """Each used family's `AdmissionRules.pod_rule` on the mutated pod: its annotations added, or the first refusal
+    (HAMi's words), "" when none refuses."""
+    for family in families.values():
+        rule = family.admission.pod_rule
+        if rule is None:
+            continue
+        metadata = mutated.setdefault("metadata", {})
+        annotations = metadata.get("annotations") if isinstance(metadata.get("annotations"), dict) else {}
+        counts = [_count_in_limits(container, family) for _, container in iter_containers(mutated)]
+        added, refusal = rule(annotations, [count for count in counts if count is not None])
+        if refusal:
+            return refusal
+        if added:
+            metadata["annotations"] = {**annotations, **added}
+    return ""
+
+
+def _count_in_limits(container: dict[str, Any], family: Family) -> int | None:
+    """The family's count in the container's limits (None when absent), as the webhook validated it."""
+    limits = (container.get("resources") or {}).get("limits") or {}
+    raw = limits.get(family.resources.count) if isinstance(limits, dict) else None
+    return None if raw is None else parse_whole_quantity(raw, container=str(container.get("name") or ""),
+                                                         resource=family.resources.count, maximum=MAX_QUANTITY)
 
 
 class FamilyRefusal(ValueError):
@@ -344,9 +372,10 @@ def _read_quantities(container: dict[str, Any], name: str, family: Family) -> di
             if resource not in section:
                 continue
             raw = section[resource]
-            value = parse_whole_quantity(raw, container=name, resource=resource,
-                                         maximum=quantity_maximum(names, resource,
-                                                                  memory_factor=family.memory_factor))
+            value = family.read_memory(raw, name, resource) if resource == names.memory and family.read_memory \
+                else parse_whole_quantity(raw, container=name, resource=resource,
+                                          maximum=quantity_maximum(names, resource,
+                                                                   memory_factor=family.memory_factor))
             if resource == names.memory_percentage and value > FULL_CARD_PERCENT:
                 raise QuantityError(f"container {name}: {resource}: {quote(raw)} is outside 0..100")
             values.setdefault(resource, value)

@@ -1,16 +1,67 @@
 """The families' capabilities the fit applies beyond the common checks (docs/device-families.md#device-families):
-a partitioned family's ask mapped to the profile a node offers (`hami_web.core.partitions`) and the handle its grant
-carries.
+a partitioned family's ask mapped to the profile a node offers (`hami_web.core.partitions`), and a sharing rule's
+check of each card and what a grant holds under it (`hami_web.core.families.family.SharingRule`).
 
-Kept out of `hami_web.core.fit` so the one fit loop stays the rules every family shares.
+Kept out of `hami_web.core.fit` so the one fit loop stays one screenful of rules every family shares.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from hami_web.core.devices import Device
-from hami_web.core.requests import ContainerRequest
+from hami_web.core import names
+from hami_web.core.devices import Device, NodeInventory
+from hami_web.core.grants import DeviceGrant
+from hami_web.core.ordering import WorkingUsage
+from hami_web.core.requests import ContainerRequest, PodRequest
+from hami_web.core.usage import NodeView
+
+# The checks a card fails before a sharing rule's, in HAMi's order (Metax sGPU's ``Fit``: type, health, then QoS).
+_BEFORE_SHARING = frozenset({names.CARD_TYPE_MISMATCH, names.CARD_NOT_HEALTH})
+
+
+def sharing_reasons(reasons: list[str], request: ContainerRequest, devices: Sequence[Device], work: WorkingUsage,
+                    held: Sequence[tuple[str, ...]] | None, first: int) -> list[str]:
+    """``reasons`` with each device's sharing problem (`hami_web.core.families.family.SharingRule.problem`) in place of
+    the common checks after type and health; ``held``: what the node's devices hold (the family's start at ``first``),
+    None (or a request without a rule) leaves ``reasons`` as they are."""
+    rule = request.sharing_rule
+    if rule is None or held is None:
+        return reasons
+    return [reason if reason in _BEFORE_SHARING else
+            rule.problem(request.sharing, request.cores, device, row[0], tags) or reason
+            for reason, device, row, tags in zip(reasons, devices, work, held[first:first + len(devices)],
+                                                 strict=True)]
+
+
+def sharing_pick(chosen: list[int], pool: Sequence[int], request: ContainerRequest, devices: Sequence[Device],
+                 held: Sequence[tuple[str, ...]] | None, first: int) -> list[int]:
+    """The positions a container takes: the sharing rule's own pick among the passing ``pool`` when it has one for the
+    ask and there is a choice (Metax sGPU: whole cards by MetaLink zone, online pods by the fewest online pods), else
+    ``chosen`` (the policy's)."""
+    rule = request.sharing_rule
+    if rule is None or held is None or len(chosen) < request.count or len(pool) <= request.count:
+        return chosen
+    picked = rule.pick(request.sharing, request.cores, [devices[position] for position in pool],
+                       [held[first + position] for position in pool], request.count)
+    return chosen if picked is None else [pool[index] for index in picked]
+
+
+def sharing_score(containers: Sequence[ContainerRequest], grants: Sequence[Sequence[DeviceGrant]],
+                  inventory: NodeInventory, base: Sequence[Sequence[int]],
+                  held: Sequence[tuple[str, ...]] | None) -> float:
+    """The node-score term of one family's grants under its sharing rule (Metax sGPU's ``ScoreNode`` × 10,000), 0
+    when the family has none or the rule does not score the ask; ``base`` and ``held``: the node's usage rows and tags
+    before the pod."""
+    scored = next((c for c in containers if c.count and c.grouped and c.sharing_rule is not None), None)
+    if scored is None or scored.sharing_rule is None or held is None:
+        return 0.0
+    first, end = inventory.groups.get(scored.family, (0, 0))
+    devices = inventory.devices[first:end]
+    by_uuid = {device.uuid: device for device in devices}
+    granted = [by_uuid[grant.uuid] for container in grants for grant in container if grant.uuid in by_uuid]
+    return scored.sharing_rule.score(scored.sharing, scored.cores, granted, devices,
+                                     [row[0] == 0 for row in base[first:end]], held[first:end])
 
 
 def with_profile(request: ContainerRequest, devices: Sequence[Device]) -> ContainerRequest | None:
@@ -20,6 +71,33 @@ def with_profile(request: ContainerRequest, devices: Sequence[Device]) -> Contai
     return request.with_profile(profile) if profile is not None else None
 
 
+def grant_tags(request: ContainerRequest) -> tuple[str, ...]:
+    """What a grant of ``request`` holds under its sharing rule (none without one)."""
+    rule = request.sharing_rule
+    return rule.tags(request.sharing, request.cores) if rule is not None else ()
+
+
 def device_handle(device: Device) -> str:
     """The device plugin's handle of a partitioned device ("" for another device)."""
     return device.partitions.handle if device.partitions is not None else ""
+
+
+def group_score_bound(request: PodRequest, view: NodeView) -> float:
+    """The most `PodFit.group_score` a placement of ``request`` on ``view`` can earn, from the view's aggregates: each
+    grouped container keeps at most as many devices in one group as that group has usable devices with the memory it
+    asks (docs/device-families.md#ascend-npus)."""
+    bound = 0.0
+    stats = view.family_stats
+    for container in request.containers:
+        if not (container.count and container.grouped):
+            continue
+        if container.sharing_rule is not None:  # a sharing rule's term has no bound from the aggregates
+            bound += container.group_weight
+            continue
+        family = stats.get(container.family)
+        if family is None or not family.group_free_memory:
+            continue  # no network groups on this node: no term
+        wanted = container.memory_mib
+        most = max(sum(1 for free in group if free >= wanted) for group in family.group_free_memory)
+        bound += container.group_weight * min(container.count, most) / container.count
+    return bound

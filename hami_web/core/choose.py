@@ -18,8 +18,9 @@ from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from operator import add, attrgetter
 
+from hami_web.core.capabilities import group_score_bound
 from hami_web.core.fit import INVALID_REGISTER as INVALID_REGISTER  # re-exported: the reasons' vocabulary
-from hami_web.core.fit import PodFit, fit_pod, group_score_bound, may_fit
+from hami_web.core.fit import PodFit, fit_pod, may_fit
 from hami_web.core.grants import PodGrants
 from hami_web.core.options import SPREAD, PodOptions
 from hami_web.core.quota import PodQuota

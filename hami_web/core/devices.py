@@ -71,6 +71,8 @@ class Device:
     card: str = ""
     # The profiles a partitioned device offers and its handle (Enflame DRS: `hami_web.core.partitions`); None else.
     partitions: DevicePartitions | None = None
+    # How the device plugin says the card is shared now (Metax sGPU's QoS policy); "" when it says nothing.
+    sharing: str = ""
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,8 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from hami_web.core import names
-from hami_web.core.capabilities import device_handle, with_profile
+from hami_web.core import capabilities, names
 from hami_web.core.checks import SOFT_SPLIT_CORES, check_device, device_reasons, is_dynamic_mig, mig_pick
 from hami_web.core.devices import Device, NodeInventory
 from hami_web.core.grants import DeviceGrant, PodGrants, merge_grants
@@ -65,7 +64,8 @@ def _failure(reasons: dict[str, int], total: int) -> FitFailure:
 
 def fit_container(request: ContainerRequest, inventory: NodeInventory, work: WorkingUsage, options: PodOptions,
                   occupied: WorkingPlacements | None = None, quota: QuotaTally | None = None,
-                  pinned: frozenset[str] | None = None) -> tuple[DeviceGrant, ...] | FitFailure:
+                  pinned: frozenset[str] | None = None,
+                  held: Sequence[tuple[str, ...]] | None = None) -> tuple[DeviceGrant, ...] | FitFailure:
     """Pick devices of the request's family for one container on ``work`` and book them there, or say why not.
 
     The families without pair scores (``inventory.topology``) read topology-aware as spread
@@ -73,20 +73,22 @@ def fit_container(request: ContainerRequest, inventory: NodeInventory, work: Wor
     `fit_pod` passes when the node has dynamic MIG GPUs (None: it has none); a container whose candidates include one is
     fitted by `_fit_with_mig`. ``quota``: the pod's tally against its namespace's limits, which the picks are added to
     (docs/quotas.md#namespace-quotas). ``pinned``: the cards the pod's earlier containers hold, for a family that keeps
-    a pod on one card (`_one_card`).
+    a pod on one card (`_one_card`). ``held``: what each device's grants hold under the request's sharing rule (its
+    node's usage ``tags``), for a request that has one (`hami_web.core.capabilities.sharing_reasons`).
     """
     if request.partition is not None:  # a partitioned family books the profile the node offers for the ask
         first, end = inventory.groups.get(request.family, (0, 0))
-        profiled = with_profile(request, inventory.devices[first:end])
+        profiled = capabilities.with_profile(request, inventory.devices[first:end])
         if profiled is None:  # HAMi's Enflame DRS: no profile for the ask, the node counts one ModeNotFit
             return FitFailure(reasons=((names.MODE_NOT_FIT, 1),), total=end - first)
         request = profiled
-    return _fit_devices(request, inventory, work, options, occupied, quota, pinned)
+    return _fit_devices(request, inventory, work, options, occupied, quota, pinned, held)
 
 
 def _fit_devices(request: ContainerRequest, inventory: NodeInventory, work: WorkingUsage, options: PodOptions,
                  occupied: WorkingPlacements | None, quota: QuotaTally | None,
-                 pinned: frozenset[str] | None) -> tuple[DeviceGrant, ...] | FitFailure:
+                 pinned: frozenset[str] | None,
+                 held: Sequence[tuple[str, ...]] | None) -> tuple[DeviceGrant, ...] | FitFailure:
     """`fit_container` once the ask is what it books."""
     first, end = inventory.groups.get(request.family, (0, 0))
     whole = first == 0 and end == len(inventory.devices)
@@ -108,8 +110,10 @@ def _fit_devices(request: ContainerRequest, inventory: NodeInventory, work: Work
     # A room that covers the largest ask of every device the container may take needs no check per device.
     per_device = None if quota is None or (request.core_booking is None and quota.covers(largest, request.cores)) \
         else quota
-    for position, reason in enumerate(device_reasons(devices, family_work, request, booked, options,
-                                                     inventory.cordoned, selection, per_device)):
+    checked = capabilities.sharing_reasons(device_reasons(devices, family_work, request, booked, options,
+                                                          inventory.cordoned, selection, per_device),
+                                           request, devices, family_work, held, first)
+    for position, reason in enumerate(checked):
         if reason:
             reasons[reason] = reasons.get(reason, 0) + 1
         else:
@@ -127,8 +131,8 @@ def _fit_devices(request: ContainerRequest, inventory: NodeInventory, work: Work
     if not pool and selection.numa_bind and len(passing) >= request.count:
         reasons[names.NUMA_NOT_FIT] = len(passing)
         return _failure(reasons, total)
-    chosen = choose_positions(pool, devices, family_work, inventory, request, options) \
-        if len(pool) >= request.count else []
+    chosen = capabilities.sharing_pick(choose_positions(pool, devices, family_work, inventory, request, options)
+                                       if len(pool) >= request.count else [], pool, request, devices, held, first)
     if len(chosen) < request.count:
         if passing:
             reasons[names.ALLOCATED_CARDS_INSUFFICIENT_REQUEST] = len(passing)
@@ -192,7 +196,8 @@ def _book(chosen: list[int], devices: Sequence[Device], first: int, work: Workin
         written = grant_type(device) if grant_type else ""
         grants.append(DeviceGrant(uuid=device.uuid, memory_mib=booked[position], cores=units, vendor=request.family,
                                   soft_split=soft_split, type=written if written != request.family else "",
-                                  shares=request.shares, partition=request.profile, handle=device_handle(device)))
+                                  shares=request.shares, partition=request.profile,
+                                  handle=capabilities.device_handle(device), tags=capabilities.grant_tags(request)))
         if quota is not None:
             quota.add(device.uuid, booked[position], units, request.init)
     return tuple(grants)
@@ -410,6 +415,7 @@ def fit_pod(request: PodRequest, view: NodeView, options: PodOptions,
     # cores it is never given back between init containers and containers: an instance may outlive its container,
     # so no two of the pod's instances share a slice.
     placements = [used.occupied for used in view.usage] if view.dynamic_mig else None
+    held = [used.tags for used in view.usage] if any(c.sharing_rule for c in request.containers) else None
     blocks = request.blocks()
     inventory = view.inventory
     broken = inventory.broken
@@ -429,10 +435,12 @@ def fit_pod(request: PodRequest, view: NodeView, options: PodOptions,
             work: WorkingUsage = list(base) if container.init else shared
             pinned = frozenset(grant.uuid for earlier, asked in zip(grants, containers, strict=False) if not asked.init
                                for grant in earlier) if container.one_card and not container.init else None
-            result = fit_container(container, inventory, work, options, placements, tally, pinned or None)
+            result = fit_container(container, inventory, work, options, placements, tally, pinned or None,
+                                   held if container.sharing_rule is not None else None)
             if isinstance(result, FitFailure):
                 return _named(result, family, len(blocks), inventory)
             grants.append(result)
+        group_score += capabilities.sharing_score(containers, grants, inventory, base, held)
         if (grouping := inventory.grouping.get(family)) is not None and grouping.scored:
             by_uuid = {device.uuid: device for device in inventory.devices}
             group_score += grouping.score([[by_uuid[grant.uuid] for grant in container] for container in grants],
@@ -450,24 +458,6 @@ def _named(failure: FitFailure, family: str, families_asked: int, inventory: Nod
     if families_asked > 1 or len(inventory.groups) + len(inventory.broken) > 1 or family not in inventory.groups:
         return replace(failure, family=family)
     return failure
-
-
-def group_score_bound(request: PodRequest, view: NodeView) -> float:
-    """The most `PodFit.group_score` a placement of ``request`` on ``view`` can earn, from the view's aggregates: each
-    grouped container keeps at most as many devices in one group as that group has usable devices with the memory it
-    asks (docs/device-families.md#ascend-npus)."""
-    bound = 0.0
-    stats = view.family_stats
-    for container in request.containers:
-        if not (container.count and container.grouped):
-            continue
-        family = stats.get(container.family)
-        if family is None or not family.group_free_memory:
-            continue  # no network groups on this node: no term
-        wanted = container.memory_mib
-        most = max(sum(1 for free in group if free >= wanted) for group in family.group_free_memory)
-        bound += container.group_weight * min(container.count, most) / container.count
-    return bound
 
 
 def may_fit(request: PodRequest, view: NodeView, options: PodOptions) -> bool:

@@ -45,6 +45,8 @@ class DeviceGrant:
     shares: int = field(default=1, compare=False)
     partition: PartitionProfile | None = field(default=None, compare=False)
     handle: str = field(default="", compare=False)  # the partitioned device's handle (`DevicePartitions.handle`)
+    # What the grant holds under its family's sharing rule (Metax sGPU's QoS, app class), from the pod's annotations.
+    tags: tuple[str, ...] = field(default=(), compare=False)
 
 
 ContainerGrants = tuple[DeviceGrant, ...]

@@ -22,7 +22,7 @@ from hami_web.core.families import (
     ResourceNames,
     with_nvidia,
 )
-from hami_web.core.families.family import CoreBooking, NodeScore
+from hami_web.core.families.family import CoreBooking, NodeScore, SharingRule
 from hami_web.core.limits import MAX_DEVICE_MEMORY_MIB, MAX_GPUS_PER_CONTAINER, MAX_QUANTITY
 from hami_web.core.partitions import PartitionAsk, PartitionProfile
 from hami_web.core.quantities import QuantityError, parse_whole_quantity
@@ -60,6 +60,8 @@ class ContainerRequest:
     # memory and cores it then books, with the profile's slices as the device's shares taken.
     partition: PartitionAsk | None = None
     profile: PartitionProfile | None = None
+    sharing: str = ""  # the pod's class under its family's sharing rule (`SharingRule.ask`), "" without one
+    sharing_rule: SharingRule | None = None
 
     @property
     def shares(self) -> int:
@@ -114,8 +116,10 @@ class PodRequest:
     @property
     def group_score_reach(self) -> int:
         """The most the grouped containers of several devices can add to the node score
-        (docs/device-families.md#ascend-npus); one device earns the same term on every node, so it bounds nothing."""
-        return sum(c.group_weight for c in self.containers if c.count > 1 and c.grouped)
+        (docs/device-families.md#ascend-npus); one device earns the same term on every node, so it bounds nothing,
+        unless a sharing rule scores it (Metax sGPU's online pods, whose term depends on the card's pods)."""
+        return sum(c.group_weight for c in self.containers
+                   if c.grouped and (c.count > 1 or c.sharing_rule is not None))
 
     @property
     def families(self) -> tuple[str, ...]:
@@ -212,8 +216,8 @@ def container_request(container: Mapping[str, Any], *, init: bool, defaults: Req
 
 
 def _read_resource(resources: Mapping[str, Any], name: str, family: Family, resource: str) -> int | None:
-    """One resource of a container (limits over requests), None when absent; `RequestError` naming the container and
-    resource when unreadable."""
+    """One resource of a container (limits over requests), None when absent; memory through the family's
+    ``read_memory`` when it has one; `RequestError` naming the container and resource when unreadable."""
     if not resource:
         return None
     try:
@@ -222,10 +226,12 @@ def _read_resource(resources: Mapping[str, Any], name: str, family: Family, reso
         raise RequestError(f"container {name}: {error}") from None
     if raw is None:
         return None
+    names = family.resources
     try:
+        if resource == names.memory and family.read_memory is not None:
+            return family.read_memory(raw, name, resource)
         return parse_whole_quantity(raw, container=name, resource=resource,
-                                    maximum=quantity_maximum(family.resources, resource,
-                                                             memory_factor=family.memory_factor))
+                                    maximum=quantity_maximum(names, resource, memory_factor=family.memory_factor))
     except QuantityError as error:
         raise RequestError(str(error)) from None
 
@@ -252,7 +258,7 @@ def family_request(container: Mapping[str, Any], *, init: bool, family: Family) 
     if family.count_only:
         return ContainerRequest(name=name, init=init, count=count, memory_percent=0, family=family.cw,
                                 grouped=grouped, one_card=family.one_card_per_pod, group_weight=weight)
-    memory_mib = (read(names.memory) or 0) * factor
+    memory_mib = (read(names.memory) or 0) * (factor if family.read_memory is None else 1)
     if family.slices is not None:
         memory_mib, slice_cores = family.slices.ask(memory_mib)
         return ContainerRequest(name=name, init=init, count=count, memory_mib=memory_mib, cores=slice_cores,
@@ -306,6 +312,20 @@ def _partition_request(name: str, init: bool, family: Family, read: Callable[[st
     return ContainerRequest(name=name, init=init, count=1, memory_percent=0, family=family.cw, partition=ask)
 
 
+def _shared(block: list[ContainerRequest], rule: SharingRule, pod: Mapping[str, Any]) -> list[ContainerRequest]:
+    """A family's asks with the pod's class under the family's sharing rule; no cores booked where the class books
+    none (Metax sGPU's online pods)."""
+    metadata = pod.get("metadata")
+    annotations = metadata.get("annotations") if isinstance(metadata, Mapping) else None
+    ask = rule.ask(annotations if isinstance(annotations, Mapping) else {})
+    books = rule.books_cores(ask)
+    shared = [replace(request, sharing=ask, sharing_rule=rule, cores=request.cores if books else 0) if request.count
+              else request for request in block]
+    return [replace(request, grouped=True, group_weight=reach) if (reach := rule.reach(ask, request.cores,
+                                                                                        request.count)) else request
+            for request in shared]
+
+
 def family_asks_devices(container: Mapping[str, Any], family: Family) -> int:
     """How many devices one container asks of ``family`` (a partitioned family's ask is one device); `RequestError`
     when unreadable."""
@@ -333,6 +353,8 @@ def pod_request(pod: Mapping[str, Any], defaults: RequestDefaults) -> PodRequest
     terms: list[tuple[NodeScore, int]] = []
     for family in defaults.catalog:
         block = [family_request(container, init=init, family=family) for container, init in listed_containers]
+        if family.sharing is not None and any(ask.count for ask in block):
+            block = _shared(block, family.sharing, pod)
         if any(ask.count for ask in block):
             asks.extend(block)
             if family.node_score is not None:

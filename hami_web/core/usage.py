@@ -34,16 +34,20 @@ class DeviceUsage:
     # Who, not how much: left out of comparisons, so a booking equals another that holds the same.
     unreserved: tuple[str, ...] = field(default=(), compare=False)
     legacy_entries: int = 0
+    # What the grants on the card hold under their family's sharing rule (`hami_web.core.families.family.SharingRule`:
+    # Metax sGPU's QoS and app classes), one entry per grant, sorted.
+    tags: tuple[str, ...] = ()
 
     def __add__(self, other: DeviceUsage) -> DeviceUsage:
         return DeviceUsage(self.tasks + other.tasks, self.memory_mib + other.memory_mib, self.cores + other.cores,
                            self.instances + other.instances, self.unreserved + other.unreserved,
-                           self.legacy_entries + other.legacy_entries)
+                           self.legacy_entries + other.legacy_entries,
+                           tuple(sorted(self.tags + other.tags)) if other.tags else self.tags)
 
     def __sub__(self, other: DeviceUsage) -> DeviceUsage:
         return DeviceUsage(self.tasks - other.tasks, self.memory_mib - other.memory_mib, self.cores - other.cores,
                            _without(self.instances, other.instances), _without(self.unreserved, other.unreserved),
-                           self.legacy_entries - other.legacy_entries)
+                           self.legacy_entries - other.legacy_entries, _without(self.tags, other.tags))
 
     @property
     def occupied(self) -> tuple[MigPlacement, ...]:
@@ -85,11 +89,13 @@ def pod_booking(grants: PodGrants, *, init_count: int, init_finished: bool = Fal
                 shares, memory_mib, cores = init_peak.get(uuid, (0, 0, 0))
                 init_peak[uuid] = (max(shares, grant.shares), max(memory_mib, grant.memory_mib),
                                    max(cores, grant.cores))
+    tags: dict[str, list[str]] = {}
     for container in grants[init_count:]:
         for grant in container:
             uuid = mig.note(grant.uuid, grant.instance)
             tasks, memory_mib, cores = regular.get(uuid, (0, 0, 0))
             regular[uuid] = (tasks + grant.shares, memory_mib + grant.memory_mib, cores + grant.cores)
+            tags.setdefault(uuid, []).extend(grant.tags)
     for uuid, instances in (unclaimed or {}).items():
         mig.instances.setdefault(uuid, []).extend(instances)
     booking: dict[str, DeviceUsage] = {}
@@ -98,7 +104,8 @@ def pod_booking(grants: PodGrants, *, init_count: int, init_finished: bool = Fal
         tasks, memory_mib, cores = regular.get(uuid, (0, 0, 0))
         booking[uuid] = DeviceUsage(max(peak_shares, tasks), max(peak_memory, memory_mib),
                                     max(peak_cores, cores), tuple(mig.instances.get(uuid, ())),
-                                    tuple(mig.unreserved.get(uuid, ())), mig.legacy.get(uuid, 0))
+                                    tuple(mig.unreserved.get(uuid, ())), mig.legacy.get(uuid, 0),
+                                    tuple(sorted(tags.get(uuid, ()))))
     return booking
 
 

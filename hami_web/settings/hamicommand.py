@@ -191,7 +191,9 @@ HAMI_FLAGS: tuple[HamiFlag, ...] = (
     *_absent_family("Enflame legacy shared vGCU", ("enflame-vgcu-legacy-resource-name",
                                                    "enflame-vgcu-percentage-resource-name")),
     *_fixed_family("MetaX GPU", ("metax-name",)),
-    *_absent_family("MetaX sGPU", ("metax-vcount", "metax-vcore", "metax-vmemory"), ("sgpu-topology-aware",)),
+    *_family_names("metax", ("metax-vcount", "metax-vcore", "metax-vmemory")),
+    _none("sgpu-topology-aware", "sgpuTopologyAware comes from --device-config-file's metax section (HAMi v2.10 "
+          "overwrites this flag with it too)", go_bool, is_bool=True),
     *_fixed_family("Kunlunxin", ("kunlun-name", "kunlun-vcount", "kunlun-vmemory")),
     HamiFlag("debug", go_bool, LOG, is_bool=True),
     _ours("device-config-file"),

@@ -15,6 +15,7 @@ from typing import Any
 from hami_web.core import names
 from hami_web.core.devices import AnnotationError
 from hami_web.core.families import DEFAULT_CATALOG, DeviceCatalog, Family
+from hami_web.core.families.family import SharingRule
 from hami_web.core.grants import DeviceGrant, PodGrants, decode_pod_devices, encode_pod_devices, merge_grants
 from hami_web.core.limits import json_type_name, quote
 from hami_web.core.mig import MigInstance
@@ -245,6 +246,13 @@ def _with_reservations(grants: PodGrants, text: str, key: str,
     return attach_reservations(grants, reservations, owner)
 
 
+def _with_tags(grants: PodGrants, rule: SharingRule, annotations: Mapping[str, str]) -> PodGrants:
+    """The grants with what each holds under the family's sharing rule, from the pod's annotations (its class) and the
+    grant's cores: the card state the rule judges, rebuilt from the pods after a restart."""
+    ask = rule.ask(annotations)
+    return tuple(tuple(replace(grant, tags=rule.tags(ask, grant.cores)) for grant in entry) for entry in grants)
+
+
 def standing_booking(pod: Mapping[str, Any], *, catalog: DeviceCatalog = DEFAULT_CATALOG) -> PodUsage | None:
     """The live booking a pod object already carries (`pod_usage`), None when none or unreadable.
 
@@ -300,6 +308,8 @@ def pod_usage(pod: Mapping[str, Any], *, catalog: DeviceCatalog = DEFAULT_CATALO
         except AnnotationError as error:
             raise AnnotationError(f"{family.allocated_key}: {error}") from None
         family_part = _with_shares(family_part, family, annotations, containers)
+        if family.sharing is not None:  # what each grant holds under the family's sharing rule (Metax sGPU's QoS)
+            family_part = _with_tags(family_part, family.sharing, annotations)
         if family.reservations_key and (reserved := annotations.get(family.reservations_key)):
             family_part, left = _with_reservations(family_part, reserved, family.reservations_key, owner)
             unclaimed.update(left)

@@ -23,11 +23,12 @@ from pathlib import Path
 import pytest
 import yaml
 
+from hami_web.core.capabilities import group_score_bound
 from hami_web.core.choose import NoPlacement, Placement, choose_node
 from hami_web.core.devices import NO_NETWORK, Device, decode_register, encode_register_json
 from hami_web.core.families import DeviceConfigError, ascend, build_catalog, parse_device_config
 from hami_web.core.families.ascend import DEFAULT_CHIPS
-from hami_web.core.fit import FitFailure, PodFit, fit_pod, group_score_bound
+from hami_web.core.fit import FitFailure, PodFit, fit_pod
 from hami_web.core.grants import DeviceGrant, bind_annotations, booking_annotations
 from hami_web.core.groups import MODULE_PAIRS, NETWORK_GROUPS
 from hami_web.core.options import PodOptions, pod_options

@@ -19,10 +19,10 @@ from hami_web.server.listeners import LISTENER_ENVIRON_KEY
 
 from .conftest import PENDING_POD, DemoCluster
 
-DEMO_GPUS = 70  # 4 + 4 A40, 8 A100, 2 MIG A100, 2 T4, 2 Hygon DCUs, 4 Cambricon MLUs, 8 Ascend 910B3 NPUs,
-# 2 Biren cards, 4 Enflame GCUs, 2 Enflame DRS GCUs, 4 Metax GPUs, 2 Moore Threads GPUs, 4 Vastai dies, 8 whole XPUs,
-# 8 vXPU cards, 2 AMD GPUs
-DEMO_NODES = 17
+DEMO_GPUS = 72  # 4 + 4 A40, 8 A100, 2 MIG A100, 2 T4, 2 Hygon DCUs, 4 Cambricon MLUs, 8 Ascend 910B3 NPUs,
+# 2 Biren cards, 4 Enflame GCUs, 2 Enflame DRS GCUs, 4 Metax GPUs, 2 Metax sGPU cards, 2 Moore Threads GPUs, 4 Vastai
+# dies, 8 whole XPUs, 8 vXPU cards, 2 AMD GPUs
+DEMO_NODES = 18
 
 
 @pytest.fixture
@@ -76,7 +76,7 @@ def test_overview_draws_a_free_memory_histogram_per_gpu_type(client: FlaskClient
     assert [(h["family"], h["type"]) for h in histograms] == [
         ("AMD", "AMD_Instinct_MI300X"), ("Ascend910B3", "Ascend910B3"), ("Biren", "Biren"),
         ("DCU", "DCU-BW100"), ("Enflame", "Enflame"), ("GCU", "GCU"), ("MLU", "MLU370-X4"),
-        ("Metax-GPU", "Metax-GPU"), ("Mthreads", "Mthreads"),
+        ("Metax-GPU", "Metax-GPU"), ("Metax-SGPU", "Metax-SGPU"), ("Mthreads", "Mthreads"),
         ("NVIDIA", "NVIDIA-NVIDIA A100-SXM4-40GB"), ("NVIDIA", "NVIDIA-NVIDIA A100-SXM4-80GB"),
         ("NVIDIA", "NVIDIA-NVIDIA A40"), ("NVIDIA", "NVIDIA-Tesla T4"), ("Vastai", "Vastai"), ("XPU", "XPU-P800"),
         ("kunlun", "kunlun")]
@@ -140,6 +140,7 @@ def test_whatif_without_a_shape_only_offers_the_form(client: FlaskClient) -> Non
                                   {"cw": "Enflame", "label": "Enflame DRS"},
                                   {"cw": "GCU", "label": "Enflame GCU"}, {"cw": "MLU", "label": "Cambricon MLU"},
                                   {"cw": "Metax-GPU", "label": "Metax GPU"},
+                                  {"cw": "Metax-SGPU", "label": "Metax sGPU"},
                                   {"cw": "Mthreads", "label": "Moore Threads GPU"},
                                   {"cw": "NVIDIA", "label": "NVIDIA GPU"}, {"cw": "Vastai", "label": "Vastai"},
                                   {"cw": "XPU", "label": "Kunlunxin vXPU"}, {"cw": "kunlun", "label": "Kunlunxin XPU"}]
@@ -175,13 +176,14 @@ def test_every_cell_carries_its_family_and_the_dcu_node_shows_its_dcus(client: F
     held = [pod for cell in dcu["gpus"] for pod in cell["pods"]]
     assert held == [{"pod": "ml/dcu-inference", "container": "server", "memory_mib": 16384, "cores": 50}]
     assert {cell["family"] for name, node in nodes.items()
-            if name not in ("dcu-1", "mlu-1", "npu-1", "biren-1", "gcu-1", "drs-1", "metax-1", "mthreads-1",
+            if name not in ("dcu-1", "mlu-1", "npu-1", "biren-1", "gcu-1", "drs-1", "metax-1", "sgpu-1", "mthreads-1",
                             "vastai-1", "xpu-1", "vxpu-1", "amd-1")
             for cell in node["gpus"]} == {"NVIDIA"}
     families = overview["totals"]["families"]
     assert (families["DCU"]["nodes"], families["DCU"]["gpus"], families["DCU"]["pods"]) == (1, 2, 1)
     assert sum(families[cw]["gpus"] for cw in ("DCU", "MLU", "NVIDIA", "Ascend910B3", "Biren", "GCU", "Enflame",
-                                                 "Metax-GPU", "Mthreads", "Vastai", "XPU", "kunlun", "AMD")) \
+                                                 "Metax-GPU", "Metax-SGPU", "Mthreads", "Vastai", "XPU", "kunlun",
+                                                 "AMD")) \
         == DEMO_GPUS
     assert overview["families"] == [family.cw for family in demo.runtime.settings.devices]
     assert {"DCU", "MLU", "Ascend910B3"} <= set(overview["families"])

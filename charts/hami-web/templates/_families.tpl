@@ -55,6 +55,13 @@ node has iluvatar.ai/<chip>.vMem or huawei.com/<chip>-memory in its allocatable)
   flag: ""
   resources:
     - "metax-tech.com/gpu"
+- name: metax-sgpu
+  enabled: true
+  flag: ""
+  resources:
+    - {{ .Values.metaxResourceName | quote }}
+    - {{ .Values.metaxResourceMem | quote }}
+    - {{ .Values.metaxResourceCore | quote }}
 - name: mthreads
   enabled: true
   flag: ""

@@ -101,3 +101,14 @@ def node_name(node: Mapping[str, Any]) -> str:
     metadata = node.get("metadata")
     name = metadata.get("name") if isinstance(metadata, Mapping) else None
     return name if isinstance(name, str) else ""
+
+
+def node_annotation(node: Mapping[str, Any], key: str) -> str | None:
+    """The node's annotation ``key`` (None when absent), for a family whose device plugin lists its devices in its own
+    annotation; `AnnotationError` when it is not a string."""
+    metadata = node.get("metadata")
+    annotations = metadata.get("annotations") if isinstance(metadata, Mapping) else None
+    text = annotations.get(key) if isinstance(annotations, Mapping) else None
+    if text is not None and not isinstance(text, str):
+        raise AnnotationError(f"{key} is not a string")
+    return text

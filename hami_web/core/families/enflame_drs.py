@@ -21,7 +21,7 @@ from typing import Any
 
 from hami_web.core.devices import AnnotationError, Device, json_kind
 from hami_web.core.families import config
-from hami_web.core.families.capacity import node_name
+from hami_web.core.families.capacity import node_annotation, node_name
 from hami_web.core.families.family import AdmissionRules, Family, ResourceNames
 from hami_web.core.families.spec import FamilySpec
 from hami_web.core.limits import MAX_DEVICE_INDEX, MAX_DEVICE_MEMORY_MIB, MAX_DEVICE_SHARES, quote, uuid_problem
@@ -222,13 +222,9 @@ class DrsCapacity:
 
     def devices(self, node: Mapping[str, Any]) -> tuple[Device, ...] | None:
         """The node's GCUs; `AnnotationError` naming what of the annotation is unreadable."""
-        metadata = node.get("metadata")
-        annotations = metadata.get("annotations") if isinstance(metadata, Mapping) else None
-        text = annotations.get(CAPACITY_KEY) if isinstance(annotations, Mapping) else None
+        text = node_annotation(node, CAPACITY_KEY)
         if text is None:
             return None
-        if not isinstance(text, str):
-            raise AnnotationError(f"{CAPACITY_KEY} is not a string")
         return tuple(gcu.device for gcu in decode_drs_capacity(text, node_name(node)).gcus)
 
 

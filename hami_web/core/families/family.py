@@ -80,6 +80,43 @@ def product_type(device: Device) -> str:
     return device.type
 
 
+class SharingRule(Protocol):
+    """How a family's shared cards admit one more pod beyond memory and cores (Metax sGPU: one QoS policy a card,
+    online and offline app classes), as values the cache can sum from bookings.
+
+    ``ask`` reads a pod's class from its annotations (a string the request carries); ``books_cores`` says whether a
+    pod of that class books its cores; ``tags`` is what a grant of it holds on its card (the card's usage sums them, so
+    the state is rebuilt from the pods after a restart and two servers agree); ``problem`` is the check a card fails
+    for the ask given its tasks, the tags held on it and what its device plugin reports (``Device.sharing``), "" when
+    none; ``pick`` may choose among the passing cards itself; ``score`` is the placement's node-score term (at most
+    ``reach``).
+    """
+
+    def ask(self, annotations: Mapping[str, str]) -> str: ...
+
+    def books_cores(self, ask: str) -> bool: ...
+
+    def tags(self, ask: str, cores: int) -> tuple[str, ...]: ...
+
+    def problem(self, ask: str, cores: int, device: Device, tasks: int, held: tuple[str, ...]) -> str: ...
+
+    def pick(self, ask: str, cores: int, candidates: Sequence[Device], held: Sequence[tuple[str, ...]],
+             count: int) -> list[int] | None:
+        """``count`` of the ``candidates`` (indexes, in the policy's order) the rule takes for the ask, None to leave
+        the policy's choice."""
+        ...
+
+    def reach(self, ask: str, cores: int, count: int) -> int:
+        """The most `score` can add for an ask of ``count`` devices; 0 when the rule scores it not at all."""
+        ...
+
+    def score(self, ask: str, cores: int, granted: Sequence[Device], devices: Sequence[Device],
+              idle: Sequence[bool], held: Sequence[tuple[str, ...]]) -> float:
+        """The node-score term of a placement: the ``granted`` cards of the node's ``devices`` (with, per device,
+        whether it was idle and what it held before the pod), added under binpack and taken off under spread."""
+        ...
+
+
 # Extra pod annotations a family's device plugin reads, from the family's grants (one entry per container).
 BookingExtras = Callable[[Sequence[Sequence[Any]]], dict[str, str]]
 # Extra pod annotations only a bind writes: from the family's grants, the pod's container names (init containers
@@ -259,6 +296,9 @@ class AdmissionRules:
     route_without_count: bool = False
     percent_cores: bool = False
     any_resource_routes: bool = False
+    # A rule on the whole pod once its containers are read: from the pod's annotations and each container's count of
+    # the family, the annotations to add and a refusal ("" none) in HAMi's words (Metax sGPU's QoS and app class).
+    pod_rule: Callable[[Mapping[str, str], Sequence[int]], tuple[Mapping[str, str], str]] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -351,6 +391,11 @@ class Family:
     # which it books (`hami_web.core.partitions`); None: shared by memory and cores.
     partitioning: Partitioning | None = None
     bind_extras: BindExtras | None = None
+    # Cards shared under a rule beyond memory and cores (Metax sGPU's QoS and app classes); None: none.
+    sharing: SharingRule | None = None
+    # Reads the memory resource's quantity as MiB when its unit is not a plain factor (Metax sGPU: GiB unless the
+    # quantity has a unit), `hami_web.core.quantities.QuantityError` when unreadable; None: × ``memory_factor``.
+    read_memory: Callable[[object, str, str], int] | None = None
 
     @property
     def bind_lock(self) -> LockRule:

@@ -16,7 +16,13 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import combinations
 
-from hami_web.core.families.metax_sgpu import OFFLINE, ONLINE
+from hami_web.core.devices import Device
+
+ONLINE = "online"
+OFFLINE = "offline"
+TOPOLOGY_AWARE_KEY = "metax-tech.com/sgpu-topology-aware"
+APP_CLASS_KEY = "metax-tech.com/sgpu-app-class"
+QOS_POLICY_KEY = "metax-tech.com/sgpu-qos-policy"
 
 # HAMi ``DirectLinkScore``: what two cards in one MetaLink zone add to a set of cards.
 DIRECT_LINK_SCORE = 10
@@ -245,3 +251,91 @@ def node_score(pod: SharingPod, *, granted: Sequence[LinkedCard], idle_before: S
     else:
         raw = 0
     return weighted_score(raw, spread=spread)
+
+
+_ONLINE_TAG = "class:online"
+_OFFLINE_TAG = "class:offline"
+_QOS_TAG = "qos:"
+
+
+@dataclass(frozen=True, slots=True)
+class QosSharing:
+    """Metax sGPU's sharing rule (`hami_web.core.families.family.SharingRule`): a pod's class is its app class and QoS
+    (``"<app class>/<qos>"``); an online pod books no cores; a grant holds its app class and the QoS it needs of its
+    card (`SharingPod.expected_qos`), so a card's `CardState` is the sum of its bookings, the QoS state HAMi's
+    scheduler keeps in memory (``JitteryQosCache``) here rebuilt from the pods; a card fails `sharing_problem`."""
+
+    topology_default: bool = False  # the device config's ``sgpuTopologyAware``
+
+    def ask(self, annotations: Mapping[str, str]) -> str:
+        """``"<app class>/<qos>/<topology-aware 1 or 0>"`` from the pod's ``sgpu-app-class``, ``sgpu-qos-policy`` and
+        ``sgpu-topology-aware`` (else the device config's)."""
+        aware = topology_aware(annotations.get(TOPOLOGY_AWARE_KEY), default=self.topology_default)
+        return f"{annotations.get(APP_CLASS_KEY, '')}/{annotations.get(QOS_POLICY_KEY, '')}/{int(aware)}"
+
+    def books_cores(self, ask: str) -> bool:
+        """An online pod books no cores (HAMi ``Fit``: ``coreReq = 0``)."""
+        return _pod(ask, 0).app_class != ONLINE
+
+    def tags(self, ask: str, cores: int) -> tuple[str, ...]:
+        """The pod's app class, and the QoS it needs of its card (none for an online pod, "" for a whole card)."""
+        pod = _pod(ask, cores)
+        tags = [f"class:{pod.app_class}"] if pod.app_class in (ONLINE, OFFLINE) else []
+        expected = pod.expected_qos
+        return (*tags, _QOS_TAG + expected) if expected is not None else tuple(tags)
+
+    def problem(self, ask: str, cores: int, device: Device, tasks: int, held: tuple[str, ...]) -> str:
+        """`sharing_problem` of the card, its state summed from ``held``."""
+        return sharing_problem(_pod(ask, cores), tasks=tasks, state=card_state(held), reported_qos=device.sharing)
+
+
+    def pick(self, ask: str, cores: int, candidates: Sequence[Device], held: Sequence[tuple[str, ...]],
+             count: int) -> list[int] | None:
+        """HAMi ``Fit``'s own choice among more passing cards than asked: an online pod's by `prioritize_online`, a
+        whole-card ask of a pod without app class by `prioritize_exclusive` (MetaLink zones); None otherwise."""
+        pod = _pod(ask, cores)
+        index = {card.uuid: position for position, card in enumerate(candidates)}
+        if pod.app_class == ONLINE:
+            chosen = prioritize_online([(card.uuid, card_state(tags)) for card, tags in zip(candidates, held,
+                                                                                             strict=True)], count)
+        elif not pod.app_class and cores == 100:
+            chosen = tuple(card.uuid for card in prioritize_exclusive(
+                [LinkedCard(card.uuid, max(card.network, 0)) for card in candidates], count))
+        else:
+            return None
+        return [index[uuid] for uuid in chosen]
+
+
+    def reach(self, ask: str, cores: int, count: int) -> int:
+        """An online pod's term is at most 0 (1 keeps it ranked by its term); whole cards placed by MetaLink earn at
+        most 10 × `DIRECT_LINK_SCORE` a pair of them, × 10,000; any other ask is not scored."""
+        pod = _pod(ask, cores)
+        if pod.app_class == ONLINE:
+            return 1
+        if cores == 100 and ask.endswith("/1"):
+            return 10 * DIRECT_LINK_SCORE * count * (count - 1) // 2 * SCORE_WEIGHT + 1
+        return 0
+
+    def score(self, ask: str, cores: int, granted: Sequence[Device], devices: Sequence[Device],
+              idle: Sequence[bool], held: Sequence[tuple[str, ...]]) -> float:
+        """`node_score` (HAMi ``ScoreNode`` × 10,000) of the granted cards, as binpack counts it."""
+        pod = _pod(ask, cores)
+        linked = {card.uuid: LinkedCard(card.uuid, max(card.network, 0)) for card in devices}
+        return node_score(pod, granted=[linked[card.uuid] for card in granted],
+                          idle_before=[linked[card.uuid] for card, free in zip(devices, idle, strict=True) if free],
+                          states={card.uuid: card_state(tags) for card, tags in zip(devices, held, strict=True)},
+                          topology_default=ask.endswith("/1"), topology_annotation=None, spread=False)
+
+
+def _pod(ask: str, cores: int) -> SharingPod:
+    app_class, _, rest = ask.partition("/")
+    qos = rest.rpartition("/")[0] if rest.count("/") else rest
+    return SharingPod(app_class=app_class, qos=qos, cores=cores)
+
+
+def card_state(held: Iterable[str]) -> CardState:
+    """A card's `CardState` from the tags its grants hold (`QosSharing.tags`)."""
+    tags = Counter(held)
+    return CardState(qos=_tally(Counter({tag[len(_QOS_TAG):]: n for tag, n in tags.items()
+                                         if tag.startswith(_QOS_TAG)})),
+                     online=tags[_ONLINE_TAG], offline=tags[_OFFLINE_TAG])

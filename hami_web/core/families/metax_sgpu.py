@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
+from typing import Any
 
 from hami_web.core.devices import (
+    NO_NETWORK,
     AnnotationError,
     Device,
     go_field_bool,
@@ -23,6 +25,17 @@ from hami_web.core.devices import (
     json_kind,
     load_go_json,
 )
+from hami_web.core.families import config
+from hami_web.core.families.capacity import node_annotation
+from hami_web.core.families.family import AdmissionRules, Family, ResourceNames
+from hami_web.core.families.metax_qos import (
+    APP_CLASS_KEY,
+    OFFLINE,
+    ONLINE,
+    QOS_POLICY_KEY,
+    QosSharing,
+)
+from hami_web.core.families.spec import FamilySpec
 from hami_web.core.limits import (
     MAX_DEVICE_CORES,
     MAX_DEVICE_MEMORY_MIB,
@@ -40,16 +53,11 @@ ALLOCATED_KEY = "metax-tech.com/gpu-devices-allocated"
 PREDICATE_TIME_KEY = "metax-tech.com/predicate-time"
 USE_UUID_KEY = "metax-tech.com/use-gpuuuid"
 NOUSE_UUID_KEY = "metax-tech.com/nouse-gpuuuid"
-QOS_POLICY_KEY = "metax-tech.com/sgpu-qos-policy"
-TOPOLOGY_AWARE_KEY = "metax-tech.com/sgpu-topology-aware"
-APP_CLASS_KEY = "metax-tech.com/sgpu-app-class"
 
 BEST_EFFORT = "best-effort"
 FIXED_SHARE = "fixed-share"
 BURST_SHARE = "burst-share"
 QOS_POLICIES = (BEST_EFFORT, FIXED_SHARE, BURST_SHARE)
-ONLINE = "online"
-OFFLINE = "offline"
 APP_CLASSES = (ONLINE, OFFLINE)
 
 # A bare vmemory quantity is GiB (HAMi ``MemoryFactor``).
@@ -157,3 +165,89 @@ def allocated_annotation(grants: Sequence[Sequence[tuple[str, int, int]]]) -> st
     return json.dumps([[{"uuid": uuid, **({"compute": cores} if cores else {}),
                          **({"vRam": memory} if memory else {})} for uuid, cores, memory in container]
                        for container in grants], separators=(",", ":"))
+
+
+TO_ALLOCATE_KEY = "hami.io/metax-sgpu-devices-to-allocate"
+HAMI_ALLOCATED_KEY = "hami.io/metax-sgpu-devices-allocated"
+
+
+@dataclass(frozen=True, slots=True)
+class SgpuInventory:
+    """The cards of a node's ``metax-tech.com/node-gpu-devices`` (None without it): each with the QoS its device plugin
+    reports (``Device.sharing``) and its MetaLink zone as its network (none for zone 0)."""
+
+    def devices(self, node: Mapping[str, Any]) -> tuple[Device, ...] | None:
+        """The node's sGPU cards; `AnnotationError` naming what of the annotation is unreadable."""
+        text = node_annotation(node, INVENTORY_KEY)
+        if text is None:
+            return None
+        return tuple(replace(card.device, sharing=card.qos_policy,
+                             network=card.link_zone if card.link_zone > 0 else NO_NETWORK)
+                     for card in decode_sgpu_devices(text))
+
+
+def metax_allocated(grants: Sequence[Sequence[Any]]) -> dict[str, str]:
+    """``metax-tech.com/gpu-devices-allocated`` from the family's grants (`hami_web.core.grants.DeviceGrant`)."""
+    if not any(grants):
+        return {}
+    return {ALLOCATED_KEY: allocated_annotation([[(grant.uuid, grant.cores, grant.memory_mib) for grant in container]
+                                                 for container in grants])}
+
+
+def admission_rule(annotations: Mapping[str, str], counts: Sequence[int]) -> tuple[Mapping[str, str], str]:
+    """`sgpu_admission` as the webhook's pod rule: the default QoS to write, or HAMi's refusal."""
+    answer = sgpu_admission(annotations, counts)
+    return answer.annotations, answer.refusal
+
+
+def read_memory(value: object, container: str, resource: str) -> int:
+    """A vmemory quantity in MiB (`sgpu_memory_mib`: GiB unless it has a unit)."""
+    return sgpu_memory_mib(value, container=container, resource=resource)
+
+
+@dataclass(frozen=True, slots=True)
+class SgpuConfig:
+    """The ``metax`` section's sGPU keys: the three resource names and ``sgpuTopologyAware``."""
+
+    names: ResourceNames = field(default_factory=lambda: ResourceNames(
+        count="metax-tech.com/sgpu", memory="metax-tech.com/vmemory", memory_percentage="",
+        cores="metax-tech.com/vcore", priority=""))
+    topology_aware: bool = False
+
+
+DEFAULT_CONFIG = SgpuConfig()
+_KEYS = (("count", "resourceVCountName"), ("memory", "resourceVMemoryName"), ("cores", "resourceVCoreName"))
+
+
+def sgpu_family(sgpu: SgpuConfig = DEFAULT_CONFIG) -> Family:
+    """Metax sGPU: cards from the device plugin's own list, shared under one QoS a card (`QosSharing`), memory in
+    GiB, default 100 cores, HAMi's node lock, no handshake; the bind writes ``hami.io/metax-sgpu-devices-*``,
+    ``metax-tech.com/gpu-devices-allocated`` and ``metax-tech.com/predicate-time`` (ns)."""
+    return Family(
+        cw=CW, kind="metax", label="Metax sGPU", resources=sgpu.names, register_key="", handshake_key="",
+        to_allocate_key=TO_ALLOCATE_KEY, allocated_key=HAMI_ALLOCATED_KEY, default_cores=100,
+        memory_factor=MEMORY_FACTOR,
+        use_uuid_key=USE_UUID_KEY, nouse_uuid_key=NOUSE_UUID_KEY, inventory=SgpuInventory(),
+        booking_extras=metax_allocated, predicate_ns_key=PREDICATE_TIME_KEY,
+        sharing=QosSharing(topology_default=sgpu.topology_aware),
+        read_memory=read_memory, admission=AdmissionRules(pod_rule=admission_rule))
+
+
+def read_sgpu(value: object, where: str) -> SgpuConfig:
+    """The ``metax`` section's sGPU names and ``sgpuTopologyAware``, each else the chart's."""
+    section = config.section_map(value, where)
+    names = replace(DEFAULT_CONFIG.names, **{field: config.resource(section, key, where)
+                                            or getattr(DEFAULT_CONFIG.names, field) for field, key in _KEYS})
+    aware = config.boolean(section, "sgpuTopologyAware", where)
+    return SgpuConfig(names=names, topology_aware=bool(aware))
+
+
+def publish_sgpu(sgpu: SgpuConfig) -> object | None:
+    """The section back: what differs from the chart's (None when nothing does)."""
+    return config.names_document((*((key, value) for field, key in _KEYS
+                                     if (value := getattr(sgpu.names, field)) != getattr(DEFAULT_CONFIG.names, field)),
+                                  ("sgpuTopologyAware", True if sgpu.topology_aware else None)))
+
+
+SPEC = FamilySpec(name="metax-sgpu", label="Metax sGPU", section="metax", default=DEFAULT_CONFIG, read=read_sgpu,
+                  publish=publish_sgpu, build=lambda sgpu: (sgpu_family(sgpu),))
