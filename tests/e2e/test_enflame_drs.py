@@ -14,7 +14,7 @@ import json
 
 from hami_web.core import names
 
-from .controlplane import ControlPlane, gpu_container, pod_manifest
+from .controlplane import ControlPlane, gpu_container, pod_manifest, wait_until
 from .test_scheduling import A40, devices
 
 CAPACITY = ('{"devices":[{"index":"0","minor":"0","capacity":6},{"index":"1","minor":"1","capacity":6}],'
@@ -46,5 +46,6 @@ def test_a_drs_pod_gets_one_partition_of_its_profile(control_plane: ControlPlane
     assert json.loads(annotations["assigned-containers"]) == {
         "infer": {"allocated": False, "request": 3, "profileID": "2", "profileName": "3g.36gb"}}
     assert names.POD_DEVICES_ALLOCATED not in annotations
-    node_annotations = control_plane.core.read_node(drs).metadata.annotations or {}
-    assert not any(key.endswith(".lock") for key in node_annotations)  # hami-web's bind lock, removed once bound
+    # hami-web's bind lock is removed once bound: by the call after the Binding, so the pod may show bound first.
+    wait_until(lambda: not any(key.endswith(".lock") for key in control_plane.core.read_node(drs).metadata.annotations
+                               or {}), timeout_seconds=10.0, what=f"{drs}'s bind lock removed")
