@@ -18,7 +18,7 @@ from typing import Any
 from hami_web.core.limits import MAX_GPUS_PER_CONTAINER, MAX_QUANTITY, MAX_TASK_CORES
 from hami_web.core.options import NODE_POLICIES, OptionsError, parse_gpu_policy
 from hami_web.ops.capacity import PodShape, ShapeError, parse_label, parse_toleration
-from hami_web.settings.values import Whole, parse_bool, whole
+from hami_web.settings.values import Whole, choice, parse_bool, whole
 
 # Which memory a pod asks for: at most one of these, the others left at their defaults.
 MEMORY = "memory"
@@ -46,16 +46,6 @@ class ShapeField:
 
 def _text(text: str) -> str:
     return text.strip()
-
-
-def _one_of(options: tuple[str, ...]) -> Callable[[str], str]:
-    def parse(text: str) -> str:
-        value = text.strip()
-        if value not in options:
-            raise ValueError(f"must be one of {', '.join(options)}, got {value!r}")
-        return value
-
-    return parse
 
 
 def _gpu_policy(text: str) -> str:
@@ -105,7 +95,7 @@ SHAPE_FIELDS: tuple[ShapeField, ...] = (
                help="device types allowed (the family's use-type annotation, nvidia.com/use-gputype)"),
     ShapeField("numa_bind", "--numa-bind", "numa_bind", parse_bool, switch=True,
                help="all devices of the pod on one NUMA node"),
-    ShapeField("node_policy", "--node-policy", "node_policy", _one_of(NODE_POLICIES), metavar="POLICY",
+    ShapeField("node_policy", "--node-policy", "node_policy", choice(NODE_POLICIES), metavar="POLICY",
                help=f"the pod's hami.io/node-scheduler-policy: {' or '.join(NODE_POLICIES)} (default: the "
                     "server's)"),
     ShapeField("gpu_policy", "--gpu-policy", "gpu_policy", _gpu_policy, metavar="POLICY",

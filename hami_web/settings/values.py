@@ -148,10 +148,11 @@ def duration_or_off(text: str) -> float:
 
 
 def choice(options: Sequence[str]) -> Callable[[str], str]:
+    """A parser of one of ``options`` (a flag's, a tool's shape field's), naming them when the text is none."""
     def parse(text: str) -> str:
         value = text.strip()
         if value not in options:
-            raise ValueError(f"{text!r} is not one of {', '.join(options)}")
+            raise ValueError(f"must be one of {', '.join(options)}, got {value!r}")
         return value
 
     return parse

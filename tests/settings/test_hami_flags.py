@@ -79,7 +79,7 @@ def test_hami_flags_parse(argv: list[str], field: str, value: object) -> None:
                  id="burst-not-int"),
     pytest.param(["--kube-timeout", "0"], "invalid value for --kube-timeout: must be greater than zero",
                  id="zero-timeout"),
-    pytest.param(["--log-format", "xml"], "invalid value for --log-format: 'xml' is not one of text, json",
+    pytest.param(["--log-format", "xml"], "invalid value for --log-format: must be one of text, json, got 'xml'",
                  id="log-format"),
     pytest.param(["--gpu-scheduler-policy", "binpack,best"], 'invalid value for --gpu-scheduler-policy: unknown '
                  'policy key "best" in "binpack,best" (expected a comma-separated list of binpack, spread, numa, '
