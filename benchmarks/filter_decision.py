@@ -152,6 +152,8 @@ def family_node(family: str, number: int) -> dict[str, Any]:
         capacity[spec.inventory.resource] = str(spec.inventory.units_per_device * GPUS_PER_NODE)
         if spec.inventory.memory_resource:
             capacity[spec.inventory.memory_resource] = str(96 * GPUS_PER_NODE)
+    if spec.resources.cores and not spec.register_key and not isinstance(spec.inventory, CapacityInventory):
+        capacity[spec.resources.cores] = str(2 * GPUS_PER_NODE)  # AWS Neuron: two cores a device
     status: dict[str, Any] = {"capacity": capacity, "allocatable": capacity}
     if spec.register_key:  # two dies a card for a family that groups them (Vastai's die mode)
         # A family shared in slices (Kunlunxin vXPU) has cards of its whole slice, which a count-only ask books.
@@ -171,7 +173,9 @@ def family_node(family: str, number: int) -> dict[str, Any]:
         annotations = {DRS_CAPACITY_KEY: json.dumps({
             "devices": [{"index": str(index), "minor": str(index), "capacity": 6} for index in range(GPUS_PER_NODE)],
             "profiles": {"1g.12gb": "0", "2g.24gb": "1", "4g.48gb": "2", "6g.72gb": "3"}})}
-    return {"metadata": {"name": name, "annotations": annotations}, "status": status}
+    # Two instance types: ranges from any start (inf2) or aligned (trn1), for a family that reads it (AWS Neuron).
+    labels = {"node.kubernetes.io/instance-type": "inf2.48xlarge" if number % 2 else "trn1.32xlarge"}
+    return {"metadata": {"name": name, "annotations": annotations, "labels": labels}, "status": status}
 
 
 def generate_family_cluster(size: int, rng: random.Random, family: str

@@ -474,7 +474,8 @@ def test_webhook_only_receives_pods_asking_for_device_resources() -> None:
     assert "startsWith" not in re.sub(r"\.exists\(p, r\.startsWith\(p\)\)", "", expression)
     # ... holding exactly the domains of every family's resources (Iluvatar's too: --enable-iluvatar needs them).
     domains = {name.split("/", 1)[0] + "/" for name in ALL_FAMILIES.managed_resources()}
-    assert sorted(prefixes) == sorted(domains) == ["amd.com/", "birentech.com/", "cambricon.com/", "enflame.com/",
+    assert sorted(prefixes) == sorted(domains) == ["amd.com/", "aws.amazon.com/", "birentech.com/",
+                                                   "cambricon.com/", "enflame.com/",
                                                    "huawei.com/",
                                                    "hygon.com/", "iluvatar.ai/", "kunlunxin.com/", "metax-tech.com/",
                                                    "mthreads.com/",

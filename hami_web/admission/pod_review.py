@@ -269,8 +269,9 @@ def _mutate_for_family(container: dict[str, Any], name: str, family: Family, ann
     # A count given, even 0, makes the container the family's (HAMi v2.10's MutateAdmission of every family): the pod
     # is routed to us with the family's additions, and /filter and /bind pass it through. HAMi's AMD routes memory or
     # cores in limits too, adding no count.
+    given = asked if rules.count_in_requests else limits
     uses = count is not None or (rules.route_without_count
-                                 and any(r in limits for r in names.managed() if r != names.count))
+                                 and any(r in given for r in names.managed() if r != names.count))
     if rules.positive_count and count is not None and count <= 0:
         raise FamilyRefusal(f"container {name}: {names.count} must be greater than 0")
     if rules.priority_env and names.priority and names.priority in limits:
@@ -278,10 +279,15 @@ def _mutate_for_family(container: dict[str, Any], name: str, family: Family, ann
         _set_env(container, rules.priority_env, str(asked[names.priority]))
     if not uses:
         return False
-    if rules.percent_cores and count is not None and names.cores in limits \
-            and not 1 <= asked[names.cores] <= MAX_CORES:
-        raise FamilyRefusal(f"container {name}: {names.cores} must be an integer percentage between 1 and 100")
-    if names.cores and (asked.get(names.cores) or 0) > MAX_CORES and not (rules.cores_per_count and (count or 0) > 1):
+    if family.core_booking is not None:
+        # A family that books cores its own way (AMD's percentage of compute units, AWS Neuron's cores) refuses the
+        # asks its device plugin cannot take, in HAMi's words, and clamps nothing.
+        try:
+            family.core_booking.ask(count or 0, asked.get(names.cores) if names.cores else None, names)
+        except ValueError as error:
+            raise FamilyRefusal(f"container {name}: {error}") from None
+    elif names.cores and (asked.get(names.cores) or 0) > MAX_CORES \
+            and not (rules.cores_per_count and (count or 0) > 1):
         # HAMi v2.10 clamps the cores to 100 in every family's Fit ("core limit can't exceed 100"); we write the
         # clamp into the spec so the pod says what it is given, and tell the owner.
         _set_quantity(container, names.cores, MAX_CORES)

@@ -194,10 +194,12 @@ def _book(chosen: list[int], devices: Sequence[Device], first: int, work: Workin
         units = _cores_on(request, device, cores)
         work[first + position] = (tasks + request.shares, memory_mib + booked[position], cores + units)
         written = grant_type(device) if grant_type else ""
+        own = request.core_booking is not None
         grants.append(DeviceGrant(uuid=device.uuid, memory_mib=booked[position], cores=units, vendor=request.family,
                                   soft_split=soft_split, type=written if written != request.family else "",
                                   shares=request.shares, partition=request.profile,
-                                  handle=capabilities.device_handle(device), tags=capabilities.grant_tags(request)))
+                                  handle=capabilities.device_handle(device), tags=capabilities.grant_tags(request),
+                                  asked_cores=request.cores if own else 0, device_cores=device.cores if own else 0))
         if quota is not None:
             quota.add(device.uuid, booked[position], units, request.init)
     return tuple(grants)

@@ -47,6 +47,11 @@ class DeviceGrant:
     handle: str = field(default="", compare=False)  # the partitioned device's handle (`DevicePartitions.handle`)
     # What the grant holds under its family's sharing rule (Metax sGPU's QoS, app class), from the pod's annotations.
     tags: tuple[str, ...] = field(default=(), compare=False)
+    # For a family booking cores its own way (`hami_web.core.families.family.CoreBooking`), known only to the server
+    # that placed it, as ``soft_split``: the cores the container asked per device (AWS Neuron: 0 = whole devices by
+    # count) and the cores the device has, which its ``booking_extras`` read (Neuron's core ids).
+    asked_cores: int = field(default=0, compare=False)
+    device_cores: int = field(default=0, compare=False)
 
 
 ContainerGrants = tuple[DeviceGrant, ...]

@@ -327,9 +327,9 @@ def _shared(block: list[ContainerRequest], rule: SharingRule, pod: Mapping[str, 
 
 
 def family_asks_devices(container: Mapping[str, Any], family: Family) -> int:
-    """How many devices one container asks of ``family`` (a partitioned family's ask is one device); `RequestError`
-    when unreadable."""
-    if family.partitioning is None:
+    """How many devices one container asks of ``family`` (a partitioned family's ask is one device; a family booking
+    cores its own way asks as many as its cores make: AWS Neuron's core asks); `RequestError` when unreadable."""
+    if family.partitioning is None and family.core_booking is None:
         return asked_gpu_count(container, count_resource=family.resources.count)
     return family_request(container, init=False, family=family).count
 

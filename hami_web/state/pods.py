@@ -184,6 +184,7 @@ def _check_grants_match_request(grants: PodGrants, containers: list[Mapping[str,
 
 
 def _asked(container: Mapping[str, Any], position: int, family: Family) -> int:
+    """The devices a container asks of ``family`` (`family_asks_devices`)."""
     try:
         return family_asks_devices(container, family)
     except RequestError as error:

@@ -194,6 +194,8 @@ GPU = {"nvidia.com/gpu": "1"}
                  id="other-vendor"),
     pytest.param(_pod("amd-limits", containers=[_container(limits={"amd.com/gpu": "1"})]), True,
                  id="amd-gpu-in-limits"),
+    pytest.param(_pod("neuron-requests", containers=[_container(requests_={"aws.amazon.com/neuroncore": "1"})]),
+                 True, id="neuron-core-in-requests"),
     pytest.param(_pod("dcu-limits", containers=[_container(limits={"hygon.com/dcunum": "1"})]), True,
                  id="hygon-dcu-in-limits"),
     pytest.param(_pod("dcumem-requests", containers=[_container(requests_={"hygon.com/dcumem": "4000"})]), True,

@@ -63,8 +63,8 @@ ILUVATAR_CHIPS = ("MR-V100", "MR-V50", "BI-V150", "BI-V100")
 
 
 # The families HAMi v2.10 registers unconditionally that hami-web schedules: on by default.
-ALWAYS_ON = ["AMD", "Biren", "DCU", "Enflame", "GCU", "MLU", "Metax-GPU", "Metax-SGPU", "Mthreads", "NVIDIA", "Vastai",
-             "XPU", "kunlun"]
+ALWAYS_ON = ["AMD", "AWSNeuron", "Biren", "DCU", "Enflame", "GCU", "MLU", "Metax-GPU", "Metax-SGPU", "Mthreads",
+             "NVIDIA", "Vastai", "XPU", "kunlun"]
 
 
 def test_the_default_catalog_holds_every_family_hami_does_not_gate() -> None:
@@ -78,9 +78,9 @@ def test_enabling_iluvatar_adds_its_four_chips_in_common_word_order() -> None:
 
 def test_the_catalog_lists_every_resource_and_three_locks() -> None:
     assert tuple(family.resources.count for family in DEFAULT_CATALOG) == (
-        "amd.com/gpu", "birentech.com/gpu", "hygon.com/dcunum", "enflame.com/drs-gcu", "enflame.com/gcu",
-        "cambricon.com/vmlu", "metax-tech.com/gpu", "metax-tech.com/sgpu", "mthreads.com/vgpu", "nvidia.com/gpu",
-        "vastaitech.com/va", "kunlunxin.com/vxpu", "kunlunxin.com/xpu")
+        "amd.com/gpu", "aws.amazon.com/neuron", "birentech.com/gpu", "hygon.com/dcunum", "enflame.com/drs-gcu",
+        "enflame.com/gcu", "cambricon.com/vmlu", "metax-tech.com/gpu", "metax-tech.com/sgpu", "mthreads.com/vgpu",
+        "nvidia.com/gpu", "vastaitech.com/va", "kunlunxin.com/vxpu", "kunlunxin.com/xpu")
     assert set(DEFAULT_CATALOG.managed_resources()) == {
         "birentech.com/gpu", "enflame.com/gcu", "metax-tech.com/gpu", "mthreads.com/vgpu", "mthreads.com/sgpu-memory",
         "mthreads.com/sgpu-core", "vastaitech.com/va",
@@ -89,7 +89,8 @@ def test_the_catalog_lists_every_resource_and_three_locks() -> None:
         "nvidia.com/gpumem-percentage", "nvidia.com/gpucores", "nvidia.com/priority", "kunlunxin.com/xpu",
         "kunlunxin.com/vxpu", "kunlunxin.com/vxpu-memory", "amd.com/gpu", "amd.com/gpumem", "amd.com/gpucores",
         "enflame.com/drs-gcu", "enflame.com/gcu-memory", "enflame.com/gcu-core", "metax-tech.com/sgpu",
-        "metax-tech.com/vmemory", "metax-tech.com/vcore"}
+        "metax-tech.com/vmemory", "metax-tech.com/vcore",
+        "aws.amazon.com/neuron", "aws.amazon.com/neuroncore"}
     # Enflame GCU, Metax GPU and whole Kunlunxin XPUs have no HAMi lock: their binds take hami-web's own.
     assert FULL_CATALOG.lock_keys() == ("cambricon.com/dsmlu.lock", "hami-web.io/bind.lock", NODE_LOCK)
     assert NODE_LOCK == "hami.io/mutex.lock"

@@ -19,10 +19,10 @@ from hami_web.server.listeners import LISTENER_ENVIRON_KEY
 
 from .conftest import PENDING_POD, DemoCluster
 
-DEMO_GPUS = 72  # 4 + 4 A40, 8 A100, 2 MIG A100, 2 T4, 2 Hygon DCUs, 4 Cambricon MLUs, 8 Ascend 910B3 NPUs,
+DEMO_GPUS = 78  # 4 + 4 A40, 8 A100, 2 MIG A100, 2 T4, 2 Hygon DCUs, 4 Cambricon MLUs, 8 Ascend 910B3 NPUs,
 # 2 Biren cards, 4 Enflame GCUs, 2 Enflame DRS GCUs, 4 Metax GPUs, 2 Metax sGPU cards, 2 Moore Threads GPUs, 4 Vastai
-# dies, 8 whole XPUs, 8 vXPU cards, 2 AMD GPUs
-DEMO_NODES = 18
+# dies, 8 whole XPUs, 8 vXPU cards, 2 AMD GPUs, 6 AWS Neuron devices
+DEMO_NODES = 19
 
 
 @pytest.fixture
@@ -53,13 +53,15 @@ def test_overview_sorts_by_fullness_of_the_chosen_metric(client: FlaskClient) ->
         assert fills == sorted(fills, reverse=True)
         for cell in (gpu for node in nodes for gpu in node["gpus"]):
             used, total = (("memory_booked_mib", "memory_mib") if metric == "memory" else ("cores_booked", "cores"))
-            assert cell["fill"] == pytest.approx(cell[used] / cell[total], abs=1e-4)
+            # A device without memory (AWS Neuron) is never full of it.
+            assert cell["fill"] == pytest.approx(cell[used] / cell[total] if cell[total] else 0.0, abs=1e-4)
 
 
 def test_overview_pages_by_node_and_keeps_the_totals(client: FlaskClient) -> None:
-    first = _get(client, "/ui/api/overview?sort=name&per_page=9")
-    second = _get(client, "/ui/api/overview?sort=name&per_page=9&page=2")
-    assert first["paging"] == {"page": 1, "pages": 2, "per_page": 9, "total": DEMO_NODES}
+    per_page = -(-DEMO_NODES // 2)  # two pages, whatever the demo holds
+    first = _get(client, f"/ui/api/overview?sort=name&per_page={per_page}")
+    second = _get(client, f"/ui/api/overview?sort=name&per_page={per_page}&page=2")
+    assert first["paging"] == {"page": 1, "pages": 2, "per_page": per_page, "total": DEMO_NODES}
     names = [node["name"] for node in first["nodes"] + second["nodes"]]
     assert names == sorted(names) and len(names) == DEMO_NODES
     assert first["totals"] == second["totals"]
@@ -74,7 +76,8 @@ def test_overview_filters_by_gpu_type(client: FlaskClient) -> None:
 def test_overview_draws_a_free_memory_histogram_per_gpu_type(client: FlaskClient) -> None:
     histograms = _get(client, "/ui/api/overview")["histograms"]
     assert [(h["family"], h["type"]) for h in histograms] == [
-        ("AMD", "AMD_Instinct_MI300X"), ("Ascend910B3", "Ascend910B3"), ("Biren", "Biren"),
+        ("AMD", "AMD_Instinct_MI300X"), ("AWSNeuron", "AWSNeuron"), ("Ascend910B3", "Ascend910B3"),
+        ("Biren", "Biren"),
         ("DCU", "DCU-BW100"), ("Enflame", "Enflame"), ("GCU", "GCU"), ("MLU", "MLU370-X4"),
         ("Metax-GPU", "Metax-GPU"), ("Metax-SGPU", "Metax-SGPU"), ("Mthreads", "Mthreads"),
         ("NVIDIA", "NVIDIA-NVIDIA A100-SXM4-40GB"), ("NVIDIA", "NVIDIA-NVIDIA A100-SXM4-80GB"),
@@ -135,7 +138,8 @@ def test_whatif_without_a_shape_only_offers_the_form(client: FlaskClient) -> Non
     ascend = [{"cw": cw, "label": f"Ascend {chip}"} for cw, chip in (
         ("Ascend310P", "310P3"), ("Ascend910A", "910A"), ("Ascend910B2", "910B2"), ("Ascend910B3", "910B3"),
         ("Ascend910B4", "910B4"), ("Ascend910B4-1", "910B4-1"), ("Ascend910C", "Ascend910"))]
-    assert answer["families"] == [{"cw": "AMD", "label": "AMD GPU"}, *ascend,
+    assert answer["families"] == [{"cw": "AMD", "label": "AMD GPU"}, {"cw": "AWSNeuron", "label": "AWS Neuron"},
+                                  *ascend,
                                   {"cw": "Biren", "label": "Biren GPU"}, {"cw": "DCU", "label": "Hygon DCU"},
                                   {"cw": "Enflame", "label": "Enflame DRS"},
                                   {"cw": "GCU", "label": "Enflame GCU"}, {"cw": "MLU", "label": "Cambricon MLU"},
@@ -177,13 +181,13 @@ def test_every_cell_carries_its_family_and_the_dcu_node_shows_its_dcus(client: F
     assert held == [{"pod": "ml/dcu-inference", "container": "server", "memory_mib": 16384, "cores": 50}]
     assert {cell["family"] for name, node in nodes.items()
             if name not in ("dcu-1", "mlu-1", "npu-1", "biren-1", "gcu-1", "drs-1", "metax-1", "sgpu-1", "mthreads-1",
-                            "vastai-1", "xpu-1", "vxpu-1", "amd-1")
+                            "vastai-1", "xpu-1", "vxpu-1", "amd-1", "neuron-1")
             for cell in node["gpus"]} == {"NVIDIA"}
     families = overview["totals"]["families"]
     assert (families["DCU"]["nodes"], families["DCU"]["gpus"], families["DCU"]["pods"]) == (1, 2, 1)
     assert sum(families[cw]["gpus"] for cw in ("DCU", "MLU", "NVIDIA", "Ascend910B3", "Biren", "GCU", "Enflame",
                                                  "Metax-GPU", "Metax-SGPU", "Mthreads", "Vastai", "XPU", "kunlun",
-                                                 "AMD")) \
+                                                 "AMD", "AWSNeuron")) \
         == DEMO_GPUS
     assert overview["families"] == [family.cw for family in demo.runtime.settings.devices]
     assert {"DCU", "MLU", "Ascend910B3"} <= set(overview["families"])

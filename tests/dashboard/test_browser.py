@@ -30,9 +30,9 @@ SCREENSHOTS = Path(__file__).resolve().parents[2] / "test-artifacts" / "screensh
 DEMO_START_SECONDS = 90.0
 PAGE_WAIT_SECONDS = 10.0
 # 20 NVIDIA GPUs (2 in MIG mode), 2 Hygon DCUs, 4 Cambricon MLUs, 8 Ascend NPUs, 2 Biren, 4 GCU, 2 DRS GCUs,
-# 4 Metax, 2 Metax sGPU cards, 2 Mthreads, 4 Vastai, 8 whole XPUs, 8 vXPU cards, 2 AMD GPUs
-DEMO_GPUS = 72
-DEMO_NODES = 18
+# 4 Metax, 2 Metax sGPU cards, 2 Mthreads, 4 Vastai, 8 whole XPUs, 8 vXPU cards, 2 AMD GPUs, 6 AWS Neuron devices
+DEMO_GPUS = 78
+DEMO_NODES = 19
 
 _missing = [path for path in (CHROMIUM, CHROMEDRIVER) if not (os.path.isfile(path) and os.access(path, os.X_OK))]
 if _missing:
@@ -126,8 +126,8 @@ def test_overview_draws_a_cell_per_gpu_and_hover_shows_its_pods(browser: webdriv
     assert "selected" in (busiest.get_attribute("class") or "")
     # One histogram of 10 bars per device type: A100 (40 and 80 GB), A40, T4, DCU-BW100, MLU370-X4, Ascend910B3, Biren,
     # GCU, Enflame (DRS GCUs), Metax-GPU, Metax-SGPU, Mthreads, Vastai, XPU-P800 (vXPU cards), kunlun (whole XPUs),
-    # AMD_Instinct_MI300X.
-    assert len(browser.find_elements(By.CSS_SELECTOR, ".histogram svg rect.bar")) == 17 * 10
+    # AMD_Instinct_MI300X, AWSNeuron.
+    assert len(browser.find_elements(By.CSS_SELECTOR, ".histogram svg rect.bar")) == 18 * 10
     _screenshot(browser, "overview")
 
 

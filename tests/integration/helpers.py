@@ -11,6 +11,7 @@ and readers of what ended up in the API server.
 from __future__ import annotations
 
 import json
+import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -414,3 +415,52 @@ def patch_pod_status(apiserver: LocalCluster, name: str, status: dict[str, Any],
                               data=json.dumps({"status": status}), timeout=5,
                               headers={"Content-Type": "application/merge-patch+json"})
     assert response.status_code == 200, response.text
+
+
+def http_scheduler(server_url: str, apiserver: LocalCluster, nodes: Sequence[str], *,
+                   release: bool = False) -> Callable[[dict[str, Any]], str]:
+    """What kube-scheduler does for one pod, over HTTP against a threaded server, safe to call from many threads (a
+    session and a client per thread): ``/filter`` on ``nodes``, then ``/bind`` retried while the node is locked; the
+    node bound to, "" when no node fits. ``release``: the device plugin removes HAMi's lock once bound."""
+    local = threading.local()
+
+    def schedule(pod: dict[str, Any]) -> str:
+        if not hasattr(local, "session"):
+            local.session, local.kube = requests.Session(), Kube.for_url(apiserver.url)
+        name = pod["metadata"]["name"]
+        answer = local.session.post(f"{server_url}/filter", json={"Pod": pod, "NodeNames": list(nodes)},
+                                    timeout=30).json()
+        assert answer["Error"] == "", answer
+        if not answer["NodeNames"]:
+            return ""
+        [node] = answer["NodeNames"]
+        for _ in range(400):
+            bound = local.session.post(f"{server_url}/bind", json={
+                "PodName": name, "PodNamespace": "default", "PodUID": pod["metadata"]["uid"], "Node": node},
+                timeout=30).json()
+            if bound["Error"] == "":
+                if release:
+                    release_lock(local.kube, name, node)
+                return str(node)
+            assert "is locked by" in bound["Error"] or "lock still contended" in bound["Error"], bound
+            time.sleep(0.002)
+        raise AssertionError(f"{name} never bound to {node}")
+
+    return schedule
+
+
+def bind_at_once(schedulers: Sequence[Scheduler], node: str) -> dict[int, dict[str, Any]]:
+    """Bind pod ``p<i>`` through ``schedulers[i]`` onto ``node``, all binds started together; each answer by ``i``."""
+    answers: dict[int, dict[str, Any]] = {}
+    start = threading.Barrier(len(schedulers))
+
+    def bind(index: int) -> None:
+        start.wait()
+        answers[index] = schedulers[index].bind(f"p{index}", node)
+
+    threads = [threading.Thread(target=bind, args=(index,)) for index in range(len(schedulers))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=30)
+    return answers

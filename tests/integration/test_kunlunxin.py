@@ -14,19 +14,15 @@ from __future__ import annotations
 
 import base64
 import json
-import threading
-import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-import requests
 from prometheus_client.parser import text_string_to_metric_families
 
 from hami_web.core import names
 from hami_web.core.devices import Device, encode_register_json
 from hami_web.core.grants import decode_pod_devices
 from hami_web.core.nodelocks import BIND_LOCK
-from hami_web.kube import Kube
 from hami_web.localcluster import LocalCluster
 from hami_web.server.runtime import Runtime
 
@@ -37,6 +33,7 @@ from .helpers import (
     container,
     device_node,
     gpu_pod,
+    http_scheduler,
     release_lock,
     usage_by_gpu,
     wait_for,
@@ -148,28 +145,7 @@ def test_concurrent_filters_never_mix_vxpu_sizes_on_a_card(apiserver: LocalClust
     apiserver.load([vxpu_node("v0", 4), vxpu_node("v1", 4)])
     apiserver.load([gpu_pod(f"job-{n:02d}", vxpu_limits(1, 24576 if n % 2 else 49152)) for n in range(40)])
     runtime.sync.sync_now()
-    local = threading.local()
-
-    def schedule(pod: dict[str, Any]) -> str:
-        if not hasattr(local, "session"):
-            local.session, local.kube = requests.Session(), Kube.for_url(apiserver.url)
-        name = pod["metadata"]["name"]
-        answer = local.session.post(f"{server_url}/filter", json={"Pod": pod, "NodeNames": ["v0", "v1"]},
-                                    timeout=30).json()
-        assert answer["Error"] == "", answer
-        if not answer["NodeNames"]:
-            return ""
-        [node] = answer["NodeNames"]
-        for _ in range(400):
-            bound = local.session.post(f"{server_url}/bind", json={
-                "PodName": name, "PodNamespace": "default", "PodUID": pod["metadata"]["uid"], "Node": node},
-                timeout=30).json()
-            if bound["Error"] == "":
-                release_lock(local.kube, name, node)
-                return str(node)
-            assert "is locked by" in bound["Error"] or "lock still contended" in bound["Error"], bound
-            time.sleep(0.002)
-        raise AssertionError(f"{name} never bound to {node}")
+    schedule = http_scheduler(server_url, apiserver, ["v0", "v1"], release=True)
 
     with ThreadPoolExecutor(max_workers=8) as pool:
         placed = [node for node in pool.map(schedule, apiserver.list("pods", "default")) if node]

@@ -10,7 +10,6 @@ gone from the node afterwards.
 
 from __future__ import annotations
 
-import threading
 from typing import Any
 
 import pytest
@@ -19,7 +18,7 @@ from hami_web.core.devices import Device, encode_register_json
 from hami_web.core.nodelocks import BIND_LOCK
 from hami_web.localcluster import LocalCluster
 
-from .helpers import RuntimeFactory, Scheduler, annotations_of, container, gpu_pod, release_lock
+from .helpers import RuntimeFactory, Scheduler, annotations_of, bind_at_once, container, gpu_pod, release_lock
 
 VASTAI_NODE = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "va", "annotations": {
     "hami.io/node-va-register": encode_register_json([
@@ -51,18 +50,7 @@ def test_two_servers_racing_for_the_last_device_book_it_once(
     for index, scheduler in enumerate(schedulers):  # each places its pod before either binds
         answer = scheduler.filter(f"p{index}", [name])
         assert answer["NodeNames"] == [name], answer
-    answers: dict[int, dict[str, Any]] = {}
-    start = threading.Barrier(2)
-
-    def bind(index: int) -> None:
-        start.wait()
-        answers[index] = schedulers[index].bind(f"p{index}", name)
-
-    threads = [threading.Thread(target=bind, args=(index,)) for index in range(2)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(timeout=30)
+    answers = bind_at_once(schedulers, name)
     assert sorted(answer["Error"] == "" for answer in answers.values()) == [False, True], answers
     holders = [pod for pod in ("p0", "p1") if annotations_of(apiserver, "pods", pod).get(allocated_key)
                and annotations_of(apiserver, "pods", pod).get("hami.io/bind-phase") != "failed"]

@@ -136,8 +136,8 @@ def test_explain_agrees_with_the_running_filter() -> None:
 def test_a_pod_without_gpus_is_not_ours(run: Run) -> None:
     data = json.loads(run("explain", "default/web", "-o", "json").out)
     assert (data["verdict"], data["message"]) == (
-        "no-gpu", "this pod does not ask for a device of an enabled family (AMD, Biren, DCU, Enflame, GCU, MLU, "
-                  "Metax-GPU, Metax-SGPU, Mthreads, NVIDIA, Vastai, XPU, kunlun); "
+        "no-gpu", "this pod does not ask for a device of an enabled family (AMD, AWSNeuron, Biren, DCU, Enflame, GCU, "
+                  "MLU, Metax-GPU, Metax-SGPU, Mthreads, NVIDIA, Vastai, XPU, kunlun); "
                   "hami-web does not "
                   "schedule it")
 

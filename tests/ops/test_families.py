@@ -139,8 +139,8 @@ def test_explain_a_dcu_pod_that_fits_nowhere_names_the_family_on_a_node_of_sever
 def test_an_iluvatar_pod_is_ours_only_with_iluvatar_enabled(run: Run, families: LocalCluster) -> None:
     disabled = _json(run, families, "explain", "ml/iluvatar-small")
     assert (disabled["verdict"], disabled["message"]) == (
-        "no-gpu", "this pod does not ask for a device of an enabled family (AMD, Biren, DCU, Enflame, GCU, MLU, "
-                  "Metax-GPU, Metax-SGPU, Mthreads, NVIDIA, Vastai, XPU, kunlun); "
+        "no-gpu", "this pod does not ask for a device of an enabled family (AMD, AWSNeuron, Biren, DCU, Enflame, GCU, "
+                  "MLU, Metax-GPU, Metax-SGPU, Mthreads, NVIDIA, Vastai, XPU, kunlun); "
                   "hami-web does not "
                   "schedule it")
     enabled = _json(run, families, "explain", "ml/iluvatar-small", "--enable-iluvatar")
@@ -173,9 +173,8 @@ def test_capacity_of_dcus_counts_whole_cards_by_default(run: Run, families: Loca
 
 @pytest.mark.parametrize(("argv", "message"), [
     (["--family", "MR-V100"],
-     "error: family 'MR-V100' is not enabled (enabled: AMD, Biren, DCU, Enflame, GCU, MLU, Metax-GPU, Metax-SGPU, "
-     "Mthreads, NVIDIA, Vastai, "
-     "XPU, kunlun)"),
+     "error: family 'MR-V100' is not enabled (enabled: AMD, AWSNeuron, Biren, DCU, Enflame, GCU, MLU, Metax-GPU, "
+     "Metax-SGPU, Mthreads, NVIDIA, Vastai, XPU, kunlun)"),
     (["--family", "DCU", "--gpumem-percentage", "50"], "error: Hygon DCU (DCU) has no memory percentage"),
     (["--family", "DCU", "--numa-bind"], "error: Hygon DCU (DCU) has no NUMA binding"),
     (["--family", "MR-V100", "--enable-iluvatar", "--type", "x"],

@@ -32,9 +32,9 @@ def _file(tmp_path: Path, text: str) -> str:
 
 def test_hami_chart_payload_is_accepted_unchanged(tmp_path: Path) -> None:
     settings = _settings("--device-config-file", _file(tmp_path, HAMI_CHART_CONFIG), "--enable-iluvatar")
-    assert [family.cw for family in settings.devices] == ["AMD", "BI-V100", "BI-V150", "Biren", "DCU", "Enflame",
-                                                          "GCU", "MLU", "MR-V100", "MR-V50", "Metax-GPU", "Metax-SGPU",
-                                                          "Mthreads", "NVIDIA", "Vastai", "XPU", "kunlun"]
+    assert [family.cw for family in settings.devices] == ["AMD", "AWSNeuron", "BI-V100", "BI-V150", "Biren", "DCU",
+                                                          "Enflame", "GCU", "MLU", "MR-V100", "MR-V50", "Metax-GPU",
+                                                          "Metax-SGPU", "Mthreads", "NVIDIA", "Vastai", "XPU", "kunlun"]
     assert settings.devices["Enflame"].resources.count == "enflame.com/drs-gcu"  # the chart's resourceNameDRSGCU
     assert settings.devices["NVIDIA"].resources.count == "nvidia.com/gpu"
     assert settings.devices["DCU"].resources.memory == "hygon.com/dcumem"
@@ -44,7 +44,7 @@ def test_hami_chart_payload_is_accepted_unchanged(tmp_path: Path) -> None:
 
 def test_without_enable_iluvatar_the_iluvatars_section_is_read_but_not_enabled(tmp_path: Path) -> None:
     settings = _settings("--device-config-file", _file(tmp_path, HAMI_CHART_CONFIG))
-    assert [family.cw for family in settings.devices] == ["AMD", "Biren", "DCU", "Enflame", "GCU", "MLU",
+    assert [family.cw for family in settings.devices] == ["AMD", "AWSNeuron", "Biren", "DCU", "Enflame", "GCU", "MLU",
                                                           "Metax-GPU", "Metax-SGPU", "Mthreads", "NVIDIA", "Vastai",
                                                           "XPU", "kunlun"]
 

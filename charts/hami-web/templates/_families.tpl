@@ -3,7 +3,7 @@ The device families hami-web schedules, as data: each family's resource names (f
 names them by), whether the server schedules it by default or behind a flag. Everything per family is made from
 this one list: kube-scheduler's managedResources, the webhook's matchConditions (the domains of these names) and
 the server's --enable-* flags. A new family is one entry here (and its values). Enflame GCU's, Metax GPU's, Moore
-Threads' and AMD's names are fixed, as HAMi's chart writes them into its device ConfigMap without a value.
+Threads', AMD's and AWS Neuron's names are fixed, as HAMi's chart writes them into its device ConfigMap without a value.
 
 Every family's resources are listed whether or not the family is enabled, as k8s/ always did: without the flag
 the webhook routes no such pod to hami-scheduler, so the entries cost nothing, and with it they are required (no
@@ -88,6 +88,12 @@ node has iluvatar.ai/<chip>.vMem or huawei.com/<chip>-memory in its allocatable)
     - "amd.com/gpu"
     - "amd.com/gpumem"
     - "amd.com/gpucores"
+- name: awsneuron
+  enabled: true
+  flag: ""
+  resources:
+    - "aws.amazon.com/neuron"
+    - "aws.amazon.com/neuroncore"
 - name: iluvatar
   enabled: {{ .Values.devices.iluvatar.enabled }}
   flag: --enable-iluvatar

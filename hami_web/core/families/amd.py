@@ -72,7 +72,7 @@ def amd_family(resources: ResourceNames = DEFAULT_RESOURCES) -> Family:
         nouse_type_key="amd.com/nouse-gputype",
         use_uuid_key="amd.com/use-gpu-uuid",
         nouse_uuid_key="amd.com/nouse-gpu-uuid",
-        admission=AdmissionRules(route_without_count=True, percent_cores=True),
+        admission=AdmissionRules(route_without_count=True),
         core_booking=COMPUTE_UNITS,
         grant_type=product_type,
         any_type=True,

@@ -85,6 +85,14 @@ class CapacityInventory:
         return int(index) if infix and index.isdigit() and len(index) <= len(str(MAX_DEVICE_INDEX)) else None
 
 
+def capacity_of(node: Mapping[str, Any], resource: str, maximum: int) -> int:
+    """``status.capacity[resource]`` of ``node`` as a whole number in 0..``maximum`` (0 when absent);
+    `AnnotationError` naming the resource when it is not one."""
+    status = node.get("status")
+    capacity = status.get("capacity") if isinstance(status, Mapping) else None
+    return _capacity(capacity, resource, maximum) if isinstance(capacity, Mapping) else 0
+
+
 def _capacity(capacity: Mapping[str, Any], resource: str, maximum: int) -> int:
     value = capacity.get(resource)
     if value is None:

@@ -269,13 +269,16 @@ class AdmissionRules:
     - ``notice``: an admission warning for every pod given ``every_container_env`` (a setting passed on as written
       that the device plugin does not know);
     - ``positive_count``: a count of 0 or less is refused (HAMi's Mthreads: "must be greater than 0");
-    - ``route_without_count``: memory or cores in limits make the container the family's (routed to us) even without
-      a count, and no count is added (HAMi's AMD: such a container then asks no device);
-    - ``percent_cores``: with a count in limits, cores in limits outside 1..100 are refused (HAMi's AMD: "must be an
-      integer percentage between 1 and 100"), not clamped.
+    - ``route_without_count``: memory or cores (in limits, or requests too with ``count_in_requests``) make the
+      container the family's (routed to us) even without a count, and no count is added (HAMi's AMD: such a container
+      then asks no device; AWS Neuron: its cores are its devices).
+
     - ``any_resource_routes``: the count (in limits or requests), or the memory or the cores alone, make the container
       the family's, with no count added; each is copied to limits and requests where one lacks it; memory of 0 or
       less and cores outside (0, 100] are refused (HAMi's Enflame DRS, whose count is a partition's slices).
+
+    A family with a `CoreBooking` has its ``ask`` refuse what it cannot read (AMD: a percentage outside 1..100 beside
+    a count; AWS Neuron: a core count that is not 1 or even), in HAMi's words; its cores are never clamped to 100.
     """
 
     count_in_requests: bool = False
@@ -294,7 +297,6 @@ class AdmissionRules:
     notice: str = ""
     positive_count: bool = False
     route_without_count: bool = False
-    percent_cores: bool = False
     any_resource_routes: bool = False
     # A rule on the whole pod once its containers are read: from the pod's annotations and each container's count of
     # the family, the annotations to add and a refusal ("" none) in HAMi's words (Metax sGPU's QoS and app class).

@@ -21,6 +21,7 @@ from hami_web.core.families import (
     metax,
     metax_sgpu,
     mthreads,
+    neuron,
     nvidia,
     vastai,
 )
@@ -41,4 +42,5 @@ REGISTRY: tuple[FamilySpec[Any], ...] = (
     vastai.SPEC,
     kunlunxin.SPEC,
     amd.SPEC,
+    neuron.SPEC,
 )
