@@ -6,7 +6,6 @@ the pending pod (``ml/too-big``) and the bookings the pages show are the server'
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Iterator
 from dataclasses import dataclass
 from importlib import resources
@@ -19,7 +18,7 @@ from hami_web.kube import Kube
 from hami_web.localcluster import LocalCluster
 from hami_web.server.runtime import Runtime, build_runtime
 from hami_web.settings import Settings
-from tests.integration.helpers import SYNC_TIMEOUT_SECONDS, Scheduler, release_lock, sees_no_hami_lock, wait_for
+from tests.integration.helpers import DSMLU_LOCK, SYNC_TIMEOUT_SECONDS, Scheduler, busy_nodes, release_lock, wait_for
 
 PENDING_POD = "ml/too-big"
 
@@ -63,11 +62,12 @@ def play_demo(apiserver: LocalCluster, runtime: Runtime) -> dict[str, str]:
             continue
         bound = scheduler.bind(name, chosen[0], namespace)
         release_lock(runtime.kube, name, chosen[0], namespace=namespace)  # as the device plugin does
-        # The next pod is filtered on the cluster as the device plugin left it, as kube-scheduler's next cycle sees
-        # it: under load the lock's removal may still be on its way through the watch, and a node busy binding is
-        # tried last (two full-suite runs placed the MIG pods and the typo-policy pod otherwise).
-        wait_for(functools.partial(sees_no_hami_lock, runtime.cache, chosen[0]), timeout_seconds=10.0,
-                 what=f"the cache to see {chosen[0]}'s lock gone")
+        if DSMLU_LOCK in (apiserver.get("nodes", chosen[0])["metadata"].get("annotations") or {}):
+            runtime.kube.patch_node(chosen[0], {"metadata": {"annotations": {DSMLU_LOCK: None}}})  # Cambricon's plugin
+        # The next pod is filtered on the cluster as the device plugins left it, as kube-scheduler's next cycle sees
+        # it: under load the locks' removal may still be on its way through the watch, and a node busy binding is
+        # tried last, so a later pod would land elsewhere (full-suite runs placed the MIG pods otherwise).
+        wait_for(lambda: not busy_nodes(runtime.cache), timeout_seconds=10.0, what="the cache to see every lock gone")
         outcomes[f"{namespace}/{name}"] = bound["Error"] or chosen[0]
     return outcomes
 

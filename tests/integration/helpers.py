@@ -322,13 +322,6 @@ def busy_nodes(cache: ClusterCache) -> frozenset[str]:
         return cache._busy_nodes_locked("", "", "")
 
 
-def sees_no_hami_lock(cache: ClusterCache, node: str) -> bool:
-    """Whether the cache has seen ``node`` without HAMi's node lock (the device plugin's release reached it)."""
-    with cache._store.locked("read"):
-        seen = cache._store.seen_nodes.get(node)
-        return seen is None or not seen.lock
-
-
 def release_lock(kube: Kube, name: str, node: str, *, namespace: str = NAMESPACE, phase: str = "success") -> None:
     """What HAMi's device plugin does once it has set up the pod: node lock removed, bind-phase ``phase``.
 
