@@ -151,9 +151,9 @@ def _fixed_family(family: str, names: Sequence[str]) -> list[HamiFlag]:
     return [_none(name, why) for name in names]
 
 
-def _absent_family(family: str, names: Sequence[str], bools: Sequence[str] = ()) -> list[HamiFlag]:
-    why = f"hami-web schedules no {family} devices yet"
-    return [*(_none(name, why) for name in names), *(_none(name, why, go_bool, is_bool=True) for name in bools)]
+def _unused_names(what: str, names: Sequence[str]) -> list[HamiFlag]:
+    why = f"HAMi v2.10 reads these {what} names and schedules nothing with them; neither does hami-web"
+    return [_none(name, why) for name in names]
 
 
 _LOG_DESTINATION = "hami-web writes every log line to stderr in its own format (--log-format)"
@@ -188,8 +188,8 @@ HAMI_FLAGS: tuple[HamiFlag, ...] = (
     *_fixed_family("Enflame GCU", ("enflame-gcu-resource-name",)),
     *_family_names("enflame", ("enflame-drs-gcu-resource-name", "enflame-gcu-memory-resource-name",
                                "enflame-gcu-core-resource-name", "enflame-vgcu-resource-name")),
-    *_absent_family("Enflame legacy shared vGCU", ("enflame-vgcu-legacy-resource-name",
-                                                   "enflame-vgcu-percentage-resource-name")),
+    *_unused_names("Enflame legacy shared-vGCU", ("enflame-vgcu-legacy-resource-name",
+                                                  "enflame-vgcu-percentage-resource-name")),
     *_fixed_family("MetaX GPU", ("metax-name",)),
     *_family_names("metax", ("metax-vcount", "metax-vcore", "metax-vmemory")),
     _none("sgpu-topology-aware", "sgpuTopologyAware comes from --device-config-file's metax section (HAMi v2.10 "
