@@ -13,10 +13,12 @@ gets it.
 
 from __future__ import annotations
 
+import heapq
 import json
-from collections.abc import Collection, Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from operator import add, attrgetter
+from itertools import compress
+from operator import attrgetter
 
 from hami_web.core.capabilities import group_score_bound
 from hami_web.core.fit import INVALID_REGISTER as INVALID_REGISTER  # re-exported: the reasons' vocabulary
@@ -157,25 +159,35 @@ def _fit_or_reason(ask: _Ask, view: NodeView) -> PodFit | str:
     return summary
 
 
-def rank_nodes(views: Sequence[NodeView], policy: str, busy: Collection[str] = (),
-               terms: Mapping[str, float] | None = None) -> list[NodeView]:
+def rank_nodes(views: Sequence[NodeView], policy: str, busy: Collection[str] = ()) -> list[NodeView]:
     """Binpack: highest score first (fill nodes up); spread: lowest first; ties by node name ascending.
 
-    Nodes named in ``busy`` come after all the others, in the same order among themselves. ``terms``, when given, adds
-    to each view's score the term of its node-score annotations (a pod's families' terms: `_with_family_terms`).
+    Nodes named in ``busy`` come after all the others, in the same order among themselves.
     """
     # Two stable sorts with C-level keys: by name, then by score (reverse keeps equal scores in name order).
     ranked = sorted(views, key=_BY_NAME)
-    if terms is None:
-        ranked.sort(key=_BY_SCORE, reverse=policy != SPREAD)
-    else:
-        totals = list(map(add, map(_BY_SCORE, ranked), map(terms.__getitem__, map(_ANNOTATIONS, ranked))))
-        order = sorted(range(len(ranked)), key=totals.__getitem__, reverse=policy != SPREAD)
-        ranked = list(map(ranked.__getitem__, order))
+    ranked.sort(key=_BY_SCORE, reverse=policy != SPREAD)
     return list(_busy_last(ranked, busy)) if busy else ranked
 
 
-def _busy_last(ranked: Sequence[NodeView], busy: Collection[str]) -> Iterator[NodeView]:
+def _with_terms(ranked: list[NodeView], terms: Mapping[str, float], policy: str) -> Iterator[NodeView]:
+    """``ranked`` (`rank_nodes`' order) re-ranked by score plus the term of each node's node-score annotations (a
+    pod's families' terms: `_with_family_terms`), ties by name, lazily: the nodes of one annotation set keep their
+    order, so the sets' runs (picked out at C level as they are consumed) are merged, and a filter that stops at the
+    first node that fits looks no further than that."""
+    sign = 1.0 if policy == SPREAD else -1.0
+    return (view for _, _, view in heapq.merge(*(
+        _keyed(compress(ranked, map(text.__eq__, map(_ANNOTATIONS, ranked))), term, sign)
+        for text, term in terms.items())))
+
+
+def _keyed(run: Iterable[NodeView], term: float, sign: float) -> Iterator[tuple[float, str, NodeView]]:
+    """A run of nodes as merge keys: the signed total (binpack: highest first), then the name."""
+    for view in run:
+        yield sign * (view.score + term), view.inventory.name, view
+
+
+def _busy_last(ranked: Iterable[NodeView], busy: Collection[str]) -> Iterator[NodeView]:
     """``ranked`` with the busy nodes moved behind the others, lazily: a filter that stops at the first free node
     that fits looks no further (a sort by busyness would touch every candidate of a 5,000-node cluster)."""
     if not busy:
@@ -228,7 +240,8 @@ def _choose(ask: _Ask, known: list[NodeView], reasons: dict[str, str], candidate
         ranked = _busy_last(rank_nodes(known, options.node_policy), busy)
         return _choose_with_group_score(ask, ranked, reasons, candidates, busy, reach)
     terms, same_term = _with_family_terms(request, known, options.node_policy)
-    ranked = _busy_last(rank_nodes(known, options.node_policy, terms=terms), busy)
+    plain = rank_nodes(known, options.node_policy)
+    ranked = _busy_last(plain if terms is None else _with_terms(plain, terms, options.node_policy), busy)
     skipped: list[NodeView] = []
     for view in ranked:
         if not may_fit(request, view, options):
@@ -298,14 +311,16 @@ def _choose_with_group_score(ask: _Ask, ranked: Iterator[NodeView], reasons: dic
     way).
 
     Nodes are tried in rank order and the best total wins (ties: the earlier node); the search stops once no later
-    node could beat it, because a node's term is at most ``reach``. Busy nodes are only tried when no free node fits.
+    node could beat it, because a node's term is at most ``reach`` (under spread, only the groupings that lower a total
+    count: Vastai's card share adds to it under both policies). Busy nodes are only tried when no free node fits.
     """
     spread = ask.options.node_policy == SPREAD
+    gain = ask.request.spread_gain_reach  # under spread a node's total is at least its score less this
     best: tuple[float, NodeView, PodFit] | None = None
     skipped: list[NodeView] = []
     for view in ranked:
         if best is not None:
-            bound = view.score - reach if spread else view.score + reach
+            bound = view.score - gain if spread else view.score + reach
             if (bound >= best[0] if spread else bound <= best[0]) or (view.name in busy and best[1].name not in busy):
                 break
             # This node's own groups may hold less than the whole term: no fit when even that cannot win.

@@ -36,6 +36,13 @@ class Grouping(Protocol):
     def scored(self) -> bool: ...
 
     @property
+    def spread_gain(self) -> bool:
+        """Whether the term can rank a node better than its score under spread (HCCS: the filter subtracts it); False
+        when it only adds to the total under both policies (Vastai's card share), so a spread search can stop at a
+        node whose score alone is no better than the best total found."""
+        ...
+
+    @property
     def weight(self) -> int:
         """The most one container's term can be (the filter stops looking once no node can beat the best by more)."""
         ...
@@ -79,6 +86,7 @@ class NetworkGroups:
 
     scored: bool = True
     weight: int = GROUP_SCORE_WEIGHT
+    spread_gain: bool = True
 
     def applies(self, devices: Sequence[Device]) -> bool:
         """Every device reports its group."""
@@ -117,6 +125,7 @@ class ModulePairs:
 
     scored: bool = False
     weight: int = 0
+    spread_gain: bool = False
 
     def applies(self, devices: Sequence[Device]) -> bool:
         """Always: the module is the device index's."""
@@ -170,6 +179,7 @@ class CardDies:
 
     scored: bool = True
     weight: int = 1
+    spread_gain: bool = False  # added under both policies
 
     def applies(self, devices: Sequence[Device]) -> bool:
         """The node's first device is a die of a card (HAMi's ``isDieMode``)."""

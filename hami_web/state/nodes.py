@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import logging
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -285,7 +286,8 @@ def node_state(record: NodeRecord, *, now: float, catalog: DeviceCatalog = DEFAU
                               broken=broken, topology=frozenset(family.cw for family in catalog if family.topology),
                               soft_split=frozenset(family.family for family in record.families if family.soft_split),
                               grouping=_groupings(devices, catalog),
-                              annotations=json.dumps(dict(sorted(record.score_annotations)))
+                              # Interned: nodes share a few tables, and the filter groups nodes by this text.
+                              annotations=sys.intern(json.dumps(dict(sorted(record.score_annotations))))
                               if record.score_annotations else "")
     return NodeState(name=name, inventory=inventory, error="; ".join(errors), handshake_due=due, plugin_gone=gone,
                      record=record)

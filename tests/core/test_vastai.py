@@ -79,7 +79,7 @@ def test_a_count_is_all_a_container_asks(where: str) -> None:
     """Test_GenerateResourceRequests "only set to limits" / "only set to request"."""
     assert pod_request(pod(2, where=where), DEFAULTS).containers == (
         ContainerRequest(name="c0", init=False, count=2, memory_percent=0, family="Vastai", grouped=True,
-                         group_weight=1),)
+                         group_weight=1, spread_gain=False),)
 
 
 @pytest.mark.parametrize(("devices", "used", "asked", "annotations", "outcome"), [

@@ -144,6 +144,7 @@ class CardTopology:
 
     scored: bool = False
     weight: int = 0
+    spread_gain: bool = False
 
     def applies(self, devices: Sequence[Device]) -> bool:
         """Always: the wings and links are the card indices'."""

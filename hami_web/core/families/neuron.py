@@ -116,6 +116,7 @@ class ContiguousRanges:
 
     scored: bool = False
     weight: int = 0
+    spread_gain: bool = False
 
     def applies(self, devices: Sequence[Device]) -> bool:
         """Always: the range is the device index's."""
