@@ -8,7 +8,8 @@ hami-web's own bind lock (removed once bound); a pod asking one core given core 
 with core ids and ``NEURON_RESOURCE_TYPE``; a restarted server rebuilding the core masks from the pods; two filters
 racing on one server (threads over HTTP) for the last contiguous range: exactly one gets it; two servers each placing
 a pod on the last range and binding at once: one bind refused, each device held once; eight threads filtering and
-binding range pods on two nodes: no device held twice, every pod's devices one range.
+binding range pods on two nodes: no device held twice, every pod's devices one range; the devices as HAMi's per-device
+metric series.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import requests
+from prometheus_client.parser import text_string_to_metric_families
 
 from hami_web.core.grants import decode_pod_devices
 from hami_web.core.nodelocks import BIND_LOCK
@@ -170,3 +172,20 @@ def test_two_servers_racing_for_the_last_range_book_it_once(apiserver: LocalClus
                and annotations_of(apiserver, "pods", pod).get("hami.io/bind-phase") != "failed"]
     assert len(holders) == 1
     assert BIND_LOCK.key not in annotations_of(apiserver, "nodes", "trn")
+
+
+def test_neuron_devices_are_hamis_per_device_series(apiserver: LocalCluster, runtime: Runtime) -> None:
+    """HAMi's per-device series for devices without memory: the core mask as the limit, a booked core's mask as the
+    allocation, no memory ratio (no division by a device of 0 MiB), and the family in ``hami_web_device_info``."""
+    apiserver.load([neuron_node("inf", 2), neuron_pod("one", cores=1)])
+    runtime.sync.sync_now()
+    assert Scheduler(runtime.app.test_client(), apiserver).schedule("one", ["inf"]) == "inf"
+    samples: dict[str, dict[str, float]] = {}
+    for family in text_string_to_metric_families(runtime.app.test_client().get("/metrics").get_data(as_text=True)):
+        for sample in family.samples:
+            if "device_uuid" in sample.labels:
+                samples.setdefault(sample.name, {})[sample.labels["device_uuid"]] = sample.value
+    assert samples["hami_gpu_memory_limit_bytes"] == {"inf-AWSNeuron-0": 0.0, "inf-AWSNeuron-1": 0.0}
+    assert sorted(samples["hami_gpu_shared_count"].values()) == [0.0, 1.0]
+    assert set(samples["hami_web_device_info"]) == {"inf-AWSNeuron-0", "inf-AWSNeuron-1"}
+    assert "hami_node_gpu_memory_allocated_ratio" not in samples
