@@ -82,14 +82,18 @@ def device_handle(device: Device) -> str:
     return device.partitions.handle if device.partitions is not None else ""
 
 
-def group_score_bound(request: PodRequest, view: NodeView) -> float:
+def group_score_bound(request: PodRequest, view: NodeView, policy: str) -> float:
     """The most `PodFit.group_score` a placement of ``request`` on ``view`` can earn, from the view's aggregates: each
     grouped container keeps at most as many devices in one group as that group has usable devices with the memory it
     asks (docs/device-families.md#ascend-npus)."""
     bound = 0.0
     stats = view.family_stats
+    busy_counts: dict[str, int] = {}
     for container in request.containers:
         if not (container.count and container.grouped):
+            continue
+        if container.busy_scored:  # one term for the family's cards together, from the node's busy devices
+            busy_counts[container.family] = busy_counts.get(container.family, 0) + container.count
             continue
         if container.sharing_rule is not None:  # a sharing rule's term has no bound from the aggregates
             bound += container.group_weight
@@ -100,4 +104,16 @@ def group_score_bound(request: PodRequest, view: NodeView) -> float:
         wanted = container.memory_mib
         most = max(sum(1 for free in group if free >= wanted) for group in family.group_free_memory)
         bound += container.group_weight * min(container.count, most) / container.count
+    inventory = view.inventory
+    for cw, count in busy_counts.items():
+        grouping = inventory.grouping.get(cw)
+        if grouping is not None:
+            bound += grouping.busy_bound(busy_devices(inventory, view.usage_rows, cw), count, policy)
     return bound
+
+
+def busy_devices(inventory: NodeInventory, rows: Sequence[Sequence[int]], family: str) -> list[Device]:
+    """The devices of ``family`` with a task in ``rows`` (the node's usage rows: tasks first), for a grouping whose
+    term depends on them (`hami_web.core.groups.Grouping.busy_scored`: HAMi's ``previous`` usage of Kunlunxin)."""
+    first, end = inventory.groups.get(family, (0, 0))
+    return [inventory.devices[position] for position in range(first, end) if rows[position][0] > 0]

@@ -141,7 +141,7 @@ def _group_bound(ask: _Ask, view: NodeView) -> float:
     if bound is None:
         if len(view.group_bounds) >= MEMO_ENTRIES_PER_NODE:
             view.group_bounds.clear()
-        bound = view.group_bounds[ask] = group_score_bound(ask.request, view)
+        bound = view.group_bounds[ask] = group_score_bound(ask.request, view, ask.options.node_policy)
     return bound
 
 

@@ -446,7 +446,7 @@ def fit_pod(request: PodRequest, view: NodeView, options: PodOptions,
         if (grouping := inventory.grouping.get(family)) is not None and grouping.scored:
             by_uuid = {device.uuid: device for device in inventory.devices}
             group_score += grouping.score([[by_uuid[grant.uuid] for grant in container] for container in grants],
-                                          options.node_policy)
+                                          options.node_policy, capabilities.busy_devices(inventory, base, family))
         parts.append(tuple(grants))
     if len(parts) == 1:
         return PodFit(grants=parts[0], group_score=group_score)

@@ -47,6 +47,12 @@ class Grouping(Protocol):
         """The most one container's term can be (the filter stops looking once no node can beat the best by more)."""
         ...
 
+    @property
+    def busy_scored(self) -> bool:
+        """Whether the term depends on the node's busy devices (Kunlunxin's bubbles): then a container of one device
+        earns a different term on each node too, and `busy_bound`, not the groups' free memory, bounds it."""
+        ...
+
     def applies(self, devices: Sequence[Device]) -> bool:
         """Whether the grouping holds on a node whose devices of the family are ``devices``."""
         ...
@@ -68,9 +74,15 @@ class Grouping(Protocol):
         """The key of the group a device belongs to (the node's aggregates keep each group's free memory)."""
         ...
 
-    def score(self, containers: Sequence[Sequence[Device]], policy: str) -> float:
-        """The node-score term of a placement (``containers``: each container's devices), which the filter adds
-        under binpack and subtracts under spread; 0 for a grouping that is not ``scored``."""
+    def score(self, containers: Sequence[Sequence[Device]], policy: str, busy: Sequence[Device]) -> float:
+        """The node-score term of a placement (``containers``: each container's devices; ``busy``: the family's
+        devices with a task before the pod), which the filter adds under binpack and subtracts under spread; 0 for a
+        grouping that is not ``scored``."""
+        ...
+
+    def busy_bound(self, busy: Sequence[Device], count: int, policy: str) -> float:
+        """The most `score` can be under ``policy`` for a pod of ``count`` devices on a node whose busy devices are
+        ``busy``; only asked of a `busy_scored` grouping (the others are bounded by their groups' free memory)."""
         ...
 
     def mutex_conflicts(self, devices: Sequence[Device], tasks: Sequence[int]) -> set[int]:
@@ -87,6 +99,7 @@ class NetworkGroups:
     scored: bool = True
     weight: int = GROUP_SCORE_WEIGHT
     spread_gain: bool = True
+    busy_scored: bool = False
 
     def applies(self, devices: Sequence[Device]) -> bool:
         """Every device reports its group."""
@@ -108,11 +121,15 @@ class NetworkGroups:
         """``custominfo.NetworkID``."""
         return device.network
 
-    def score(self, containers: Sequence[Sequence[Device]], policy: str) -> float:
+    def score(self, containers: Sequence[Sequence[Device]], policy: str, busy: Sequence[Device]) -> float:
         """``10 × Σ containers (devices in the container's largest network group / its devices)`` (HAMi's
         ``ScoreNode`` for Ascend 910 chips)."""
         return GROUP_SCORE_WEIGHT * sum(group_share([device.network for device in container])
                                         for container in containers if container)
+
+    def busy_bound(self, busy: Sequence[Device], count: int, policy: str) -> float:
+        """Its weight: the term does not depend on busy devices (never asked: not `busy_scored`)."""
+        return float(self.weight)
 
     def mutex_conflicts(self, devices: Sequence[Device], tasks: Sequence[int]) -> set[int]:
         """None: a group is no unit of exclusivity."""
@@ -126,6 +143,7 @@ class ModulePairs:
     scored: bool = False
     weight: int = 0
     spread_gain: bool = False
+    busy_scored: bool = False
 
     def applies(self, devices: Sequence[Device]) -> bool:
         """Always: the module is the device index's."""
@@ -161,9 +179,13 @@ class ModulePairs:
         """The module: index ÷ 2."""
         return device.index // MODULE_SIZE
 
-    def score(self, containers: Sequence[Sequence[Device]], policy: str) -> float:
+    def score(self, containers: Sequence[Sequence[Device]], policy: str, busy: Sequence[Device]) -> float:
         """No term."""
         return 0.0
+
+    def busy_bound(self, busy: Sequence[Device], count: int, policy: str) -> float:
+        """Its weight: the term does not depend on busy devices (never asked: not `busy_scored`)."""
+        return float(self.weight)
 
     def mutex_conflicts(self, devices: Sequence[Device], tasks: Sequence[int]) -> set[int]:
         """None: the module is not a unit of exclusivity here."""
@@ -180,6 +202,7 @@ class CardDies:
     scored: bool = True
     weight: int = 1
     spread_gain: bool = False  # added under both policies
+    busy_scored: bool = False
 
     def applies(self, devices: Sequence[Device]) -> bool:
         """The node's first device is a die of a card (HAMi's ``isDieMode``)."""
@@ -211,11 +234,15 @@ class CardDies:
         """The card (``custominfo.AIC``)."""
         return device.card
 
-    def score(self, containers: Sequence[Sequence[Device]], policy: str) -> float:
+    def score(self, containers: Sequence[Sequence[Device]], policy: str, busy: Sequence[Device]) -> float:
         """Σ containers (dies on the container's fullest card / its dies), signed so that the filter, which subtracts
         the term under spread, adds it under both policies as HAMi does."""
         share = sum(_card_share([device.card for device in container]) for container in containers if container)
         return -share if policy == SPREAD_POLICY else share
+
+    def busy_bound(self, busy: Sequence[Device], count: int, policy: str) -> float:
+        """Its weight: the term does not depend on busy devices (never asked: not `busy_scored`)."""
+        return float(self.weight)
 
     def mutex_conflicts(self, devices: Sequence[Device], tasks: Sequence[int]) -> set[int]:
         """The dies of a card one of whose dies has a task."""

@@ -54,6 +54,8 @@ class ContainerRequest:
     one_size: bool = False  # a device holds slices of one size only (the family's `SliceSizes`)
     # The group term may lower the total under spread (`hami_web.core.groups.Grouping.spread_gain`).
     spread_gain: bool = True
+    # The group term depends on the node's busy devices (`hami_web.core.groups.Grouping.busy_scored`).
+    busy_scored: bool = False
     # How each device books the cores asked (`Family.core_booking`: AMD's compute units, AWS Neuron's core bitmask);
     # None: ``cores`` as they are.
     core_booking: CoreBooking | None = None
@@ -119,9 +121,10 @@ class PodRequest:
     def group_score_reach(self) -> int:
         """The most the grouped containers of several devices can add to the node score
         (docs/device-families.md#ascend-npus); one device earns the same term on every node, so it bounds nothing,
-        unless a sharing rule scores it (Metax sGPU's online pods, whose term depends on the card's pods)."""
+        unless a sharing rule scores it (Metax sGPU's online pods, whose term depends on the card's pods) or the term
+        depends on the node's busy devices (Kunlunxin's bubbles)."""
         return sum(c.group_weight for c in self.containers
-                   if c.grouped and (c.count > 1 or c.sharing_rule is not None))
+                   if c.grouped and (c.count > 1 or c.sharing_rule is not None or c.busy_scored))
 
     @property
     def spread_gain_reach(self) -> int:
@@ -264,16 +267,17 @@ def family_request(container: Mapping[str, Any], *, init: bool, family: Family) 
     grouped = family.grouping is not None and family.grouping.scored
     weight = family.grouping.weight if grouped and family.grouping is not None else GROUP_WEIGHT
     gain = family.grouping.spread_gain if grouped and family.grouping is not None else True
+    busy = grouped and family.grouping is not None and family.grouping.busy_scored
     if family.count_only:
         return ContainerRequest(name=name, init=init, count=count, memory_percent=0, family=family.cw,
                                 grouped=grouped, one_card=family.one_card_per_pod, group_weight=weight,
-                                spread_gain=gain)
+                                spread_gain=gain, busy_scored=busy)
     memory_mib = (read(names.memory) or 0) * (factor if family.read_memory is None else 1)
     if family.slices is not None:
         memory_mib, slice_cores = family.slices.ask(memory_mib)
         return ContainerRequest(name=name, init=init, count=count, memory_mib=memory_mib, cores=slice_cores,
                                 family=family.cw, grouped=grouped, one_size=True, group_weight=weight,
-                                spread_gain=gain)
+                                spread_gain=gain, busy_scored=busy)
     memory_percent = read(names.memory_percentage) or 0
     if memory_percent > FULL_CARD_PERCENT:
         raise RequestError(f"container {name}: {names.memory_percentage} {memory_percent} is over 100")
@@ -289,7 +293,7 @@ def family_request(container: Mapping[str, Any], *, init: bool, family: Family) 
     return ContainerRequest(name=name, init=init, count=count, memory_mib=memory_mib,
                             memory_percent=memory_percent or FULL_CARD_PERCENT, cores=min(cores, MAX_CORES),
                             family=family.cw, grouped=grouped, one_card=family.one_card_per_pod,
-                            group_weight=weight, spread_gain=gain, grant_type=family.grant_type)
+                            group_weight=weight, spread_gain=gain, busy_scored=busy, grant_type=family.grant_type)
 
 
 def _booked_cores_request(family: Family, booking: CoreBooking, name: str, init: bool, count: int,

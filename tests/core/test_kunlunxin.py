@@ -4,7 +4,7 @@ every occupancy of eight cards against a brute-force reference written from the 
 
 Covers: the picker (counts 1, 2, 4, 8 and the refused ones; wings, cross pairs, cross quads; slot order as HAMi
 hands it), the bubble score, and `CardTopology` (the picker as the families' grouping: index order, the policy order
-where HAMi would still place, its explanations and labels).
+where HAMi would still place, its explanations and labels; whole XPUs' bubble term on a node and its bound).
 """
 
 from __future__ import annotations
@@ -20,8 +20,10 @@ from hami_web.core.families.kunlunxin import CARD_MEMORY_MIB
 from hami_web.core.families.kunlunxin_topology import (
     CROSS_PAIRS,
     CROSS_QUADS,
+    XPU_TOPOLOGY,
     CardTopology,
     Slot,
+    bubble_range,
     bubble_score,
     pick_cards,
 )
@@ -260,4 +262,41 @@ def test_grouping_describes_and_labels() -> None:
     assert (topology.label(devices[2]), topology.label(devices[5])) == ("wing 0-3", "wing 4-7")
     assert topology.applies(devices) and not topology.scored and topology.weight == 0
     assert (topology.group_of(devices[3]), topology.group_of(devices[4])) == (0, 1)
-    assert topology.score([devices[:2]], "binpack") == 0.0 and topology.mutex_conflicts(devices, [1] * 8) == set()
+    assert topology.score([devices[:2]], "binpack", devices[2:3]) == 0.0  # vXPUs: no term (KunlunVDevices.ScoreNode)
+    assert topology.mutex_conflicts(devices, [1] * 8) == set()
+
+
+# ---- whole XPUs' bubble term on a node ----
+
+@pytest.mark.parametrize(("busy", "containers", "policy", "term"), [
+    # HAMi device_test.go Test_ScoreNode Scenario 1: the left wing busy, the pod gets all eight cards
+    ((0, 1, 2, 3), ((0, 1, 2, 3, 4, 5, 6, 7),), "binpack", 3000.0),
+    # Test_ScoreNode Scenario 2: an idle node, one card (policy spread): 0
+    ((), ((0,),), "spread", -0.0),
+    # TestCalcscore's rows on a node: card 0 busy, the pod's cards 0-1 / 4
+    ((0,), ((0, 1),), "binpack", 3000.0),
+    ((0,), ((4,),), "binpack", 2000.0),
+    # the pod's cards of all its containers together (HAMi's ``current``: every container's Idx)
+    ((0, 1), ((4,), (5,)), "binpack", 2000.0),
+    # added under spread too: the filter subtracts the term under spread, so it is handed back negated
+    ((0,), ((0, 1),), "spread", -3000.0),
+])
+def test_whole_xpus_earn_hamis_bubble_term(busy: tuple[int, ...], containers: tuple[tuple[int, ...], ...],
+                                           policy: str, term: float) -> None:
+    """HAMi KunlunDevices.ScoreNode: calcscore(previous cards with Used > 0, the pod's cards), 0-3,000, under either
+    policy (no ×10,000: KunlunDevices is no policyNeutralScorer)."""
+    devices = xpus()
+    placed = [[devices[index] for index in container] for container in containers]
+    assert XPU_TOPOLOGY.score(placed, policy, [devices[index] for index in busy]) == term
+    assert XPU_TOPOLOGY.scored and XPU_TOPOLOGY.busy_scored and not XPU_TOPOLOGY.spread_gain
+
+
+@pytest.mark.parametrize("busy", [tuple(c) for n in range(8) for c in combinations(range(8), n)])
+@pytest.mark.parametrize("count", [1, 2, 4, 8])
+def test_the_range_holds_the_term_of_any_free_cards(busy: tuple[int, ...], count: int) -> None:
+    """The filter skips a node whose score and `bubble_range` cannot beat the best: on every occupancy of eight
+    cards, every choice of ``count`` free cards earns a term inside the range (HAMi's 0-3,000)."""
+    free = [index for index in range(8) if index not in busy]
+    least, most = bubble_range(busy, count)
+    assert all(least <= bubble_score(busy, chosen) <= most for chosen in combinations(free, count))
+    assert 0.0 <= least <= most <= 3000.0

@@ -131,7 +131,7 @@ def test_several_dies_come_from_the_fullest_card_first(devices: list[Device], co
 ])
 def test_the_die_mode_term_is_each_containers_share_of_one_card(cards: list[str], policy: str, term: float) -> None:
     """HAMi's ``ScoreNode``: the share of the container's dies on its fullest card, not × 10."""
-    assert CARD_DIES.score([[die(f"d{i}", i, card) for i, card in enumerate(cards)]], policy) == term
+    assert CARD_DIES.score([[die(f"d{i}", i, card) for i, card in enumerate(cards)]], policy, []) == term
 
 
 def test_binpack_prefers_the_node_where_a_two_die_pod_stays_on_one_card() -> None:

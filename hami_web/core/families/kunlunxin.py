@@ -26,7 +26,7 @@ from hami_web.core.families.family import (
     ResourceNames,
     SliceSizes,
 )
-from hami_web.core.families.kunlunxin_topology import CardTopology
+from hami_web.core.families.kunlunxin_topology import VXPU_TOPOLOGY, XPU_TOPOLOGY, CardTopology
 from hami_web.core.families.spec import FamilySpec
 from hami_web.core.limits import MAX_DEVICE_INDEX, quote, uuid_problem
 from hami_web.core.quantities import QuantityError, parse_whole_quantity
@@ -43,7 +43,6 @@ VXPU_SLICES = SliceSizes(sizes_mib=(24576, 49152), whole_mib=CARD_MEMORY_MIB)
 # Both of HAMi's UUID selections apply to both families (HAMi's own keys first, Baidu's as well).
 UUID_KEYS = ("hami.io/use-xpu-uuid", "hami.io/no-use-xpu-uuid")
 BAIDU_UUID_KEYS = ("baidu.com/use-gpuuuid", "baidu.com/nouse-gpuuuid")
-TOPOLOGY = CardTopology()
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,15 +113,15 @@ def round_vxpu_memory(family: Family, ask: AdmissionAsk) -> AdmissionRewrite:
     return AdmissionRewrite(count=ask.count, memory=family.slices.round_up(ask.memory))
 
 
-def _common(cw: str, label: str, resources: ResourceNames) -> dict[str, Any]:
-    return {"cw": cw, "kind": KIND, "label": label, "resources": resources, "grouping": TOPOLOGY,
+def _common(cw: str, label: str, resources: ResourceNames, topology: CardTopology) -> dict[str, Any]:
+    return {"cw": cw, "kind": KIND, "label": label, "resources": resources, "grouping": topology,
             "use_uuid_key": UUID_KEYS[0], "nouse_uuid_key": UUID_KEYS[1], "more_uuid_keys": (BAIDU_UUID_KEYS,)}
 
 
 def xpu_family(kunlun: KunlunConfig = DEFAULT_CONFIG) -> Family:
     """Whole XPUs: count only, each card whole (its memory and 100 cores), no lock, no handshake."""
     resources = ResourceNames(count=kunlun.count, memory="", memory_percentage="", cores="", priority="")
-    return Family(**_common(XPU_CW, "Kunlunxin XPU", resources),
+    return Family(**_common(XPU_CW, "Kunlunxin XPU", resources, XPU_TOPOLOGY),
                   register_key="", handshake_key="", to_allocate_key="", allocated_key="hami.io/kunlun-allocated",
                   lock=None, default_cores=CARD_CORES, inventory=XpuCapacity(resource=kunlun.count),
                   booking_extras=device_idx_annotations)
@@ -132,7 +131,7 @@ def vxpu_family(kunlun: KunlunConfig = DEFAULT_CONFIG) -> Family:
     """vXPU slices: count and memory, registered with a handshake, under HAMi's node lock."""
     resources = ResourceNames(count=kunlun.vcount, memory=kunlun.vmemory, memory_percentage="", cores="",
                               priority="")
-    return Family(**_common(VXPU_CW, "Kunlunxin vXPU", resources),
+    return Family(**_common(VXPU_CW, "Kunlunxin vXPU", resources, VXPU_TOPOLOGY),
                   register_key="hami.io/node-register-xpu", handshake_key="hami.io/node-handshake-xpu",
                   to_allocate_key="hami.io/xpu-devices-to-allocate", allocated_key="hami.io/xpu-devices-allocated",
                   slices=VXPU_SLICES, admission=AdmissionRules(resize=round_vxpu_memory))

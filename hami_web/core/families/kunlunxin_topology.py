@@ -5,7 +5,7 @@ A Kunlunxin node is eight cards in two wings (0–3 and 4–7, each wing fully l
 can use: HAMi's ``graghSelect``, ported here as `pick_cards`. HAMi judges a wing by the *position* of a card in the
 list it is handed (its devices sorted by the scheduling policy) and the links by the card's *index*; `pick_cards`
 takes the same ordered list, and `CardTopology` (the family's way of grouping) hands it the cards in index order.
-Whole XPUs score a node by "bubbles" (`bubble_score`).
+Whole XPUs score a node by "bubbles" (`bubble_score`), added to its rank under either policy as HAMi adds it.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from hami_web.core.devices import Device
+from hami_web.core.groups import SPREAD_POLICY
 
 WING_SIZE = 4
 TOPOLOGY_CARDS = 2 * WING_SIZE
@@ -26,6 +27,10 @@ CROSS_QUADS: tuple[tuple[int, int, int, int], ...] = (
 # three (a pair stays), then two, then a whole wing (HAMi's ``oddorder``).
 _ONE_CARD_WING_ORDER = (1, 3, 2, 4)
 PICKABLE_COUNTS = (1, 2, 4, 8)
+# HAMi's ``calcscore``: the term by the change in bubbles from the busy cards to the pod's; any other change 1000.
+_BUBBLE_TERMS = {-1: 3000.0, 0: 2000.0, 1: 1000.0, 2: 0.0}
+_OTHER_CHANGE = 1000.0
+BUBBLE_WEIGHT = int(max(_BUBBLE_TERMS.values()))
 
 
 
@@ -111,7 +116,10 @@ def _bubbles(indices: Sequence[int]) -> int:
     if not indices:
         return 1
     left = sum(1 for index in indices if index < WING_SIZE)
-    right = len(indices) - left
+    return _wing_bubbles(left, len(indices) - left)
+
+
+def _wing_bubbles(left: int, right: int) -> int:
     return sum(0 if n == WING_SIZE else 2 if n == 1 else 1 for n in (left, right))
 
 
@@ -120,7 +128,20 @@ def bubble_score(used_before: Sequence[int], chosen: Sequence[int]) -> float:
     (HAMi ``ScoreNode`` / ``calcscore``): 3000 when the pod's cards have one bubble fewer than the busy set, 2000 as
     many, 1000 one more, 0 two more, else 1000. Added to the node score under either policy, as HAMi adds it."""
     change = _bubbles(sorted(set(chosen))) - _bubbles(sorted(set(used_before)))
-    return {-1: 3000.0, 0: 2000.0, 1: 1000.0, 2: 0.0}.get(change, 1000.0)
+    return _BUBBLE_TERMS.get(change, _OTHER_CHANGE)
+
+
+def bubble_range(used_before: Sequence[int], count: int) -> tuple[float, float]:
+    """The least and the most `bubble_score` can be for a pod of ``count`` cards on a node whose busy cards are
+    ``used_before``, whichever free cards it gets: over every split of the cards between the wings that the left
+    wing's free cards allow (the picker and its fallback take only free cards), so the search may skip a node this
+    range cannot make win."""
+    busy = sorted(set(used_before))
+    before = _bubbles(busy)
+    left_free = WING_SIZE - sum(1 for index in busy if index < WING_SIZE)
+    terms = [_BUBBLE_TERMS.get(_wing_bubbles(left, count - left) - before, _OTHER_CHANGE)
+             for left in range(min(count, left_free) + 1)]
+    return (min(terms), max(terms)) if count > 0 else (0.0, 0.0)
 
 
 def _index_slots(devices: Sequence[Device], passing: Iterable[int]) -> list[Slot]:
@@ -136,15 +157,19 @@ class CardTopology:
     """The eight-card topology as a way of grouping a family's devices (`hami_web.core.groups.Grouping`): Kunlunxin
     XPU and vXPU.
 
-    A container's cards are `pick_cards` over the node's cards in index order. When that finds no shape but enough
-    cards fit for a count of 1, 2 or 4, the first that fit in policy order are taken: HAMi v2.10 runs the picker on
-    its policy-sorted device list, where the free cards come first and fill a "wing" whatever their indices, so it
-    places such a pod, and so do we (README.md, Decisions). Other counts than 1, 2, 4 and 8 never fit.
+    Whole XPUs are ``scored`` (`XPU_TOPOLOGY`): a node earns `bubble_score` of its busy cards and the pod's
+    (HAMi's ``KunlunDevices.ScoreNode``), under binpack and spread alike; vXPUs earn none (HAMi's
+    ``KunlunVDevices.ScoreNode`` is 0). A container's cards are `pick_cards` over the node's cards in index order.
+    When that finds no shape but enough cards fit for a count of 1, 2 or 4, the first that fit in policy order are
+    taken: HAMi v2.10 runs the picker on its policy-sorted device list, where the free cards come first and fill a
+    "wing" whatever their indices, so it places such a pod, and so do we (README.md, Decisions). Other counts than
+    1, 2, 4 and 8 never fit.
     """
 
     scored: bool = False
     weight: int = 0
-    spread_gain: bool = False
+    spread_gain: bool = False  # added under both policies
+    busy_scored: bool = False  # set with ``scored``: the term is the busy cards'
 
     def applies(self, devices: Sequence[Device]) -> bool:
         """Always: the wings and links are the card indices'."""
@@ -178,11 +203,30 @@ class CardTopology:
         """The wing (0 or 1) of the card."""
         return device.index // WING_SIZE
 
-    def score(self, containers: Sequence[Sequence[Device]], policy: str) -> float:
-        """No term from the picked cards alone (HAMi's bubble score also needs the node's busy cards: `bubble_score`,
-        not yet in the node ranking)."""
-        return 0.0
+    def score(self, containers: Sequence[Sequence[Device]], policy: str, busy: Sequence[Device]) -> float:
+        """`bubble_score` of the busy cards before the pod and the indices of all the pod's cards (HAMi's
+        ``ScoreNode``: ``previous`` is the node's usage snapshotted before the pod's containers are fitted), signed
+        so that the filter, which subtracts the term under spread, adds it under both policies as HAMi does; 0 when
+        not ``scored`` or the pod has no card here."""
+        chosen = [device.index for container in containers for device in container]
+        if not self.scored or not chosen:
+            return 0.0
+        term = bubble_score([device.index for device in busy], chosen)
+        return -term if policy == SPREAD_POLICY else term
+
+    def busy_bound(self, busy: Sequence[Device], count: int, policy: str) -> float:
+        """The most `score` can be from `bubble_range` of the busy cards: its top under binpack, its least negated
+        under spread (0 when not ``scored``)."""
+        if not self.scored:
+            return 0.0
+        least, most = bubble_range([device.index for device in busy], count)
+        return -least if policy == SPREAD_POLICY else most
 
     def mutex_conflicts(self, devices: Sequence[Device], tasks: Sequence[int]) -> set[int]:
         """None: a wing is no unit of exclusivity."""
         return set()
+
+
+# Whole XPUs: the picker and HAMi's bubble term; vXPUs: the picker alone.
+XPU_TOPOLOGY = CardTopology(scored=True, weight=BUBBLE_WEIGHT, busy_scored=True)
+VXPU_TOPOLOGY = CardTopology()

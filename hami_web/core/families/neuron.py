@@ -117,6 +117,7 @@ class ContiguousRanges:
     scored: bool = False
     weight: int = 0
     spread_gain: bool = False
+    busy_scored: bool = False
 
     def applies(self, devices: Sequence[Device]) -> bool:
         """Always: the range is the device index's."""
@@ -150,9 +151,13 @@ class ContiguousRanges:
         """The instance type (one group a node)."""
         return device.card
 
-    def score(self, containers: Sequence[Sequence[Device]], policy: str) -> float:
+    def score(self, containers: Sequence[Sequence[Device]], policy: str, busy: Sequence[Device]) -> float:
         """No term."""
         return 0.0
+
+    def busy_bound(self, busy: Sequence[Device], count: int, policy: str) -> float:
+        """Its weight: the term does not depend on busy devices (never asked: not `busy_scored`)."""
+        return float(self.weight)
 
     def mutex_conflicts(self, devices: Sequence[Device], tasks: Sequence[int]) -> set[int]:
         """None beyond the used devices."""
