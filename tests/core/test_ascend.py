@@ -571,7 +571,8 @@ def test_a_pod_is_read_fitted_and_annotated() -> None:
 def test_group_score_bound_counts_each_groups_devices_with_the_memory_asked() -> None:
     view = view_of(eight_910b(), {f"Ascend910B3-{i}": (1, 16384, 0) for i in (0, 1, 4, 5, 6)})
     whole = PodRequest(containers=(ask("Ascend910B3", 4, memory_mib=65536),))
-    assert group_score_bound(whole, view, "binpack") == pytest.approx(10 * 2 / 4)  # group 0 has two idle NPUs, group 1 one
+    # group 0 has two idle NPUs, group 1 one
+    assert group_score_bound(whole, view, "binpack") == pytest.approx(10 * 2 / 4)
     slices = PodRequest(containers=(ask("Ascend910B3", 4, memory_mib=16384),))
     assert group_score_bound(slices, view, "binpack") == 10
     plain = view_of([replace(device, network=NO_NETWORK) for device in eight_910b()])
