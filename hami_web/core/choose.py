@@ -147,16 +147,14 @@ def _group_bound(ask: _Ask, view: NodeView) -> float:
 
 def _fit_or_reason(ask: _Ask, view: NodeView) -> PodFit | str:
     """`fit_pod`, or the node's reason, remembered on the (immutable) view for the next identical ask."""
-    known = view.failures.get(ask)
-    if known is not None:
+    known = view.fits.get(ask)
+    if isinstance(known, PodFit | str):
         return known
     result = fit_pod(ask.request, view, ask.options, ask.quota)
-    if isinstance(result, PodFit):
-        return result
-    if len(view.failures) >= MEMO_ENTRIES_PER_NODE:
-        view.failures.clear()
-    summary = view.failures[ask] = result.summary()
-    return summary
+    if len(view.fits) >= MEMO_ENTRIES_PER_NODE:
+        view.fits.clear()
+    remembered = view.fits[ask] = result if isinstance(result, PodFit) else result.summary()
+    return remembered
 
 
 def rank_nodes(views: Sequence[NodeView], policy: str, busy: Collection[str] = ()) -> list[NodeView]:

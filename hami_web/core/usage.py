@@ -167,9 +167,11 @@ class NodeView:
     dynamic_mig: bool = False  # some GPU is carved into MIG instances on demand (docs/mig.md#dynamic-mig)
     mig_faults: tuple[MigFault, ...] = ()  # GPUs the MIG rebuild made unallocatable, and why
     family_stats: Mapping[str, FamilyStats] = field(default_factory=dict)
-    # Failure summaries of asks that did not fit this exact state. The view is immutable and replaced when
-    # its usage changes, so entries never go stale; a pod kube-scheduler keeps retrying costs one fit per node.
-    failures: dict[object, str] = field(default_factory=dict, compare=False, repr=False)
+    # What an ask's fit gave on this exact state: the placement (a `fit.PodFit`) or the failure's summary. The view
+    # is immutable and replaced when its usage changes, so entries never go stale; a pod kube-scheduler keeps retrying
+    # costs one fit per node, and a search that fits many nodes (a group term, Kunlunxin's bubbles) refits only the
+    # nodes whose usage changed since the last identical ask.
+    fits: dict[object, object] = field(default_factory=dict, compare=False, repr=False)
     # The most network-group term an ask can earn here (`fit.group_score_bound`), remembered per ask as the failures.
     group_bounds: dict[object, float] = field(default_factory=dict, compare=False, repr=False)
 

@@ -464,12 +464,12 @@ def test_binpack_still_prefers_a_much_fuller_node_over_a_better_group() -> None:
 
 def test_the_search_stops_once_no_node_can_beat_the_best() -> None:
     """Equal empty nodes: the first already earns the full term, so it wins without fitting the others (their
-    failure memo stays empty)."""
+    fit memo stays empty; the winner's holds its fit)."""
     views = {f"node-{n}": view_of(eight_910b(), node=f"node-{n}") for n in range(5)}
     request = PodRequest(containers=(ask("Ascend910B3", 4, memory_mib=65536),))
     placed = choose_node(request, options(), sorted(views), views)
     assert isinstance(placed, Placement) and placed.node == "node-0"
-    assert all(not views[f"node-{n}"].failures for n in range(5))
+    assert views["node-0"].fits and all(not views[f"node-{n}"].fits for n in range(1, 5))
 
 
 def test_no_node_fits_gives_every_node_a_reason() -> None:
