@@ -263,12 +263,12 @@ def _with_group_term(score: float, fit: PodFit, policy: str) -> float:
 def _with_family_terms(request: PodRequest, views: Sequence[NodeView],
                        policy: str) -> tuple[dict[str, float] | None, float]:
     """The asked families' own node-score terms (`hami_web.core.families.family.NodeScore`: Metax GPU's topology
-    loss) by node-score annotation set, for `rank_nodes`; ``(None, term)`` when every node earns the same ``term``
+    loss) by node-score annotation set, for `_with_terms`; ``(None, term)`` when every node earns the same ``term``
     (none asked: 0), whose order is the scores' own.
 
-    Nodes carry few distinct annotation sets (none, or the same tables): each set is judged once, and the per-node
-    work is one C-level pass here and one in the ranking, so ranking a thousand nodes costs little more than without
-    the terms."""
+    Nodes carry few distinct annotation sets (none, or the same tables): each set is judged once, in one C-level pass
+    over the nodes, and `_with_terms` merges the sets' runs lazily, so ranking a thousand nodes costs little more than
+    without the terms."""
     if not request.node_terms:
         return None, 0.0
     terms: dict[str, float] = {}
@@ -282,7 +282,7 @@ def _with_family_terms(request: PodRequest, views: Sequence[NodeView],
 
 
 def _node_score(view: NodeView, terms: Mapping[str, float] | None, same_term: float) -> float:
-    """The node's score with its family terms, as `rank_nodes` ranked it."""
+    """The node's score with its family terms, as `_with_terms` ranked it."""
     return view.score + (terms[view.inventory.annotations] if terms is not None else same_term)
 
 
