@@ -91,15 +91,27 @@ class Grouping(Protocol):
         ...
 
 
+class BusyIndependent:
+    """The part of `Grouping` for a grouping whose term does not depend on the node's busy devices (every one but
+    Kunlunxin's): not `busy_scored`, so `busy_bound` is never asked; it answers the grouping's weight."""
+
+    __slots__ = ()
+    weight: int
+    busy_scored: bool = False
+
+    def busy_bound(self, busy: Sequence[Device], count: int, policy: str) -> float:
+        """Its weight: the term does not depend on busy devices (never asked: not `busy_scored`)."""
+        return float(self.weight)
+
+
 @dataclass(frozen=True, slots=True)
-class NetworkGroups:
+class NetworkGroups(BusyIndependent):
     """Ascend HCCS groups (``custominfo.NetworkID``): a multi-NPU container is filled from the largest group first;
     they apply only when every device of the family reports its group (HAMi's ``hasNetworkID``)."""
 
     scored: bool = True
     weight: int = GROUP_SCORE_WEIGHT
     spread_gain: bool = True
-    busy_scored: bool = False
 
     def applies(self, devices: Sequence[Device]) -> bool:
         """Every device reports its group."""
@@ -127,23 +139,18 @@ class NetworkGroups:
         return GROUP_SCORE_WEIGHT * sum(group_share([device.network for device in container])
                                         for container in containers if container)
 
-    def busy_bound(self, busy: Sequence[Device], count: int, policy: str) -> float:
-        """Its weight: the term does not depend on busy devices (never asked: not `busy_scored`)."""
-        return float(self.weight)
-
     def mutex_conflicts(self, devices: Sequence[Device], tasks: Sequence[int]) -> set[int]:
         """None: a group is no unit of exclusivity."""
         return set()
 
 
 @dataclass(frozen=True, slots=True)
-class ModulePairs:
+class ModulePairs(BusyIndependent):
     """Ascend 910C modules of two NPUs (index ÷ 2) that only run together: a multi-NPU container takes whole ones."""
 
     scored: bool = False
     weight: int = 0
     spread_gain: bool = False
-    busy_scored: bool = False
 
     def applies(self, devices: Sequence[Device]) -> bool:
         """Always: the module is the device index's."""
@@ -183,17 +190,13 @@ class ModulePairs:
         """No term."""
         return 0.0
 
-    def busy_bound(self, busy: Sequence[Device], count: int, policy: str) -> float:
-        """Its weight: the term does not depend on busy devices (never asked: not `busy_scored`)."""
-        return float(self.weight)
-
     def mutex_conflicts(self, devices: Sequence[Device], tasks: Sequence[int]) -> set[int]:
         """None: the module is not a unit of exclusivity here."""
         return set()
 
 
 @dataclass(frozen=True, slots=True)
-class CardDies:
+class CardDies(BusyIndependent):
     """Vastai's die mode (``custominfo.DeviceStrategy`` "die"; `Device.card` = ``custominfo.AIC``): a multi-die
     container takes dies from the card with the most passing dies first (HAMi's ``computeBestCombination``), a
     ``mutex`` pod no die of a card one of whose dies is in use, and the node earns each container's share of dies on
@@ -202,7 +205,6 @@ class CardDies:
     scored: bool = True
     weight: int = 1
     spread_gain: bool = False  # added under both policies
-    busy_scored: bool = False
 
     def applies(self, devices: Sequence[Device]) -> bool:
         """The node's first device is a die of a card (HAMi's ``isDieMode``)."""
@@ -239,10 +241,6 @@ class CardDies:
         the term under spread, adds it under both policies as HAMi does."""
         share = sum(_card_share([device.card for device in container]) for container in containers if container)
         return -share if policy == SPREAD_POLICY else share
-
-    def busy_bound(self, busy: Sequence[Device], count: int, policy: str) -> float:
-        """Its weight: the term does not depend on busy devices (never asked: not `busy_scored`)."""
-        return float(self.weight)
 
     def mutex_conflicts(self, devices: Sequence[Device], tasks: Sequence[int]) -> set[int]:
         """The dies of a card one of whose dies has a task."""

@@ -25,6 +25,7 @@ from hami_web.core.families import config
 from hami_web.core.families.capacity import capacity_of, node_name
 from hami_web.core.families.family import AdmissionRules, Family, ResourceNames
 from hami_web.core.families.spec import FamilySpec
+from hami_web.core.groups import BusyIndependent
 from hami_web.core.limits import MAX_DEVICE_CORES, MAX_DEVICE_INDEX, quote, uuid_problem
 
 CW = "AWSNeuron"
@@ -109,7 +110,7 @@ class NeuronCores:
 
 
 @dataclass(frozen=True, slots=True)
-class ContiguousRanges:
+class ContiguousRanges(BusyIndependent):
     """HAMi's ``graphSelect`` for a container of several devices: the first range of consecutive indices all of whose
     devices passed, from any start on an ``inf*`` instance type (the devices form a ring), else from a start that is
     a multiple of the count, which must be 1, 4, 8 or 16. One device: the first in the policy's order."""
@@ -117,7 +118,6 @@ class ContiguousRanges:
     scored: bool = False
     weight: int = 0
     spread_gain: bool = False
-    busy_scored: bool = False
 
     def applies(self, devices: Sequence[Device]) -> bool:
         """Always: the range is the device index's."""
@@ -154,10 +154,6 @@ class ContiguousRanges:
     def score(self, containers: Sequence[Sequence[Device]], policy: str, busy: Sequence[Device]) -> float:
         """No term."""
         return 0.0
-
-    def busy_bound(self, busy: Sequence[Device], count: int, policy: str) -> float:
-        """Its weight: the term does not depend on busy devices (never asked: not `busy_scored`)."""
-        return float(self.weight)
 
     def mutex_conflicts(self, devices: Sequence[Device], tasks: Sequence[int]) -> set[int]:
         """None beyond the used devices."""
