@@ -15,6 +15,7 @@ from urllib.parse import quote
 import kubernetes.client
 
 from hami_web.kube.config import load_client_configuration
+from hami_web.kube.errors import TooLargeResourceVersionError
 from hami_web.kube.transport import (
     LIST_PAGE_TIMEOUT_SECONDS,
     REQUEST_TIMEOUT_SECONDS,
@@ -130,11 +131,8 @@ class Kube:
         """Every pod of ``namespace``, at least as fresh as the resourceVersion ``not_older_than``: what ``/bind``
         checks a namespace's device quota against (see `list_pods_on_node`). No selector: a booking that rode on its
         Binding carries no label, and the bookings are told apart by their annotations."""
-        query = [("resourceVersion", not_older_than), ("resourceVersionMatch", "NotOlderThan")] \
-            if not_older_than else []
-        pods, _ = join_pages(self._pages(f"list pods in namespace {namespace}", f"/api/v1/namespaces/{namespace}/pods",
-                                         query, page_size=0))
-        return pods
+        return self._list_fresh(f"list pods in namespace {namespace}", f"/api/v1/namespaces/{namespace}/pods", [],
+                                not_older_than)
 
     def list_pods_on_node(self, node: str, *, not_older_than: str = "") -> list[JsonObject]:
         """Pods bound to ``node`` (``spec.nodeName``): what ``/bind`` checks a placement against, in one request.
@@ -145,10 +143,25 @@ class Kube:
         that has caught up with the version — as fresh as needed, without reading every pod of the cluster from
         etcd, which a plain (quorum) list with a selector does.
         """
-        query = [("fieldSelector", f"spec.nodeName={node}")]
+        return self._list_fresh(f"list pods bound to node {node}", "/api/v1/pods",
+                                [("fieldSelector", f"spec.nodeName={node}")], not_older_than)
+
+    def _list_fresh(self, what: str, path: str, query: list[tuple[str, str]], not_older_than: str) -> list[JsonObject]:
+        """One list at least as fresh as ``not_older_than`` (a consistent read without it).
+
+        When the watch cache has not reached the version (`TooLargeResourceVersionError`, after kube-apiserver's own
+        3 s wait) the list is made once more as a consistent read: on a kind nobody writes, the cache may not move
+        until a progress notification from etcd, which older etcd releases never send, and a bind would fail at every
+        try meanwhile. The second read comes after the first has ended, so it adds no load while one is in flight.
+        """
         if not_older_than:
-            query += [("resourceVersion", not_older_than), ("resourceVersionMatch", "NotOlderThan")]
-        pods, _ = join_pages(self._pages(f"list pods bound to node {node}", "/api/v1/pods", query, page_size=0))
+            try:
+                pods, _ = join_pages(self._pages(what, path, [*query, ("resourceVersion", not_older_than),
+                                                             ("resourceVersionMatch", "NotOlderThan")], page_size=0))
+                return pods
+            except TooLargeResourceVersionError:
+                pass
+        pods, _ = join_pages(self._pages(what, path, query, page_size=0))
         return pods
 
     def _pages(self, what: str, path: str, query: list[tuple[str, str]], *, page_size: int) -> Iterator[ListPage]:

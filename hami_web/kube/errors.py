@@ -48,6 +48,13 @@ class InvalidError(KubeError):
     """
 
 
+class TooLargeResourceVersionError(KubeError):
+    """A read "not older than" a resourceVersion timed out because the API server's watch cache had not reached it
+    (HTTP 504, cause ``ResourceVersionTooLarge``). The cache moves on a write of that kind or a progress notification
+    from etcd, so on a quiet kind it can stay behind for good: a consistent read (no resourceVersion) is fresh at once.
+    """
+
+
 class WatchSilentError(KubeError):
     """A watch stream stayed open but delivered nothing (no event, no bookmark) for its silence bound.
 
@@ -70,10 +77,21 @@ def error_from(error: Exception, what: str) -> KubeError:
             with contextlib.suppress(ValueError, AttributeError):
                 message = json.loads(body).get("message") or message
         kind = _ERROR_BY_STATUS.get(status, KubeError)
+        if status == 504 and _too_large_resource_version(body):
+            kind = TooLargeResourceVersionError
         # 504: kube-apiserver gave up waiting for etcd; the write may still land.
         return kind(f"{what}: HTTP {status}: {message}", status=status, reason=error.reason or "",
                     outcome_unknown=status == 504)
     return KubeError(f"{what}: {error}", outcome_unknown=sent_without_answer(error))
+
+
+def _too_large_resource_version(body: object) -> bool:
+    """Whether a 504's Status names the cause ``ResourceVersionTooLarge``."""
+    try:
+        causes = json.loads(body).get("details", {}).get("causes") or []  # type: ignore[arg-type]
+    except (ValueError, TypeError, AttributeError):
+        return False
+    return any(isinstance(cause, dict) and cause.get("reason") == "ResourceVersionTooLarge" for cause in causes)
 
 
 def timed_out_reading(error: BaseException) -> bool:

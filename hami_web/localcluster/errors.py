@@ -93,3 +93,12 @@ def success_status(code: int = 200, *, name: str = "", kind: str = "", uid: str 
         body["details"] = details
     body["code"] = code
     return body
+
+
+def too_large_resource_version(requested: str, current: int) -> ApiError:
+    """kube-apiserver's answer to a read "not older than" a version its watch cache has not reached within 3 s
+    (k8s.io/apiserver storage.NewTooLargeResourceVersionError): 504 Timeout, cause ``ResourceVersionTooLarge``."""
+    error = ApiError(504, f"Timeout: Too large resource version: {requested}, current: {current}", reason="Timeout")
+    error.details["causes"] = [{"reason": "ResourceVersionTooLarge", "message": "Too large resource version"}]
+    error.details["retryAfterSeconds"] = 1
+    return error

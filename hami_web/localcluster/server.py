@@ -21,7 +21,14 @@ from typing import Any
 from werkzeug.wrappers import Request, Response
 
 from hami_web.localcluster import selectors
-from hami_web.localcluster.errors import ApiError, bad_request, conflict, invalid, success_status
+from hami_web.localcluster.errors import (
+    ApiError,
+    bad_request,
+    conflict,
+    invalid,
+    success_status,
+    too_large_resource_version,
+)
 from hami_web.localcluster.faults import cut_after, dripping, silent_for
 from hami_web.localcluster.httpserver import RESET_CONNECTION
 from hami_web.localcluster.resources import RESOURCE_TYPES, ResourceType, resource_type
@@ -66,7 +73,11 @@ FAULT_CUT = "cut"  # a watch: send ``events`` events, then drop the connection m
 # A watch: hold the stream open and send nothing (no event, no bookmark) for ``seconds`` (0: until the watch ends),
 # as a proxy that stops forwarding does; the events of that time are sent afterwards, in order.
 FAULT_SILENT = "silent"
-FAULT_MODES = (FAULT_STATUS, FAULT_DELAY, FAULT_DRIP, FAULT_RESET, FAULT_CUT, FAULT_SILENT)
+# A list "not older than" a resourceVersion: 504 Too large resource version, as kube-apiserver answers when its watch
+# cache has not caught up with that version within 3 s (no write of the kind since, and no progress notification
+# from etcd, as with etcd before 3.4.25/3.5.8). A list without a resourceVersion is served.
+FAULT_LAG = "lag"
+FAULT_MODES = (FAULT_STATUS, FAULT_DELAY, FAULT_DRIP, FAULT_RESET, FAULT_CUT, FAULT_SILENT, FAULT_LAG)
 WATCH_FAULTS = (FAULT_CUT, FAULT_SILENT)
 
 # How the server answers a streaming list (``watch=1&sendInitialEvents=true``), see `ApiServer.watch_list`.
@@ -156,6 +167,9 @@ class ApiServer:
             self._raise_injected(fault, request.method, target)
         if fault is not None and fault.mode == FAULT_DELAY:
             self.stopping.wait(fault.seconds)
+        if fault is not None and fault.mode == FAULT_LAG and request.args.get("resourceVersion", "") not in ("", "0"):
+            requested = request.args["resourceVersion"]
+            raise too_large_resource_version(requested, int(requested) - 1 if requested.isdigit() else 0)
         if target.subresource == "binding":
             return self._bind(request, target), fault
         if target.name is None:

@@ -125,6 +125,45 @@ def test_a_bind_the_cache_cannot_vouch_for_lists_the_nodes_pods_once(
     assert _metric(runtime, "hami_web_bind_rereads_total", what="node_pods") == 1
 
 
+def test_a_bind_whose_list_the_watch_cache_cannot_serve_reads_once_more_consistently(
+        cluster: None, apiserver: LocalCluster, kube: Kube, runtime: Runtime, scheduler: Scheduler) -> None:
+    """kube-apiserver's watch cache of pods is behind the lock's version and answers 504 Too large resource version
+    (no pod written since, no progress notification from etcd: what failed an e2e takeover for 100 s): the node's
+    pods are read once more as a consistent read, after the first answer, and the bind goes through."""
+    assert scheduler.filter("pod1", ["full", "empty"])["NodeNames"] == ["full"]
+    runtime.sync.stop()
+    kube.patch_node("full", {"metadata": {"annotations": {"example.com/touched": "yes"}}})
+    apiserver.inject_failure("GET", "pods", mode="lag")
+    before = len(apiserver.logged_requests())
+
+    assert scheduler.bind("pod1", "full") == {"Error": ""}
+
+    sent = _api_requests(apiserver, before)
+    assert [(method, path) for method, path, _query in sent][3:] == [
+        ("GET", "/api/v1/pods"),  # at the lock's version: 504 from the lagging watch cache
+        ("GET", "/api/v1/pods"),  # a consistent read
+        ("POST", "/api/v1/namespaces/default/pods/pod1/binding"),
+    ]
+    assert sent[3][2]["resourceVersionMatch"] == "NotOlderThan"
+    assert "resourceVersion" not in sent[4][2] and sent[4][2]["fieldSelector"] == "spec.nodeName=full"
+    assert scheduler.pod("pod1")["spec"]["nodeName"] == "full"
+
+
+def test_a_bind_whose_consistent_read_fails_too_is_refused_and_nothing_is_bound(
+        cluster: None, apiserver: LocalCluster, kube: Kube, runtime: Runtime, scheduler: Scheduler) -> None:
+    """The fallback read is made once, not in a loop: when it fails as well the bind says why and binds nothing."""
+    assert scheduler.filter("pod1", ["full", "empty"])["NodeNames"] == ["full"]
+    runtime.sync.stop()
+    kube.patch_node("full", {"metadata": {"annotations": {"example.com/touched": "yes"}}})
+    apiserver.inject_failure("GET", "pods", mode="lag")
+    apiserver.inject_failure("GET", "pods", status=503)  # after the lag fault is used up: the second read
+
+    error = scheduler.bind("pod1", "full")["Error"]
+
+    assert "cannot read node full's pods to verify the placement" in error and "HTTP 503" in error
+    assert not scheduler.pod("pod1")["spec"].get("nodeName")
+
+
 def test_a_bind_booked_apart_sends_its_booking_before_the_binding(cluster: None, apiserver: LocalCluster,
                                                                   runtime: Runtime, scheduler: Scheduler) -> None:
     """A namespace with a device quota: the booking patch, the node's and the namespace's pods read at our write's

@@ -409,6 +409,35 @@ def test_an_injected_failure_can_skip_the_first_page(kube: Kube, apiserver: Loca
     assert error.value.status == 500
 
 
+def test_a_lagging_watch_cache_answers_a_fresh_list_as_kube_apiserver_does(
+        kube: Kube, core: kubernetes.client.CoreV1Api, apiserver: LocalCluster) -> None:
+    """The ``lag`` fault: a list "not older than" a version is 504 with the cause ``ResourceVersionTooLarge``
+    (k8s.io/apiserver storage.NewTooLargeResourceVersionError), which the client tells apart from other 504s; a
+    consistent list (no resourceVersion) is served."""
+    apiserver.load([pod("p1")])
+    apiserver.inject_failure("GET", "pods", mode="lag", count=2)
+    with pytest.raises(ApiException) as raw:
+        core.list_pod_for_all_namespaces(resource_version="5", resource_version_match="NotOlderThan")
+    status = json.loads(raw.value.body)
+    assert raw.value.status == 504 and status["reason"] == "Timeout"
+    assert status["message"] == "Timeout: Too large resource version: 5, current: 4"
+    assert status["details"]["causes"] == [{"reason": "ResourceVersionTooLarge",
+                                            "message": "Too large resource version"}]
+    # The fault's second use: the client's fresh list falls back to one consistent read, which is served.
+    before = len(apiserver.logged_requests())
+    assert [item["metadata"]["name"] for item in kube.list_pods_on_node("", not_older_than="5")] == ["p1"]
+    queries = [query for _method, _path, query in apiserver.logged_requests()[before:]]
+    assert [query.get("resourceVersion") for query in queries] == ["5", None]
+
+
+def test_only_a_too_large_resource_version_is_told_apart_from_other_504s(kube: Kube, apiserver: LocalCluster) -> None:
+    apiserver.inject_failure("GET", "pods", status=504)
+    with pytest.raises(KubeError) as error:
+        kube.list_pods_on_node("n1", not_older_than="3")
+    assert error.value.status == 504 and type(error.value).__name__ == "KubeError"
+    assert error.value.outcome_unknown
+
+
 # -- selectors ----------------------------------------------------------------------------------------
 
 
