@@ -20,6 +20,10 @@ them (a register annotation or the node's capacity, read through the cache's own
 topology annotations), with prior usage on some of them; the pods ask 1, 2 and 4 whole devices under binpack and spread
 (docs/device-families.md#device-families). ``--family all`` prints one row per family the registry builds by default
 besides NVIDIA, DCU and MLU; compare with the NVIDIA figures at the same size (the target: within 1.3×).
+``--mig``: half the nodes carry 8 A100s that HAMi's device plugin carves into MIG instances on demand (``mode: mig``
+with the A100's ``migProfiles``, read through the cache's own node reader), the others 8 A100s shared by HAMi-core; the
+pods alternate between the typical pods and pods naming ``nvidia.com/vgpu-mode: mig`` (1, 2 and 3 instances, which one
+GPU may give one container), so that a placement on either kind is compared by ``--check`` (docs/mig.md#dynamic-mig).
 ``--record FILE`` writes every placement (node and devices); ``--check FILE`` compares this run's placements with such
 a file, so a change to the core can show it decides exactly as before.
 
@@ -57,11 +61,12 @@ from hami_web.core.families.enflame_drs import CAPACITY_KEY as DRS_CAPACITY_KEY
 from hami_web.core.families.metax_sgpu import INVENTORY_KEY as SGPU_INVENTORY_KEY
 from hami_web.core.grants import describe_grants
 from hami_web.core.groups import NETWORK_GROUPS
-from hami_web.core.options import DeviceSelection, PodOptions
+from hami_web.core.options import DeviceSelection, PodOptions, pod_options
 from hami_web.core.quota import NamespaceQuota, booking_quota_use, family_quota_names, quota_resources
 from hami_web.core.requests import ContainerRequest, PodRequest, RequestDefaults, pod_request
 from hami_web.core.usage import DeviceUsage, NodeView, build_node_view, pod_booking
 from hami_web.state.nodes import node_record, node_state
+from tests.core.builders import A100_MIG_PROFILES  # HAMi v2.10's A100-40GB profiles, as its device plugin lists them
 
 GPUS_PER_NODE = 8
 CARD_MODELS = (  # type, memory MiB
@@ -176,6 +181,56 @@ def family_node(family: str, number: int) -> dict[str, Any]:
     # Two instance types: ranges from any start (inf2) or aligned (trn1), for a family that reads it (AWS Neuron).
     labels = {"node.kubernetes.io/instance-type": "inf2.48xlarge" if number % 2 else "trn1.32xlarge"}
     return {"metadata": {"name": name, "annotations": annotations, "labels": labels}, "status": status}
+
+
+def mig_node(number: int) -> dict[str, Any]:
+    """A node of 8 A100s as NVIDIA's device plugin registers them: dynamic MIG (even numbers) or HAMi-core (odd)."""
+    name = f"mig-node-{number:05d}"
+    mig = number % 2 == 0
+    register = [{"id": f"GPU-{number:05d}-{index}", "index": index, "count": 10, "devmem": 40960, "devcore": 100,
+                 "type": "NVIDIA-NVIDIA A100-SXM4-40GB", "numa": index // 4, "health": True,
+                 "mode": "mig" if mig else "hami-core", **({"migProfiles": A100_MIG_PROFILES} if mig else {})}
+                for index in range(GPUS_PER_NODE)]
+    annotations = {"hami.io/node-nvidia-register": json.dumps(register),
+                   "hami.io/node-handshake": "Reported_2099-01-01"}
+    capacity = {"nvidia.com/gpu": str(10 * GPUS_PER_NODE)}
+    return {"metadata": {"name": name, "annotations": annotations}, "status": {"capacity": capacity,
+                                                                                 "allocatable": capacity}}
+
+
+def generate_mig_cluster(size: int, rng: random.Random
+                         ) -> tuple[dict[str, NodeView], dict[str, dict[str, DeviceUsage]]]:
+    """``size`` nodes of `mig_node`, read by the cache's node reader; some GPUs in use (a MIG GPU by one 1g.5gb
+    instance of a pod placed before), some nodes full."""
+    views: dict[str, NodeView] = {}
+    usages: dict[str, dict[str, DeviceUsage]] = {}
+    for number in range(size):
+        state = node_state(node_record(mig_node(number)), now=0.0)
+        assert state.inventory is not None, state.error
+        full = rng.random() < FULL_NODE_SHARE
+        usage: dict[str, DeviceUsage] = {}
+        for device in state.inventory.devices:
+            if full:
+                usage[device.uuid] = DeviceUsage(device.count, device.memory_mib, device.cores)
+            elif rng.random() < BUSY_GPU_SHARE:
+                usage[device.uuid] = DeviceUsage(1, 4864, 14) if number % 2 == 0 else \
+                    DeviceUsage(rng.randint(1, 4), rng.randint(0, device.memory_mib * 3 // 4), rng.randint(0, 80))
+        views[state.name] = build_node_view(state.inventory, usage)
+        usages[state.name] = usage
+    return views, usages
+
+
+def mig_pods() -> tuple[tuple[str, PodRequest, PodOptions], ...]:
+    """The pods of ``--mig``: the typical pods and pods asking MIG instances (``nvidia.com/vgpu-mode: mig``)."""
+    mig = pod_options({"nvidia.com/vgpu-mode": "mig"}, node_policy="binpack", gpu_policy="spread")
+    spread = pod_options({"nvidia.com/vgpu-mode": "mig"}, node_policy="spread", gpu_policy="binpack")
+    return (
+        *TYPICAL_PODS,
+        ("1 MIG instance 4000 MiB, node binpack", ask(1, memory_mib=4000), mig),
+        ("2 MIG instances 9000 MiB, node spread / GPU binpack", ask(2, memory_mib=9000), spread),
+        ("3 MIG instances 15000 MiB (one GPU may give several)", ask(3, memory_mib=15000), mig),
+        ("1 MIG instance 20 %", ask(1, memory_percent=20), mig),
+    )
 
 
 def generate_family_cluster(size: int, rng: random.Random, family: str
@@ -307,17 +362,18 @@ QUOTA_FAMILIES = family_quota_names(DEFAULT_CATALOG)
 
 
 def run(size: int, pods: int, seed: int, *, mixed: bool = False, ascend: bool = False,
-        quota: QuotaBook | None = None, family: str = "") -> list[str]:
+        quota: QuotaBook | None = None, family: str = "", mig: bool = False) -> list[str]:
     """Generate one cluster, place ``pods`` pods, time the all-fail path, print the figures; the placements."""
     rng = random.Random(seed)
     build_ms, (views, usages) = timed(lambda: generate_family_cluster(size, rng, family) if family
                                       else generate_ascend_cluster(size, rng) if ascend
+                                      else generate_mig_cluster(size, rng) if mig
                                       else generate_cluster(size, rng, mixed=mixed))
     candidates = list(views)
     per_pod: list[float] = []
     unplaced = 0
     placements: list[str] = []
-    shapes = family_pods(family) if family else ascend_pods() if ascend else \
+    shapes = family_pods(family) if family else ascend_pods() if ascend else mig_pods() if mig else \
         TYPICAL_PODS + mixed_pods() if mixed else TYPICAL_PODS
     impossible = family_pods(family)[0][1] if family else npu_ask(1, 200_000) if ascend else IMPOSSIBLE_POD
     if family:  # a pod asking more devices than any node has
@@ -357,6 +413,7 @@ def run(size: int, pods: int, seed: int, *, mixed: bool = False, ascend: bool = 
         assert isinstance(result, NoPlacement) and len(result.reasons) == size
         retry_runs.append(elapsed)
     kind = (f" ({family})" if family else " (Ascend 910B3 NPUs, two HCCS groups)" if ascend else
+            " (A100s: half the nodes dynamic MIG)" if mig else
             " (a third DCU nodes, a third GPUs + DCUs)" if mixed else "")
     if quota is not None:
         kind += f", pods of {len(quota.limits)} namespaces under quota"
@@ -377,6 +434,7 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=7, help="random seed for the generated clusters")
     parser.add_argument("--mixed", action="store_true", help="a third DCU nodes, a third GPU + DCU nodes")
     parser.add_argument("--ascend", action="store_true", help="8 Ascend 910B3 NPUs per node in two HCCS groups")
+    parser.add_argument("--mig", action="store_true", help="half the nodes with dynamic MIG A100s, MIG pods too")
     parser.add_argument("--family", default="", metavar="CW",
                         help="8 devices of this family per node (a common word), or all: a row per family")
     parser.add_argument("--record", help="write every placement to this file")
@@ -398,7 +456,7 @@ def main() -> None:
                     if arguments.family == "all" else [arguments.family])
         for family in families:
             placements += run(size, arguments.pods, arguments.seed, mixed=arguments.mixed, ascend=arguments.ascend,
-                              quota=quota, family=family)
+                              quota=quota, family=family, mig=arguments.mig)
     if arguments.record:
         Path(arguments.record).write_text("\n".join(placements) + "\n")
     if arguments.check:
