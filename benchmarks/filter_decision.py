@@ -66,7 +66,10 @@ from hami_web.core.quota import NamespaceQuota, booking_quota_use, family_quota_
 from hami_web.core.requests import ContainerRequest, PodRequest, RequestDefaults, pod_request
 from hami_web.core.usage import DeviceUsage, NodeView, build_node_view, pod_booking
 from hami_web.state.nodes import node_record, node_state
-from tests.core.builders import A100_MIG_PROFILES  # HAMi v2.10's A100-40GB profiles, as its device plugin lists them
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+
+from core.builders import A100_MIG_PROFILES  # tests/core/builders.py: HAMi v2.10's A100-40GB MIG table
 
 GPUS_PER_NODE = 8
 CARD_MODELS = (  # type, memory MiB

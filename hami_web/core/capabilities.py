@@ -1,6 +1,6 @@
-"""The families' capabilities the fit applies beyond the common checks (docs/device-families.md#device-families):
-a partitioned family's ask mapped to the profile a node offers (`hami_web.core.partitions`), and a sharing rule's
-check of each card and what a grant holds under it (`hami_web.core.families.family.SharingRule`).
+"""The families' capabilities the fit applies beyond the common checks (docs/device-families.md#device-families): a
+sharing rule's check of each card and what a grant holds under it (`hami_web.core.families.family.SharingRule`), a
+partitioned device's handle, and the group terms' bound.
 
 Kept out of `hami_web.core.fit` so the one fit loop stays one screenful of rules every family shares.
 """
@@ -62,13 +62,6 @@ def sharing_score(containers: Sequence[ContainerRequest], grants: Sequence[Seque
     granted = [by_uuid[grant.uuid] for container in grants for grant in container if grant.uuid in by_uuid]
     return scored.sharing_rule.score(scored.sharing, scored.cores, granted, devices,
                                      [row[0] == 0 for row in base[first:end]], held[first:end])
-
-
-def with_profile(request: ContainerRequest, devices: Sequence[Device]) -> ContainerRequest | None:
-    """A partitioned family's ask as it books the profile the node's devices offer for it (they all offer the same:
-    HAMi's ``collectDRSProfiles``), None when none fits."""
-    profile = request.partition.profile(devices[0].partitions) if request.partition is not None and devices else None
-    return request.with_profile(profile) if profile is not None else None
 
 
 def grant_tags(request: ContainerRequest) -> tuple[str, ...]:

@@ -12,7 +12,6 @@ from collections.abc import Callable, Sequence
 
 from hami_web.core import names
 from hami_web.core.devices import Device, NodeInventory
-from hami_web.core.mig import MIG_MODE, MigPlacement, MigProfile, candidate_profiles, choose_instance
 from hami_web.core.options import DEFAULT_WEIGHTS, DeviceSelection, PodOptions, ScoringWeights
 from hami_web.core.quota import QuotaTally
 from hami_web.core.requests import ContainerRequest
@@ -34,16 +33,20 @@ def check_device(device: Device, used: Sequence[int], request: ContainerRequest,
     return device_reasons((device,), [used], request, [booked_memory_mib], options, cordoned)[0]
 
 
-def is_dynamic_mig(device: Device) -> bool:
-    """Whether the device plugin carves ``device`` into MIG instances on demand (mode ``mig`` with profiles)."""
-    return device.mode == MIG_MODE and bool(device.mig_profiles)
+# The checks a device fails before its partitioning's refusal (`refused`), in docs/scheduling-rules.md's order.
+_BEFORE_REFUSAL = frozenset({names.CARD_NOT_HEALTH, names.CARD_CORDONED, names.CARD_TYPE_MISMATCH,
+                             names.CARD_UUID_MISMATCH})
 
 
-def mig_pick(device: Device, occupied: Sequence[MigPlacement],
-             memory_mib: int) -> tuple[MigProfile, MigPlacement] | None:
-    """The MIG instance a request of ``memory_mib`` gets on ``device`` beside ``occupied`` (docs/mig.md#dynamic-mig):
-    the smallest usable profile that covers it and has a free placement; None = ``CardMigTopologyInfeasible``."""
-    return choose_instance(candidate_profiles(device.mig_profiles), occupied, memory_mib)
+def refused(reasons: list[str], inventory: NodeInventory, first: int = 0) -> list[str]:
+    """``reasons`` (of the node's devices from position ``first`` on) with the refusal of each device its family's
+    partitioning never places on (`NodeInventory.refused`: a pre-2.10 geometry MIG GPU, docs/mig.md#dynamic-mig) in
+    place of every check after health, cordon, type and UUID; as they are on a node without such devices."""
+    for position, reason in inventory.refused:  # none on almost every node
+        at = position - first
+        if 0 <= at < len(reasons) and reasons[at] not in _BEFORE_REFUSAL:
+            reasons[at] = reason
+    return reasons
 
 
 class _Verdicts(dict[str, bool]):
@@ -94,8 +97,6 @@ def device_reasons(devices: Sequence[Device], work: Sequence[Sequence[int]], req
             reason = names.CARD_TYPE_MISMATCH
         elif selects_uuids and not uuid_allowed(device.uuid):
             reason = names.CARD_UUID_MISMATCH
-        elif device.mode == MIG_MODE and not device.mig_profiles:
-            reason = names.CARD_MIG_LEGACY_GEOMETRY  # pre-2.10 geometry: never placed (docs/mig.md#dynamic-mig)
         elif tasks >= device.count:
             reason = names.CARD_TIME_SLICING_EXHAUSTED
         elif tasks and (mutex or one_size) and (shared := _shared_device_problem(tasks, memory_mib,

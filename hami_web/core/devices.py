@@ -31,7 +31,7 @@ from hami_web.core.limits import (
     uuid_problem,
 )
 from hami_web.core.mig import MigPlacement, MigProfile
-from hami_web.core.partitions import DevicePartitions
+from hami_web.core.partitions import DevicePartitions, Partitioning, partitioned
 
 if TYPE_CHECKING:
     from hami_web.core.groups import Grouping
@@ -98,7 +98,12 @@ class NodeInventory:
     # The node annotations the families' own node scores read (`hami_web.core.families.family.NodeScore.keys`), as
     # JSON text of a map ("" = none): a string, whose hash Python keeps, so a decision judges each distinct set once.
     annotations: str = ""
+    # How each family carves its devices into partitions (`hami_web.core.partitions.Partitioning`), from its spec.
+    partitioning: Mapping[str, Partitioning] = field(default_factory=dict)
     groups: Mapping[str, tuple[int, int]] = field(init=False, compare=False, repr=False)
+    # Asked of the partitionings once per inventory: the positions carved per grant, and those refused (`partitioned`).
+    carved: frozenset[int] = field(init=False, compare=False, repr=False)
+    refused: tuple[tuple[int, str], ...] = field(init=False, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         groups: dict[str, tuple[int, int]] = {}
@@ -108,6 +113,9 @@ class NodeInventory:
                 raise ValueError(f"node {self.name}: the devices of family {device.family} are not listed together")
             groups[device.family] = (first, position + 1)
         object.__setattr__(self, "groups", groups)
+        carved, refused = partitioned(self.devices, groups, self.partitioning)
+        object.__setattr__(self, "carved", carved)
+        object.__setattr__(self, "refused", refused)
 
 
 _TEXT_FIELDS_SHORT = 7

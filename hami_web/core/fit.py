@@ -13,21 +13,17 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from hami_web.core import capabilities, names
-from hami_web.core.checks import SOFT_SPLIT_CORES, check_device, device_reasons, is_dynamic_mig, mig_pick
+from hami_web.core.checks import SOFT_SPLIT_CORES, device_reasons, refused
 from hami_web.core.devices import Device, NodeInventory
 from hami_web.core.grants import DeviceGrant, PodGrants, merge_grants
-from hami_web.core.mig import MIG_MODE, MigInstance, MigPlacement
-from hami_web.core.options import DeviceSelection, PodOptions
-from hami_web.core.ordering import WorkingUsage, choose_positions, policy_order, topology_aware, topology_pick
+from hami_web.core.options import PodOptions
+from hami_web.core.ordering import WorkingUsage, choose_positions, policy_order
+from hami_web.core.placedfit import PlacedNode, WorkingPlacements, fit_placed, placed_within_quota
 from hami_web.core.quota import PodQuota, QuotaTally
 from hami_web.core.requests import ContainerRequest, PodRequest
 from hami_web.core.usage import NodeView
 
 INVALID_REGISTER = "InvalidRegisterAnnotation"
-
-# Working MIG occupancy per GPU position (the placements booked, this pod's picks included), kept beside a
-# `WorkingUsage` on nodes with dynamic MIG GPUs (docs/mig.md#dynamic-mig).
-WorkingPlacements = list[tuple[MigPlacement, ...]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,16 +65,19 @@ def fit_container(request: ContainerRequest, inventory: NodeInventory, work: Wor
     """Pick devices of the request's family for one container on ``work`` and book them there, or say why not.
 
     The families without pair scores (``inventory.topology``) read topology-aware as spread
-    (docs/compatibility.md#device-families). ``occupied`` is the node's working MIG occupancy, which
-    `fit_pod` passes when the node has dynamic MIG GPUs (None: it has none); a container whose candidates include one is
-    fitted by `_fit_with_mig`. ``quota``: the pod's tally against its namespace's limits, which the picks are added to
-    (docs/quotas.md#namespace-quotas). ``pinned``: the cards the pod's earlier containers hold, for a family that keeps
-    a pod on one card (`_one_card`). ``held``: what each device's grants hold under the request's sharing rule (its
-    node's usage ``tags``), for a request that has one (`hami_web.core.capabilities.sharing_reasons`).
+    (docs/compatibility.md#device-families). A family that partitions its devices (``inventory.partitioning``) has
+    its ask mapped first (`hami_web.core.partitions.Partitioning.ask`). ``occupied`` is the node's working occupancy of
+    placed partitions, which `fit_pod` passes when the node has devices carved per grant (None: it has none); a
+    container whose candidates include one is fitted by `hami_web.core.placedfit.fit_placed`. ``quota``: the pod's
+    tally against its namespace's limits, which the picks are added to (docs/quotas.md#namespace-quotas). ``pinned``:
+    the cards the pod's earlier containers hold, for a family that keeps a pod on one card (`_one_card`). ``held``:
+    what each device's grants hold under the request's sharing rule (its node's usage ``tags``), for a request that
+    has one (`hami_web.core.capabilities.sharing_reasons`).
     """
-    if request.partition is not None:  # a partitioned family books the profile the node offers for the ask
+    partitioning = inventory.partitioning.get(request.family)
+    if partitioning is not None:  # a partitioned family books the profile the node offers for the ask
         first, end = inventory.groups.get(request.family, (0, 0))
-        profiled = capabilities.with_profile(request, inventory.devices[first:end])
+        profiled = partitioning.ask(request, inventory.devices[first:end])
         if profiled is None:  # HAMi's Enflame DRS: no profile for the ask, the node counts one ModeNotFit
             return FitFailure(reasons=((names.MODE_NOT_FIT, 1),), total=end - first)
         request = profiled
@@ -96,7 +95,8 @@ def _fit_devices(request: ContainerRequest, inventory: NodeInventory, work: Work
     family_work: WorkingUsage = work if whole else work[first:end]
     total = len(devices)
     selection = options.selection(request.family)
-    if request.count > total and not _mig_may_repeat(devices, selection):
+    partitioning = inventory.partitioning.get(request.family)
+    if request.count > total and (partitioning is None or not partitioning.may_repeat(devices, selection.modes)):
         return FitFailure(reasons=((names.NODE_INSUFFICIENT_DEVICE, request.count),), total=total)
     if selection.soft_split:
         offered = _soft_split_devices(devices, request.family, inventory)
@@ -110,9 +110,9 @@ def _fit_devices(request: ContainerRequest, inventory: NodeInventory, work: Work
     # A room that covers the largest ask of every device the container may take needs no check per device.
     per_device = None if quota is None or (request.core_booking is None and quota.covers(largest, request.cores)) \
         else quota
-    checked = capabilities.sharing_reasons(device_reasons(devices, family_work, request, booked, options,
-                                                          inventory.cordoned, selection, per_device),
-                                           request, devices, family_work, held, first)
+    checked = device_reasons(devices, family_work, request, booked, options, inventory.cordoned, selection, per_device)
+    checked = capabilities.sharing_reasons(refused(checked, inventory, first), request, devices, family_work, held,
+                                           first)
     for position, reason in enumerate(checked):
         if reason:
             reasons[reason] = reasons.get(reason, 0) + 1
@@ -122,11 +122,12 @@ def _fit_devices(request: ContainerRequest, inventory: NodeInventory, work: Work
         passing = _one_card(passing, devices, pinned, reasons)
     if options.gpu.mutex and (grouping := inventory.grouping.get(request.family)) is not None:
         passing = _group_mutex(passing, grouping.mutex_conflicts(devices, [row[0] for row in family_work]), reasons)
-    if occupied is not None and any(is_dynamic_mig(devices[position]) for position in passing):
-        fitted = _fit_with_mig(request, inventory, (first, devices), work, occupied, booked, passing, reasons,
-                               options)
-        return fitted if quota is None or isinstance(fitted, FitFailure) else \
-            _mig_within_quota(fitted, quota, request, reasons, total)
+    if occupied is not None and partitioning is not None and any(first + position in inventory.carved
+                                                                 for position in passing):
+        placed = fit_placed(PlacedNode(partitioning, inventory, first, devices, work, occupied), request, booked,
+                            passing, reasons, options)
+        within = placed is not None and (quota is None or placed_within_quota(placed, quota, request, reasons))
+        return placed if placed is not None and within else _failure(reasons, total)
     pool = _numa_pool(passing, devices, request) if selection.numa_bind else passing
     if not pool and selection.numa_bind and len(passing) >= request.count:
         reasons[names.NUMA_NOT_FIT] = len(passing)
@@ -233,21 +234,6 @@ def _within_quota(chosen: list[int], pool: list[int], devices: Sequence[Device],
     return picked
 
 
-def _mig_within_quota(grants: tuple[DeviceGrant, ...], quota: QuotaTally, request: ContainerRequest,
-                      reasons: dict[str, int], total: int) -> tuple[DeviceGrant, ...] | FitFailure:
-    """MIG instances book their profile's memory and cores: the container's instances count against the quota
-    together, after they are chosen (docs/quotas.md#namespace-quotas)."""
-    trial = QuotaTally(quota.quota)
-    trial.copy_from(quota)
-    for grant in grants:
-        if not trial.fits(grant.uuid, grant.memory_mib, grant.cores, request.init):
-            reasons[names.RESOURCE_QUOTA_NOT_FIT] = reasons.get(names.RESOURCE_QUOTA_NOT_FIT, 0) + len(grants)
-            return _failure(reasons, total)
-        trial.add(grant.uuid, grant.memory_mib, grant.cores, request.init)
-    quota.copy_from(trial)
-    return grants
-
-
 def _try_add(tally: QuotaTally, uuid: str, memory_mib: int, cores: int, init: bool) -> bool:
     if not tally.fits(uuid, memory_mib, cores, init):
         return False
@@ -286,123 +272,8 @@ def passing_devices(request: ContainerRequest, view: NodeView, options: PodOptio
     booked = [request.memory_mib or request.booked_memory_mib(device.memory_mib) for device in devices]
     reasons = device_reasons(devices, view.usage_rows[first:end], request, booked, options, view.inventory.cordoned,
                              selection)
+    reasons = refused(reasons, view.inventory, first)
     return [device for device, reason in zip(devices, reasons, strict=True) if not reason]
-
-
-def _mig_may_repeat(devices: Sequence[Device], selection: DeviceSelection) -> bool:
-    """Whether a container may ask more devices than the node has GPUs: it may take several MIG instances of one GPU
-    when the node has a MIG GPU and the pod's vgpu-mode, if set, allows ``mig``."""
-    return (selection.modes is None or MIG_MODE in selection.modes) \
-        and any(device.mode == MIG_MODE for device in devices)
-
-
-@dataclass(slots=True)
-class _MigFill:
-    """A tentative fill of one container on a node with dynamic MIG GPUs: scratch rows and occupancy per position
-    it touched, the picks in order, and why a GPU stopped taking more."""
-
-    rows: dict[int, Sequence[int]]
-    placements: dict[int, tuple[MigPlacement, ...]]
-    picks: list[tuple[int, int, int, MigInstance | None]]  # position, memory MiB, cores, instance
-    stopped: dict[str, int]
-
-
-def _fill(order: Sequence[int], count: int, request: ContainerRequest, devices: Sequence[Device],
-          first: int, work: WorkingUsage, occupied: WorkingPlacements, booked: Sequence[int],
-          options: PodOptions, cordoned: frozenset[str], *, once: bool = False) -> _MigFill:
-    """Take devices in ``order`` until ``count`` picks: an ordinary GPU once, a dynamic MIG GPU again and again while
-    it passes the checks (counting this container's earlier picks) and has a free placement (docs/mig.md#dynamic-mig,
-    several instances of one GPU), unless ``once``. Works on scratch copies; `_fit_with_mig` commits a complete
-    fill."""
-    fill = _MigFill(rows={}, placements={}, picks=[], stopped={})
-    for position in order:
-        device = devices[position]
-        index = first + position
-        row = work[index]
-        taken = occupied[index]
-        repeat = False
-        while len(fill.picks) < count:
-            if repeat:
-                reason = check_device(device, row, request, booked[position], options, cordoned)
-                if reason:
-                    fill.stopped[reason] = fill.stopped.get(reason, 0) + 1
-                    break
-            if is_dynamic_mig(device):
-                pick = mig_pick(device, taken, booked[position])
-                if pick is None:
-                    fill.stopped[names.CARD_MIG_TOPOLOGY_INFEASIBLE] = \
-                        fill.stopped.get(names.CARD_MIG_TOPOLOGY_INFEASIBLE, 0) + 1
-                    break
-                profile, placement = pick
-                memory_mib, cores = profile.memory_mib, profile.cores
-                instance: MigInstance | None = MigInstance(profile=profile.name, placement=placement)
-                taken = (*taken, placement)
-            else:
-                memory_mib, cores, instance = booked[position], request.cores, None
-            row = (row[0] + 1, row[1] + memory_mib, row[2] + cores)
-            fill.picks.append((position, memory_mib, cores, instance))
-            if instance is None or once:
-                break
-            repeat = True
-        fill.rows[index] = row
-        fill.placements[index] = taken
-        if len(fill.picks) == count:
-            break
-    return fill
-
-
-def _fit_with_mig(request: ContainerRequest, inventory: NodeInventory, family: tuple[int, Sequence[Device]],
-                  work: WorkingUsage, occupied: WorkingPlacements, booked: Sequence[int], passing: list[int],
-                  reasons: dict[str, int], options: PodOptions) -> tuple[DeviceGrant, ...] | FitFailure:
-    """`fit_container` for a container whose candidates include a dynamic MIG GPU (docs/mig.md#dynamic-mig).
-
-    A MIG GPU without an instance for the request fails ``CardMigTopologyInfeasible``. The candidates are taken in
-    the policy's order (topology-aware: its pick of distinct GPUs when there are enough, then the rest); NUMA
-    binding tries one NUMA node's GPUs at a time. Each pick books the profile's memory and cores and carries its
-    instance, written at bind as the reservation annotation.
-    """
-    first, devices = family
-    family_work = work[first:first + len(devices)]
-    total = len(devices)
-    candidates: list[int] = []
-    for position in passing:
-        device = devices[position]
-        if is_dynamic_mig(device) and mig_pick(device, occupied[first + position], booked[position]) is None:
-            reasons[names.CARD_MIG_TOPOLOGY_INFEASIBLE] = reasons.get(names.CARD_MIG_TOPOLOGY_INFEASIBLE, 0) + 1
-        else:
-            candidates.append(position)
-    ordered = policy_order(candidates, devices, family_work, request, options)
-    distinct = topology_aware(request, inventory, options) and len(candidates) >= request.count
-    if distinct:  # topology-aware: its pick of distinct GPUs, one instance each
-        ordered = topology_pick(candidates, devices, inventory, request.count)
-
-    def attempt(order: Sequence[int]) -> _MigFill:
-        return _fill(order, request.count, request, devices, first, work, occupied, booked, options,
-                     inventory.cordoned, once=distinct)
-
-    fill = attempt(ordered)
-    if options.selection(request.family).numa_bind and len(fill.picks) == request.count:
-        numa_nodes = sorted({devices[position].numa for position in ordered})
-        for numa in numa_nodes:
-            grouped = attempt([position for position in ordered if devices[position].numa == numa])
-            if len(grouped.picks) == request.count:
-                fill = grouped
-                break
-        else:
-            reasons[names.NUMA_NOT_FIT] = len(candidates)
-            return _failure(reasons, total)
-    if len(fill.picks) < request.count:
-        for reason, failed in fill.stopped.items():
-            reasons[reason] = reasons.get(reason, 0) + failed
-        if fill.picks:
-            reasons[names.ALLOCATED_CARDS_INSUFFICIENT_REQUEST] = len(fill.picks)
-        return _failure(reasons, total)
-    for index, row in fill.rows.items():
-        work[index] = row
-        occupied[index] = fill.placements[index]
-    return tuple(DeviceGrant(uuid=devices[position].uuid, memory_mib=memory_mib, cores=cores, vendor=request.family,
-                             instance=instance)
-                 for position, memory_mib, cores, instance in fill.picks)
 
 
 def fit_pod(request: PodRequest, view: NodeView, options: PodOptions,
@@ -413,10 +284,10 @@ def fit_pod(request: PodRequest, view: NodeView, options: PodOptions,
     namespace's limits leave the pod's families (docs/quotas.md#namespace-quotas), None when none is limited."""
     base = view.usage_rows
     shared: WorkingUsage = list(base)
-    # The node's MIG occupancy, only where a GPU is carved on demand (docs/mig.md#dynamic-mig). Unlike memory and
-    # cores it is never given back between init containers and containers: an instance may outlive its container,
-    # so no two of the pod's instances share a slice.
-    placements = [used.occupied for used in view.usage] if view.dynamic_mig else None
+    # The node's occupancy of placed partitions, only where a device is carved per grant (docs/mig.md#dynamic-mig).
+    # Unlike memory and cores it is never given back between init containers and containers: an instance may outlive
+    # its container, so no two of the pod's instances share a slice.
+    placements = [used.occupied for used in view.usage] if view.carved else None
     held = [used.tags for used in view.usage] if any(c.sharing_rule for c in request.containers) else None
     blocks = request.blocks()
     inventory = view.inventory
@@ -474,8 +345,8 @@ def may_fit(request: PodRequest, view: NodeView, options: PodOptions) -> bool:
         if not any(options.selection(container.family).type_allowed(device_type)
                    for device_type in family.device_types):
             return False
-        # A dynamic MIG GPU may give one container several instances (docs/mig.md#dynamic-mig).
-        wanted = min(container.count, 1) if view.dynamic_mig else container.count
+        # A device carved per grant may give one container several partitions (docs/mig.md#dynamic-mig).
+        wanted = min(container.count, 1) if view.carved else container.count
         if wanted > family.usable_devices:
             return False
         if container.cores > family.max_free_cores and not options.selection(container.family).soft_split \

@@ -200,8 +200,8 @@ def cleared_annotations(grants: Sequence[Sequence[DeviceGrant]], catalog: Device
     reservations it does not write (docs/mig.md#dynamic-mig). A pod booked again after a failed bind would otherwise
     keep reservations of GPUs it no longer holds, which fails the MIG GPUs of its new node closed."""
     written = booking_annotations(grants, catalog)
-    return {family.reservations_key: None for family in catalog
-            if family.reservations_key and family.reservations_key not in written}
+    keys = (family.partitioning.reservations_key for family in catalog if family.partitioning is not None)
+    return {key: None for key in keys if key and key not in written}
 
 
 def booking_locks(grants: Sequence[Sequence[DeviceGrant]], catalog: DeviceCatalog) -> tuple[LockRule, ...]:

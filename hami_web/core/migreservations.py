@@ -18,11 +18,15 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 from hami_web.core.devices import _UINT32_MAXIMUM, AnnotationError, Device, _go_number, _json_kind, _load_json
-from hami_web.core.grants import PodGrants
 from hami_web.core.limits import MAX_UUID_CHARS, quote
 from hami_web.core.mig import MIG_MODE, MigInstance, MigPlacement
+from hami_web.core.partitions import PartitionFault
+
+if TYPE_CHECKING:
+    from hami_web.core.grants import PodGrants
 
 # A Go ``int`` (containerIndex, deviceIndex) on the 64-bit platforms HAMi runs on.
 _INT64_MAXIMUM = (1 << 63) - 1
@@ -45,19 +49,6 @@ class MigReservation:
     device_index: int
     gpu_uuid: str
     instance: MigInstance
-
-
-@dataclass(frozen=True, slots=True)
-class MigFault:
-    """A GPU made unallocatable by the rebuild: which one, why, and the pods whose annotations caused it."""
-
-    uuid: str
-    reason: str
-    pods: tuple[str, ...]
-
-    def describe(self) -> str:
-        """``GPU <uuid>: <reason> (pods a/b, c/d)``."""
-        return f"GPU {self.uuid}: {self.reason} (pods {', '.join(self.pods) or '?'})"
 
 
 def decode_reservations(text: str) -> tuple[MigReservation, ...]:
@@ -137,7 +128,7 @@ def attach_reservations(grants: PodGrants, reservations: Sequence[MigReservation
 
 
 def mig_faults(devices: Sequence[Device], usage: Sequence[tuple[tuple[MigInstance, ...], tuple[str, ...]]],
-               elsewhere: Mapping[str, tuple[MigInstance, ...]]) -> tuple[MigFault, ...]:
+               elsewhere: Mapping[str, tuple[MigInstance, ...]]) -> tuple[PartitionFault, ...]:
     """The GPUs the rebuild makes unallocatable (docs/mig.md#dynamic-mig, failing closed).
 
     ``usage[i]`` is ``devices[i]``'s instances and the pods holding a device entry on it without a reservation;
@@ -145,17 +136,17 @@ def mig_faults(devices: Sequence[Device], usage: Sequence[tuple[tuple[MigInstanc
     entry lacking a reservation, any other GPU with a reservation (HAMi fails only ``hami-core`` ones), and, for a
     reservation on a GPU not on the node, every MIG GPU of the node.
     """
-    faults: list[MigFault] = []
+    faults: list[PartitionFault] = []
     for device, (instances, unreserved) in zip(devices, usage, strict=True):
         if device.mode == MIG_MODE:
             if unreserved and device.mig_profiles:
-                faults.append(MigFault(device.uuid, UNRESERVED_ENTRY, tuple(sorted(set(unreserved)))))
+                faults.append(PartitionFault(device.uuid, UNRESERVED_ENTRY, tuple(sorted(set(unreserved)))))
         elif instances:
-            faults.append(MigFault(device.uuid, RESERVATION_ON_NON_MIG,
+            faults.append(PartitionFault(device.uuid, RESERVATION_ON_NON_MIG,
                                    tuple(sorted({instance.pod for instance in instances}))))
     if elsewhere:
         pods = tuple(sorted({instance.pod for instances in elsewhere.values() for instance in instances}))
         faulted = {fault.uuid for fault in faults}
-        faults.extend(MigFault(device.uuid, f"{RESERVATION_ELSEWHERE} ({', '.join(sorted(elsewhere))})", pods)
+        faults.extend(PartitionFault(device.uuid, f"{RESERVATION_ELSEWHERE} ({', '.join(sorted(elsewhere))})", pods)
                       for device in devices if device.mode == MIG_MODE and device.uuid not in faulted)
     return tuple(faults)

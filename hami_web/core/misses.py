@@ -13,7 +13,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from hami_web.core import names
-from hami_web.core.checks import EXCLUSIVE_CORES, device_reasons
+from hami_web.core.checks import EXCLUSIVE_CORES, device_reasons, refused
 from hami_web.core.devices import Device
 from hami_web.core.options import PodOptions
 from hami_web.core.requests import ContainerRequest, PodRequest
@@ -119,7 +119,8 @@ def node_near_miss(request: PodRequest, view: NodeView, options: PodOptions) -> 
         if container.count > len(devices):
             return None
         booked = [container.booked_memory_mib(device.memory_mib) for device in devices]
-        reasons = device_reasons(devices, view.usage_rows, container, booked, options, view.inventory.cordoned)
+        reasons = refused(device_reasons(devices, view.usage_rows, container, booked, options, view.inventory.cordoned),
+                          view.inventory)
         fitting = sum(1 for reason in reasons if not reason)
         if fitting >= container.count:
             continue

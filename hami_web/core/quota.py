@@ -243,7 +243,7 @@ class NamespaceQuota:
             # A family with dynamic MIG (or partitions) books an instance's profile, which may be larger than the ask
             # (4,000 MiB asked, 1g.5gb's 4,864 booked): only the fit, which knows the profile, can tell, as /bind will
             # count it.
-            profiled = family is not None and (bool(family.reservations_key) or family.partitioning is not None)
+            profiled = family is not None and family.partitioning is not None
             if left is not None and not _surely_within(left, containers, profiled=profiled):
                 families.append((cw, left))
         return PodQuota(families=tuple(families)) if families else None

@@ -24,7 +24,7 @@ from hami_web.core.families import (
 )
 from hami_web.core.families.family import CoreBooking, NodeScore, SharingRule
 from hami_web.core.limits import MAX_DEVICE_MEMORY_MIB, MAX_GPUS_PER_CONTAINER, MAX_QUANTITY
-from hami_web.core.partitions import PartitionAsk, PartitionProfile
+from hami_web.core.partitions import PartitionAsk, PartitionProfile, SliceProfiles
 from hami_web.core.quantities import QuantityError, parse_whole_quantity
 
 MAX_CORES = 100
@@ -257,7 +257,7 @@ def family_request(container: Mapping[str, Any], *, init: bool, family: Family) 
     names = family.resources
     factor = family.memory_factor
     read = functools.partial(_read_resource, resources, name, family)
-    if family.partitioning is not None:
+    if family.partitioning is not None and family.partitioning.asks_profiles:
         return _partition_request(name, init, family, read)
     count = read(names.count) or 0
     if family.core_booking is not None:
@@ -316,7 +316,7 @@ def _booked_cores_request(family: Family, booking: CoreBooking, name: str, init:
 def _partition_request(name: str, init: bool, family: Family, read: Callable[[str], int | None]) -> ContainerRequest:
     """A partitioned family's ask (HAMi's Enflame DRS ``GenerateResourceRequests``): one device, asked by a slice count
     above 0, else by memory and cores (either present, even 0); no such resource: no ask."""
-    assert family.partitioning is not None
+    assert isinstance(family.partitioning, SliceProfiles)
     names = family.resources
     slices = read(names.count)
     memory, cores = read(names.memory), read(names.cores)
@@ -344,7 +344,7 @@ def _shared(block: list[ContainerRequest], rule: SharingRule, pod: Mapping[str, 
 def family_asks_devices(container: Mapping[str, Any], family: Family) -> int:
     """How many devices one container asks of ``family`` (a partitioned family's ask is one device; a family booking
     cores its own way asks as many as its cores make: AWS Neuron's core asks); `RequestError` when unreadable."""
-    if family.partitioning is None and family.core_booking is None:
+    if (family.partitioning is None or not family.partitioning.asks_profiles) and family.core_booking is None:
         return asked_gpu_count(container, count_resource=family.resources.count)
     return family_request(container, init=False, family=family).count
 

@@ -13,8 +13,8 @@ from typing import Any
 
 from hami_web.core.devices import NodeInventory
 from hami_web.core.grants import PodGrants
-from hami_web.core.mig import MIG_MODE, MigInstance, MigPlacement, legacy_parent
-from hami_web.core.migreservations import MigFault, mig_faults
+from hami_web.core.mig import MigInstance, MigPlacement, legacy_parent
+from hami_web.core.partitions import PartitionFault
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,8 +164,10 @@ class NodeView:
     max_free_cores: int
     device_types: frozenset[str]
     idle_devices: int = 0  # usable GPUs no task uses: what a mutex container may take
-    dynamic_mig: bool = False  # some GPU is carved into MIG instances on demand (docs/mig.md#dynamic-mig)
-    mig_faults: tuple[MigFault, ...] = ()  # GPUs the MIG rebuild made unallocatable, and why
+    # Some device is carved per grant by its family's partitioning (`NodeInventory.carved`: dynamic MIG GPUs,
+    # docs/mig.md#dynamic-mig).
+    carved: bool = False
+    mig_faults: tuple[PartitionFault, ...] = ()  # devices the partitions' read-back made unallocatable, and why
     family_stats: Mapping[str, FamilyStats] = field(default_factory=dict)
     # What an ask's fit gave on this exact state: the placement (a `fit.PodFit`) or the failure's summary. The view
     # is immutable and replaced when its usage changes, so entries never go stale; a pod kube-scheduler keeps retrying
@@ -201,14 +203,15 @@ def node_score(inventory: NodeInventory, usage: tuple[DeviceUsage, ...]) -> floa
 def build_node_view(inventory: NodeInventory, usage_by_uuid: Mapping[str, DeviceUsage]) -> NodeView:
     """Join inventory and usage (usage of UUIDs the node no longer has is ignored) and compute aggregates.
 
-    A GPU the MIG rebuild cannot trust (`core.migreservations.mig_faults`) is unhealthy in the view's inventory, so
-    every reader (fit, score, metrics, tools) sees it unallocatable; ``mig_faults`` says why.
+    A device whose partitions' read-back cannot be trusted (`hami_web.core.partitions.Partitioning.faults`: the MIG
+    reservations, `core.migreservations.mig_faults`) is unhealthy in the view's inventory, so every reader (fit, score,
+    metrics, tools) sees it unallocatable; ``mig_faults`` says why.
     """
     usage = tuple(usage_by_uuid.get(device.uuid, NO_USAGE) for device in inventory.devices)
-    faults: tuple[MigFault, ...] = ()
-    dynamic_mig = any(device.mig_profiles and device.mode == MIG_MODE for device in inventory.devices)
-    if dynamic_mig or any(used.instances for used in usage):
-        faults = _mig_faults(inventory, usage, usage_by_uuid)
+    faults: tuple[PartitionFault, ...] = ()
+    carved = bool(inventory.carved)
+    if carved or any(used.instances for used in usage):
+        faults = _partition_faults(inventory, usage, usage_by_uuid)
         if faults:
             faulted = {fault.uuid for fault in faults}
             inventory = replace(inventory, devices=tuple(replace(device, healthy=False) if device.uuid in faulted
@@ -230,7 +233,7 @@ def build_node_view(inventory: NodeInventory, usage_by_uuid: Mapping[str, Device
         device_types=frozenset(device.type for device in inventory.devices),
         idle_devices=idle,
         family_stats=family_stats,
-        dynamic_mig=dynamic_mig,
+        carved=carved,
         mig_faults=faults,
     )
 
@@ -238,9 +241,10 @@ def build_node_view(inventory: NodeInventory, usage_by_uuid: Mapping[str, Device
 def trial_view(view: NodeView, usage: tuple[DeviceUsage, ...]) -> NodeView:
     """``view`` with ``usage`` in place of its own, for a what-if fit that is never stored (preemption's dry run, which
     fits a node once per pod it takes off or puts back): only what `core.fit.fit_pod` reads is replaced, the aggregates
-    (score, family stats) are the old ones. A node with dynamic MIG GPUs is rebuilt whole: its faults depend on usage.
+    (score, family stats) are the old ones. A node with devices carved per grant (dynamic MIG GPUs) is rebuilt whole:
+    its faults depend on usage.
     """
-    if view.dynamic_mig or any(used.instances for used in view.usage):
+    if view.carved or any(used.instances for used in view.usage):
         return build_node_view(view.inventory, {device.uuid: used for device, used in
                                                 zip(view.inventory.devices, usage, strict=True)})
     return NodeView(inventory=view.inventory, usage=usage,
@@ -250,11 +254,16 @@ def trial_view(view: NodeView, usage: tuple[DeviceUsage, ...]) -> NodeView:
                     idle_devices=view.idle_devices, family_stats=view.family_stats)
 
 
-def _mig_faults(inventory: NodeInventory, usage: tuple[DeviceUsage, ...],
-                usage_by_uuid: Mapping[str, DeviceUsage]) -> tuple[MigFault, ...]:
+def _partition_faults(inventory: NodeInventory, usage: tuple[DeviceUsage, ...],
+                      usage_by_uuid: Mapping[str, DeviceUsage]) -> tuple[PartitionFault, ...]:
+    """What each partitioning of the node's families says cannot be trusted, judged on every device of the node (an
+    instance reserved on another family's device is a fault too)."""
     known = {device.uuid for device in inventory.devices}
     elsewhere = {uuid: used.instances for uuid, used in usage_by_uuid.items() if used.instances and uuid not in known}
-    return mig_faults(inventory.devices, [(used.instances, used.unreserved) for used in usage], elsewhere)
+    held = [(used.instances, used.unreserved) for used in usage]
+    partitionings = {id(partitioning): partitioning for partitioning in inventory.partitioning.values()}
+    return tuple(fault for partitioning in partitionings.values()
+                 for fault in partitioning.faults(inventory.devices, held, elsewhere))
 
 
 def _family_stats(inventory: NodeInventory, usage: tuple[DeviceUsage, ...], first: int, end: int) -> FamilyStats:

@@ -8,9 +8,10 @@ again) instead of a GPU promised twice.
 
 What is checked is the capacity invariant itself, which does not depend on the order in which pods were placed:
 together with the others, the pod's booking fits each GPU's task slots, memory and cores, and an exclusive booking
-(all cores of a 100-core card) shares its GPU with nobody. On a dynamic MIG GPU the invariant is the hardware's:
-task slots, and no two instances on one memory slice (docs/mig.md#dynamic-mig); the profiles' memory and cores may
-add up to more than the card reports (three 2g.10gb and a 1g.5gb book 101 cores), so they are not summed there.
+(all cores of a 100-core card) shares its GPU with nobody. A device its family carves per grant is judged by the
+family's partitioning (`hami_web.core.partitions.Partitioning.conflict`): on a dynamic MIG GPU the invariant is the
+hardware's, task slots and no two instances on one memory slice (docs/mig.md#dynamic-mig), since the profiles' memory
+and cores may add up to more than the card reports (three 2g.10gb and a 1g.5gb book 101 cores).
 The filter's other checks are preferences of the moment
 of choice (a 0-core ask avoids a card whose cores are taken; type and UUID selection) and are not repeated: binds
 arrive in another order than filters, and re-applying them would refuse placements that overbook nothing.
@@ -22,7 +23,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from hami_web.core import names
-from hami_web.core.checks import EXCLUSIVE_CORES, core_capacity, is_dynamic_mig
+from hami_web.core.checks import EXCLUSIVE_CORES, core_capacity
 from hami_web.core.devices import NodeInventory
 from hami_web.core.families.family import CoreBooking
 from hami_web.core.grants import PodGrants
@@ -79,8 +80,8 @@ def placement_conflicts(inventory: NodeInventory, others: OtherBookings, booking
         exclusive_card = device.cores == EXCLUSIVE_CORES
         if not device.healthy:
             reason = names.CARD_NOT_HEALTH
-        elif is_dynamic_mig(device):
-            reason = _mig_conflict(device.count, theirs, ours)
+        elif (partitioning := inventory.partitioning.get(device.family)) is not None and partitioning.carves(device):
+            reason = partitioning.conflict(device, theirs, ours)
             if not reason:
                 continue
         elif theirs.tasks + ours.tasks > device.count:
@@ -97,14 +98,3 @@ def placement_conflicts(inventory: NodeInventory, others: OtherBookings, booking
             continue
         conflicts.append(Conflict(uuid, reason))
     return conflicts
-
-
-def _mig_conflict(count: int, theirs: DeviceUsage, ours: DeviceUsage) -> str:
-    """Why ``ours`` does not fit beside ``theirs`` on a dynamic MIG GPU ("" when it does)."""
-    if theirs.tasks + ours.tasks > count:
-        return names.CARD_TIME_SLICING_EXHAUSTED
-    if theirs.unreserved:
-        return names.CARD_NOT_HEALTH  # a device entry without a reservation: where it sits is unknown
-    if any(mine.overlaps(other) for mine in ours.occupied for other in theirs.occupied):
-        return names.CARD_MIG_TOPOLOGY_INFEASIBLE
-    return ""

@@ -140,7 +140,8 @@ class Filter:
     def _leftover_keys(self, annotations: Mapping[str, str]) -> frozenset[str]:
         """The annotations of an earlier booking the pod carries that a new booking may have to remove (MIG
         reservations; `cleared_annotations`)."""
-        keys = (family.reservations_key for family in self._policy.catalog)
+        keys = (family.partitioning.reservations_key for family in self._policy.catalog
+                if family.partitioning is not None)
         return frozenset(key for key in keys if key and key in annotations)
 
     @staticmethod

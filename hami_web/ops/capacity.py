@@ -31,7 +31,6 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from hami_web.core import names
-from hami_web.core.checks import is_dynamic_mig
 from hami_web.core.choose import INVALID_REGISTER, Placement, choose_node, rank_nodes
 from hami_web.core.families import NVIDIA, DeviceCatalog, Family
 from hami_web.core.fit import PodFit, fit_pod, may_fit
@@ -102,7 +101,8 @@ class PodShape:
         for wanted, key, what in ((self.memory_percent, family.resources.memory_percentage, "memory percentage"),
                                   (self.gpu_type, family.use_type_key, "type selection"),
                                   (self.numa_bind, family.numa_bind_key, "NUMA binding"),
-                                  (self.mig_profile, family.reservations_key, "dynamic MIG")):
+                                  (self.mig_profile, family.partitioning.reservations_key
+                                   if family.partitioning is not None else "", "dynamic MIG")):
             if wanted and not key:
                 raise ShapeError(f"{family.label} ({family.cw}) has no {what}")
         return family
@@ -112,7 +112,8 @@ class PodShape:
         family = self.device_family(policies.catalog)
         resources = family.resources
         # A partitioned family's count is a partition's slices, asked instead of memory and cores (Enflame DRS).
-        by_size = family.partitioning is not None and bool(self.memory_mib or self.cores)
+        by_size = family.partitioning is not None and family.partitioning.asks_profiles \
+            and bool(self.memory_mib or self.cores)
         limits = {} if by_size else {resources.count: str(self.gpus)}
         if self.memory_mib:
             limits[resources.memory] = str(self.memory_mib)
@@ -286,10 +287,11 @@ def plan_capacity(snapshot: ClusterSnapshot, shape: PodShape, policies: Scheduli
 def _mig_only(view: NodeView) -> NodeView:
     """``view`` with every GPU but the dynamic MIG ones out of use (unhealthy): ``--mig-profile`` counts MIG instances,
     and a GPU without a mode would take a ``vgpu-mode: mig`` pod as a slice."""
-    if all(is_dynamic_mig(device) for device in view.inventory.devices):
+    carved = view.inventory.carved  # what the families' partitioning carves per grant: the MIG GPUs
+    if len(carved) == len(view.inventory.devices):
         return view
-    devices = tuple(device if is_dynamic_mig(device) else replace(device, healthy=False)
-                    for device in view.inventory.devices)
+    devices = tuple(device if position in carved else replace(device, healthy=False)
+                    for position, device in enumerate(view.inventory.devices))
     usage = {device.uuid: used for device, used in zip(view.inventory.devices, view.usage, strict=True)}
     return build_node_view(replace(view.inventory, devices=devices), usage)
 
@@ -297,8 +299,8 @@ def _mig_only(view: NodeView) -> NodeView:
 def mig_profile_memory(snapshot: ClusterSnapshot, profile: str) -> int:
     """The memory (MiB) a pod asks to get ``profile``: the profile's own on the cluster's MIG GPUs (the largest,
     should models differ); `ShapeError` when no GPU offers it, naming the profiles that are offered."""
-    offered = [candidate for view in snapshot.views.values() for device in view.inventory.devices
-               if device.mode == MIG_MODE for candidate in candidate_profiles(device.mig_profiles)]
+    offered = [candidate for view in snapshot.views.values() for position in sorted(view.inventory.carved)
+               for candidate in candidate_profiles(view.inventory.devices[position].mig_profiles)]
     sizes = [candidate.memory_mib for candidate in offered if candidate.name == profile]
     if not sizes:
         names_offered = ", ".join(sorted({candidate.name for candidate in offered})) or "none"

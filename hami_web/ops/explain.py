@@ -18,7 +18,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from hami_web.core import names
-from hami_web.core.checks import is_dynamic_mig, mig_pick
 from hami_web.core.choose import Placement, choose_node
 from hami_web.core.devices import AnnotationError
 from hami_web.core.families import DeviceCatalog, Family
@@ -321,8 +320,10 @@ def _ruled_out_fit(request: PodRequest, options: PodOptions, snapshot: ClusterSn
 def _mig_notes(request: PodRequest, snapshot: ClusterSnapshot, candidates: Sequence[str]) -> list[str]:
     """Per container, the MIG profile it needs and why none is free (``CardMigTopologyInfeasible``): no profile
     large enough on any candidate MIG GPU, or the GPUs that have one hold no free placement for it or a larger one."""
-    gpus = [(view.name, device, used) for name in candidates if (view := snapshot.views.get(name)) is not None
-            for device, used in zip(view.inventory.devices, view.usage, strict=True) if is_dynamic_mig(device)]
+    gpus = [(view.inventory.partitioning[device.family], device, used) for name in candidates
+            if (view := snapshot.views.get(name)) is not None
+            for position, (device, used) in enumerate(zip(view.inventory.devices, view.usage, strict=True))
+            if position in view.inventory.carved]
     notes = []
     for container in request.containers:
         if not container.count or not gpus:
@@ -336,7 +337,8 @@ def _mig_notes(request: PodRequest, snapshot: ClusterSnapshot, candidates: Seque
             offered = f"the largest offered is {biggest.name} ({biggest.memory_mib} MiB)" if biggest else "none usable"
             notes.append(f"container {container.name} asks {wanted} MiB: no MIG profile is that large ({offered})")
             continue
-        free = sum(1 for _, device, used in gpus if mig_pick(device, used.occupied, wanted) is not None)
+        free = sum(1 for partitioning, device, used in gpus
+                   if partitioning.place(device, used.occupied, wanted) is not None)
         notes.append(f"container {container.name} asks {wanted} MiB: it needs {large[0].name} ({large[0].memory_mib} "
                      f"MiB) or larger; {free} of {len(gpus)} MIG GPUs have a free placement for one")
     return notes

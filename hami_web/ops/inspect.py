@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from hami_web.core.grants import families_of
-from hami_web.core.mig import MIG_MODE, MigLayout, mig_layout
+from hami_web.core.mig import MigLayout, mig_layout
 from hami_web.core.quota import quota_usage_rows
 from hami_web.core.usage import NodeView
 from hami_web.ops.snapshot import ClusterSnapshot, NodeFacts
@@ -231,10 +231,10 @@ def _gpu_reports(view: NodeView | None, shares: dict[str, list[PodShare]]) -> li
                       tasks=used.tasks, task_slots=device.count,
                       group=grouping[device.family].label(device) if device.family in grouping else "",
                       pods=shares.get(device.uuid, []),
-                      mig=mig_layout(device.mig_profiles, used.instances)
-                      if device.mode == MIG_MODE and device.mig_profiles else None,
+                      mig=mig_layout(device.mig_profiles, used.instances) if position in view.inventory.carved
+                      else None,
                       mig_fault=faults.get(device.uuid, ""), legacy_mig_entries=used.legacy_entries)
-            for device, used in zip(view.inventory.devices, view.usage, strict=True)]
+            for position, (device, used) in enumerate(zip(view.inventory.devices, view.usage, strict=True))]
 
 
 def _pod_shares(snapshot: ClusterSnapshot, node_names: set[str]) -> dict[str, list[PodShare]]:

@@ -286,6 +286,7 @@ def node_state(record: NodeRecord, *, now: float, catalog: DeviceCatalog = DEFAU
                               broken=broken, topology=frozenset(family.cw for family in catalog if family.topology),
                               soft_split=frozenset(family.family for family in record.families if family.soft_split),
                               grouping=_groupings(devices, catalog),
+                              partitioning=catalog.partitionings(),
                               # Interned: nodes share a few tables, and the filter groups nodes by this text.
                               annotations=sys.intern(json.dumps(dict(sorted(record.score_annotations))))
                               if record.score_annotations else "")

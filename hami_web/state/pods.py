@@ -18,8 +18,7 @@ from hami_web.core.families import DEFAULT_CATALOG, DeviceCatalog, Family
 from hami_web.core.families.family import SharingRule
 from hami_web.core.grants import DeviceGrant, PodGrants, decode_pod_devices, encode_pod_devices, merge_grants
 from hami_web.core.limits import json_type_name, quote
-from hami_web.core.mig import MigInstance
-from hami_web.core.migreservations import attach_reservations, decode_reservations
+from hami_web.core.partitions import Unclaimed
 from hami_web.core.preemption import Holder, preemption_terms
 from hami_web.core.requests import RequestError, family_asks_devices
 from hami_web.core.usage import DeviceUsage, pod_booking
@@ -216,37 +215,6 @@ def _family_grants(text: str, containers: list[Mapping[str, Any]], family: Famil
         return tuple(spread)
 
 
-def _with_shares(grants: PodGrants, family: Family, annotations: Mapping[str, str],
-                 containers: list[Mapping[str, Any]]) -> PodGrants:
-    """A partitioned family's grants with the shares each partition took, read back from the family's own annotation
-    (`hami_web.core.partitions.Partitioning.shares_of`); one where it does not say."""
-    read = family.partitioning.shares_of if family.partitioning is not None else None
-    if read is None:
-        return grants
-    restored: list[tuple[DeviceGrant, ...]] = []
-    for container, entry in zip(containers, grants, strict=False):
-        shares = read(annotations, str(container.get("name") or "")) if entry else None
-        restored.append(tuple(replace(grant, shares=shares) for grant in entry) if shares else entry)
-    return (*restored, *grants[len(restored):])
-
-
-def _with_reservations(grants: PodGrants, text: str, key: str,
-                       owner: str) -> tuple[PodGrants, dict[str, tuple[MigInstance, ...]]]:
-    """The grants with their MIG reservations attached, and the reservations no entry took (docs/mig.md#dynamic-mig).
-
-    An unreadable reservation annotation does not make the pod unreadable: its device entries then hold no
-    reservation, which fails their MIG GPUs closed when the node's view is built.
-    """
-    try:
-        reservations = decode_reservations(text)
-    except AnnotationError as error:
-        # INFO: the fault it causes is logged as an error where the node's view is built (state.planning), and the
-        # operator tools, which read pods with this function too, print warnings.
-        log.info("pod %s: %s does not parse, so its MIG GPUs fail closed: %s", quote(owner), key, error)
-        return grants, {}
-    return attach_reservations(grants, reservations, owner)
-
-
 def _with_tags(grants: PodGrants, rule: SharingRule, annotations: Mapping[str, str]) -> PodGrants:
     """The grants with what each holds under the family's sharing rule, from the pod's annotations (its class) and the
     grant's cores: the card state the rule judges, rebuilt from the pods after a restart."""
@@ -302,18 +270,24 @@ def pod_usage(pod: Mapping[str, Any], *, catalog: DeviceCatalog = DEFAULT_CATALO
     uid, namespace, name = pod_key(pod)
     owner = f"{namespace}/{name}"
     parts = []
-    unclaimed: dict[str, tuple[MigInstance, ...]] = {}
+    unclaimed: Unclaimed = {}
     for family, text in texts:
         try:
             family_part = _family_grants(text, containers, family)
         except AnnotationError as error:
             raise AnnotationError(f"{family.allocated_key}: {error}") from None
-        family_part = _with_shares(family_part, family, annotations, containers)
+        if family.partitioning is not None:  # what each partition took (Enflame's slices, NVIDIA's MIG instances)
+            restored = family.partitioning.restore(family_part, annotations,
+                                                   [str(container.get("name") or "") for container in containers],
+                                                   owner)
+            if restored.problem:
+                # INFO: the fault it causes is logged as an error where the node's view is built (state.planning),
+                # and the operator tools, which read pods with this function too, print warnings.
+                log.info("pod %s: %s", quote(owner), restored.problem)
+            family_part = restored.grants
+            unclaimed.update(restored.unclaimed)
         if family.sharing is not None:  # what each grant holds under the family's sharing rule (Metax sGPU's QoS)
             family_part = _with_tags(family_part, family.sharing, annotations)
-        if family.reservations_key and (reserved := annotations.get(family.reservations_key)):
-            family_part, left = _with_reservations(family_part, reserved, family.reservations_key, owner)
-            unclaimed.update(left)
         parts.append(family_part)
     grants = merge_grants(parts, len(containers)) if len(parts) > 1 else parts[0]
     devices_text = encode_pod_devices(grants) if len(parts) > 1 else texts[0][1]

@@ -89,7 +89,8 @@ def test_what_a_container_asks(limits: dict[str, str], requests: dict[str, str],
 
 def fit(request: ContainerRequest, used: Mapping[str, tuple[int, int, int]] | None = None,
         annotations: Mapping[str, str] | None = None, devices: tuple[Device, ...] = GCUS) -> PodFit | str:
-    view = build_node_view(NodeInventory(name="node-a", devices=devices),
+    # The family's partitioning as `node_state` gives it the inventory, from the catalog.
+    view = build_node_view(NodeInventory(name="node-a", devices=devices, partitioning=CATALOG.partitionings()),
                            {uuid: DeviceUsage(*row) for uuid, row in (used or {}).items()})
     options = pod_options(annotations, node_policy="binpack", gpu_policy="binpack", catalog=CATALOG)
     result = fit_pod(PodRequest(containers=(request,)), view, options)

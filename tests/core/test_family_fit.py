@@ -62,10 +62,12 @@ def card(uuid: str, family: str, *, type_: str, index: int = 0, count: int = 100
 
 def node_view(devices: list[Device], used: Mapping[str, tuple[int, int, int]] | None = None) -> NodeView:
     """The node's devices with HAMi's (Used, Usedmem, Usedcores) per UUID; pair scores apply to the families that
-    have them, as `node_state` builds it."""
+    have them, and each family partitions its devices as its spec says (NVIDIA's dynamic MIG), as `node_state` builds
+    it."""
     usage = {uuid: DeviceUsage(*row) for uuid, row in (used or {}).items()}
     topology = frozenset(family.cw for family in FULL_CATALOG if family.topology)
-    return build_node_view(NodeInventory(name="node-1", devices=tuple(devices), topology=topology), usage)
+    return build_node_view(NodeInventory(name="node-1", devices=tuple(devices), topology=topology,
+                                         partitioning=FULL_CATALOG.partitionings()), usage)
 
 
 def ask(family: str, count: int = 1, *, memory_mib: int = 0, memory_percent: int = 100, cores: int = 0,

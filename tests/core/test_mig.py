@@ -157,7 +157,8 @@ def test_legacy_geometry_entries_name_their_parent(uuid: str, parent: str) -> No
 # --- the fit ---------------------------------------------------------------------------------------------------
 
 def mig_node(*devices: Device) -> NodeInventory:
-    return NodeInventory(name="node-1", devices=tuple(devices))
+    """A node's inventory with the NVIDIA family's partitioning, dynamic MIG, as `node_state` gives it."""
+    return NodeInventory(name="node-1", devices=tuple(devices), partitioning=DEFAULT_CATALOG.partitionings())
 
 
 def gpu_a(index: int = 0, uuid: str = "GPU-a", **changes: Any) -> Device:

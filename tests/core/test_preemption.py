@@ -63,7 +63,7 @@ def fill(name: str, devices: Sequence[Device], pods: Sequence[tuple[str, int, Po
          labels: Mapping[str, Mapping[str, str]] | None = None) -> tuple[NodeView, list[Holder]]:
     """A node whose devices are filled by ``pods`` (name, priority, ask), each placed by the fit in turn, and its
     holders."""
-    inventory = NodeInventory(name=name, devices=tuple(devices))
+    inventory = NodeInventory(name=name, devices=tuple(devices), partitioning=CATALOG.partitionings())
     view = build_node_view(inventory, {})
     holders: list[Holder] = []
     for pod_name, priority, ask in pods:

@@ -426,5 +426,5 @@ def test_a_choice_by_network_groups_is_judged_whole(left: FamilyQuota, expected:
 ])
 def test_a_mig_instance_counts_its_profile(memory_left: int, expected: Any) -> None:
     a100 = decode_register(a100_mig_register("GPU-a"))[0]  # a 3000 MiB ask gets 1g.5gb: 4864 MiB, 14 cores
-    node = NodeInventory(name="node-1", devices=(a100,))
+    node = NodeInventory(name="node-1", devices=(a100,), partitioning=CATALOG.partitionings())
     assert fit([c(memory_mib=3000, cores=5)], node, FamilyQuota(memory_left, None)) == expected

@@ -6,7 +6,7 @@ the profiles every GCU can be carved into, named ``<slices>g.<memory>gb`` (``1g.
 the plugin knows them by. A container takes one partition of one GCU: it names the slice count
 (``enflame.com/drs-gcu``: exactly a profile of that size) or memory and cores (``gcu-memory``, ``gcu-core``: the
 smallest profile holding both), and books the profile's slices, memory and cores: the family's
-`hami_web.core.partitions.Partitioning`. No node lock (the bind takes hami-web's own), no handshake; the bind writes
+`hami_web.core.partitions.SliceProfiles`. No node lock (the bind takes hami-web's own), no handshake; the bind writes
 only ``hami.io/enflame-vgpu-devices-allocated`` and the plugin's ``enflame.com/gcu-assigned*``,
 ``gcu-request-size`` and ``assigned-containers``, from which a restart reads back each partition's slices.
 """
@@ -25,7 +25,7 @@ from hami_web.core.families.capacity import node_annotation, node_name
 from hami_web.core.families.family import AdmissionRules, Family, ResourceNames
 from hami_web.core.families.spec import FamilySpec
 from hami_web.core.limits import MAX_DEVICE_INDEX, MAX_DEVICE_MEMORY_MIB, MAX_DEVICE_SHARES, quote, uuid_problem
-from hami_web.core.partitions import DevicePartitions, Partitioning, PartitionProfile
+from hami_web.core.partitions import DevicePartitions, PartitionProfile, SliceProfiles
 
 CW = "Enflame"
 KIND = "enflame"
@@ -177,7 +177,7 @@ def shares_of(annotations: Mapping[str, str], container: str) -> int | None:
         else None
 
 
-PARTITIONING = Partitioning(memory_mib=memory_mib, shares_of=shares_of)
+PARTITIONING = SliceProfiles(memory_mib=memory_mib, shares_of=shares_of)
 
 
 def drs_annotations(grants: Sequence[Sequence[Any]], containers: Sequence[str],

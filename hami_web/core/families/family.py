@@ -343,9 +343,6 @@ class Family:
     nouse_uuid_key: str = ""
     numa_bind_key: str = ""
     mode_key: str = ""
-    # The pod annotation of the MIG instances a booking picked, read back when usage is rebuilt
-    # (docs/mig.md#dynamic-mig; ``booking_extras`` writes it); "" = no dynamic MIG.
-    reservations_key: str = ""
     cordon: bool = False
     topology: bool = False
     admission: AdmissionRules = field(default_factory=AdmissionRules)
@@ -389,8 +386,9 @@ class Family:
     # The family's devices count only while the node's capacity of its count resource is above 0 (HAMi's AMD
     # ``CheckHealth``), its health signal instead of a handshake.
     health_from_capacity: bool = False
-    # The device is carved into partitions of fixed profiles (Enflame DRS): a container's ask is mapped to a profile,
-    # which it books (`hami_web.core.partitions`); None: shared by memory and cores.
+    # The devices are carved into partitions of fixed profiles (`hami_web.core.partitions.Partitioning`: Enflame DRS's
+    # slice counts, NVIDIA's dynamic MIG): a container's ask is mapped to a profile, which it books; None: shared by
+    # memory and cores.
     partitioning: Partitioning | None = None
     bind_extras: BindExtras | None = None
     # Cards shared under a rule beyond memory and cores (Metax sGPU's QoS and app classes); None: none.
@@ -430,6 +428,7 @@ class DeviceCatalog:
 
     families: tuple[Family, ...]
     _by_cw: Mapping[str, Family] = field(init=False, compare=False, repr=False)
+    _partitionings: Mapping[str, Partitioning] = field(init=False, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         ordered = tuple(sorted(self.families, key=lambda family: family.cw))
@@ -442,6 +441,8 @@ class DeviceCatalog:
             seen[family.cw] = family
         object.__setattr__(self, "families", ordered)
         object.__setattr__(self, "_by_cw", seen)
+        object.__setattr__(self, "_partitionings", {family.cw: family.partitioning for family in ordered
+                                                    if family.partitioning is not None})
 
     def __iter__(self) -> Iterator[Family]:
         return iter(self.families)
@@ -464,6 +465,11 @@ class DeviceCatalog:
         """The node annotations the families' node scores read, each once."""
         return tuple(dict.fromkeys(key for family in self.families if family.node_score
                                    for key in family.node_score.keys))
+
+    def partitionings(self) -> Mapping[str, Partitioning]:
+        """How each family that partitions its devices does (`Family.partitioning`), by common word: what a node's
+        inventory asks for its devices (`hami_web.core.devices.NodeInventory.partitioning`)."""
+        return self._partitionings
 
     def core_bookings(self) -> dict[str, CoreBooking]:
         """The families whose grants book cores their own way (`Family.core_booking`), by common word."""

@@ -2,7 +2,8 @@
 rewrite.
 
 The resource names, defaults and overwriteEnv come from the flags and the ``nvidia`` section of HAMi's device
-config; everything else is fixed by HAMi's NVIDIA device plugin, which reads what we write.
+config; everything else is fixed by HAMi's NVIDIA device plugin, which reads what we write. Its GPUs in ``mig`` mode
+are carved per grant by the family's partitioning, dynamic MIG (`hami_web.core.migpartitioning.MIG`).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from hami_web.core.families import config
 from hami_web.core.families.family import AdmissionRules, Family, ResourceNames
 from hami_web.core.families.spec import FamilySpec
 from hami_web.core.mig import encode_reservations
+from hami_web.core.migpartitioning import MIG
 
 CW = names.VENDOR
 KIND = "nvidia"
@@ -29,7 +31,7 @@ def mig_reservations(grants: Sequence[Sequence[Any]]) -> dict[str, str]:
     """``hami.io/vgpu-mig-allocations`` for the MIG instances among the grants, none when there are none
     (docs/mig.md#dynamic-mig)."""
     text = encode_reservations(grants)
-    return {names.POD_MIG_RESERVATIONS: text} if text else {}
+    return {MIG.reservations_key: text} if text else {}
 
 
 def nvidia_family(*, resources: ResourceNames = DEFAULT_RESOURCES, memory_factor: int = 1,
@@ -61,7 +63,7 @@ def nvidia_family(*, resources: ResourceNames = DEFAULT_RESOURCES, memory_factor
         nouse_uuid_key=names.POD_NOUSE_GPU_UUID,
         numa_bind_key=names.POD_NUMA_BIND,
         mode_key="nvidia.com/vgpu-mode",
-        reservations_key=names.POD_MIG_RESERVATIONS,
+        partitioning=MIG,
         booking_extras=mig_reservations,
         cordon=True,
         topology=True,
