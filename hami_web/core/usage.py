@@ -256,14 +256,20 @@ def trial_view(view: NodeView, usage: tuple[DeviceUsage, ...]) -> NodeView:
 
 def _partition_faults(inventory: NodeInventory, usage: tuple[DeviceUsage, ...],
                       usage_by_uuid: Mapping[str, DeviceUsage]) -> tuple[PartitionFault, ...]:
-    """What each partitioning of the node's families says cannot be trusted, judged on every device of the node (an
-    instance reserved on another family's device is a fault too)."""
+    """What each family's partitioning says cannot be trusted, judging its own family's devices and those of families
+    that partition nothing (an instance reserved on such a device is a fault too), each device once, in node order."""
     known = {device.uuid for device in inventory.devices}
     elsewhere = {uuid: used.instances for uuid, used in usage_by_uuid.items() if used.instances and uuid not in known}
-    held = [(used.instances, used.unreserved) for used in usage]
-    partitionings = {id(partitioning): partitioning for partitioning in inventory.partitioning.values()}
-    return tuple(fault for partitioning in partitionings.values()
-                 for fault in partitioning.faults(inventory.devices, held, elsewhere))
+    shared = [position for family, (first, end) in inventory.groups.items() if family not in inventory.partitioning
+              for position in range(first, end)]
+    faults: dict[str, PartitionFault] = {}
+    for family, partitioning in inventory.partitioning.items():
+        first, end = inventory.groups.get(family, (0, 0))
+        judged = sorted([*range(first, end), *shared])
+        for fault in partitioning.faults([inventory.devices[p] for p in judged],
+                                         [(usage[p].instances, usage[p].unreserved) for p in judged], elsewhere):
+            faults.setdefault(fault.uuid, fault)
+    return tuple(faults.values())
 
 
 def _family_stats(inventory: NodeInventory, usage: tuple[DeviceUsage, ...], first: int, end: int) -> FamilyStats:
