@@ -81,36 +81,36 @@ def pod_booking(grants: PodGrants, *, init_count: int, init_finished: bool = Fal
     """
     init_peak: dict[str, tuple[int, int, int]] = {}
     regular: dict[str, tuple[int, int, int]] = {}
-    mig = _MigSide(owner)
+    placed = _PlacedSide(owner)
     if not init_finished:
         for container in grants[:init_count]:
             for grant in container:
-                uuid = mig.note(grant.uuid, grant.instance)
+                uuid = placed.note(grant.uuid, grant.instance)
                 shares, memory_mib, cores = init_peak.get(uuid, (0, 0, 0))
                 init_peak[uuid] = (max(shares, grant.shares), max(memory_mib, grant.memory_mib),
                                    max(cores, grant.cores))
     tags: dict[str, list[str]] = {}
     for container in grants[init_count:]:
         for grant in container:
-            uuid = mig.note(grant.uuid, grant.instance)
+            uuid = placed.note(grant.uuid, grant.instance)
             tasks, memory_mib, cores = regular.get(uuid, (0, 0, 0))
             regular[uuid] = (tasks + grant.shares, memory_mib + grant.memory_mib, cores + grant.cores)
             tags.setdefault(uuid, []).extend(grant.tags)
     for uuid, instances in (unclaimed or {}).items():
-        mig.instances.setdefault(uuid, []).extend(instances)
+        placed.instances.setdefault(uuid, []).extend(instances)
     booking: dict[str, DeviceUsage] = {}
-    for uuid in init_peak.keys() | regular.keys() | mig.instances.keys():
+    for uuid in init_peak.keys() | regular.keys() | placed.instances.keys():
         peak_shares, peak_memory, peak_cores = init_peak.get(uuid, (0, 0, 0))
         tasks, memory_mib, cores = regular.get(uuid, (0, 0, 0))
         booking[uuid] = DeviceUsage(max(peak_shares, tasks), max(peak_memory, memory_mib),
-                                    max(peak_cores, cores), tuple(mig.instances.get(uuid, ())),
-                                    tuple(mig.unreserved.get(uuid, ())), mig.legacy.get(uuid, 0),
+                                    max(peak_cores, cores), tuple(placed.instances.get(uuid, ())),
+                                    tuple(placed.unreserved.get(uuid, ())), placed.legacy.get(uuid, 0),
                                     tuple(sorted(tags.get(uuid, ()))))
     return booking
 
 
-class _MigSide:
-    """The MIG side of one pod's booking while `pod_booking` reads its grants."""
+class _PlacedSide:
+    """The placed partitions of one pod's booking (MIG instances) while `pod_booking` reads its grants."""
 
     __slots__ = ("instances", "legacy", "owner", "unreserved")
 
