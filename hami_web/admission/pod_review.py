@@ -345,7 +345,7 @@ def _resize(container: dict[str, Any], name: str, family: Family,
     names = family.resources
     limits = _limits(container)
     memory = asked.get(names.memory) if names.memory and names.memory in limits else None  # limits only, as HAMi
-    soft_split = bool(family.soft_split_key) and annotations.get(family.soft_split_key) == family.soft_split_mode
+    soft_split = family.soft_split is not None and annotations.get(family.soft_split.key) == family.soft_split.mode
     outcome = resize(family, AdmissionAsk(count=count, memory=memory, cores=asked.get(names.cores) if names.cores
                                           else None, soft_split=soft_split))
     if outcome.refusal:

@@ -66,13 +66,10 @@ class Device:
     # gives the order a request tries them); empty for a GPU that is not carved on demand.
     mig_profiles: tuple[MigProfile, ...] = ()
     network: int = NO_NETWORK  # ``custominfo.NetworkID``: the Ascend HCCS group the NPU is in (-1: none reported)
-    # ``custominfo.AIC`` of a die registered with ``custominfo.DeviceStrategy`` "die": the physical card it sits on
-    # (Vastai); "" otherwise.
-    card: str = ""
-    # The profiles a partitioned device offers and its handle (Enflame DRS: `hami_web.core.partitions`); None else.
-    partitions: DevicePartitions | None = None
-    # How the device plugin says the card is shared now (Metax sGPU's QoS policy); "" when it says nothing.
-    sharing: str = ""
+    card: str = ""  # Vastai's ``custominfo.AIC`` of a die in ``DeviceStrategy`` "die": the card it sits on ("" none)
+    instance_type: str = ""  # the node's (AWS Neuron's ``node.kubernetes.io/instance-type``: how its ranges start)
+    partitions: DevicePartitions | None = None  # the profiles a partitioned device offers, its handle (core.partitions)
+    sharing: str = ""  # how the device plugin says the card is shared now (Metax sGPU's QoS policy; "" nothing said)
 
 
 @dataclass(frozen=True, slots=True)

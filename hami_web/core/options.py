@@ -18,6 +18,7 @@ from dataclasses import InitVar, dataclass, field
 
 from hami_web.core import names
 from hami_web.core.families import DEFAULT_CATALOG, NVIDIA, DeviceCatalog, Family
+from hami_web.core.families.devicetypes import COMMON_WORD, DeviceTypes
 from hami_web.core.limits import json_type_name
 
 NODE_POLICIES = ("binpack", "spread")
@@ -77,11 +78,11 @@ class DeviceSelection:
     """Which devices of one family a pod accepts, from that family's annotations
     (docs/scheduling-rules.md#checks-for-one-device, steps 2-3).
 
-    A device qualifies when its type contains the family's common word and passes ``use_types`` / ``nouse_types``
-    (upper-cased substrings; a device of ``unknown_type``, whose model is unknown, passes both), its UUID passes
-    ``use_uuids`` / ``nouse_uuids`` (exact), and, when ``modes`` is set
-    (``nvidia.com/vgpu-mode``), the value contains the device's mode. ``numa_bind`` keeps a container's devices on
-    one NUMA node.
+    A device qualifies when its type serves the family (``types``: contains its common word, or any type) and passes
+    ``use_types`` / ``nouse_types`` (upper-cased substrings; a device of ``types.unknown``, whose model is unknown,
+    passes both), its UUID passes ``use_uuids`` / ``nouse_uuids`` (exact), and, when ``modes`` is set
+    (``nvidia.com/vgpu-mode``), the value contains the device's mode. ``numa_bind`` keeps a container's devices on one
+    NUMA node.
     """
 
     family: str = NVIDIA
@@ -91,10 +92,9 @@ class DeviceSelection:
     nouse_uuids: frozenset[str] = frozenset()
     numa_bind: bool = False
     modes: str | None = None
-    unknown_type: str = ""  # the type of a device whose model is unknown: no use/nouse type rule applies to it
     soft_split: bool = False  # the pod asks for the family's soft split (Ascend ``huawei.com/vnpu-mode: hami-core``)
-    # What a device's type must contain to serve the family (`Family.type_word`; None: the common word, "" any type).
-    type_word: str | None = None
+    # Which device types serve the family (its word, "" any) and which is of an unknown model (`Family.types`).
+    types: DeviceTypes = COMMON_WORD
     # Verdicts per card type, filled on first use: a node list holds few distinct types but many devices.
     _type_verdicts: dict[str, bool] = field(default_factory=dict, init=False, compare=False, repr=False)
 
@@ -112,9 +112,9 @@ class DeviceSelection:
 
     def _judge_type(self, device_type: str) -> bool:
         upper = device_type.upper()
-        if (self.family.upper() if self.type_word is None else self.type_word) not in upper:
+        if self.types.word_for(self.family) not in upper:
             return False
-        if self.unknown_type and upper == self.unknown_type.upper():
+        if self.types.unknown and upper == self.types.unknown.upper():
             # The model is unknown here, so no type rule can be judged: HAMi v2.10 reads no MLU type annotation at
             # all and places the pod, so the rules are ignored on such a device
             # (docs/device-families.md#device-families).
@@ -157,9 +157,9 @@ class PodOptions:
     nouse_uuids: InitVar[frozenset[str]] = frozenset()
     scoring_weights: ScoringWeights = DEFAULT_WEIGHTS
     selections: tuple[DeviceSelection, ...] = ()
-    # (family, word) of the families any of whose registered types serves (`Family.any_type`: word ""), for the
+    # (family, types) of the families whose types do not match by the common word alone (`Family.types`), for the
     # selection of a family the pod does not constrain.
-    type_words: tuple[tuple[str, str], ...] = field(default=(), compare=False)
+    family_types: tuple[tuple[str, DeviceTypes], ...] = field(default=(), compare=False)
     # Derived from gpu_policy once, because the fit reads it for every container on every node it tries.
     gpu: GpuPolicy = field(init=False, compare=False, repr=False)
     _by_family: dict[str, DeviceSelection] = field(init=False, compare=False, repr=False)
@@ -177,8 +177,8 @@ class PodOptions:
         """The pod's selection of ``family``'s devices (an unconstrained one when it names none)."""
         selection = self._by_family.get(family)
         if selection is None:
-            word = next((word for cw, word in self.type_words if cw == family), None)
-            selection = self._by_family[family] = DeviceSelection(family=family, type_word=word)
+            types = next((types for cw, types in self.family_types if cw == family), COMMON_WORD)
+            selection = self._by_family[family] = DeviceSelection(family=family, types=types)
         return selection
 
 
@@ -339,10 +339,10 @@ def family_selection(annotations: Mapping[str, str], family: Family) -> DeviceSe
                               for uuid in _split(text(key), upper=False)),
         numa_bind=text(family.numa_bind_key) in GO_TRUE,
         modes=modes.strip() if modes is not None else None,
-        unknown_type=family.unknown_type,
         # HAMi compares the value exactly (``vnpuMode == "hami-core"``).
-        soft_split=bool(family.soft_split_key) and _text(annotations, family.soft_split_key) == family.soft_split_mode,
-        type_word=family.type_word if family.any_type else None,
+        soft_split=family.soft_split is not None
+        and _text(annotations, family.soft_split.key) == family.soft_split.mode,
+        types=family.types,
     )
 
 
@@ -359,5 +359,5 @@ def pod_options(annotations: Mapping[str, str] | None, *, node_policy: str, gpu_
         gpu_policy=gpu_policy if pod_gpu_policy is None else read_pod_gpu_policy(pod_gpu_policy)[0],
         scoring_weights=DEFAULT_WEIGHTS if weights is None else parse_scoring_weights(weights),
         selections=selections,
-        type_words=tuple((family.cw, family.type_word) for family in catalog if family.any_type),
+        family_types=tuple((family.cw, family.types) for family in catalog if family.types != COMMON_WORD),
     )

@@ -59,7 +59,7 @@ class ContainerRequest:
     # How each device books the cores asked (`Family.core_booking`: AMD's compute units, AWS Neuron's core bitmask);
     # None: ``cores`` as they are.
     core_booking: CoreBooking | None = None
-    grant_type: Callable[[Device], str] | None = None  # a grant's type field (`Family.grant_type`); None: the family
+    grant_type: Callable[[Device], str] | None = None  # a grant's type field (`DeviceTypes.grant_type`); None: the cw
     # A partitioned family's ask (`hami_web.core.partitions`): the fit maps it to a node's profile (``profile``), whose
     # memory and cores it then books, with the profile's slices as the device's shares taken.
     partition: PartitionAsk | None = None
@@ -293,7 +293,7 @@ def family_request(container: Mapping[str, Any], *, init: bool, family: Family) 
     return ContainerRequest(name=name, init=init, count=count, memory_mib=memory_mib,
                             memory_percent=memory_percent or FULL_CARD_PERCENT, cores=min(cores, MAX_CORES),
                             family=family.cw, grouped=grouped, one_card=family.one_card_per_pod,
-                            group_weight=weight, spread_gain=gain, busy_scored=busy, grant_type=family.grant_type)
+                            group_weight=weight, spread_gain=gain, busy_scored=busy, grant_type=family.types.grant_type)
 
 
 def _booked_cores_request(family: Family, booking: CoreBooking, name: str, init: bool, count: int,
@@ -310,7 +310,7 @@ def _booked_cores_request(family: Family, booking: CoreBooking, name: str, init:
         return ContainerRequest(name=name, init=init, count=0, family=family.cw)
     memory_mib = (read(names.memory) or 0) * family.memory_factor if names.memory else 0
     return ContainerRequest(name=name, init=init, count=count, memory_mib=memory_mib, cores=cores, family=family.cw,
-                            core_booking=booking, grant_type=family.grant_type)
+                            core_booking=booking, grant_type=family.types.grant_type)
 
 
 def _partition_request(name: str, init: bool, family: Family, read: Callable[[str], int | None]) -> ContainerRequest:

@@ -125,8 +125,8 @@ def _template(family: Family | None, ask: ContainerRequest, options: PodOptions 
     device, or soft split (no template)."""
     if family is None or family.templates is None:
         return ""
-    if options is not None and options.selection(family.cw).soft_split:
-        return f"soft split ({family.soft_split_mode}): memory and cores as asked, no template"
+    if options is not None and family.soft_split is not None and options.selection(family.cw).soft_split:
+        return f"soft split ({family.soft_split.mode}): memory and cores as asked, no template"
     templates = family.templates
     whole = f"the whole NPU ({templates.allocatable_mib} MiB)"
     if not ask.memory_mib:
@@ -168,7 +168,7 @@ def _constraints(annotations: Mapping[str, str], options: PodOptions, families: 
         said.append(f"{key.split('/')[-1]}: {value} ({origin})")
     for family in families:
         for key in (family.use_type_key, family.nouse_type_key, family.use_uuid_key, family.nouse_uuid_key,
-                    family.mode_key, family.soft_split_key):
+                    family.mode_key, family.soft_split.key if family.soft_split else ""):
             if key and str(annotations.get(key, "")).strip():
                 said.append(f"{key}: {annotations[key]}")
         if family.numa_bind_key and options.selection(family.cw).numa_bind:

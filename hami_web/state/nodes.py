@@ -184,8 +184,7 @@ def _node_record(node: Mapping[str, Any], catalog: DeviceCatalog) -> NodeRecord:
                                      handshake=handshake, requested_at=requested_at,
                                      allocatable=_allocatable(node, family.resources.count),
                                      soft_split=family.soft_split_allowed(annotations),
-                                     capacity_gone=family.health_from_capacity
-                                     and _allocatable(node, family.resources.count, "capacity") <= 0))
+                                     capacity_gone=family.health is not None and family.health.gone(node)))
     if errors and not families:
         return NodeRecord(name=name, error="; ".join(errors))
     return NodeRecord(name=name, families=tuple(families),

@@ -138,7 +138,7 @@ def test_vnpus_overrides_reach_the_family() -> None:
     assert [f.cw for f in catalog if f.kind == "ascend"] == ["Ascend910B3", "Ascend950"]
     b3 = catalog["Ascend910B3"]
     assert b3.resources.count == "huawei.com/npu" and b3.resources.memory == "huawei.com/Ascend910B3-memory"
-    assert b3.memory_factor == 2 and b3.soft_split_default
+    assert b3.memory_factor == 2 and b3.soft_split_allowed({})
     assert (b3.admission.runtime_class_name, b3.admission.overwrite_env) == ("ascend", True)
     assert b3.templates is not None and [t.name for t in b3.templates.templates] == ["small", "big"]
     assert b3.templates.allocatable_mib == 65536  # the chart's value for a chip it knows

@@ -65,7 +65,7 @@ def test_the_inventory_is_read_from_capacity() -> None:
     assert state.inventory is not None
     assert state.inventory.devices == (Device(uuid="test-AWSNeuron-0", index=0, count=2, memory_mib=0, cores=3,
                                               type="AWSNeuron", numa=0, healthy=True, family="AWSNeuron",
-                                              card="inf2"),)
+                                              instance_type="inf2"),)
     bare = node_state(node_record({"metadata": {"name": "n"}, "status": {"capacity": {"cpu": "8"}}},
                                   catalog=DEFAULT_CATALOG), now=0.0, catalog=DEFAULT_CATALOG)
     assert bare.inventory is None

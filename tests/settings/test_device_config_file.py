@@ -128,7 +128,7 @@ def test_enable_ascend_with_the_charts_payload_gives_its_seven_chips(tmp_path: P
     settings = _settings("--device-config-file", _file(tmp_path, HAMI_CHART_CONFIG), "--enable-ascend")
     assert [family.cw for family in settings.devices if family.kind == "ascend"] == [
         "Ascend310P", "Ascend910A", "Ascend910B2", "Ascend910B3", "Ascend910B4", "Ascend910B4-1", "Ascend910C"]
-    assert not settings.devices["Ascend910B3"].soft_split_default  # hamiVnpuCore: false
+    assert not settings.devices["Ascend910B3"].soft_split_allowed({})  # hamiVnpuCore: false
     assert _settings("--enable-ascend").devices == settings.devices  # the chart's values are the defaults
 
 

@@ -18,7 +18,9 @@ from dataclasses import dataclass
 
 from hami_web.core.devices import Device
 from hami_web.core.families import config
-from hami_web.core.families.family import AdmissionRules, Family, ResourceNames, product_type
+from hami_web.core.families.capacity import CapacityHealth
+from hami_web.core.families.devicetypes import PRODUCT_TYPES
+from hami_web.core.families.family import AdmissionRules, Family, ResourceNames
 from hami_web.core.families.spec import FamilySpec
 
 CW = "AMD"
@@ -74,9 +76,8 @@ def amd_family(resources: ResourceNames = DEFAULT_RESOURCES) -> Family:
         nouse_uuid_key="amd.com/nouse-gpu-uuid",
         admission=AdmissionRules(route_without_count=True),
         core_booking=COMPUTE_UNITS,
-        grant_type=product_type,
-        any_type=True,
-        health_from_capacity=True,
+        types=PRODUCT_TYPES,
+        health=CapacityHealth(resources.count),
     )
 
 

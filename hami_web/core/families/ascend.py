@@ -29,6 +29,7 @@ from hami_web.core.families.family import (
     Family,
     MemoryTemplates,
     ResourceNames,
+    SoftSplit,
     VnpuTemplate,
 )
 from hami_web.core.families.spec import FamilySpec
@@ -106,10 +107,8 @@ def ascend_family(chip: AscendChip, *, soft_split_default: bool = False) -> Fami
         use_uuid_key=f"hami.io/use-{cw}-uuid",
         nouse_uuid_key=f"hami.io/no-use-{cw}-uuid",
         templates=chip.memory,
-        soft_split_key=SOFT_SPLIT_KEY,
-        soft_split_mode=SOFT_SPLIT_MODE,
-        soft_split_node_key=SOFT_SPLIT_NODE_KEY,
-        soft_split_default=soft_split_default,
+        soft_split=SoftSplit(key=SOFT_SPLIT_KEY, mode=SOFT_SPLIT_MODE, node_key=SOFT_SPLIT_NODE_KEY,
+                             default=soft_split_default),
         grouping=MODULE_PAIRS if pairs else NETWORK_GROUPS if cw.startswith(HCCS_PREFIX) else None,
         booking_extras=RuntimeInfo(cw=cw, templates=chip.memory),
         predicate_time=True,

@@ -73,6 +73,7 @@ def dsmlu_annotations(grants: Sequence[Sequence[Any]]) -> dict[str, str]:
 
 def cambricon_family(*, resources: ResourceNames = DEFAULT_RESOURCES) -> Family:
     """The Cambricon MLU family with the given names (HAMi's chart values when left out)."""
+    inventory = mlu_inventory(cores_resource=resources.cores, memory_resource=resources.memory)
     return Family(
         cw=CW, kind=KIND, label="Cambricon MLU", resources=resources,
         register_key="",
@@ -87,8 +88,8 @@ def cambricon_family(*, resources: ResourceNames = DEFAULT_RESOURCES) -> Family:
         use_uuid_key="cambricon.com/use-gpuuuid",
         nouse_uuid_key="cambricon.com/nouse-gpuuuid",
         admission=AdmissionRules(),
-        inventory=mlu_inventory(cores_resource=resources.cores, memory_resource=resources.memory),
-        unknown_type=CW,
+        inventory=inventory,
+        types=inventory.types,
         booking_extras=dsmlu_annotations,
     )
 

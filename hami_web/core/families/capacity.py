@@ -15,7 +15,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from hami_web.core.devices import AnnotationError, Device
-from hami_web.core.limits import MAX_DEVICE_INDEX, MAX_DEVICE_MEMORY_MIB, quote, uuid_problem
+from hami_web.core.families.devicetypes import COMMON_WORD, DeviceTypes
+from hami_web.core.limits import MAX_DEVICE_INDEX, MAX_DEVICE_MEMORY_MIB, MAX_QUANTITY, quote, uuid_problem
 from hami_web.core.quantities import QuantityError, parse_whole_quantity
 
 
@@ -79,10 +80,32 @@ class CapacityInventory:
             return model.strip()
         return self.device_type
 
+    @property
+    def types(self) -> DeviceTypes:
+        """How the family's types match: the common word, and with a ``type_label`` ``device_type`` is a card whose
+        model the node does not name, which a pod's type selection cannot judge (HAMi v2.10 reads no such selection
+        for Cambricon, so it lets the card pass)."""
+        return DeviceTypes(unknown=self.device_type) if self.type_label else COMMON_WORD
+
     def device_index(self, uuid: str) -> int | None:
         """The index an id of this inventory names (``node-a-cambricon-mlu-7`` → 7), None for an id of another form."""
         _, infix, index = uuid.rpartition(self.id_infix)
         return int(index) if infix and index.isdigit() and len(index) <= len(str(MAX_DEVICE_INDEX)) else None
+
+
+@dataclass(frozen=True, slots=True)
+class CapacityHealth:
+    """A register family's health read from the node's capacity instead of a handshake (HAMi v2.10's AMD
+    ``CheckHealth``): its device plugin is gone while capacity[``resource``] is 0, absent or unreadable."""
+
+    resource: str
+
+    def gone(self, node: Mapping[str, Any]) -> bool:
+        """Whether ``node`` has none of ``resource`` in its capacity."""
+        try:
+            return capacity_of(node, self.resource, MAX_QUANTITY) <= 0
+        except AnnotationError:
+            return True
 
 
 def capacity_of(node: Mapping[str, Any], resource: str, maximum: int) -> int:

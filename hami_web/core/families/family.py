@@ -14,6 +14,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from hami_web.core.devices import Device
+from hami_web.core.families.devicetypes import COMMON_WORD, DeviceTypes
 from hami_web.core.groups import Grouping
 from hami_web.core.nodelocks import BIND_LOCK, MUTEX_LOCK, LockRule, order_rules
 from hami_web.core.partitions import Partitioning
@@ -74,10 +75,13 @@ class CoreBooking(Protocol):
     def overbooked(self, device: Device, theirs: int, ours: int) -> bool: ...
 
 
-def product_type(device: Device) -> str:
-    """A grant's type field as HAMi's AMD ``Fit`` writes it: the device's registered product type, not the family's
-    common word (the annotation's readers want the actual model)."""
-    return device.type
+class PluginHealth(Protocol):
+    """How a node says a family's device plugin is gone besides its handshake (HAMi's AMD ``CheckHealth``: the node's
+    capacity of its count resource, `hami_web.core.families.capacity.CapacityHealth`)."""
+
+    def gone(self, node: Mapping[str, Any]) -> bool:
+        """Whether ``node`` (a Node object as the API sends it) says the family's device plugin is gone."""
+        ...
 
 
 class SharingRule(Protocol):
@@ -160,6 +164,22 @@ class VnpuTemplate:
 
     name: str
     memory_mib: int
+
+
+@dataclass(frozen=True, slots=True)
+class SoftSplit:
+    """A family's soft split (Ascend's ``hami-core`` vNPU mode): a pod asks for it with its annotation ``key`` =
+    ``mode``; a node allows it by its ``node_key`` annotation ("true") when present, else ``default``."""
+
+    key: str
+    mode: str
+    node_key: str = ""
+    default: bool = False
+
+    def allowed(self, node_annotations: Mapping[str, object]) -> bool:
+        """Whether a node with ``node_annotations`` lets the family's pods use soft split."""
+        value = node_annotations.get(self.node_key) if self.node_key else None
+        return self.default if value is None else value == "true"
 
 
 @dataclass(frozen=True, slots=True)
@@ -312,16 +332,15 @@ class Family:
     HAMi's registry. ``memory_factor`` turns the memory resource's unit into MiB. ``default_memory_mib`` 0 means a
     container that gives no memory asks for the whole device. The ``*_key`` fields are annotation keys; an empty
     selection key (or ``handshake_key``) means the family has no such selection (handshake). Three hooks for the
-    families that differ in kind: ``inventory`` reads the devices from elsewhere than ``register_key``; a device
-    of type ``unknown_type`` is one whose model is unknown, which any type selection refuses; ``booking_extras``
+    families that differ in kind: ``inventory`` reads the devices from elsewhere than ``register_key``; ``types`` says
+    which device types serve the family (`hami_web.core.families.devicetypes`); ``booking_extras``
     adds pod annotations to a booking. ``lock`` is the node lock a bind of the family's pods takes for its device
     plugin (None: HAMi takes none; the bind then takes hami-web's own `BIND_LOCK`, which it removes once bound). An
     empty ``to_allocate_key`` means the device plugin reads only ``allocated_key``, and only that is written.
 
-    Ascend's differences (docs/device-families.md#ascend-npus) are data too: ``templates`` (hard split), soft split (the
-    pod annotation ``soft_split_key`` = ``soft_split_mode`` asks for it; a node allows it by its ``soft_split_node_key``
-    annotation, else ``soft_split_default``), ``grouping`` (how a multi-device container is picked: a
-    `hami_web.core.groups.Grouping`, e.g. HCCS groups or whole modules) and ``predicate_time`` (the bind also writes
+    Ascend's differences (docs/device-families.md#ascend-npus) are data too: ``templates`` (hard split), ``soft_split``
+    (`SoftSplit`), ``grouping`` (how a multi-device container is picked: a `hami_web.core.groups.Grouping`, e.g. HCCS
+    groups or whole modules) and ``predicate_time`` (the bind also writes
     HAMi's ``predicate-time``). ``slices``: the device is shared in slices of fixed sizes (`SliceSizes`).
     """
 
@@ -347,13 +366,9 @@ class Family:
     topology: bool = False
     admission: AdmissionRules = field(default_factory=AdmissionRules)
     inventory: InventorySource | None = None
-    unknown_type: str = ""
     booking_extras: BookingExtras | None = None
     templates: MemoryTemplates | None = None
-    soft_split_key: str = ""
-    soft_split_mode: str = ""
-    soft_split_node_key: str = ""
-    soft_split_default: bool = False
+    soft_split: SoftSplit | None = None
     grouping: Grouping | None = None
     predicate_time: bool = False
     # A container asks the family's devices by count alone and its grants book no memory and no cores (HAMi's Biren:
@@ -378,14 +393,10 @@ class Family:
     slices: SliceSizes | None = None
     # How a grant books cores on a device when not as asked (AMD: compute units; AWS Neuron: a core bitmask).
     core_booking: CoreBooking | None = None
-    # The type field a grant writes (HAMi's ``ContainerDevice.Type``), from the device; None: the common word.
-    grant_type: Callable[[Device], str] | None = None
-    # Any registered type serves the family (HAMi's AMD ``checkType`` compares only the request's type), so the device's
-    # type need not contain the common word; use/nouse type annotations still apply.
-    any_type: bool = False
-    # The family's devices count only while the node's capacity of its count resource is above 0 (HAMi's AMD
-    # ``CheckHealth``), its health signal instead of a handshake.
-    health_from_capacity: bool = False
+    # Which registered types serve the family and which its grants name (`DeviceTypes`: AMD any type and its product).
+    types: DeviceTypes = COMMON_WORD
+    # How a node says the device plugin is gone besides the handshake (AMD: no capacity); None: the handshake alone.
+    health: PluginHealth | None = None
     # The devices are carved into partitions of fixed profiles (`hami_web.core.partitions.Partitioning`: Enflame DRS's
     # slice counts, NVIDIA's dynamic MIG): a container's ask is mapped to a profile, which it books; None: shared by
     # memory and cores.
@@ -408,18 +419,8 @@ class Family:
         return self.bind_lock.key
 
     def soft_split_allowed(self, node_annotations: Mapping[str, object]) -> bool:
-        """Whether a node lets this family's pods use soft split: its ``soft_split_node_key`` annotation when present
-        (``"true"``), else ``soft_split_default``; never for a family without soft split."""
-        if not self.soft_split_key:
-            return False
-        value = node_annotations.get(self.soft_split_node_key) if self.soft_split_node_key else None
-        return self.soft_split_default if value is None else value == "true"
-
-    @property
-    def type_word(self) -> str:
-        """What a device's type must contain (case-insensitively) to serve this family
-        (docs/device-families.md#device-families, type matching); "" when any type serves (`any_type`)."""
-        return "" if self.any_type else self.cw.upper()
+        """Whether a node lets this family's pods use soft split (`SoftSplit.allowed`); never for a family without."""
+        return self.soft_split is not None and self.soft_split.allowed(node_annotations)
 
 
 @dataclass(frozen=True, slots=True)

@@ -46,8 +46,9 @@ DEFAULT_RESOURCES = ResourceNames(count="aws.amazon.com/neuron", memory="", memo
 @dataclass(frozen=True, slots=True)
 class NeuronCapacity:
     """HAMi's ``GetNodeDevices``: capacity[``resource``] devices, each of capacity[``cores``] ÷ devices cores (a
-    bitmask, one task slot a core), no memory, the node's instance type kept as the device's ``card``. None when the
-    node has no device; `AnnotationError` for an unreadable capacity or more cores a device than a mask can hold."""
+    bitmask, one task slot a core), no memory, the node's instance type kept as the device's ``instance_type``. None
+    when the node has no device; `AnnotationError` for an unreadable capacity or more cores a device than a mask can
+    hold."""
 
     resource: str
     cores: str
@@ -70,7 +71,7 @@ class NeuronCapacity:
         instance_type = labels.get(INSTANCE_TYPE) if isinstance(labels, Mapping) else None
         kind = instance_type if isinstance(instance_type, str) else ""
         return tuple(Device(uuid=f"{name}{ID_INFIX}{index}", index=index, count=per_device, memory_mib=0, cores=mask,
-                            type=CW, numa=0, healthy=True, family=CW, card=kind) for index in range(count))
+                            type=CW, numa=0, healthy=True, family=CW, instance_type=kind) for index in range(count))
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,17 +140,17 @@ class ContiguousRanges(BusyIndependent):
         if first_range(free, count, ring=ring):
             return ""
         if not ring and count not in ALIGNED_COUNTS:
-            return f"{count} devices is no range on {passing[0].card or 'this instance type'} (1, 4, 8 or 16)"
+            return f"{count} devices is no range on {passing[0].instance_type or 'this instance type'} (1, 4, 8 or 16)"
         starts = "any start" if ring else f"a start that is a multiple of {count}"
         return f"no {count} consecutive free devices from {starts} (free: {', '.join(map(str, sorted(free)))})"
 
     def label(self, device: Device) -> str:
         """The instance type."""
-        return device.card or "no instance type"
+        return device.instance_type or "no instance type"
 
     def group_of(self, device: Device) -> object:
         """The instance type (one group a node)."""
-        return device.card
+        return device.instance_type
 
     def score(self, containers: Sequence[Sequence[Device]], policy: str, busy: Sequence[Device]) -> float:
         """No term."""
@@ -162,7 +163,7 @@ class ContiguousRanges(BusyIndependent):
 
 def _ring(devices: Sequence[Device]) -> bool:
     """Whether the node's instance type (its first device's, as HAMi reads it) is an ``inf*`` one."""
-    return bool(devices) and any(word in devices[0].card for word in RING_WORDS)
+    return bool(devices) and any(word in devices[0].instance_type for word in RING_WORDS)
 
 
 def first_range(free: set[int], count: int, *, ring: bool) -> list[int]:
