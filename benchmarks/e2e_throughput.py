@@ -111,9 +111,53 @@ def create_nodes(plane: ControlPlane, names: Sequence[str], gpus_per_node: int, 
                       names))
 
 
+class Timeline:
+    """When the counting watch first saw each pod bound (and on which node), and its ``bind-phase=success`` (the
+    device plugin done, its node lock released right after): how the burst opened nodes, and how long each node
+    stayed locked by one pod."""
+
+    def __init__(self) -> None:
+        self.started = time.monotonic()
+        self.bound: dict[str, tuple[float, str]] = {}
+        self.succeeded: dict[str, float] = {}
+
+    def see(self, pod: Any) -> None:
+        now = time.monotonic() - self.started
+        name = pod.metadata.name
+        if pod.spec.node_name and name not in self.bound:
+            self.bound[name] = (now, pod.spec.node_name)
+        if (pod.metadata.annotations or {}).get("hami.io/bind-phase") == "success" and name not in self.succeeded:
+            self.succeeded[name] = now
+
+    def report(self) -> str:
+        """Per second of the burst: pods bound, nodes first used; nodes locked at once; bound → success."""
+        if not self.bound:
+            return ""
+        first_use: dict[str, float] = {}
+        for at, node in sorted(self.bound.values()):
+            first_use.setdefault(node, at)
+        seconds = math.ceil(max(at for at, _ in self.bound.values()))
+        per_second = [(sum(1 for at, _ in self.bound.values() if second <= at < second + 1),
+                       sum(1 for at in first_use.values() if second <= at < second + 1)) for second in range(seconds)]
+        held = sorted(self.succeeded[name] - at for name, (at, _) in self.bound.items() if name in self.succeeded)
+        edges = sorted([(at, 1) for name, (at, _) in self.bound.items() if name in self.succeeded]
+                       + [(at, -1) for at in self.succeeded.values()])
+        locked = peak = 0
+        for _, step in edges:
+            locked += step
+            peak = max(peak, locked)
+        lines = ["burst timeline (s: pods bound / nodes first used): "
+                 + ", ".join(f"{second}: {pods}/{opened}" for second, (pods, opened) in enumerate(per_second))]
+        if held:
+            lines.append(f"bound -> bind-phase=success (node lock held): p50 {held[len(held) // 2]:.2f} s, "
+                         f"p90 {held[int(len(held) * 0.9)]:.2f} s; pods allocating at once: peak {peak}")
+        return "\n".join(lines)
+
+
 def time_pods(plane: ControlPlane, namespace: str, manifests: list[dict[str, Any]], *,
-              timeout_seconds: float) -> float:
-    """Seconds from the first create to the last pod bound (a watch on the namespace counts bindings)."""
+              timeout_seconds: float, timeline: Timeline | None = None) -> float:
+    """Seconds from the first create to the last pod bound (a watch on the namespace counts bindings); ``timeline``
+    notes when each pod was seen bound and allocated."""
     bound: set[str] = set()
     done = threading.Event()
     resumes = [0]
@@ -121,15 +165,22 @@ def time_pods(plane: ControlPlane, namespace: str, manifests: list[dict[str, Any
     wanted = {manifest["metadata"]["name"] for manifest in manifests}
 
     def count(pods: list[Any]) -> None:
+        if timeline is not None:
+            for pod in pods:
+                if pod.metadata.name in wanted:
+                    timeline.see(pod)
         bound.update(pod.metadata.name for pod in pods if pod.spec.node_name and pod.metadata.name in wanted)
         if len(bound) == len(wanted):
             done.set()
+
+    def finished() -> bool:  # with a timeline, the watch goes on until every pod's allocation is seen
+        return done.is_set() and (timeline is None or len(timeline.succeeded) >= len(wanted))
 
     def watch() -> None:
         # kube-apiserver closes a watch whose reader falls behind (a burst of a thousand pods can do it to this
         # Python reader), and the client's stream then just ends: list again and resume, counting what was missed.
         deadline = time.monotonic() + timeout_seconds
-        while not done.is_set() and time.monotonic() < deadline:
+        while not finished() and time.monotonic() < deadline:
             listing = core.list_namespaced_pod(namespace)
             count(listing.items)
             stream = kubernetes.watch.Watch()
@@ -139,7 +190,7 @@ def time_pods(plane: ControlPlane, namespace: str, manifests: list[dict[str, Any
                                            if listing.metadata else None,
                                            timeout_seconds=max(1, int(deadline - time.monotonic()))):
                     count([event["object"]])
-                    if done.is_set():
+                    if finished():
                         stream.stop()
             except kubernetes.client.ApiException:  # 410: the version expired meanwhile; the next list resumes
                 pass
@@ -149,6 +200,8 @@ def time_pods(plane: ControlPlane, namespace: str, manifests: list[dict[str, Any
     watcher = threading.Thread(target=watch, daemon=True)
     watcher.start()
     started = time.monotonic()
+    if timeline is not None:
+        timeline.started = started
     with ThreadPoolExecutor(CREATE_THREADS) as pool:
         list(pool.map(lambda manifest: core.create_namespaced_pod(namespace, manifest), manifests))
     created = time.monotonic() - started
@@ -390,7 +443,10 @@ def main() -> int:
             print(f"with the extender (hami-scheduler -> /filter, /bind; node policy {arguments.node_policy}):")
             gpu_pods = burst(arguments.pods, arguments.shape, arguments.gpu_mode, arguments.node_policy)
             cpu_before = cpu_seconds_by_process(plane)
-            with_extender = time_pods(plane, gpu_namespace, gpu_pods, timeout_seconds=arguments.timeout)
+            timeline = Timeline()
+            with_extender = time_pods(plane, gpu_namespace, gpu_pods, timeout_seconds=arguments.timeout,
+                                      timeline=timeline)
+            time.sleep(arguments.allocate_delay + 1.0)  # the last allocations' bind-phase=success, for the timeline
             cpu_with = cpu_used_between(cpu_before, cpu_seconds_by_process(plane))
             metrics = scrape(plane)
             per_node, bookings = final_bookings(plane, gpu_namespace)
@@ -444,6 +500,7 @@ def main() -> int:
     print(f"nodes used:        {len(per_node)} (serial {arguments.node_policy}: {serial_used}); whole nodes left "
           f"free: {free} vs {serial_free} = {percent(free, serial_free)} of serial {arguments.node_policy}'s")
     problems = over_booked(bookings, arguments.gpus_per_node, arguments.shape, arguments.gpu_mode)
+    print(timeline.report())
     print(f"over-booked GPUs:  {len(problems)}" + (f" ({'; '.join(problems[:5])})" if problems else " (checked "
           f"{sum(len(by_uuid) for by_uuid in bookings.values())} GPUs against their capacity)"))
     print(f"CPU seconds, with the extender: {cpu_with}")

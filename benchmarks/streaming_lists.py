@@ -103,7 +103,8 @@ def first_sync(kubeconfig: str, *, streaming: bool, timeout_seconds: float) -> d
     synced = cache.wait_synced(timeout_seconds)
     seconds, cpu = time.monotonic() - started, time.process_time() - cpu
     result = {"seconds": seconds if synced else float("nan"), "cpu": cpu,
-              "modes": f"nodes {sync.nodes.list_mode or '-'}, pods {sync.pods.list_mode or '-'}",
+              "modes": f"nodes {sync.nodes.list_mode or '-'} in {sync.nodes.list_seconds or 0:.1f}s, pods "
+                       f"{sync.pods.list_mode or '-'} in {sync.pods.list_seconds or 0:.1f}s",
               "refused": sync.pods.streaming_refused, "pods_held": len(cache.pod_usages()),
               "nodes": len(cache.node_views())}
     sync.stop()
@@ -165,6 +166,7 @@ def main() -> int:
             runs: dict[str, list[float]] = {"streaming": [], "paginated": []}
             for _ in range(arguments.rounds):
                 for mode in ("streaming", "paginated"):
+                    load_at_start = " ".join(Path("/proc/loadavg").read_text().split()[:3])
                     result = first_sync(str(plane.admin_kubeconfig), streaming=mode == "streaming",
                                         timeout_seconds=arguments.timeout)
                     runs[mode].append(result["seconds"])
@@ -172,7 +174,8 @@ def main() -> int:
                     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024
                     print(f"{mode:>9}: first sync after {result['seconds']:6.2f}s, {result['cpu']:6.2f} CPU s; "
                           f"{result['modes']}; {result['nodes']} GPU nodes, {result['pods_held']} pods holding "
-                          f"GPUs; peak RSS of this process so far {peak} MiB{refused}", flush=True)
+                          f"GPUs; peak RSS of this process so far {peak} MiB; load average at the start "
+                          f"{load_at_start}{refused}", flush=True)
             load = " ".join(Path("/proc/loadavg").read_text().split()[:3])
             for mode, seconds in runs.items():
                 print(f"{mode}: median {statistics.median(seconds):.2f}s, best {min(seconds):.2f}s "

@@ -21,7 +21,10 @@ re-opened at the silence bound anyway (docs/observability.md#probes).
 
 A further thread resyncs every ``--refresh-interval`` from the local state alone (no API request): it
 re-judges handshake deadlines and device-plugin-gone decisions, drops assumptions the API never confirmed,
-and answers due handshakes.
+and answers due handshakes. It is also woken once the first sync is complete, and after a node list that showed
+handshakes due: a list does not write them itself, one patch per node (5,000 after a restart of a large cluster,
+whose device plugins have all reported) on the node reflector's thread would hold up the end of the list, and so
+``/readyz`` and the node watch, by tens of seconds, and load the API server while the pod list still streams.
 """
 
 from __future__ import annotations
@@ -79,7 +82,7 @@ class NodeCacheSink:
     """Nodes into the cache; the handshakes a list shows due are handed to ``answer``."""
 
     cache: CacheFeed
-    answer: Callable[[HandshakesDue], None]
+    answer: Callable[[HandshakesDue], None]  # handed the handshakes a list shows due (ClusterSync defers them)
 
     def listing(self) -> _NodeListing:
         return _NodeListing(self)
@@ -152,11 +155,12 @@ class ClusterSync:
                                         streaming_lists=streaming_lists)
         self.resyncs = 0
         self._stopping = threading.Event()
+        self._resync_due = threading.Event()  # wakes the resync before its interval (see the module)
         self._threads: list[threading.Thread] = []
         self.reflectors: dict[str, Reflector] = {}
         nodes = self.register(Reflector(KubeSource.collection(kube, "nodes", "/api/v1/nodes", node_name,
                                                               label_selector=node_label_selector), self.options, clock))
-        nodes.add_sink(NodeCacheSink(cache, self._answer_handshakes))
+        nodes.add_sink(NodeCacheSink(cache, self._listed_handshakes))
         pods = self.register(Reflector(KubeSource.collection(kube, "pods", "/api/v1/pods", lambda pod: pod_key(pod)[0]),
                                        self.options, clock))
         pods.add_sink(PodCacheSink(cache, clock))
@@ -193,6 +197,7 @@ class ClusterSync:
         if self._threads:
             return
         self._stopping.clear()
+        self._resync_due.clear()
         targets: list[tuple[str, Callable[..., None], tuple[object, ...]]] = [
             (f"sync-{name}", reflector.run, (self._stopping,)) for name, reflector in self.reflectors.items()]
         targets.append(("sync-resync", self._resync_loop, ()))
@@ -204,19 +209,21 @@ class ClusterSync:
     def stop(self, timeout_seconds: float = 5.0) -> None:
         """Ask the loops to end and wait a little for them (an open watch ends at its next event at worst)."""
         self._stopping.set()
+        self._resync_due.set()
         for thread in self._threads:
             thread.join(timeout_seconds)
         self._threads = []
 
     def sync_now(self) -> None:
-        """One synchronous full list of every resource, then a resync (start-up in tests and the demo)."""
+        """One synchronous full list of every resource, then a resync that answers the due handshakes (start-up in
+        tests and the demo)."""
         for reflector in self.reflectors.values():
             stream = reflector.list_once()
             if stream is not None:
                 close = getattr(stream, "close", None)
                 if close is not None:
                     close()
-        self._cache.resync()
+        self._answer_handshakes(self._cache.resync())
 
     def resync(self) -> None:
         """Re-judge the local state (no API list) and answer due handshakes."""
@@ -276,9 +283,20 @@ class ClusterSync:
             # them all while holding the GIL for tens of milliseconds. Frozen, they are still freed by
             # reference counting when replaced; only cycles among them would stay, and the cache makes none.
             gc.freeze()
+            self._resync_due.set()  # the handshakes the lists showed due are answered now, on the resync's thread
+
+    def _listed_handshakes(self, due: HandshakesDue) -> None:
+        """A node list showed handshakes due: the resync answers them (it finds them due again in the cache), once
+        the first sync is complete; not this list's thread (see the module)."""
+        if due:
+            self._resync_due.set()
 
     def _resync_loop(self) -> None:
-        while not self._stopping.wait(self._interval):
+        while not self._stopping.is_set():
+            self._resync_due.wait(self._interval)
+            self._resync_due.clear()
+            if self._stopping.is_set():
+                return
             try:
                 self.resync()
             except Exception:
