@@ -7,14 +7,17 @@ Kept out of `hami_web.core.fit` so the one fit loop stays one screenful of rules
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import math
+from collections.abc import Collection, Sequence
 
 from hami_web.core import names
 from hami_web.core.devices import Device, NodeInventory
 from hami_web.core.grants import DeviceGrant
+from hami_web.core.options import SPREAD, PodOptions
 from hami_web.core.ordering import WorkingUsage
+from hami_web.core.quota import PodQuota
 from hami_web.core.requests import ContainerRequest, PodRequest
-from hami_web.core.usage import NodeView
+from hami_web.core.usage import NodeView, busy_keys
 
 # The checks a card fails before a sharing rule's, in HAMi's order (Metax sGPU's ``Fit``: type, health, then QoS).
 _BEFORE_SHARING = frozenset({names.CARD_TYPE_MISMATCH, names.CARD_NOT_HEALTH})
@@ -78,15 +81,12 @@ def device_handle(device: Device) -> str:
 def group_score_bound(request: PodRequest, view: NodeView, policy: str) -> float:
     """The most `PodFit.group_score` a placement of ``request`` on ``view`` can earn, from the view's aggregates: each
     grouped container keeps at most as many devices in one group as that group has usable devices with the memory it
-    asks (docs/device-families.md#ascend-npus)."""
+    asks (docs/device-families.md#ascend-npus); a term that depends on the busy devices, what `busy_term_bound` says
+    of the view's shape."""
     bound = 0.0
     stats = view.family_stats
-    busy_counts: dict[str, int] = {}
     for container in request.containers:
-        if not (container.count and container.grouped):
-            continue
-        if container.busy_scored:  # one term for the family's cards together, from the node's busy devices
-            busy_counts[container.family] = busy_counts.get(container.family, 0) + container.count
+        if not (container.count and container.grouped) or container.busy_term is not None:
             continue
         if container.sharing_rule is not None:  # a sharing rule's term has no bound from the aggregates
             bound += container.group_weight
@@ -97,16 +97,48 @@ def group_score_bound(request: PodRequest, view: NodeView, policy: str) -> float
         wanted = container.memory_mib
         most = max(sum(1 for free in group if free >= wanted) for group in family.group_free_memory)
         bound += container.group_weight * min(container.count, most) / container.count
-    inventory = view.inventory
-    for cw, count in busy_counts.items():
-        grouping = inventory.grouping.get(cw)
-        if grouping is not None:
-            bound += grouping.busy_bound(busy_devices(inventory, view.usage_rows, cw), count, policy)
+    return bound + busy_term_bound(request, view.busy_key, policy)
+
+
+def busy_term_bound(request: PodRequest, key: str, policy: str, alike: Collection[str] = ()) -> float:
+    """The most the terms that depend on the node's busy devices (`hami_web.core.groups.BusyTerm`: Kunlunxin's bubbles)
+    can add to `PodFit.group_score` on a node whose view's `busy_key` is ``key``: the top of each family's
+    `BusyTerm.term_range` under binpack, its least negated under spread (the fit hands the term back negated there, so
+    that the filter adds it under both policies); -inf when the node's devices cannot hold the pod (no fit: the ranking
+    puts it last); 0 when the pod asks for no such family or the node has no key for it (then the fit adds no term).
+    ``alike``: the families whose devices the pod's selection and quota treat alike (`busy_alike`), judged exactly
+    when one container asks for them."""
+    keys: dict[str, int] | None = None
+    bound = 0.0
+    for family, containers in request.blocks():
+        scored = [container for container in containers if container.count and container.grouped]
+        term = scored[0].busy_term if scored else None
+        if term is None:
+            continue
+        keys = busy_keys(key) if keys is None else keys
+        if family not in keys:
+            continue
+        regular = sum(container.count for container in scored if not container.init)
+        inits = [container.count for container in scored if container.init]
+        # Init containers fit on the node's usage before the others: their devices may be the others' again.
+        sizes = range(max(regular, *inits), regular + sum(inits) + 1) if inits else (regular,)
+        terms = term.term_range(keys[family], sizes, len(scored) == 1 and not inits and family in alike)
+        if terms is None:
+            return -math.inf
+        bound += -terms[0] if policy == SPREAD else terms[1]
     return bound
+
+
+def busy_alike(request: PodRequest, options: PodOptions, quota: PodQuota | None) -> frozenset[str]:
+    """The families with a busy-dependent term whose devices the pod's selection and quota treat alike: no type, UUID,
+    NUMA or mode selection and no namespace limit on the family (a limit may pass some devices and not others)."""
+    return frozenset(container.family for container in request.containers if container.busy_term is not None
+                     and not options.selection(container.family).constrained
+                     and (quota is None or quota.get(container.family) is None))
 
 
 def busy_devices(inventory: NodeInventory, rows: Sequence[Sequence[int]], family: str) -> list[Device]:
     """The devices of ``family`` with a task in ``rows`` (the node's usage rows: tasks first), for a grouping whose
-    term depends on them (`hami_web.core.groups.Grouping.busy_scored`: HAMi's ``previous`` usage of Kunlunxin)."""
+    term depends on them (`hami_web.core.groups.Grouping.busy_term`: HAMi's ``previous`` usage of Kunlunxin)."""
     first, end = inventory.groups.get(family, (0, 0))
     return [inventory.devices[position] for position in range(first, end) if rows[position][0] > 0]

@@ -48,9 +48,10 @@ class Grouping(Protocol):
         ...
 
     @property
-    def busy_scored(self) -> bool:
-        """Whether the term depends on the node's busy devices (Kunlunxin's bubbles): then a container of one device
-        earns a different term on each node too, and `busy_bound`, not the groups' free memory, bounds it."""
+    def busy_term(self) -> BusyTerm | None:
+        """The part of the term that depends on the node's busy devices (Kunlunxin's bubbles), None for a term that
+        does not: then a container of one device earns a different term on each node too, and the filter bounds it
+        from the node's busy devices (`BusyTerm.term_range`), not from the groups' free memory."""
         ...
 
     def applies(self, devices: Sequence[Device]) -> bool:
@@ -80,38 +81,47 @@ class Grouping(Protocol):
         grouping that is not ``scored``."""
         ...
 
-    def busy_bound(self, busy: Sequence[Device], count: int, policy: str) -> float:
-        """The most `score` can be under ``policy`` for a pod of ``count`` devices on a node whose busy devices are
-        ``busy``; only asked of a `busy_scored` grouping (the others are bounded by their groups' free memory)."""
-        ...
-
     def mutex_conflicts(self, devices: Sequence[Device], tasks: Sequence[int]) -> set[int]:
         """The positions a ``mutex`` pod may not take beyond the used devices themselves (``tasks``: each device's
         tasks): Vastai's dies of a card one of whose dies is in use."""
         ...
 
 
-class BusyIndependent:
-    """The part of `Grouping` for a grouping whose term does not depend on the node's busy devices (every one but
-    Kunlunxin's): not `busy_scored`, so `busy_bound` is never asked; it answers the grouping's weight."""
+class BusyTerm(Protocol):
+    """A node-score term that depends on the family's devices busy before the pod (HAMi's ``previous`` usage: Kunlunxin
+    XPU's bubbles), held by the family's `Grouping`.
 
-    __slots__ = ()
-    weight: int
-    busy_scored: bool = False
+    The fit computes the term of a placement (`term`). The filter ranks nodes by it without a fit: a node's busy and
+    open devices come down to a small key (`node_key`, computed once when the node's view is built), and the range of
+    terms a pod can earn on a node of that key (`term_range`) is computed once per key and ask, so a thousand nodes
+    of a few dozen shapes cost a few dozen judgements and one look-up each."""
 
-    def busy_bound(self, busy: Sequence[Device], count: int, policy: str) -> float:
-        """Its weight: the term does not depend on busy devices (never asked: not `busy_scored`)."""
-        return float(self.weight)
+    def term(self, busy: Sequence[Device], chosen: Sequence[Device]) -> float:
+        """The term of a pod given ``chosen`` devices on a node whose busy devices are ``busy``."""
+        ...
+
+    def node_key(self, devices: Sequence[Device], rows: Sequence[Sequence[int]], cordoned: frozenset[str]) -> int:
+        """What of the family's ``devices`` (with their usage ``rows``, tasks first, and the node's ``cordoned``
+        UUIDs) the term and its range depend on, as a small number (nodes of one shape share it)."""
+        ...
+
+    def term_range(self, key: int, sizes: Sequence[int], exact: bool) -> tuple[float, float] | None:
+        """The least and the most `term` can be on a node of ``key`` for a pod whose devices of the family number one
+        of ``sizes``, whichever devices the fit gives it; None when no pod of those sizes fits such a node. ``exact``:
+        the pod asks the family in one container whose selection and quota treat every device alike, so the term may
+        be judged on the devices the fit would take rather than on any it might."""
+        ...
 
 
 @dataclass(frozen=True, slots=True)
-class NetworkGroups(BusyIndependent):
+class NetworkGroups:
     """Ascend HCCS groups (``custominfo.NetworkID``): a multi-NPU container is filled from the largest group first;
     they apply only when every device of the family reports its group (HAMi's ``hasNetworkID``)."""
 
     scored: bool = True
     weight: int = GROUP_SCORE_WEIGHT
     spread_gain: bool = True
+    busy_term: BusyTerm | None = None
 
     def applies(self, devices: Sequence[Device]) -> bool:
         """Every device reports its group."""
@@ -145,12 +155,13 @@ class NetworkGroups(BusyIndependent):
 
 
 @dataclass(frozen=True, slots=True)
-class ModulePairs(BusyIndependent):
+class ModulePairs:
     """Ascend 910C modules of two NPUs (index ÷ 2) that only run together: a multi-NPU container takes whole ones."""
 
     scored: bool = False
     weight: int = 0
     spread_gain: bool = False
+    busy_term: BusyTerm | None = None
 
     def applies(self, devices: Sequence[Device]) -> bool:
         """Always: the module is the device index's."""
@@ -196,7 +207,7 @@ class ModulePairs(BusyIndependent):
 
 
 @dataclass(frozen=True, slots=True)
-class CardDies(BusyIndependent):
+class CardDies:
     """Vastai's die mode (``custominfo.DeviceStrategy`` "die"; `Device.card` = ``custominfo.AIC``): a multi-die
     container takes dies from the card with the most passing dies first (HAMi's ``computeBestCombination``), a
     ``mutex`` pod no die of a card one of whose dies is in use, and the node earns each container's share of dies on
@@ -205,6 +216,7 @@ class CardDies(BusyIndependent):
     scored: bool = True
     weight: int = 1
     spread_gain: bool = False  # added under both policies
+    busy_term: BusyTerm | None = None
 
     def applies(self, devices: Sequence[Device]) -> bool:
         """The node's first device is a die of a card (HAMi's ``isDieMode``)."""

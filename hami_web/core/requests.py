@@ -23,6 +23,7 @@ from hami_web.core.families import (
     with_nvidia,
 )
 from hami_web.core.families.family import CoreBooking, NodeScore, SharingRule
+from hami_web.core.groups import BusyTerm
 from hami_web.core.limits import MAX_DEVICE_MEMORY_MIB, MAX_GPUS_PER_CONTAINER, MAX_QUANTITY
 from hami_web.core.partitions import PartitionAsk, PartitionProfile, SliceProfiles
 from hami_web.core.quantities import QuantityError, parse_whole_quantity
@@ -54,8 +55,8 @@ class ContainerRequest:
     one_size: bool = False  # a device holds slices of one size only (the family's `SliceSizes`)
     # The group term may lower the total under spread (`hami_web.core.groups.Grouping.spread_gain`).
     spread_gain: bool = True
-    # The group term depends on the node's busy devices (`hami_web.core.groups.Grouping.busy_scored`).
-    busy_scored: bool = False
+    # The part of the group term that depends on the node's busy devices (`hami_web.core.groups.Grouping.busy_term`).
+    busy_term: BusyTerm | None = None
     # How each device books the cores asked (`Family.core_booking`: AMD's compute units, AWS Neuron's core bitmask);
     # None: ``cores`` as they are.
     core_booking: CoreBooking | None = None
@@ -124,7 +125,7 @@ class PodRequest:
         unless a sharing rule scores it (Metax sGPU's online pods, whose term depends on the card's pods) or the term
         depends on the node's busy devices (Kunlunxin's bubbles)."""
         return sum(c.group_weight for c in self.containers
-                   if c.grouped and (c.count > 1 or c.sharing_rule is not None or c.busy_scored))
+                   if c.grouped and (c.count > 1 or c.sharing_rule is not None or c.busy_term is not None))
 
     @property
     def spread_gain_reach(self) -> int:
@@ -267,17 +268,17 @@ def family_request(container: Mapping[str, Any], *, init: bool, family: Family) 
     grouped = family.grouping is not None and family.grouping.scored
     weight = family.grouping.weight if grouped and family.grouping is not None else GROUP_WEIGHT
     gain = family.grouping.spread_gain if grouped and family.grouping is not None else True
-    busy = grouped and family.grouping is not None and family.grouping.busy_scored
+    busy = family.grouping.busy_term if grouped and family.grouping is not None else None
     if family.count_only:
         return ContainerRequest(name=name, init=init, count=count, memory_percent=0, family=family.cw,
                                 grouped=grouped, one_card=family.one_card_per_pod, group_weight=weight,
-                                spread_gain=gain, busy_scored=busy)
+                                spread_gain=gain, busy_term=busy)
     memory_mib = (read(names.memory) or 0) * (factor if family.read_memory is None else 1)
     if family.slices is not None:
         memory_mib, slice_cores = family.slices.ask(memory_mib)
         return ContainerRequest(name=name, init=init, count=count, memory_mib=memory_mib, cores=slice_cores,
                                 family=family.cw, grouped=grouped, one_size=True, group_weight=weight,
-                                spread_gain=gain, busy_scored=busy)
+                                spread_gain=gain, busy_term=busy)
     memory_percent = read(names.memory_percentage) or 0
     if memory_percent > FULL_CARD_PERCENT:
         raise RequestError(f"container {name}: {names.memory_percentage} {memory_percent} is over 100")
@@ -293,7 +294,7 @@ def family_request(container: Mapping[str, Any], *, init: bool, family: Family) 
     return ContainerRequest(name=name, init=init, count=count, memory_mib=memory_mib,
                             memory_percent=memory_percent or FULL_CARD_PERCENT, cores=min(cores, MAX_CORES),
                             family=family.cw, grouped=grouped, one_card=family.one_card_per_pod,
-                            group_weight=weight, spread_gain=gain, busy_scored=busy, grant_type=family.types.grant_type)
+                            group_weight=weight, spread_gain=gain, busy_term=busy, grant_type=family.types.grant_type)
 
 
 def _booked_cores_request(family: Family, booking: CoreBooking, name: str, init: bool, count: int,

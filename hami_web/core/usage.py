@@ -7,6 +7,7 @@ on every filter: at thousands of nodes, recomputing usage per request is what ma
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -169,6 +170,9 @@ class NodeView:
     carved: bool = False
     mig_faults: tuple[PartitionFault, ...] = ()  # devices the partitions' read-back made unallocatable, and why
     family_stats: Mapping[str, FamilyStats] = field(default_factory=dict)
+    # The node's shape for each family whose group term depends on its busy devices (`busy_key`), "" for none: the
+    # ranking bounds that term by it, one judgement per distinct key (`hami_web.core.groups.BusyTerm`).
+    busy_key: str = ""
     # What an ask's fit gave on this exact state: the placement (a `fit.PodFit`) or the failure's summary. The view
     # is immutable and replaced when its usage changes, so entries never go stale; a pod kube-scheduler keeps retrying
     # costs one fit per node, and a search that fits many nodes (a group term, Kunlunxin's bubbles) refits only the
@@ -235,7 +239,26 @@ def build_node_view(inventory: NodeInventory, usage_by_uuid: Mapping[str, Device
         family_stats=family_stats,
         carved=carved,
         mig_faults=faults,
+        busy_key=busy_key(inventory, usage),
     )
+
+
+def busy_key(inventory: NodeInventory, usage: tuple[DeviceUsage, ...]) -> str:
+    """``family:key`` for each family whose grouping has a busy term (`hami_web.core.groups.BusyTerm.node_key`),
+    joined by ``;`` and interned (nodes of one shape share the text, its hash computed once), "" for none."""
+    keys = []
+    for family, (first, end) in inventory.groups.items():
+        grouping = inventory.grouping.get(family)
+        term = grouping.busy_term if grouping is not None else None
+        if term is not None:
+            rows = [(used.tasks, used.memory_mib, used.cores) for used in usage[first:end]]
+            keys.append(f"{family}:{term.node_key(inventory.devices[first:end], rows, inventory.cordoned)}")
+    return sys.intern(";".join(keys)) if keys else ""
+
+
+def busy_keys(text: str) -> dict[str, int]:
+    """A view's `busy_key` read back: each family's key."""
+    return {family: int(key) for family, _, key in (part.rpartition(":") for part in text.split(";") if part)}
 
 
 def trial_view(view: NodeView, usage: tuple[DeviceUsage, ...]) -> NodeView:
@@ -251,7 +274,7 @@ def trial_view(view: NodeView, usage: tuple[DeviceUsage, ...]) -> NodeView:
                     usage_rows=tuple((used.tasks, used.memory_mib, used.cores) for used in usage), score=view.score,
                     usable_devices=view.usable_devices, max_free_memory_mib=view.max_free_memory_mib,
                     max_free_cores=view.max_free_cores, device_types=view.device_types,
-                    idle_devices=view.idle_devices, family_stats=view.family_stats)
+                    idle_devices=view.idle_devices, family_stats=view.family_stats, busy_key=view.busy_key)
 
 
 def _partition_faults(inventory: NodeInventory, usage: tuple[DeviceUsage, ...],

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Sequence
+from dataclasses import replace
 from itertools import combinations
 
 import pytest
@@ -20,10 +21,11 @@ from hami_web.core.families.kunlunxin import CARD_MEMORY_MIB
 from hami_web.core.families.kunlunxin_topology import (
     CROSS_PAIRS,
     CROSS_QUADS,
+    UNKNOWN_SHAPE,
     XPU_TOPOLOGY,
+    BubbleTerm,
     CardTopology,
     Slot,
-    bubble_range,
     bubble_score,
     pick_cards,
 )
@@ -288,15 +290,94 @@ def test_whole_xpus_earn_hamis_bubble_term(busy: tuple[int, ...], containers: tu
     devices = xpus()
     placed = [[devices[index] for index in container] for container in containers]
     assert XPU_TOPOLOGY.score(placed, policy, [devices[index] for index in busy]) == term
-    assert XPU_TOPOLOGY.scored and XPU_TOPOLOGY.busy_scored and not XPU_TOPOLOGY.spread_gain
+    assert XPU_TOPOLOGY.scored and XPU_TOPOLOGY.busy_term is not None and not XPU_TOPOLOGY.spread_gain
 
 
-@pytest.mark.parametrize("busy", [tuple(c) for n in range(8) for c in combinations(range(8), n)])
+BUBBLES = BubbleTerm()
+EVERY_SET = [tuple(c) for n in range(9) for c in combinations(range(8), n)]  # the 256 subsets of eight cards
+
+
+def node_key(busy: Sequence[int], devices: Sequence[Device] | None = None,
+             cordoned: frozenset[str] = frozenset()) -> int:
+    """`BubbleTerm.node_key` of a node whose cards in ``busy`` each run one whole-card task."""
+    devices = xpus() if devices is None else devices
+    rows = [(1, CARD_MEMORY_MIB, 100) if device.index in busy else (0, 0, 0) for device in devices]
+    return BUBBLES.node_key(devices, rows, cordoned)
+
+
+def given_terms(busy: Sequence[int], passing: Sequence[int], count: int) -> set[float]:
+    """The terms of the cards `CardTopology.pick` gives a container of ``count`` when ``passing`` pass, over two
+    policy orders (the fallback takes the first in policy order)."""
+    devices = xpus()
+    terms = set()
+    for ordered in (list(passing), list(reversed(passing))):
+        picked = XPU_TOPOLOGY.pick(ordered, devices, count)
+        if len(picked) == count:
+            terms.add(XPU_TOPOLOGY.score([[devices[p] for p in picked]], "binpack", [devices[b] for b in busy]))
+    return terms
+
+
 @pytest.mark.parametrize("count", [1, 2, 4, 8])
-def test_the_range_holds_the_term_of_any_free_cards(busy: tuple[int, ...], count: int) -> None:
-    """The filter skips a node whose score and `bubble_range` cannot beat the best: on every occupancy of eight
-    cards, every choice of ``count`` free cards earns a term inside the range (HAMi's 0-3,000)."""
-    free = [index for index in range(8) if index not in busy]
-    least, most = bubble_range(busy, count)
-    assert all(least <= bubble_score(busy, chosen) <= most for chosen in combinations(free, count))
-    assert 0.0 <= least <= most <= 3000.0
+def test_the_range_is_exactly_the_terms_the_fit_can_give(count: int) -> None:
+    """The ranking bounds a node's term by `BubbleTerm.term_range` of its shape and skips a node that cannot win by it,
+    so a bound below a term the fit gives would skip a winning node (a wrong placement). On each of the 256 busy sets
+    of eight cards (the others open), over every set of open cards that may pass (a UUID selection can leave any) and
+    two policy orders: every term the pick gives lies in the range, and the range's ends are given (it is exact);
+    None exactly where nothing fits."""
+    for busy in EVERY_SET:
+        open_cards = [index for index in range(8) if index not in busy]
+        given = set().union(*(given_terms(busy, passing, count) for n in range(len(open_cards) + 1)
+                              for passing in combinations(open_cards, n)))
+        terms = BUBBLES.term_range(node_key(busy), (count,), False)
+        assert (terms is None) == (not given), busy
+        if terms is not None:
+            assert (min(given), max(given)) == terms, busy
+
+
+@pytest.mark.parametrize("count", [1, 2, 4, 8])
+def test_the_exact_range_is_the_term_of_the_open_cards(count: int) -> None:
+    """For a pod whose selection and quota treat the cards alike, every open card passes or none does: on each of the
+    256 busy sets the exact range holds the term of the open cards' pick (a single term unless the picker falls back on
+    the policy order), and is None exactly where they hold no shape."""
+    for busy in EVERY_SET:
+        open_cards = [index for index in range(8) if index not in busy]
+        given = given_terms(busy, open_cards, count)
+        terms = BUBBLES.term_range(node_key(busy), (count,), True)
+        assert (terms is None) == (not given), busy
+        if terms is not None:
+            assert all(terms[0] <= term <= terms[1] for term in given), busy
+            if pick_cards(slots(busy), count):
+                assert terms[0] == terms[1] == given.pop(), busy
+
+
+def test_the_range_of_several_containers_holds_their_terms() -> None:
+    """Two containers of one card each (or an init container that may take a card again): the range over the sizes
+    holds the term of any two open cards and of any one."""
+    for busy in EVERY_SET:
+        open_cards = [index for index in range(8) if index not in busy]
+        terms = BUBBLES.term_range(node_key(busy), (1, 2), False)
+        chosen_sets = [chosen for n in (1, 2) for chosen in combinations(open_cards, n)]
+        assert (terms is None) == (not chosen_sets)
+        for chosen in chosen_sets:
+            assert terms is not None and terms[0] <= bubble_score(busy, chosen) <= terms[1]
+
+
+def test_a_node_key_is_its_shape() -> None:
+    """Cards unhealthy, cordoned or holding anything are not open; cards that differ are flagged (never exact); a node
+    whose cards are not indexed 0 to n-1 (n ≤ 8) has no known shape and the whole of HAMi's range."""
+    devices = xpus()
+    sick = [replace(device, healthy=device.index != 5) for device in devices]
+    # Card 0 busy: four cards take the right wing; with card 5 out, the cross quad 2, 3, 6, 7.
+    assert BUBBLES.term_range(node_key((0,)), (4,), True) == (bubble_score((0,), (4, 5, 6, 7)),) * 2 == (1000.0,) * 2
+    for shape in (node_key((0,), sick), node_key((0,), devices, frozenset({"n-kunlun-5"}))):
+        assert BUBBLES.term_range(shape, (4,), True) == (bubble_score((0,), (2, 3, 6, 7)),) * 2 == (3000.0,) * 2
+        assert BUBBLES.term_range(shape, (8,), False) is None
+    assert BUBBLES.term_range(node_key((), [*devices[:7], replace(devices[7], count=0)]), (8,), False) is None
+    assert node_key((), xpus(4)) != node_key((4, 5, 6, 7), devices)  # four cards are not eight with four busy
+    assert BUBBLES.term_range(node_key((), xpus(4)), (4,), True) == (BUBBLES.term_range(node_key((4, 5, 6, 7)), (4,),
+                                                                                       True))
+    mixed = [*devices[:7], replace(devices[7], memory_mib=CARD_MEMORY_MIB // 2)]
+    assert BUBBLES.term_range(node_key((), mixed), (2,), True) == BUBBLES.term_range(node_key(()), (2,), False)
+    assert node_key((), [*devices[:7], replace(devices[7], index=9)]) == UNKNOWN_SHAPE
+    assert node_key((), xpus(9)) == UNKNOWN_SHAPE
+    assert BUBBLES.term_range(UNKNOWN_SHAPE, (2,), True) == (0.0, 3000.0)

@@ -9,17 +9,20 @@ search never skips the winner for a node that only its term lifts.
 
 from __future__ import annotations
 
+import random
 from collections.abc import Sequence
 
 import pytest
 
-from hami_web.core.choose import Placement, choose_node
+from hami_web.core.choose import Placement, choose_node, rank_nodes
 from hami_web.core.devices import Device, NodeInventory
 from hami_web.core.families import build_catalog
 from hami_web.core.families.kunlunxin import CARD_MEMORY_MIB, VXPU_CW, XPU_CW
-from hami_web.core.options import pod_options
+from hami_web.core.fit import PodFit, fit_pod
+from hami_web.core.grants import PodGrants
+from hami_web.core.options import PodOptions, pod_options
 from hami_web.core.requests import ContainerRequest, PodRequest, family_request
-from hami_web.core.usage import DeviceUsage, NodeView, build_node_view
+from hami_web.core.usage import DeviceUsage, NodeView, build_node_view, pod_booking
 
 CATALOG = build_catalog()
 XPU = CATALOG[XPU_CW]
@@ -96,3 +99,89 @@ def test_vxpus_earn_no_term() -> None:
     first, second = view("a", (0, 4), VXPU_CW), view("b", (0, 1), VXPU_CW)
     placement = place([first, second], [ask(1, VXPU_CW)], "binpack")
     assert placement.node_score == max(first.score, second.score)
+
+
+def reference(request: PodRequest, options: PodOptions, views: Sequence[NodeView],
+              busy: frozenset[str]) -> tuple[str, float, PodGrants] | None:
+    """The placement without any bound: every node fitted in rank order (busy nodes last, only when no other fits),
+    the best total wins, ties to the earlier node (HAMi fits every node and sorts by score)."""
+    spread = options.node_policy == "spread"
+    best: tuple[float, NodeView, PodFit] | None = None
+    for node in rank_nodes(views, options.node_policy, busy):
+        if best is not None and node.name in busy and best[1].name not in busy:
+            break
+        fit = fit_pod(request, node, options)
+        if isinstance(fit, PodFit):
+            total = node.score - fit.group_score if spread else node.score + fit.group_score
+            if best is None or (total < best[0] if spread else total > best[0]):
+                best = (total, node, fit)
+    return None if best is None else (best[1].name, best[0], best[2].grants)
+
+
+def random_node(rng: random.Random, number: int) -> NodeView:
+    """Eight whole XPUs (sometimes four; sometimes a card of half the memory, or of a type whole-XPU pods do not
+    take), some busy, a few unhealthy or cordoned, some with a part of a card booked (scores of every size)."""
+    name = f"n{number:03d}"
+    cards = 4 if rng.random() < 0.1 else 8
+    odd = rng.choice(("memory", "type", "", "", "", "", "", "", "", ""))
+    devices = tuple(Device(uuid=f"{name}-kunlun-{i}", index=i, count=100, healthy=rng.random() > 0.05, cores=100,
+                           memory_mib=CARD_MEMORY_MIB // 2 if i == 3 and odd == "memory" else CARD_MEMORY_MIB,
+                           type="XPU-P800" if i == 3 and odd == "type" else "kunlun", family=XPU_CW)
+                    for i in range(cards))
+    cordoned = frozenset(device.uuid for device in devices if rng.random() < 0.03)
+    inventory = NodeInventory(name=name, devices=devices, grouping={XPU_CW: XPU.grouping}, cordoned=cordoned)
+    usage = {}
+    for device in devices:
+        roll = rng.random()
+        if roll < 0.35:
+            usage[device.uuid] = DeviceUsage(1, device.memory_mib, 100)
+        elif roll < 0.4:
+            usage[device.uuid] = DeviceUsage(1, rng.randint(1, device.memory_mib), rng.randint(0, 100))
+    return build_node_view(inventory, usage)
+
+
+def random_pod(rng: random.Random, names: Sequence[str]) -> tuple[PodRequest, PodOptions]:
+    """One container of 1, 2, 4 or 8 cards (sometimes 3), or two containers, or an init container before one;
+    sometimes a UUID selection; either policy."""
+    count = rng.choice((1, 1, 2, 2, 4, 4, 8, 3))
+    shape = rng.random()
+    containers: tuple[ContainerRequest, ...] = (ask(count),)
+    if shape < 0.15:
+        containers = (ask(rng.choice((1, 2))), ask(rng.choice((1, 2))))
+    elif shape < 0.25:
+        containers = (family_request({"name": "i0", "resources": {"limits": {"kunlunxin.com/xpu": "1"}}}, init=True,
+                                     family=XPU), ask(rng.choice((1, 2))))
+    annotations = {}
+    if rng.random() < 0.15:
+        nodes = rng.sample(list(names), 5)
+        annotations["hami.io/use-xpu-uuid"] = ",".join(f"{node}-kunlun-{rng.randrange(8)}" for node in nodes
+                                                        for _ in range(4))
+    options = pod_options(annotations, node_policy=rng.choice(("binpack", "spread")), gpu_policy="spread",
+                          catalog=CATALOG)
+    return PodRequest(containers=containers), options
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_the_ranking_by_bound_places_as_fitting_every_node(seed: int) -> None:
+    """The filter ranks nodes by the most their shape's term allows (`BubbleTerm.term_range`) and stops once no node can
+    beat the best: on random clusters (busy cards, unhealthy and cordoned cards, nodes of four cards, a card unlike the
+    others, nodes busy binding) and random pods (1-8 cards, several containers, an init container, UUID selections,
+    both policies), one placed after another as the cache books them, every placement is the one fitting every node
+    gives: the same node, cards and score, or none where nothing fits."""
+    rng = random.Random(seed)
+    views = {view.name: view for view in (random_node(rng, number) for number in range(60))}
+    for _ in range(120):
+        busy = frozenset(rng.sample(sorted(views), 6))
+        request, options = random_pod(rng, sorted(views))
+        expected = reference(request, options, list(views.values()), busy)
+        placement = choose_node(request, options, sorted(views), views, busy=busy)
+        if expected is None:
+            assert not isinstance(placement, Placement)
+            continue
+        assert isinstance(placement, Placement)
+        assert (placement.node, placement.node_score, placement.grants) == expected
+        node = views[placement.node]
+        usage = dict(zip((device.uuid for device in node.inventory.devices), node.usage, strict=True))
+        for uuid, held in pod_booking(placement.grants, init_count=request.init_count).items():
+            usage[uuid] = usage[uuid] + held
+        views[node.name] = build_node_view(node.inventory, usage)

@@ -10,11 +10,12 @@ Whole XPUs score a node by "bubbles" (`bubble_score`), added to its rank under e
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from hami_web.core.devices import Device
-from hami_web.core.groups import SPREAD_POLICY
+from hami_web.core.groups import SPREAD_POLICY, BusyTerm
 
 WING_SIZE = 4
 TOPOLOGY_CARDS = 2 * WING_SIZE
@@ -131,17 +132,76 @@ def bubble_score(used_before: Sequence[int], chosen: Sequence[int]) -> float:
     return _BUBBLE_TERMS.get(change, _OTHER_CHANGE)
 
 
-def bubble_range(used_before: Sequence[int], count: int) -> tuple[float, float]:
-    """The least and the most `bubble_score` can be for a pod of ``count`` cards on a node whose busy cards are
-    ``used_before``, whichever free cards it gets: over every split of the cards between the wings that the left
-    wing's free cards allow (the picker and its fallback take only free cards), so the search may skip a node this
-    range cannot make win."""
-    busy = sorted(set(used_before))
-    before = _bubbles(busy)
-    left_free = WING_SIZE - sum(1 for index in busy if index < WING_SIZE)
-    terms = [_BUBBLE_TERMS.get(_wing_bubbles(left, count - left) - before, _OTHER_CHANGE)
-             for left in range(min(count, left_free) + 1)]
-    return (min(terms), max(terms)) if count > 0 else (0.0, 0.0)
+# A node whose cards are not indexed 0…n-1 (n ≤ 8) has no key: its term range is the whole of HAMi's.
+UNKNOWN_SHAPE = -1
+_MASKS = 1 << TOPOLOGY_CARDS
+
+
+@dataclass(frozen=True, slots=True)
+class BubbleTerm:
+    """HAMi's bubble term (``KunlunDevices.ScoreNode`` / ``calcscore``) as a busy-dependent term
+    (`hami_web.core.groups.BusyTerm`) for whole XPUs.
+
+    The term is decided by the busy cards' bubbles and by how many of the pod's cards sit in each wing (a wing's
+    bubbles are its card count's). A whole XPU books its card's memory and 100 cores, so a card with a task never
+    takes one (HAMi's exclusive rule, ``ExclusiveDeviceAllocateConflict``): the pod's cards are open cards (healthy,
+    not cordoned, nothing booked). So a node comes down to its busy cards' bubbles, its open cards and whether its
+    cards are alike (`node_key`, a number below 2^14 shared by every node of that shape), and `term_range` says:
+
+    - for a pod of one container of the family whose selection and quota treat every card alike (``exact``), on a
+      node of alike cards: every open card passes or none does, so the picker's choice among the open cards is the
+      pod's, and its term the one term it can earn (a range only where the picker falls back on the policy order);
+    - otherwise, the range over every split of the pod's cards between the wings that the open cards allow. For a pod
+      of one container each such split is one the fit may give (the picker's shapes, its fallback, a UUID selection
+      leaving some open cards passing), so the range is exact; for several containers it holds every term.
+    """
+
+    def term(self, busy: Sequence[Device], chosen: Sequence[Device]) -> float:
+        """`bubble_score` of the busy cards' indices and the pod's."""
+        return bubble_score([device.index for device in busy], [device.index for device in chosen])
+
+    def node_key(self, devices: Sequence[Device], rows: Sequence[Sequence[int]], cordoned: frozenset[str]) -> int:
+        """The busy cards' bubbles, whether the cards differ (type, memory, cores, shares, mode), the number of cards
+        and the open cards' mask, as one number; `UNKNOWN_SHAPE` for a node whose cards are not indexed 0 to n-1 with
+        n ≤ 8 (HAMi's picker reads slots, its bubbles indices: they agree only there)."""
+        if len(devices) > TOPOLOGY_CARDS or sorted(device.index for device in devices) != list(range(len(devices))):
+            return UNKNOWN_SHAPE
+        busy = sorted(device.index for device, row in zip(devices, rows, strict=True) if row[0] > 0)
+        open_mask = 0
+        for device, row in zip(devices, rows, strict=True):
+            if not any(row) and device.count > 0 and device.healthy and device.uuid not in cordoned:
+                open_mask |= 1 << device.index
+        mixed = len({(device.type, device.memory_mib, device.cores, device.count, device.mode)
+                     for device in devices}) > 1
+        return ((_bubbles(busy) * 2 + mixed) * (TOPOLOGY_CARDS + 1) + len(devices)) * _MASKS + open_mask
+
+    def term_range(self, key: int, sizes: Sequence[int], exact: bool) -> tuple[float, float] | None:
+        """The least and the most term a pod of ``sizes`` cards can earn on a node of ``key`` (see the class); None
+        when it cannot fit there."""
+        if key == UNKNOWN_SHAPE:
+            return min(_BUBBLE_TERMS.values()), max(_BUBBLE_TERMS.values())
+        return _term_range(key, tuple(sizes), exact)
+
+
+@functools.cache
+def _term_range(key: int, sizes: tuple[int, ...], exact: bool) -> tuple[float, float] | None:
+    """`BubbleTerm.term_range` of a known shape, computed once per shape, sizes and mode."""
+    rest, open_mask = divmod(key, _MASKS)
+    rest, cards = divmod(rest, TOPOLOGY_CARDS + 1)
+    before, mixed = divmod(rest, 2)
+    if exact and not mixed and len(sizes) == 1:
+        picked = pick_cards([Slot(index=index, fits=bool(open_mask >> index & 1)) for index in range(cards)],
+                            sizes[0])
+        if picked:
+            term = _BUBBLE_TERMS.get(_bubbles(picked) - before, _OTHER_CHANGE)
+            return term, term
+        if sizes[0] not in (1, 2, WING_SIZE) or open_mask.bit_count() < sizes[0]:
+            return None  # `CardTopology.pick` has no fallback either
+    open_left = (open_mask & (1 << WING_SIZE) - 1).bit_count()
+    open_right = (open_mask >> WING_SIZE).bit_count()
+    terms = [_BUBBLE_TERMS.get(_wing_bubbles(left, size - left) - before, _OTHER_CHANGE)
+             for size in sizes if size > 0 for left in range(max(0, size - open_right), min(size, open_left) + 1)]
+    return (min(terms), max(terms)) if terms else None
 
 
 def _index_slots(devices: Sequence[Device], passing: Iterable[int]) -> list[Slot]:
@@ -169,7 +229,7 @@ class CardTopology:
     scored: bool = False
     weight: int = 0
     spread_gain: bool = False  # added under both policies
-    busy_scored: bool = False  # set with ``scored``: the term is the busy cards'
+    busy_term: BusyTerm | None = None  # set with ``scored``: the term is the busy cards' (`BubbleTerm`)
 
     def applies(self, devices: Sequence[Device]) -> bool:
         """Always: the wings and links are the card indices'."""
@@ -208,19 +268,11 @@ class CardTopology:
         ``ScoreNode``: ``previous`` is the node's usage snapshotted before the pod's containers are fitted), signed
         so that the filter, which subtracts the term under spread, adds it under both policies as HAMi does; 0 when
         not ``scored`` or the pod has no card here."""
-        chosen = [device.index for container in containers for device in container]
-        if not self.scored or not chosen:
+        chosen = [device for container in containers for device in container]
+        if not self.scored or self.busy_term is None or not chosen:
             return 0.0
-        term = bubble_score([device.index for device in busy], chosen)
+        term = self.busy_term.term(busy, chosen)
         return -term if policy == SPREAD_POLICY else term
-
-    def busy_bound(self, busy: Sequence[Device], count: int, policy: str) -> float:
-        """The most `score` can be from `bubble_range` of the busy cards: its top under binpack, its least negated
-        under spread (0 when not ``scored``)."""
-        if not self.scored:
-            return 0.0
-        least, most = bubble_range([device.index for device in busy], count)
-        return -least if policy == SPREAD_POLICY else most
 
     def mutex_conflicts(self, devices: Sequence[Device], tasks: Sequence[int]) -> set[int]:
         """None: a wing is no unit of exclusivity."""
@@ -228,5 +280,5 @@ class CardTopology:
 
 
 # Whole XPUs: the picker and HAMi's bubble term; vXPUs: the picker alone.
-XPU_TOPOLOGY = CardTopology(scored=True, weight=BUBBLE_WEIGHT, busy_scored=True)
+XPU_TOPOLOGY = CardTopology(scored=True, weight=BUBBLE_WEIGHT, busy_term=BubbleTerm())
 VXPU_TOPOLOGY = CardTopology()

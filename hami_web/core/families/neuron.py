@@ -25,7 +25,7 @@ from hami_web.core.families import config
 from hami_web.core.families.capacity import capacity_of, node_name
 from hami_web.core.families.family import AdmissionRules, Family, ResourceNames
 from hami_web.core.families.spec import FamilySpec
-from hami_web.core.groups import BusyIndependent
+from hami_web.core.groups import BusyTerm
 from hami_web.core.limits import MAX_DEVICE_CORES, MAX_DEVICE_INDEX, quote, uuid_problem
 
 CW = "AWSNeuron"
@@ -111,7 +111,7 @@ class NeuronCores:
 
 
 @dataclass(frozen=True, slots=True)
-class ContiguousRanges(BusyIndependent):
+class ContiguousRanges:
     """HAMi's ``graphSelect`` for a container of several devices: the first range of consecutive indices all of whose
     devices passed, from any start on an ``inf*`` instance type (the devices form a ring), else from a start that is
     a multiple of the count, which must be 1, 4, 8 or 16. One device: the first in the policy's order."""
@@ -119,6 +119,7 @@ class ContiguousRanges(BusyIndependent):
     scored: bool = False
     weight: int = 0
     spread_gain: bool = False
+    busy_term: BusyTerm | None = None
 
     def applies(self, devices: Sequence[Device]) -> bool:
         """Always: the range is the device index's."""
