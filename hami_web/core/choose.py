@@ -17,10 +17,11 @@ import heapq
 import json
 from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from itertools import chain, compress, pairwise
+from itertools import compress
 from operator import attrgetter
 
-from hami_web.core.capabilities import busy_alike, busy_term_bound, group_score_bound
+from hami_web.core.busyrank import BusyBounds, RankOrder, busy_last, by_busy_bound
+from hami_web.core.capabilities import group_score_bound
 from hami_web.core.fit import INVALID_REGISTER as INVALID_REGISTER  # re-exported: the reasons' vocabulary
 from hami_web.core.fit import PodFit, fit_pod, may_fit
 from hami_web.core.grants import PodGrants
@@ -56,7 +57,6 @@ class NoPlacement:
 _BY_NAME = attrgetter("inventory.name")
 _BY_SCORE = attrgetter("score")
 _ANNOTATIONS = attrgetter("inventory.annotations")
-_BUSY_KEY = attrgetter("busy_key")
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -67,9 +67,9 @@ class _Ask:
     options: PodOptions
     digest: int
     quota: PodQuota | None = None  # what the namespace's limits leave the pod: a fit depends on it
-    # For an ask whose group term depends on the node's busy devices: its bound per node shape (`_BusyBounds`), made
-    # on the canonical ask's first decision.
-    busy_bounds: _BusyBounds | None = None
+    # For an ask whose group term depends on the node's busy devices: its bound per node shape, made on the canonical
+    # ask's first decision (`hami_web.core.busyrank.BusyBounds`).
+    busy_bounds: BusyBounds | None = None
 
     def __hash__(self) -> int:
         return self.digest
@@ -121,40 +121,6 @@ class _NoFits:
     def forget(self, ask: _Ask) -> None:
         """``ask`` placed something: its next decision starts afresh."""
         self._judged.pop(ask, None)
-
-
-class _BusyBounds(dict[str, float]):
-    """For one ask whose group term depends on the node's busy devices (Kunlunxin's bubbles): by a view's `busy_key`,
-    the most `PodFit.group_score` a placement can earn on a node of that shape (`busy_term_bound`, plus what the pod's
-    other grouped containers can reach), each shape judged on its first look-up; -inf where the pod cannot fit.
-
-    Plain dict operations, as `_NoFits`: concurrent filters at worst judge a shape twice, and `distinct` is rebuilt
-    whenever the table holds more shapes than it was built from (shapes are never forgotten), so no bound is missed.
-    """
-
-    __slots__ = ("_distinct", "alike", "other", "policy", "request")
-
-    def __init__(self, ask: _Ask) -> None:
-        super().__init__()
-        self.request, self.policy = ask.request, ask.options.node_policy
-        self.alike = busy_alike(ask.request, ask.options, ask.quota)
-        others = [c for c in ask.request.containers if c.busy_term is None]
-        self.other = float(sum(c.group_weight for c in others if c.grouped and (
-            c.count > 1 or c.sharing_rule is not None) and (self.policy != SPREAD or c.spread_gain)))
-        self._distinct: tuple[int, list[float]] = (0, [])
-
-    def __missing__(self, key: str) -> float:
-        bound = self[key] = busy_term_bound(self.request, key, self.policy, self.alike) + self.other
-        return bound
-
-    def distinct(self) -> list[float]:
-        """The distinct bounds of the shapes judged so far, highest first."""
-        judged, bounds = self._distinct
-        if judged != len(self):
-            judged = len(self)
-            bounds = sorted(set(self.values()), reverse=True)
-            self._distinct = (judged, bounds)
-        return bounds
 
 
 _NO_FITS = _NoFits(NO_FIT_ASKS)
@@ -224,18 +190,8 @@ def _keyed(run: Iterable[NodeView], term: float, sign: float) -> Iterator[tuple[
 
 
 def _busy_last(ranked: Iterable[NodeView], busy: Collection[str]) -> Iterator[NodeView]:
-    """``ranked`` with the busy nodes moved behind the others, lazily: a filter that stops at the first free node
-    that fits looks no further (a sort by busyness would touch every candidate of a 5,000-node cluster)."""
-    if not busy:
-        yield from ranked
-        return
-    deferred: list[NodeView] = []
-    for view in ranked:
-        if view.name in busy:
-            deferred.append(view)
-        else:
-            yield view
-    yield from deferred
+    """``ranked`` with the busy nodes moved behind the others (`busy_last`)."""
+    return busy_last(ranked, busy, _BY_NAME)
 
 
 def choose_node(request: PodRequest, options: PodOptions, candidates: Sequence[str],
@@ -273,8 +229,7 @@ def _choose(ask: _Ask, known: list[NodeView], reasons: dict[str, str], candidate
     request, options = ask.request, ask.options
     reach = request.group_score_reach
     if reach and any(container.busy_term is not None for container in request.containers):
-        return _choose_with_busy_term(ask, _by_busy_bound(ask, rank_nodes(known, options.node_policy), busy), reasons,
-                                      candidates, busy)
+        return _choose_with_busy_term(ask, reasons, candidates, busy, known)
     if reach:
         ranked = _busy_last(rank_nodes(known, options.node_policy), busy)
         return _choose_with_group_score(ask, ranked, reasons, candidates, busy, reach)
@@ -382,64 +337,22 @@ def _choose_with_group_score(ask: _Ask, ranked: Iterator[NodeView], reasons: dic
     return Placement(node=view.name, grants=fit.grants, node_score=total, node_busy=view.name in busy)
 
 
-def _by_busy_bound(ask: _Ask, ranked: list[NodeView], busy: Collection[str]) -> Iterator[tuple[float, int, NodeView]]:
-    """``ranked`` (`rank_nodes`' order) re-ranked by each node's bound, lazily: ``(signed bound, rank, view)``, the
-    bound being the node's score plus the most group term a placement can earn on a node of its shape
-    (`_BusyBounds`), signed so that the best comes first (binpack: negated), ties by rank; busy nodes after the
-    others.
-
-    One C-level pass looks each node's bound up; the nodes of one bound keep their order, so each bound's run is
-    picked out at C level as it is consumed. When the bounds lie further apart than the nodes' scores (Kunlunxin's
-    steps of 1,000 against scores of a few points) the runs follow one another, highest bound first; otherwise they
-    are merged (`_with_terms`' way). A search that stops once no node can beat the best looks no further."""
+def _choose_with_busy_term(ask: _Ask, reasons: dict[str, str], candidates: Sequence[str], busy: Collection[str],
+                           known: list[NodeView]) -> Placement | NoPlacement:
+    """`_choose_with_group_score` for a pod whose group term depends on the node's busy devices (Kunlunxin's bubbles,
+    up to 3,000 against plain scores of a few points): nodes are tried in the order of their bound (`by_busy_bound`)
+    and the best total wins, ties by the plain rank as there; the search stops at the first node whose bound (and
+    order, on a tie) cannot beat the best, so it fits the nodes whose shape might win, not every node the term's reach
+    covers. Busy nodes only when no free node fits."""
     bounds = ask.busy_bounds
     if bounds is None:
-        bounds = _BusyBounds(ask)
+        bounds = BusyBounds(ask.request, ask.options, ask.quota)
         object.__setattr__(ask, "busy_bounds", bounds)
     spread = ask.options.node_policy == SPREAD
-    per_view = list(map(bounds.__getitem__, map(_BUSY_KEY, ranked)))
-    present = [bound for bound in bounds.distinct() if bound in per_view]
-    runs = [_signed(compress(enumerate(ranked), map(bound.__eq__, per_view)), bound, spread) for bound in present]
-    scores = abs(ranked[0].score - ranked[-1].score) if ranked else 0.0
-    apart = all(higher - lower > scores for higher, lower in pairwise(present))
-    merged = chain.from_iterable(runs) if apart else heapq.merge(*runs)
-    return _busy_keyed_last(merged, busy) if busy else merged
-
-
-def _signed(run: Iterable[tuple[int, NodeView]], bound: float, spread: bool) -> Iterator[tuple[float, int, NodeView]]:
-    """A run of nodes of one bound as merge keys: the signed bound of the total (lowest first), then the rank."""
-    if spread:
-        for rank, view in run:
-            yield view.score - bound, rank, view
-    else:
-        for rank, view in run:
-            yield -(view.score + bound), rank, view
-
-
-def _busy_keyed_last(ranked: Iterable[tuple[float, int, NodeView]],
-                     busy: Collection[str]) -> Iterator[tuple[float, int, NodeView]]:
-    """`_busy_last` for the merge keys of `_by_busy_bound`."""
-    deferred: list[tuple[float, int, NodeView]] = []
-    for keyed in ranked:
-        if keyed[2].name in busy:
-            deferred.append(keyed)
-        else:
-            yield keyed
-    yield from deferred
-
-
-def _choose_with_busy_term(ask: _Ask, ranked: Iterable[tuple[float, int, NodeView]], reasons: dict[str, str],
-                           candidates: Sequence[str], busy: Collection[str]) -> Placement | NoPlacement:
-    """`_choose_with_group_score` for a pod whose group term depends on the node's busy devices (Kunlunxin's bubbles,
-    up to 3,000 against plain scores of a few points): nodes are tried in the order of their bound (`_by_busy_bound`)
-    and the best total wins, ties by the plain rank as there; the search stops at the first node whose bound (and
-    rank, on a tie) cannot beat the best, so it fits the nodes whose shape might win, not every node the term's reach
-    covers. Busy nodes only when no free node fits."""
-    spread = ask.options.node_policy == SPREAD
-    others = ask.busy_bounds is not None and ask.busy_bounds.other > 0
-    best: tuple[float, int, NodeView, PodFit] | None = None
-    skipped: list[tuple[int, NodeView]] = []
-    for key, rank, view in ranked:
+    others = bounds.other > 0
+    best: tuple[float, RankOrder, NodeView, PodFit] | None = None
+    skipped: list[tuple[RankOrder, NodeView]] = []
+    for key, rank, view in by_busy_bound(bounds, known, busy):
         if best is not None:
             if key > best[0] or (key == best[0] and rank > best[1]) or (view.name in busy and best[2].name not in busy):
                 break

@@ -9,11 +9,13 @@ search never skips the winner for a node that only its term lifts.
 
 from __future__ import annotations
 
+import math
 import random
 from collections.abc import Sequence
 
 import pytest
 
+from hami_web.core.busyrank import BusyBounds, by_busy_bound
 from hami_web.core.choose import Placement, choose_node, rank_nodes
 from hami_web.core.devices import Device, NodeInventory
 from hami_web.core.families import build_catalog
@@ -185,3 +187,28 @@ def test_the_ranking_by_bound_places_as_fitting_every_node(seed: int) -> None:
         for uuid, held in pod_booking(placement.grants, init_count=request.init_count).items():
             usage[uuid] = usage[uuid] + held
         views[node.name] = build_node_view(node.inventory, usage)
+
+
+@pytest.mark.parametrize("policy", ["binpack", "spread"])
+def test_the_ranking_by_bound_orders_as_a_full_sort_would(policy: str) -> None:
+    """`by_busy_bound` sorts each bound's nodes only when the merge needs them: with bounds closer together than the
+    nodes' scores (so the runs interleave), it gives the order of a full sort by the bound of each node's total (its
+    score plus the most group score under binpack, less it under spread), ties in the plain rank's order (score, then
+    name), nodes busy binding after the others, under both policies."""
+    rng = random.Random(5)
+    views = [random_node(rng, number) for number in range(80)]
+    request, _ = random_pod(rng, [v.name for v in views])
+    options = pod_options({}, node_policy=policy, gpu_policy="spread", catalog=CATALOG)
+    table = BusyBounds(request, options, None)
+    closeness = [0.0, 2.5, -3.0, 7.25, -math.inf]
+    table.update({key: closeness[n % len(closeness)] for n, key in enumerate(sorted({v.busy_key for v in views}))})
+    busy = frozenset(v.name for v in views[::7])
+    spread = policy == "spread"
+
+    def key(node: NodeView) -> tuple[bool, float, float, str]:
+        """The bound of the total (the filter takes the group score off under spread), best first, then the rank."""
+        bound = table[node.busy_key]
+        return (node.name in busy, node.score - bound if spread else -(node.score + bound),
+                node.score if spread else -node.score, node.name)
+
+    assert [v.name for _, _, v in by_busy_bound(table, views, busy)] == [v.name for v in sorted(views, key=key)]
