@@ -122,7 +122,7 @@ def review_pod(pod: object, policy: AdmissionPolicy, *, quotas: QuotaBook | None
             return _deny(MALFORMED, str(error))
     if quotas is not None:
         quota_refusal = _quota_refusal(
-            mutated, namespace or str((pod.get("metadata") or {}).get("namespace") or ""), policy, quotas)
+            mutated, namespace or str((pod.get("metadata") or {}).get("namespace") or ""), policy, quotas, warnings)
         if quota_refusal is not None:
             return quota_refusal
     mutated["spec"]["schedulerName"] = policy.scheduler_name
@@ -192,9 +192,10 @@ class FamilyRefusal(ValueError):
 
 
 def _quota_refusal(mutated: dict[str, Any], namespace: str, policy: AdmissionPolicy,
-                   quotas: QuotaBook) -> AdmissionDecision | None:
+                   quotas: QuotaBook, warnings: list[str]) -> AdmissionDecision | None:
     """The denial when the pod's spec asks more than its namespace's device quotas leave, else None (as HAMi v2.10's
-    webhook: on the mutated spec, so defaults count as the filter will count them)."""
+    webhook: on the mutated spec, so defaults count as the filter will count them); adds to ``warnings`` where the
+    filter counts what the spec cannot say (`NamespaceQuota.booked_cores_notes`)."""
     if not namespace:
         return None
     quota = quotas.namespace_quota(namespace)
@@ -206,6 +207,7 @@ def _quota_refusal(mutated: dict[str, Any], namespace: str, policy: AdmissionPol
         return _deny(MALFORMED, str(error))
     excess = quota.admission_excess(request, policy.devices)
     if excess is None:
+        warnings.extend(quota.booked_cores_notes(request, policy.devices))
         return None
     return _deny(FORBIDDEN, f"{EXCEEDING}: {excess.describe()}")
 

@@ -24,7 +24,7 @@ from typing import Any, Protocol
 
 from hami_web.core.families import DeviceCatalog, Family
 from hami_web.core.grants import PodGrants
-from hami_web.core.limits import MAX_DEVICE_MEMORY_MIB, MAX_TASK_CORES
+from hami_web.core.limits import MAX_DEVICE_CORES, MAX_DEVICE_MEMORY_MIB, MAX_TASK_CORES
 from hami_web.core.quantities import QuantityError, parse_whole_quantity
 from hami_web.core.requests import ContainerRequest, PodRequest
 from hami_web.core.usage import DeviceUsage
@@ -248,6 +248,28 @@ class NamespaceQuota:
                 families.append((cw, left))
         return PodQuota(families=tuple(families)) if families else None
 
+    def booked_cores_notes(self, request: PodRequest, catalog: DeviceCatalog) -> list[str]:
+        """An admission warning per family of the pod whose cores this namespace limits and whose devices book cores
+        in their own unit (`Family.core_booking`: AMD's compute units, AWS Neuron's core bitmasks). Admission counts
+        the cores as asked, as HAMi v2.10's webhook does (``fitResourceQuota``: ``Coresreq × Nums``); what a grant
+        books depends on the device the filter picks, which counts that, so the pod may wait with
+        ``ResourceQuotaNotFit`` where HAMi v2.10, whose AMD and Neuron ``Fit`` checks no quota, would place it."""
+        notes = []
+        for cw, containers in request.blocks():
+            family = catalog.get(cw)
+            booking = family.core_booking if family is not None else None
+            if family is None or booking is None or not any(ask.count for ask in containers):
+                continue
+            limit = self.limits.get(family.resources.cores) if family.resources.cores else None
+            if limit is None:
+                continue
+            notes.append(f"namespace {self.namespace} limits {family.resources.cores} to {limit}: admission counts "
+                         f"{spec_request(containers)[1]} as asked (as HAMi v2.10's webhook), but placing the pod "
+                         f"counts the {booking.unit} its devices book, known only once they are chosen; the pod may "
+                         f"wait with ResourceQuotaNotFit where HAMi v2.10, which checks no {family.label} quota when "
+                         f"placing, would place it")
+        return notes
+
     def admission_excess(self, request: PodRequest, catalog: DeviceCatalog) -> QuotaExcess | None:
         """The first limit the pod's spec would pass (families in fit order, memory before cores), else None."""
         if not self.limits:
@@ -271,10 +293,13 @@ class NamespaceQuota:
 def _surely_within(left: FamilyQuota, containers: Sequence[ContainerRequest], *, profiled: bool = False) -> bool:
     """Whether the most ``containers`` could book (every container's devices at once, a percentage or whole-device
     ask as the largest device there is) stays within ``left``. With ``profiled`` (dynamic MIG) an ask may be rounded
-    up to a profile: as much as a whole device and 100 cores per instance."""
+    up to a profile: as much as a whole device and 100 cores per instance. A family whose devices book cores in their
+    own unit (`ContainerRequest.core_booking`: AMD's compute units, Neuron's core bitmasks) may book up to a device's
+    most cores for any ask, as the bind will count them."""
     memory = sum(ask.count * (MAX_DEVICE_MEMORY_MIB if profiled else ask.memory_mib or MAX_DEVICE_MEMORY_MIB)
                  for ask in containers)
-    cores = sum(ask.count * (MAX_TASK_CORES if profiled else ask.cores) for ask in containers)
+    cores = sum(ask.count * (MAX_TASK_CORES if profiled else MAX_DEVICE_CORES if ask.core_booking is not None
+                             else ask.cores) for ask in containers)
     return ((left.memory_left_mib is None or memory <= left.memory_left_mib)
             and (left.cores_left is None or cores <= left.cores_left))
 

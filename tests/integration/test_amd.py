@@ -6,7 +6,8 @@ percentage of 0 beside a count; a pod booked with its compute units under ``hami
 a restarted server rebuilding the compute units from the pods so a GPU's last units are not promised twice; the node's
 capacity of ``amd.com/gpu`` falling to 0 taking the family away (its health, in place of a handshake) while the
 node's NVIDIA GPUs stay, and coming back with it; both GPUs as HAMi's per-device metric series with their product
-type.
+type; a namespace quota on ``amd.com/gpucores`` admitting on the percentage with a warning and filtering on the compute
+units booked, so what the filter places the bind lets stand.
 """
 
 from __future__ import annotations
@@ -100,6 +101,33 @@ def test_a_restarted_server_rebuilds_the_compute_units(apiserver: LocalCluster, 
     scheduler = Scheduler(after.app.test_client(), apiserver)
     assert scheduler.filter("b", ["amd"])["FailedNodes"] == {"amd": "2/2 CardInsufficientCore"}  # 152 > 122 left
     assert scheduler.schedule("c", ["amd"]) == "amd"  # 40 % = 121 units fit
+
+
+def test_a_cores_quota_admits_on_the_percentage_and_places_on_the_units(apiserver: LocalCluster,
+                                                                       runtime: Runtime) -> None:
+    """HAMi v2.10.0's webhook (``fitResourceQuota``) counts ``Coresreq × Nums`` (100 here) against a limit its AMD
+    ``Fit`` never checks, while the GPU books 304 compute units: admitted with a warning, then ``ResourceQuotaNotFit``
+    on both GPUs under a limit of 200; under 304 placed and bound, the namespace's use the 304 units booked."""
+    quota = {"apiVersion": "v1", "kind": "ResourceQuota", "metadata": {"name": "amd", "namespace": "team-a"},
+             "spec": {"hard": {"limits.amd.com/gpucores": "200"}}}
+    job = gpu_pod("job", amd_limits(1), namespace="team-a")
+    apiserver.load([amd_node("amd"), quota])
+    wait_for(lambda: runtime.cache.namespace_quota("team-a").limits == {"amd.com/gpucores": 200}, what="the quota")
+    answer = admission_response(runtime, job, "team-a")
+    assert answer["allowed"] is True
+    (warning,) = answer["warnings"]
+    assert warning.startswith("namespace team-a limits amd.com/gpucores to 200: admission counts 100 as asked")
+    apiserver.load([job])
+    scheduler = Scheduler(runtime.app.test_client(), apiserver)
+    assert scheduler.filter("job", ["amd"], "team-a")["FailedNodes"] == {"amd": f"2/2 {names.RESOURCE_QUOTA_NOT_FIT}"}
+
+    stored = apiserver.get("resourcequotas", "amd", "team-a") or {}
+    stored["spec"]["hard"]["limits.amd.com/gpucores"] = "304"
+    response = requests.put(f"{apiserver.url}/api/v1/namespaces/team-a/resourcequotas/amd", json=stored, timeout=5)
+    assert response.status_code == 200, response.text
+    wait_for(lambda: runtime.cache.namespace_quota("team-a").limits == {"amd.com/gpucores": 304}, what="the new limit")
+    assert scheduler.schedule("job", ["amd"], "team-a") == "amd"
+    assert runtime.cache.namespace_quota("team-a").used.get("amd.com/gpucores") == 304
 
 
 def test_no_capacity_takes_the_family_away_and_the_gpus_stay(apiserver: LocalCluster, runtime: Runtime) -> None:

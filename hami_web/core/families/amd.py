@@ -35,6 +35,8 @@ class ComputeUnits:
     """HAMi's AMD ``Fit``: a cores percentage books ``devcore × percent ÷ 100`` compute units of each GPU, at least one
     and at most all of them; a GPU registering no compute units takes no cores ask."""
 
+    unit = "compute units (each GPU's devcore x percent / 100)"
+
     def ask(self, count: int, cores: int | None, resources: ResourceNames) -> tuple[int, int]:
         """The count as given; cores 100 when absent, else 1..100 (HAMi's ``GenerateResourceRequests`` reads any other
         value as no request at all)."""

@@ -65,8 +65,12 @@ class CoreBooking(Protocol):
     and the cores per device it asks; it raises ValueError naming the resource when the ask is not one HAMi reads.
     ``book`` is what a grant of those cores books on ``device`` beside ``used`` (the cores its other grants book), None
     when the device has too few free (``CardInsufficientCore``). ``overbooked`` tells the bind's re-check that two
-    bookings cannot share a device.
+    bookings cannot share a device. ``unit`` names what a booking counts in, which a namespace's quota on the cores
+    resource counts too (docs/quotas.md#namespace-quotas): only the filter knows it, from the device.
     """
+
+    @property
+    def unit(self) -> str: ...
 
     def ask(self, count: int, cores: int | None, resources: ResourceNames) -> tuple[int, int]: ...
 

@@ -79,6 +79,8 @@ class NeuronCores:
     """A device's cores as a bitmask: a whole-device ask (cores 0) takes every core of an idle device, a core ask the
     lowest free cores; grants are disjoint masks, so their sum is the mask of the cores in use."""
 
+    unit = "core bitmasks (a whole device of 2 cores counts 3, its second core alone 2)"
+
     def ask(self, count: int, cores: int | None, resources: ResourceNames) -> tuple[int, int]:
         """HAMi's ``GenerateResourceRequests`` and ``splitCoreRequest``: a count is whole devices (cores 0); else a
         core count of 1 or 2 is one device, a larger even one that many devices of two cores."""
