@@ -320,7 +320,7 @@ def over_booked(bookings: Mapping[str, Mapping[str, DeviceUsage]], gpus_per_node
                 problems.append(f"{node}/{uuid}: not a GPU of the node")
             elif device.mig_profiles:
                 # Sorted by start, any overlap shows between neighbours.
-                placements = sorted((instance.placement for instance in used.instances),
+                placements = sorted((instance.placement for instance in used.placed),
                                     key=lambda placement: (placement.start, placement.size))
                 overlapping = [f"{a.describe()}/{b.describe()}" for a, b in itertools.pairwise(placements)
                                if a.overlaps(b)]

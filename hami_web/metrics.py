@@ -118,8 +118,9 @@ class _ClusterCollector(Collector):
                              usage.memory_mib * MIB)
                 if device.memory_mib > 0:
                     memory_ratio.add([name, device.uuid, index], usage.memory_mib / device.memory_mib)
-                for instance in usage.instances:
-                    mig.add([name, device.uuid, index, f"{instance.profile}-{_optional(instance.gpu_instance_id)}"], 1)
+                for placed in usage.placed:
+                    gpu_instance = placed.ids[0] if placed.ids else None
+                    mig.add([name, device.uuid, index, f"{placed.profile}-{_optional(gpu_instance)}"], 1)
         container = ["podnamespace", "nodename", "podname", "containeridx", "deviceuuid"]
         vgpu_memory = _ZoneGauge("vGPUMemoryAllocated", "vGPU memory allocated from a container", container)
         vgpu_cores = _ZoneGauge("vGPUCoreAllocated", "vGPU core allocated from a container", container)
@@ -190,14 +191,14 @@ class _ClusterCollector(Collector):
                                    labels=["node", "device_uuid"])
         for name, view in sorted(self._cache.node_views().items()):
             for device, usage in zip(view.inventory.devices, view.usage, strict=True):
-                for instance in usage.instances:
+                for placed in usage.placed:
+                    gpu_instance, compute_instance = placed.ids or (None, None)
                     instance_info.add_metric(
-                        [name, device.uuid, str(device.index), instance.mig_uuid, instance.profile,
-                         _optional(instance.gpu_instance_id), _optional(instance.compute_instance_id),
-                         str(instance.placement.start), str(instance.placement.size)], 1)
+                        [name, device.uuid, str(device.index), placed.uuid, placed.profile, _optional(gpu_instance),
+                         _optional(compute_instance), str(placed.placement.start), str(placed.placement.size)], 1)
                 if usage.legacy_entries:
                     legacy.add_metric([name, device.uuid], usage.legacy_entries)
-            for fault in view.mig_faults:
+            for fault in view.partition_faults:
                 for pod in fault.pods:
                     fail_closed.add_metric([name, fault.uuid, fault.reason, pod], 1)
         # Served only with samples, as HAMi serves its instance series only when there are instances.

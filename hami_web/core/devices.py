@@ -30,8 +30,8 @@ from hami_web.core.limits import (
     quote,
     uuid_problem,
 )
-from hami_web.core.mig import MigPlacement, MigProfile
-from hami_web.core.partitions import DevicePartitions, Partitioning, partitioned
+from hami_web.core.mig import MigProfile
+from hami_web.core.partitions import DevicePartitions, Partitioning, SliceRange, partitioned
 
 if TYPE_CHECKING:
     from hami_web.core.groups import Grouping
@@ -313,17 +313,17 @@ def _mig_profiles(value: object, where: str) -> tuple[MigProfile, ...]:
         placements = profile.get("placements", [])
         if not isinstance(placements, list):
             raise AnnotationError(f"{here}: field 'placements' is {_json_kind(placements)}, not a list")
-        ranges: list[MigPlacement] = []
+        ranges: list[SliceRange] = []
         for index, placement in enumerate(placements):
             if placement is None:
-                ranges.append(MigPlacement(start=0, size=0))  # Go's zero value; never a free placement
+                ranges.append(SliceRange(start=0, size=0))  # Go's zero value; never a free placement
                 continue
             if not isinstance(placement, dict):
                 raise AnnotationError(f"{here} placements[{index}]: expected an object, got {_json_kind(placement)}")
             start, size = (_go_number(placement[key], key, f"{here} placements[{index}]", unsigned=True,
                                       maximum=_UINT32_MAXIMUM) if key in placement else 0
                            for key in ("start", "size"))
-            ranges.append(MigPlacement(start=start, size=size))
+            ranges.append(SliceRange(start=start, size=size))
         profiles.append(MigProfile(name=name, memory_mib=numbers["memorymb"], cores=numbers["core"],
                                    slice_count=numbers["slicecount"], placements=tuple(ranges)))
     return tuple(profiles)

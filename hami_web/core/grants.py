@@ -16,18 +16,18 @@ from dataclasses import dataclass, field
 from hami_web.core.devices import AnnotationError
 from hami_web.core.families import DeviceCatalog
 from hami_web.core.limits import MAX_DEVICE_CORES, MAX_DEVICE_MEMORY_MIB, MAX_NUMBER_CHARS, MAX_UUID_CHARS, quote
-from hami_web.core.mig import MigInstance
 from hami_web.core.names import VENDOR
 from hami_web.core.nodelocks import LockRule
-from hami_web.core.partitions import PartitionProfile
+from hami_web.core.partitions import PartitionProfile, PlacedPartition
 
 _MIN_FIELDS = 4
 
 
 @dataclass(frozen=True, slots=True)
 class DeviceGrant:
-    """One GPU given to one container, with the memory (MiB) and cores (percent) booked on it, and the MIG instance
-    it is when the GPU is carved on demand (docs/mig.md#dynamic-mig)."""
+    """One device given to one container, with the memory (MiB) and cores (percent) booked on it, and the partition
+    placed on it when its family's partitioning carves it per grant (`hami_web.core.partitions`; NVIDIA's dynamic MIG
+    instances, docs/mig.md#dynamic-mig)."""
 
     uuid: str
     memory_mib: int
@@ -36,7 +36,7 @@ class DeviceGrant:
     # Booked in the family's soft split (Ascend hami-core): only the bind's runtime annotation says so; HAMi's device
     # annotation has no field for it, so a grant read back from a pod does not know it and compares equal.
     soft_split: bool = field(default=False, compare=False)
-    instance: MigInstance | None = None
+    placed: PlacedPartition | None = None
     # The annotation's type field when it is not the family's common word (HAMi's AMD writes the product type).
     type: str = ""
     # Of a partitioned device (`hami_web.core.partitions`): the device's shares the partition takes (its slices) and
@@ -69,13 +69,13 @@ def encode_pod_devices(grants: Sequence[Sequence[DeviceGrant]]) -> str:
 def describe_grants(grants: Sequence[Sequence[DeviceGrant]]) -> str:
     """Human-readable grants for logs, events and the demo: ``uuid(3000MiB,20%),…`` per container, ``;`` between; a MIG
     instance as ``uuid(2g.10gb@0+2,9984MiB,29%)``."""
-    return ";".join(",".join(f"{g.uuid}({_instance_text(g)}{g.memory_mib}MiB,{g.cores}%)" for g in container)
+    return ";".join(",".join(f"{g.uuid}({_placed_text(g)}{g.memory_mib}MiB,{g.cores}%)" for g in container)
                     for container in grants)
 
 
-def _instance_text(grant: DeviceGrant) -> str:
-    instance = grant.instance
-    return f"{instance.profile}@{instance.placement.describe()}," if instance is not None else ""
+def _placed_text(grant: DeviceGrant) -> str:
+    placed = grant.placed
+    return f"{placed.profile}@{placed.placement.describe()}," if placed is not None else ""
 
 
 def decode_pod_devices(text: str, family: str = "") -> PodGrants:

@@ -4,14 +4,14 @@ request gets.
 Since v2.10 HAMi's NVIDIA device plugin carves MIG instances on demand: a GPU registered in ``mig`` mode lists
 ``migProfiles`` (name, memory, cores, slice count and the placements NVML allows), the scheduler picks a profile
 and a placement, and the device plugin creates exactly that instance. A placement is a range of memory slices
-``[start, start + size)``; two instances may not share a slice, so the choice is a small interval-packing
+``[start, start + size)`` (the seam's `hami_web.core.partitions.SliceRange`; an instance booked is a
+`PlacedPartition`); two instances may not share a slice, so the choice is a small interval-packing
 problem. The rules follow HAMi v2.10.0 pkg/device/nvidia/mig_topology.go and device.go (``selectMigCandidate``):
 the smallest profile whose memory covers the request and that still has a free placement; ``1g.*`` and ``3g.*``
 take the highest free start (they leave the low slices to the larger profiles, as NVIDIA's balanced geometry
 does), every other profile the lowest.
 
-Only value types and pure functions live here, imported by the register codec (`core.devices`), the grants and
-the fit.
+Only MIG's value types and pure functions live here (MIG's partitioning itself is `core.migpartitioning`).
 """
 
 from __future__ import annotations
@@ -23,32 +23,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from hami_web.core.limits import MAX_DEVICE_MEMORY_MIB, MAX_TASK_CORES
+from hami_web.core.partitions import PlacedPartition, SliceRange
 
 # The device mode of a GPU the device plugin splits into MIG instances (``mode`` of the register annotation).
 MIG_MODE = "mig"
 # Profiles whose instances prefer the highest free start (HAMi's ``preferHighMigPlacement``).
 HIGH_START_PREFIXES = ("1g.", "3g.")
-
-
-@dataclass(frozen=True, slots=True)
-class MigPlacement:
-    """A range of memory slices ``[start, start + size)`` of one GPU."""
-
-    start: int
-    size: int
-
-    @property
-    def end(self) -> int:
-        """The first slice after the placement."""
-        return self.start + self.size
-
-    def overlaps(self, other: MigPlacement) -> bool:
-        """Whether the two placements share a slice."""
-        return self.start < other.end and other.start < self.end
-
-    def describe(self) -> str:
-        """``start+size``, e.g. ``4+2`` (slices 4 and 5)."""
-        return f"{self.start}+{self.size}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,7 +40,7 @@ class MigProfile:
     memory_mib: int
     cores: int
     slice_count: int
-    placements: tuple[MigPlacement, ...]
+    placements: tuple[SliceRange, ...]
 
     @property
     def usable(self) -> bool:
@@ -68,19 +48,6 @@ class MigProfile:
         and cores a pod device entry accepts, and a placement of at least one slice."""
         return bool(self.name) and 0 < self.memory_mib <= MAX_DEVICE_MEMORY_MIB \
             and 0 <= self.cores <= MAX_TASK_CORES and any(p.size > 0 for p in self.placements)
-
-
-@dataclass(frozen=True, slots=True)
-class MigInstance:
-    """One MIG instance booked on a GPU: its profile and placement, the pod holding it (``namespace/name``, empty
-    for a placement not yet written) and, once the device plugin has created it, its runtime identity."""
-
-    profile: str
-    placement: MigPlacement
-    pod: str = ""
-    mig_uuid: str = ""
-    gpu_instance_id: int | None = None
-    compute_instance_id: int | None = None
 
 
 @functools.lru_cache(maxsize=256)
@@ -97,7 +64,7 @@ def candidate_profiles(profiles: tuple[MigProfile, ...]) -> tuple[MigProfile, ..
     return tuple(sorted(kept, key=lambda profile: (profile.memory_mib, profile.slice_count)))
 
 
-def ordered_placements(profile: MigProfile) -> tuple[MigPlacement, ...]:
+def ordered_placements(profile: MigProfile) -> tuple[SliceRange, ...]:
     """The profile's placements in the order they are tried: highest start first for ``1g.*`` and ``3g.*``, lowest
     first otherwise (stable); empty ones left out."""
     placements = [placement for placement in profile.placements if placement.size > 0]
@@ -105,7 +72,7 @@ def ordered_placements(profile: MigProfile) -> tuple[MigPlacement, ...]:
     return tuple(sorted(placements, key=lambda placement: -placement.start if high else placement.start))
 
 
-def free_placement(profile: MigProfile, occupied: Iterable[MigPlacement]) -> MigPlacement | None:
+def free_placement(profile: MigProfile, occupied: Iterable[SliceRange]) -> SliceRange | None:
     """The first placement of ``profile`` (in `ordered_placements` order) that overlaps nothing ``occupied``."""
     taken = tuple(occupied)
     for candidate in ordered_placements(profile):
@@ -114,8 +81,8 @@ def free_placement(profile: MigProfile, occupied: Iterable[MigPlacement]) -> Mig
     return None
 
 
-def choose_instance(profiles: Sequence[MigProfile], occupied: Iterable[MigPlacement],
-                    memory_mib: int) -> tuple[MigProfile, MigPlacement] | None:
+def choose_instance(profiles: Sequence[MigProfile], occupied: Iterable[SliceRange],
+                    memory_mib: int) -> tuple[MigProfile, SliceRange] | None:
     """The smallest profile of ``profiles`` (already in `candidate_profiles` order) with at least ``memory_mib`` and
     a free placement, with that placement; None when no profile fits (``CardMigTopologyInfeasible``)."""
     taken = tuple(occupied)
@@ -129,7 +96,7 @@ def choose_instance(profiles: Sequence[MigProfile], occupied: Iterable[MigPlacem
 
 
 def free_placements(profiles: Sequence[MigProfile],
-                    occupied: Iterable[MigPlacement]) -> tuple[tuple[MigProfile, tuple[MigPlacement, ...]], ...]:
+                    occupied: Iterable[SliceRange]) -> tuple[tuple[MigProfile, tuple[SliceRange, ...]], ...]:
     """Per profile, every placement that is free now (what ``kubectl hami inspect`` lists)."""
     taken = tuple(occupied)
     return tuple((profile, tuple(p for p in ordered_placements(profile)
@@ -137,7 +104,7 @@ def free_placements(profiles: Sequence[MigProfile],
                  for profile in profiles)
 
 
-def instances_that_fit(profile: MigProfile, occupied: Iterable[MigPlacement]) -> int:
+def instances_that_fit(profile: MigProfile, occupied: Iterable[SliceRange]) -> int:
     """How many more instances of ``profile`` fit beside ``occupied``, placed one after another as the fit places
     them (``kubectl hami capacity``)."""
     taken = list(occupied)
@@ -161,10 +128,10 @@ def encode_reservations(grants: Sequence[Sequence[Any]]) -> str:
     containers first): one object per grant that is a MIG instance, "" when none is
     (docs/wire-formats.md#mig-reservations). ``deviceIndex`` is the grant's position in its entry."""
     objects = [{"containerIndex": container_index, "deviceIndex": device_index, "gpuUUID": grant.uuid,
-                "profile": grant.instance.profile,
-                "placement": {"start": grant.instance.placement.start, "size": grant.instance.placement.size}}
+                "profile": grant.placed.profile,
+                "placement": {"start": grant.placed.placement.start, "size": grant.placed.placement.size}}
                for container_index, container in enumerate(grants)
-               for device_index, grant in enumerate(container) if grant.instance is not None]
+               for device_index, grant in enumerate(container) if grant.placed is not None]
     return json.dumps(objects, separators=(",", ":")) if objects else ""
 
 
@@ -174,11 +141,11 @@ class MigLayout:
     placements still free (``kubectl hami inspect``, the dashboard)."""
 
     slices: int
-    instances: tuple[MigInstance, ...]
-    free: tuple[tuple[str, tuple[MigPlacement, ...]], ...]
+    instances: tuple[PlacedPartition, ...]
+    free: tuple[tuple[str, tuple[SliceRange, ...]], ...]
 
 
-def mig_layout(profiles: tuple[MigProfile, ...], instances: Iterable[MigInstance]) -> MigLayout:
+def mig_layout(profiles: tuple[MigProfile, ...], instances: Iterable[PlacedPartition]) -> MigLayout:
     """The layout of a GPU offering ``profiles`` with ``instances`` booked."""
     booked = tuple(sorted(instances, key=lambda instance: (instance.placement.start, instance.placement.size)))
     usable = candidate_profiles(profiles)

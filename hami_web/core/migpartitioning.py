@@ -18,9 +18,9 @@ from typing import TYPE_CHECKING
 
 from hami_web.core import names
 from hami_web.core.devices import AnnotationError, Device
-from hami_web.core.mig import MIG_MODE, MigInstance, MigPlacement, candidate_profiles, choose_instance
+from hami_web.core.mig import MIG_MODE, candidate_profiles, choose_instance
 from hami_web.core.migreservations import attach_reservations, decode_reservations, mig_faults
-from hami_web.core.partitions import PartitionFault, Restored
+from hami_web.core.partitions import PartitionFault, PlacedPartition, Restored, SliceRange
 
 if TYPE_CHECKING:
     from hami_web.core.grants import PodGrants
@@ -61,15 +61,15 @@ class MigPartitioning:
         allows ``mig``."""
         return (modes is None or MIG_MODE in modes) and any(device.mode == MIG_MODE for device in devices)
 
-    def place(self, device: Device, occupied: Sequence[MigPlacement],
-              memory_mib: int) -> tuple[int, int, MigInstance] | None:
+    def place(self, device: Device, occupied: Sequence[SliceRange],
+              memory_mib: int) -> tuple[int, int, PlacedPartition] | None:
         """The smallest usable profile covering ``memory_mib`` with a free placement beside ``occupied``, booking the
         profile's memory and cores; None = ``CardMigTopologyInfeasible``."""
         pick = choose_instance(candidate_profiles(device.mig_profiles), occupied, memory_mib)
         if pick is None:
             return None
         profile, placement = pick
-        return profile.memory_mib, profile.cores, MigInstance(profile=profile.name, placement=placement)
+        return profile.memory_mib, profile.cores, PlacedPartition(profile=profile.name, placement=placement)
 
     def restore(self, grants: PodGrants, annotations: Mapping[str, str], containers: Sequence[str],
                 owner: str) -> Restored:
@@ -86,8 +86,8 @@ class MigPartitioning:
         attached, unclaimed = attach_reservations(grants, reservations, owner)
         return Restored(attached, unclaimed)
 
-    def faults(self, devices: Sequence[Device], usage: Sequence[tuple[tuple[MigInstance, ...], tuple[str, ...]]],
-               elsewhere: Mapping[str, tuple[MigInstance, ...]]) -> tuple[PartitionFault, ...]:
+    def faults(self, devices: Sequence[Device], usage: Sequence[tuple[tuple[PlacedPartition, ...], tuple[str, ...]]],
+               elsewhere: Mapping[str, tuple[PlacedPartition, ...]]) -> tuple[PartitionFault, ...]:
         """`hami_web.core.migreservations.mig_faults`."""
         return mig_faults(devices, usage, elsewhere)
 

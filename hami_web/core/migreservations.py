@@ -22,8 +22,8 @@ from typing import TYPE_CHECKING
 
 from hami_web.core.devices import _UINT32_MAXIMUM, AnnotationError, Device, _go_number, _json_kind, _load_json
 from hami_web.core.limits import MAX_UUID_CHARS, quote
-from hami_web.core.mig import MIG_MODE, MigInstance, MigPlacement
-from hami_web.core.partitions import PartitionFault
+from hami_web.core.mig import MIG_MODE
+from hami_web.core.partitions import PartitionFault, PlacedPartition, SliceRange
 
 if TYPE_CHECKING:
     from hami_web.core.grants import PodGrants
@@ -48,7 +48,7 @@ class MigReservation:
     container_index: int
     device_index: int
     gpu_uuid: str
-    instance: MigInstance
+    instance: PlacedPartition
 
 
 def decode_reservations(text: str) -> tuple[MigReservation, ...]:
@@ -100,35 +100,35 @@ def _decode_one(entry: object, where: str) -> MigReservation:
     if len(strings["gpuuuid"]) > MAX_UUID_CHARS or len(strings["profile"]) > MAX_PROFILE_CHARS \
             or len(strings["miguuid"]) > MAX_UUID_CHARS:
         raise AnnotationError(f"{where}: gpuUUID, profile or migUUID is too long")
-    identity = sum((bool(strings["miguuid"]), runtime["gpuinstanceid"] is not None,
-                    runtime["computeinstanceid"] is not None))
+    gpu_instance, compute_instance = runtime["gpuinstanceid"], runtime["computeinstanceid"]
+    identity = sum((bool(strings["miguuid"]), gpu_instance is not None, compute_instance is not None))
     if identity not in (0, 3):
         raise AnnotationError(f"{where}: partial runtime identity (migUUID, gpuInstanceID and computeInstanceID "
                               f"come all together or not at all)")
+    ids = (gpu_instance, compute_instance) if gpu_instance is not None and compute_instance is not None else None
     return MigReservation(
         container_index=indexes["containerindex"], device_index=indexes["deviceindex"], gpu_uuid=strings["gpuuuid"],
-        instance=MigInstance(profile=strings["profile"], placement=MigPlacement(start=start, size=size),
-                             mig_uuid=strings["miguuid"], gpu_instance_id=runtime["gpuinstanceid"],
-                             compute_instance_id=runtime["computeinstanceid"]))
+        instance=PlacedPartition(profile=strings["profile"], placement=SliceRange(start=start, size=size),
+                                 uuid=strings["miguuid"], ids=ids))
 
 
 def attach_reservations(grants: PodGrants, reservations: Sequence[MigReservation],
-                        owner: str) -> tuple[PodGrants, dict[str, tuple[MigInstance, ...]]]:
+                        owner: str) -> tuple[PodGrants, dict[str, tuple[PlacedPartition, ...]]]:
     """Each device entry with the first unused reservation for its GPU (entries in order, as HAMi matches them),
     the instances named after ``owner``; and per GPU the reservations no entry took (they occupy their placement
     too)."""
-    pending: dict[str, list[MigInstance]] = {}
+    pending: dict[str, list[PlacedPartition]] = {}
     for reservation in reservations:
         pending.setdefault(reservation.gpu_uuid, []).append(replace(reservation.instance, pod=owner))
     if not pending:
         return grants, {}
-    attached = tuple(tuple(replace(grant, instance=pending[grant.uuid].pop(0)) if pending.get(grant.uuid) else grant
+    attached = tuple(tuple(replace(grant, placed=pending[grant.uuid].pop(0)) if pending.get(grant.uuid) else grant
                            for grant in container) for container in grants)
     return attached, {uuid: tuple(left) for uuid, left in pending.items() if left}
 
 
-def mig_faults(devices: Sequence[Device], usage: Sequence[tuple[tuple[MigInstance, ...], tuple[str, ...]]],
-               elsewhere: Mapping[str, tuple[MigInstance, ...]]) -> tuple[PartitionFault, ...]:
+def mig_faults(devices: Sequence[Device], usage: Sequence[tuple[tuple[PlacedPartition, ...], tuple[str, ...]]],
+               elsewhere: Mapping[str, tuple[PlacedPartition, ...]]) -> tuple[PartitionFault, ...]:
     """The GPUs the rebuild makes unallocatable (docs/mig.md#dynamic-mig, failing closed).
 
     ``usage[i]`` is ``devices[i]``'s instances and the pods holding a device entry on it without a reservation;

@@ -11,8 +11,9 @@ object, never the family's name or a device mode. Two kinds implement it:
   `SliceProfiles` below): the container books the profile's memory and cores and as many of the device's shares as
   the profile has slices;
 - profiles placed on a device's memory slices, chosen per device with a free placement, a device giving one container
-  several (NVIDIA's dynamic MIG: `hami_web.core.migpartitioning.MIG`): each grant carries its instance (profile and
-  placement), which the bind writes as a reservation and a restart reads back (`restore`).
+  several (NVIDIA's dynamic MIG: `hami_web.core.migpartitioning.MIG`): each grant carries its placed partition
+  (`PlacedPartition`: profile and `SliceRange`), which the bind writes as a reservation and a restart reads back
+  (`restore`).
 """
 
 from __future__ import annotations
@@ -24,12 +25,48 @@ from typing import TYPE_CHECKING, Protocol
 if TYPE_CHECKING:
     from hami_web.core.devices import Device
     from hami_web.core.grants import PodGrants
-    from hami_web.core.mig import MigInstance, MigPlacement
     from hami_web.core.requests import ContainerRequest
     from hami_web.core.usage import DeviceUsage
 
-# The instances of a pod's reservations that no device entry took, per device UUID (they occupy their placement too).
-Unclaimed = dict[str, tuple["MigInstance", ...]]
+
+
+@dataclass(frozen=True, slots=True)
+class SliceRange:
+    """Where a placed partition sits on its device: the slices ``[start, start + size)`` (MIG: a GPU's memory
+    slices)."""
+
+    start: int
+    size: int
+
+    @property
+    def end(self) -> int:
+        """The first slice after the range."""
+        return self.start + self.size
+
+    def overlaps(self, other: SliceRange) -> bool:
+        """Whether the two ranges share a slice."""
+        return self.start < other.end and other.start < self.end
+
+    def describe(self) -> str:
+        """``start+size``, e.g. ``4+2`` (slices 4 and 5)."""
+        return f"{self.start}+{self.size}"
+
+
+@dataclass(frozen=True, slots=True)
+class PlacedPartition:
+    """One partition booked on a device carved per grant (`Partitioning.place`): its profile and slices, the pod holding
+    it (``namespace/name``, empty for a placement not yet written) and, once the device plugin has created it, its
+    runtime identity (``uuid`` and ``ids``; MIG: the migUUID and the GPU and compute instance ids)."""
+
+    profile: str
+    placement: SliceRange
+    pod: str = ""
+    uuid: str = ""
+    ids: tuple[int, int] | None = None
+
+
+# The partitions of a pod's reservations that no device entry took, per device UUID (they occupy their slices too).
+Unclaimed = dict[str, tuple[PlacedPartition, ...]]
 
 
 def partitioned(devices: Sequence[Device], groups: Mapping[str, tuple[int, int]],
@@ -66,7 +103,7 @@ class PartitionFault:
 @dataclass(frozen=True, slots=True)
 class Restored:
     """A family's grants read back from a pod with what its partitions took (`Partitioning.restore`): the grants, the
-    reserved instances no grant took, and why the partitions' annotation could not be read ("" when it could)."""
+    reserved partitions no grant took, and why the partitions' annotation could not be read ("" when it could)."""
 
     grants: PodGrants
     unclaimed: Unclaimed
@@ -110,10 +147,10 @@ class Partitioning(Protocol):
         one device carved per grant may give it several."""
         ...
 
-    def place(self, device: Device, occupied: Sequence[MigPlacement],
-              memory_mib: int) -> tuple[int, int, MigInstance] | None:
+    def place(self, device: Device, occupied: Sequence[SliceRange],
+              memory_mib: int) -> tuple[int, int, PlacedPartition] | None:
         """The partition an ask of ``memory_mib`` gets on a carved ``device`` beside ``occupied``: the memory and
-        cores it books and the instance it is; None when none has a free placement (``infeasible``)."""
+        cores it books and the partition placed; None when none has a free placement (``infeasible``)."""
         ...
 
     def restore(self, grants: PodGrants, annotations: Mapping[str, str], containers: Sequence[str],
@@ -122,10 +159,10 @@ class Partitioning(Protocol):
         container names, init containers first) with what each partition took."""
         ...
 
-    def faults(self, devices: Sequence[Device], usage: Sequence[tuple[tuple[MigInstance, ...], tuple[str, ...]]],
-               elsewhere: Mapping[str, tuple[MigInstance, ...]]) -> tuple[PartitionFault, ...]:
-        """The node's devices the read-back makes unallocatable: ``usage[i]`` is ``devices[i]``'s instances and the
-        pods holding a grant on it without one, ``elsewhere`` the instances reserved on devices the node lacks."""
+    def faults(self, devices: Sequence[Device], usage: Sequence[tuple[tuple[PlacedPartition, ...], tuple[str, ...]]],
+               elsewhere: Mapping[str, tuple[PlacedPartition, ...]]) -> tuple[PartitionFault, ...]:
+        """The node's devices the read-back makes unallocatable: ``usage[i]`` is ``devices[i]``'s placed partitions and
+        the pods holding a grant on it without one, ``elsewhere`` the partitions reserved on devices the node lacks."""
         ...
 
     def conflict(self, device: Device, theirs: DeviceUsage, ours: DeviceUsage) -> str:
@@ -219,8 +256,8 @@ class SliceProfiles:
         """One partition a container."""
         return False
 
-    def place(self, device: Device, occupied: Sequence[MigPlacement],
-              memory_mib: int) -> tuple[int, int, MigInstance] | None:
+    def place(self, device: Device, occupied: Sequence[SliceRange],
+              memory_mib: int) -> tuple[int, int, PlacedPartition] | None:
         """Never asked: no device is carved per grant."""
         return None
 
@@ -236,8 +273,8 @@ class SliceProfiles:
             restored.append(tuple(replace(grant, shares=shares) for grant in entry) if shares else entry)
         return Restored((*restored, *grants[len(restored):]), {})
 
-    def faults(self, devices: Sequence[Device], usage: Sequence[tuple[tuple[MigInstance, ...], tuple[str, ...]]],
-               elsewhere: Mapping[str, tuple[MigInstance, ...]]) -> tuple[PartitionFault, ...]:
+    def faults(self, devices: Sequence[Device], usage: Sequence[tuple[tuple[PlacedPartition, ...], tuple[str, ...]]],
+               elsewhere: Mapping[str, tuple[PlacedPartition, ...]]) -> tuple[PartitionFault, ...]:
         """None: the read-back cannot double-carve a device booked by shares."""
         return ()
 

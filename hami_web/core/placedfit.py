@@ -17,16 +17,15 @@ from hami_web.core import names
 from hami_web.core.checks import check_device
 from hami_web.core.devices import Device, NodeInventory
 from hami_web.core.grants import DeviceGrant
-from hami_web.core.mig import MigInstance, MigPlacement
 from hami_web.core.options import PodOptions
 from hami_web.core.ordering import WorkingUsage, policy_order, topology_aware, topology_pick
-from hami_web.core.partitions import Partitioning
+from hami_web.core.partitions import Partitioning, PlacedPartition, SliceRange
 from hami_web.core.quota import QuotaTally
 from hami_web.core.requests import ContainerRequest
 
 # Working occupancy per device position (the placements booked, this pod's picks included), kept beside a
 # `WorkingUsage` on nodes with devices carved per grant.
-WorkingPlacements = list[tuple[MigPlacement, ...]]
+WorkingPlacements = list[tuple[SliceRange, ...]]
 
 
 @dataclass(slots=True)
@@ -35,8 +34,8 @@ class _Fill:
     why a device stopped taking more."""
 
     rows: dict[int, Sequence[int]]
-    placements: dict[int, tuple[MigPlacement, ...]]
-    picks: list[tuple[int, int, int, MigInstance | None]]  # position, memory MiB, cores, instance
+    placements: dict[int, tuple[SliceRange, ...]]
+    picks: list[tuple[int, int, int, PlacedPartition | None]]  # position, memory MiB, cores, placed partition
     stopped: dict[str, int]
 
 
@@ -57,7 +56,7 @@ def _fill(node: PlacedNode, order: Sequence[int], request: ContainerRequest, boo
           options: PodOptions, *, once: bool = False) -> _Fill:
     """Take devices in ``order`` until the request's count of picks: an ordinary device once, a carved one again and
     again while it passes the checks (counting this container's earlier picks) and has a free placement (several
-    instances of one GPU), unless ``once``. Works on scratch copies; `fit_placed` commits a complete fill."""
+    partitions of one device), unless ``once``. Works on scratch copies; `fit_placed` commits a complete fill."""
     fill = _Fill(rows={}, placements={}, picks=[], stopped={})
     partitioning, count = node.partitioning, request.count
     for position in order:
@@ -72,19 +71,19 @@ def _fill(node: PlacedNode, order: Sequence[int], request: ContainerRequest, boo
                 if reason:
                     fill.stopped[reason] = fill.stopped.get(reason, 0) + 1
                     break
-            instance: MigInstance | None = None
+            partition: PlacedPartition | None = None
             if index in node.inventory.carved:
                 placed = partitioning.place(device, taken, booked[position])
                 if placed is None:
                     fill.stopped[partitioning.infeasible] = fill.stopped.get(partitioning.infeasible, 0) + 1
                     break
-                memory_mib, cores, instance = placed
-                taken = (*taken, instance.placement)
+                memory_mib, cores, partition = placed
+                taken = (*taken, partition.placement)
             else:
                 memory_mib, cores = booked[position], request.cores
             row = (row[0] + 1, row[1] + memory_mib, row[2] + cores)
-            fill.picks.append((position, memory_mib, cores, instance))
-            if instance is None or once:
+            fill.picks.append((position, memory_mib, cores, partition))
+            if partition is None or once:
                 break
             repeat = True
         fill.rows[index] = row
@@ -101,8 +100,8 @@ def fit_placed(node: PlacedNode, request: ContainerRequest, booked: Sequence[int
 
     A carved device without a partition for the ask fails the partitioning's ``infeasible``. The candidates are
     taken in the policy's order (topology-aware: its pick of distinct GPUs when there are enough, then the rest); NUMA
-    binding tries one NUMA node's devices at a time. Each pick books the partition's memory and cores and carries its
-    instance, written at bind as the reservation annotation.
+    binding tries one NUMA node's devices at a time. Each pick books the partition's memory and cores and carries the
+    placed partition, written at bind as the partitioning's reservation annotation.
     """
     partitioning, devices, first = node.partitioning, node.devices, node.first
     family_work = node.work[first:first + len(devices)]
@@ -138,8 +137,8 @@ def fit_placed(node: PlacedNode, request: ContainerRequest, booked: Sequence[int
         node.work[index] = row
         node.occupied[index] = fill.placements[index]
     return tuple(DeviceGrant(uuid=devices[position].uuid, memory_mib=memory_mib, cores=cores, vendor=request.family,
-                             instance=instance)
-                 for position, memory_mib, cores, instance in fill.picks)
+                             placed=partition)
+                 for position, memory_mib, cores, partition in fill.picks)
 
 
 def placed_within_quota(grants: tuple[DeviceGrant, ...], quota: QuotaTally, request: ContainerRequest,

@@ -14,24 +14,25 @@ from typing import Any
 
 from hami_web.core.devices import NodeInventory
 from hami_web.core.grants import PodGrants
-from hami_web.core.mig import MigInstance, MigPlacement, legacy_parent
-from hami_web.core.partitions import PartitionFault
+from hami_web.core.mig import legacy_parent
+from hami_web.core.partitions import PartitionFault, PlacedPartition, SliceRange
 
 
 @dataclass(frozen=True, slots=True)
 class DeviceUsage:
-    """What is booked on one GPU: tasks sharing it, memory (MiB) and cores (percent).
+    """What is booked on one device: tasks sharing it, memory (MiB) and cores (percent).
 
-    For dynamic MIG (docs/mig.md#dynamic-mig) also the instances booked on it (``instances``, each naming its pod),
-    the pods holding a device entry on it without a MIG reservation (``unreserved``, one name per entry: on a MIG
-    GPU that fails it closed) and how many pre-2.10 geometry entries (``GPU-x[1-0]``) count on it
-    (``legacy_entries``). They add and subtract like the numbers, so per-node totals stay incremental.
+    For a device carved per grant (`hami_web.core.partitions`; NVIDIA's dynamic MIG, docs/mig.md#dynamic-mig) also the
+    partitions placed on it (``placed``, each naming its pod), the pods holding a device entry on it without a
+    reservation (``unreserved``, one name per entry: on a MIG GPU that fails it closed) and how many pre-2.10 geometry
+    entries (``GPU-x[1-0]``) count on it (``legacy_entries``). They add and subtract like the numbers, so per-node
+    totals stay incremental.
     """
 
     tasks: int = 0
     memory_mib: int = 0
     cores: int = 0
-    instances: tuple[MigInstance, ...] = ()
+    placed: tuple[PlacedPartition, ...] = ()
     # Who, not how much: left out of comparisons, so a booking equals another that holds the same.
     unreserved: tuple[str, ...] = field(default=(), compare=False)
     legacy_entries: int = 0
@@ -41,19 +42,19 @@ class DeviceUsage:
 
     def __add__(self, other: DeviceUsage) -> DeviceUsage:
         return DeviceUsage(self.tasks + other.tasks, self.memory_mib + other.memory_mib, self.cores + other.cores,
-                           self.instances + other.instances, self.unreserved + other.unreserved,
+                           self.placed + other.placed, self.unreserved + other.unreserved,
                            self.legacy_entries + other.legacy_entries,
                            tuple(sorted(self.tags + other.tags)) if other.tags else self.tags)
 
     def __sub__(self, other: DeviceUsage) -> DeviceUsage:
         return DeviceUsage(self.tasks - other.tasks, self.memory_mib - other.memory_mib, self.cores - other.cores,
-                           _without(self.instances, other.instances), _without(self.unreserved, other.unreserved),
+                           _without(self.placed, other.placed), _without(self.unreserved, other.unreserved),
                            self.legacy_entries - other.legacy_entries, _without(self.tags, other.tags))
 
     @property
-    def occupied(self) -> tuple[MigPlacement, ...]:
-        """The MIG placements booked on the GPU."""
-        return tuple(instance.placement for instance in self.instances)
+    def occupied(self) -> tuple[SliceRange, ...]:
+        """The slices the placed partitions occupy."""
+        return tuple(partition.placement for partition in self.placed)
 
 
 def _without(items: tuple[Any, ...], removed: tuple[Any, ...]) -> tuple[Any, ...]:
@@ -71,14 +72,14 @@ NO_USAGE = DeviceUsage()
 
 
 def pod_booking(grants: PodGrants, *, init_count: int, init_finished: bool = False, owner: str = "",
-                unclaimed: Mapping[str, tuple[MigInstance, ...]] | None = None) -> dict[str, DeviceUsage]:
+                unclaimed: Mapping[str, tuple[PlacedPartition, ...]] | None = None) -> dict[str, DeviceUsage]:
     """Per GPU UUID, what a pod (``owner``, ``namespace/name``) holds (docs/scheduling-rules.md#init-containers).
 
     Init containers run one at a time before the others and release what they held, so a GPU carries the
     larger of the peak init container and the sum of the regular containers; once the init containers have
-    finished only the regular containers count. The MIG side (docs/mig.md#dynamic-mig): every counted grant's
-    instance, or its entry as unreserved, plus ``unclaimed`` reservations no entry took; a pre-2.10 geometry
-    entry counts on its parent GPU.
+    finished only the regular containers count. The placed side (`hami_web.core.partitions`, docs/mig.md#dynamic-mig):
+    every counted grant's placed partition, or its entry as unreserved, plus ``unclaimed`` reservations no entry took;
+    a pre-2.10 geometry entry counts on its parent GPU.
     """
     init_peak: dict[str, tuple[int, int, int]] = {}
     regular: dict[str, tuple[int, int, int]] = {}
@@ -86,25 +87,25 @@ def pod_booking(grants: PodGrants, *, init_count: int, init_finished: bool = Fal
     if not init_finished:
         for container in grants[:init_count]:
             for grant in container:
-                uuid = placed.note(grant.uuid, grant.instance)
+                uuid = placed.note(grant.uuid, grant.placed)
                 shares, memory_mib, cores = init_peak.get(uuid, (0, 0, 0))
                 init_peak[uuid] = (max(shares, grant.shares), max(memory_mib, grant.memory_mib),
                                    max(cores, grant.cores))
     tags: dict[str, list[str]] = {}
     for container in grants[init_count:]:
         for grant in container:
-            uuid = placed.note(grant.uuid, grant.instance)
+            uuid = placed.note(grant.uuid, grant.placed)
             tasks, memory_mib, cores = regular.get(uuid, (0, 0, 0))
             regular[uuid] = (tasks + grant.shares, memory_mib + grant.memory_mib, cores + grant.cores)
             tags.setdefault(uuid, []).extend(grant.tags)
-    for uuid, instances in (unclaimed or {}).items():
-        placed.instances.setdefault(uuid, []).extend(instances)
+    for uuid, partitions in (unclaimed or {}).items():
+        placed.partitions.setdefault(uuid, []).extend(partitions)
     booking: dict[str, DeviceUsage] = {}
-    for uuid in init_peak.keys() | regular.keys() | placed.instances.keys():
+    for uuid in init_peak.keys() | regular.keys() | placed.partitions.keys():
         peak_shares, peak_memory, peak_cores = init_peak.get(uuid, (0, 0, 0))
         tasks, memory_mib, cores = regular.get(uuid, (0, 0, 0))
         booking[uuid] = DeviceUsage(max(peak_shares, tasks), max(peak_memory, memory_mib),
-                                    max(peak_cores, cores), tuple(placed.instances.get(uuid, ())),
+                                    max(peak_cores, cores), tuple(placed.partitions.get(uuid, ())),
                                     tuple(placed.unreserved.get(uuid, ())), placed.legacy.get(uuid, 0),
                                     tuple(sorted(tags.get(uuid, ()))))
     return booking
@@ -113,24 +114,25 @@ def pod_booking(grants: PodGrants, *, init_count: int, init_finished: bool = Fal
 class _PlacedSide:
     """The placed partitions of one pod's booking (MIG instances) while `pod_booking` reads its grants."""
 
-    __slots__ = ("instances", "legacy", "owner", "unreserved")
+    __slots__ = ("legacy", "owner", "partitions", "unreserved")
 
     def __init__(self, owner: str) -> None:
         self.owner = owner
-        self.instances: dict[str, list[MigInstance]] = {}
+        self.partitions: dict[str, list[PlacedPartition]] = {}
         self.unreserved: dict[str, list[str]] = {}
         self.legacy: dict[str, int] = {}
 
-    def note(self, uuid: str, instance: MigInstance | None) -> str:
-        """The GPU a grant counts on, noting its instance, or its entry as unreserved, or a geometry entry."""
+    def note(self, uuid: str, partition: PlacedPartition | None) -> str:
+        """The device a grant counts on, noting its placed partition, or its entry as unreserved, or a geometry
+        entry."""
         if uuid.endswith("]") and (parent := legacy_parent(uuid)):
             self.legacy[parent] = self.legacy.get(parent, 0) + 1
             return parent
-        if instance is None:
+        if partition is None:
             self.unreserved.setdefault(uuid, []).append(self.owner)
         else:
-            self.instances.setdefault(uuid, []).append(
-                instance if instance.pod == self.owner else replace(instance, pod=self.owner))
+            self.partitions.setdefault(uuid, []).append(
+                partition if partition.pod == self.owner else replace(partition, pod=self.owner))
         return uuid
 
 
@@ -168,7 +170,7 @@ class NodeView:
     # Some device is carved per grant by its family's partitioning (`NodeInventory.carved`: dynamic MIG GPUs,
     # docs/mig.md#dynamic-mig).
     carved: bool = False
-    mig_faults: tuple[PartitionFault, ...] = ()  # devices the partitions' read-back made unallocatable, and why
+    partition_faults: tuple[PartitionFault, ...] = ()  # devices the partitions' read-back made unallocatable, and why
     family_stats: Mapping[str, FamilyStats] = field(default_factory=dict)
     # The node's shape for each family whose group term depends on its busy devices (`busy_key`), "" for none: the
     # ranking bounds that term by it, one judgement per distinct key (`hami_web.core.groups.BusyTerm`).
@@ -209,12 +211,12 @@ def build_node_view(inventory: NodeInventory, usage_by_uuid: Mapping[str, Device
 
     A device whose partitions' read-back cannot be trusted (`hami_web.core.partitions.Partitioning.faults`: the MIG
     reservations, `core.migreservations.mig_faults`) is unhealthy in the view's inventory, so every reader (fit, score,
-    metrics, tools) sees it unallocatable; ``mig_faults`` says why.
+    metrics, tools) sees it unallocatable; ``partition_faults`` says why.
     """
     usage = tuple(usage_by_uuid.get(device.uuid, NO_USAGE) for device in inventory.devices)
     faults: tuple[PartitionFault, ...] = ()
     carved = bool(inventory.carved)
-    if carved or any(used.instances for used in usage):
+    if carved or any(used.placed for used in usage):
         faults = _partition_faults(inventory, usage, usage_by_uuid)
         if faults:
             faulted = {fault.uuid for fault in faults}
@@ -238,7 +240,7 @@ def build_node_view(inventory: NodeInventory, usage_by_uuid: Mapping[str, Device
         idle_devices=idle,
         family_stats=family_stats,
         carved=carved,
-        mig_faults=faults,
+        partition_faults=faults,
         busy_key=busy_key(inventory, usage),
     )
 
@@ -267,7 +269,7 @@ def trial_view(view: NodeView, usage: tuple[DeviceUsage, ...]) -> NodeView:
     (score, family stats) are the old ones. A node with devices carved per grant (dynamic MIG GPUs) is rebuilt whole:
     its faults depend on usage.
     """
-    if view.carved or any(used.instances for used in view.usage):
+    if view.carved or any(used.placed for used in view.usage):
         return build_node_view(view.inventory, {device.uuid: used for device, used in
                                                 zip(view.inventory.devices, usage, strict=True)})
     return NodeView(inventory=view.inventory, usage=usage,
@@ -280,9 +282,9 @@ def trial_view(view: NodeView, usage: tuple[DeviceUsage, ...]) -> NodeView:
 def _partition_faults(inventory: NodeInventory, usage: tuple[DeviceUsage, ...],
                       usage_by_uuid: Mapping[str, DeviceUsage]) -> tuple[PartitionFault, ...]:
     """What each family's partitioning says cannot be trusted, judging its own family's devices and those of families
-    that partition nothing (an instance reserved on such a device is a fault too), each device once, in node order."""
+    that partition nothing (a partition reserved on such a device is a fault too), each device once, in node order."""
     known = {device.uuid for device in inventory.devices}
-    elsewhere = {uuid: used.instances for uuid, used in usage_by_uuid.items() if used.instances and uuid not in known}
+    elsewhere = {uuid: used.placed for uuid, used in usage_by_uuid.items() if used.placed and uuid not in known}
     shared = [position for family, (first, end) in inventory.groups.items() if family not in inventory.partitioning
               for position in range(first, end)]
     faults: dict[str, PartitionFault] = {}
@@ -290,7 +292,7 @@ def _partition_faults(inventory: NodeInventory, usage: tuple[DeviceUsage, ...],
         first, end = inventory.groups.get(family, (0, 0))
         judged = sorted([*range(first, end), *shared])
         for fault in partitioning.faults([inventory.devices[p] for p in judged],
-                                         [(usage[p].instances, usage[p].unreserved) for p in judged], elsewhere):
+                                         [(usage[p].placed, usage[p].unreserved) for p in judged], elsewhere):
             faults.setdefault(fault.uuid, fault)
     return tuple(faults.values())
 

@@ -261,8 +261,8 @@ def plan_capacity(snapshot: ClusterSnapshot, shape: PodShape, policies: Scheduli
             view = views[view.name] = with_booking(view, booking)
             report.fits += 1
             report.by_gpu_type[gpu_type] = report.by_gpu_type.get(gpu_type, 0) + 1
-            for grant in (g for container in result.grants for g in container if g.instance is not None):
-                profile = grant.instance.profile if grant.instance else ""
+            for grant in (g for container in result.grants for g in container if g.placed is not None):
+                profile = grant.placed.profile if grant.placed else ""
                 report.by_mig_profile[profile] = report.by_mig_profile.get(profile, 0) + 1
             report.by_node[view.name] = report.by_node.get(view.name, 0) + 1
         if report.limited:

@@ -188,7 +188,7 @@ def _choices(snapshot: ClusterSnapshot, node: str, grants: PodGrants,
         chosen[name] = [GpuChoice(index=devices[g.uuid].index if g.uuid in devices else -1, uuid=g.uuid,
                                   type=devices[g.uuid].type if g.uuid in devices else "?",
                                   memory_mib=g.memory_mib, cores=g.cores, family=g.vendor,
-                                  mig=f"{g.instance.profile}@{g.instance.placement.describe()}" if g.instance else "")
+                                  mig=f"{g.placed.profile}@{g.placed.placement.describe()}" if g.placed else "")
                         for g in container]
     return chosen
 

@@ -224,14 +224,14 @@ def _gpu_reports(view: NodeView | None, shares: dict[str, list[PodShare]]) -> li
         return []
     cordoned = view.inventory.cordoned
     grouping = view.inventory.grouping
-    faults = {fault.uuid: fault.describe() for fault in view.mig_faults}
+    faults = {fault.uuid: fault.describe() for fault in view.partition_faults}
     return [GpuReport(index=device.index, uuid=device.uuid, family=device.family, type=device.type, numa=device.numa,
                       healthy=device.healthy, cordoned=device.uuid in cordoned, memory_mib=device.memory_mib,
                       memory_booked_mib=used.memory_mib, cores=device.cores, cores_booked=used.cores,
                       tasks=used.tasks, task_slots=device.count,
                       group=grouping[device.family].label(device) if device.family in grouping else "",
                       pods=shares.get(device.uuid, []),
-                      mig=mig_layout(device.mig_profiles, used.instances) if position in view.inventory.carved
+                      mig=mig_layout(device.mig_profiles, used.placed) if position in view.inventory.carved
                       else None,
                       mig_fault=faults.get(device.uuid, ""), legacy_mig_entries=used.legacy_entries)
             for position, (device, used) in enumerate(zip(view.inventory.devices, view.usage, strict=True))]
@@ -246,7 +246,7 @@ def _pod_shares(snapshot: ClusterSnapshot, node_names: set[str]) -> dict[str, li
             container_name = usage.container_names[position] if position < len(usage.container_names) else ""
             for grant in container:
                 family = snapshot.catalog.get(grant.vendor)
-                instance = grant.instance
+                instance = grant.placed
                 shares.setdefault(grant.uuid, []).append(PodShare(
                     namespace=usage.namespace, pod=usage.name, container=container_name or str(position),
                     memory_mib=grant.memory_mib, cores=grant.cores,

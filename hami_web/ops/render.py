@@ -85,7 +85,7 @@ def _gpu_data(gpu: GpuReport) -> dict[str, Any]:
     if gpu.mig is not None:
         data["mig"] = {"slices": gpu.mig.slices,
                        "instances": [{"profile": i.profile, "start": i.placement.start, "size": i.placement.size,
-                                      "pod": i.pod, "migUUID": i.mig_uuid} for i in gpu.mig.instances],
+                                      "pod": i.pod, "migUUID": i.uuid} for i in gpu.mig.instances],
                        "free": {profile: [p.start for p in placements] for profile, placements in gpu.mig.free}}
     return data
 

@@ -109,8 +109,8 @@ def node_view(state: NodeState | None, totals: NodeTotals | None, previous: Node
     if view is not None and previous is not None and previous.inventory == state.inventory:
         return view
     built = build_node_view(state.inventory, totals or {})
-    if built.mig_faults:  # a new or changed inventory: every fault is news
-        _log_mig_faults(state.inventory.name, built, None)
+    if built.partition_faults:  # a new or changed inventory: every fault is news
+        _log_partition_faults(state.inventory.name, built, None)
     return built
 
 
@@ -201,17 +201,18 @@ def plan_pods(changes: Sequence[PodChange], held_before: dict[str, Held | None],
         plan.totals_after[node] = totals
         if state is not None and state.inventory is not None:
             plan.views_after[node] = view = build_node_view(state.inventory, totals or {})
-            if view.mig_faults:
-                _log_mig_faults(node, view, plan.held_after.values())
+            if view.partition_faults:
+                _log_partition_faults(node, view, plan.held_after.values())
     return plan
 
 
-def _log_mig_faults(node: str, view: NodeView, changed: Iterable[Held | None] | None) -> None:
-    """Log the GPUs that fail closed (docs/mig.md#dynamic-mig), one line per GPU, naming the pods: those of the pods
+def _log_partition_faults(node: str, view: NodeView, changed: Iterable[Held | None] | None) -> None:
+    """Log the devices whose partitions fail closed (`hami_web.core.partitions.Partitioning.faults`; MIG's,
+    docs/mig.md#dynamic-mig), one line per device, naming the pods: those of the pods
     ``changed`` in this batch, or all of them (``None``: the node's inventory is new)."""
     pods = None if changed is None else {f"{held.usage.namespace}/{held.usage.name}" for held in changed
                                          if held is not None}
-    for fault in view.mig_faults:
+    for fault in view.partition_faults:
         if pods is None or pods.intersection(fault.pods):
             log.error("node %s: %s; the GPU takes no pod until the pods' annotations are fixed or the pods end",
                       node, fault.describe())

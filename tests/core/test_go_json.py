@@ -25,7 +25,8 @@ from typing import Any
 import pytest
 
 from hami_web.core.devices import AnnotationError, Device, decode_register
-from hami_web.core.mig import MigPlacement, MigProfile
+from hami_web.core.mig import MigProfile
+from hami_web.core.partitions import SliceRange
 
 # One entry holding every DeviceInfo field we read, and the device it decodes to.
 FULL_PAIRS: tuple[tuple[str, object], ...] = (
@@ -177,7 +178,7 @@ def test_unknown_keys_are_ignored_whatever_their_type(extra: tuple[str, object])
 
 # --- JSON: custominfo, devicevendor and migProfiles -----------------------------------------------------------
 
-ONE_G = MigProfile(name="1g.5gb", memory_mib=4864, cores=15, slice_count=1, placements=(MigPlacement(6, 1),))
+ONE_G = MigProfile(name="1g.5gb", memory_mib=4864, cores=15, slice_count=1, placements=(SliceRange(6, 1),))
 
 
 @pytest.mark.parametrize(("extra", "mig_profiles"), [
@@ -192,7 +193,7 @@ ONE_G = MigProfile(name="1g.5gb", memory_mib=4864, cores=15, slice_count=1, plac
                                    "Placements": [{"START": 6, "Size": 1}]}]), (ONE_G,),
                  id="MIGPROFILES-capitalised"),
     pytest.param(("migProfiles", [None, {"name": "x", "placements": [None]}]),
-                 (MigProfile("", 0, 0, 0, ()), MigProfile("x", 0, 0, 0, (MigPlacement(0, 0),))),
+                 (MigProfile("", 0, 0, 0, ()), MigProfile("x", 0, 0, 0, (SliceRange(0, 0),))),
                  id="null-profile-and-placement-are-zero-values"),
 ])
 def test_custominfo_and_mig_profiles_shapes_are_read(extra: tuple[str, object],
@@ -204,7 +205,7 @@ def test_hami_mig_register_vector_is_a_mig_device_with_profiles() -> None:
     # pkg/device/nvidia/device_test.go TestGetNodeDevices_MigProfilesFromNode.
     assert only(HAMI_MIG_REGISTER) == Device(uuid="GPU-0", index=0, count=7, memory_mib=40960, cores=100,
                                              type="NVIDIA-A100-SXM4-40GB", numa=0, healthy=True, mode="mig",
-                                             mig_profiles=(MigProfile("1g.5gb", 5120, 14, 1, (MigPlacement(6, 1),)),))
+                                             mig_profiles=(MigProfile("1g.5gb", 5120, 14, 1, (SliceRange(6, 1),)),))
 
 
 # --- JSON: wrong types fail the whole annotation --------------------------------------------------------------

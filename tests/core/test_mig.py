@@ -25,8 +25,6 @@ from hami_web.core.families import DEFAULT_CATALOG
 from hami_web.core.fit import FitFailure, PodFit, fit_pod, may_fit
 from hami_web.core.grants import DeviceGrant, booking_annotations, cleared_annotations
 from hami_web.core.mig import (
-    MigInstance,
-    MigPlacement,
     MigProfile,
     candidate_profiles,
     choose_instance,
@@ -41,6 +39,7 @@ from hami_web.core.migreservations import (
     decode_reservations,
 )
 from hami_web.core.options import PodOptions, pod_options
+from hami_web.core.partitions import PlacedPartition, SliceRange
 from hami_web.core.requests import ContainerRequest, PodRequest
 from hami_web.core.usage import DeviceUsage, NodeView, build_node_view, pod_booking, sum_bookings
 from hami_web.core.verify import other_bookings, placement_conflicts
@@ -54,8 +53,8 @@ CORE_GPU = Device(uuid="GPU-core", index=1, count=10, memory_mib=40960, cores=10
                   mode="hami-core")
 
 
-def placements(*pairs: tuple[int, int]) -> tuple[MigPlacement, ...]:
-    return tuple(MigPlacement(start, size) for start, size in pairs)
+def placements(*pairs: tuple[int, int]) -> tuple[SliceRange, ...]:
+    return tuple(SliceRange(start, size) for start, size in pairs)
 
 
 # --- profiles and placements -----------------------------------------------------------------------------------
@@ -81,7 +80,7 @@ def test_profiles_are_tried_by_memory_then_slices() -> None:
     pytest.param(15000, placements((0, 4), (4, 1)), None, id="no-3g-or-bigger-free"),
     pytest.param(9000, placements((0, 2), (2, 2), (4, 2)), ("1g.10gb", 6), id="a-bigger-profile-when-2g-is-full"),
 ])
-def test_profile_and_placement_choice(memory_mib: int, occupied: tuple[MigPlacement, ...],
+def test_profile_and_placement_choice(memory_mib: int, occupied: tuple[SliceRange, ...],
                                       expected: tuple[str, int] | None) -> None:
     choice = choose_instance(PROFILES, occupied, memory_mib)
     assert (None if choice is None else (choice[0].name, choice[1].start)) == expected
@@ -89,7 +88,7 @@ def test_profile_and_placement_choice(memory_mib: int, occupied: tuple[MigPlacem
 
 def test_balanced_packing_sequence_from_hami() -> None:
     # TestSelectMigPlacementUsesBalancedPacking: 3g at 4, 2g at 0, then 1g at 3 and 2.
-    occupied: list[MigPlacement] = []
+    occupied: list[SliceRange] = []
     starts = []
     for name in ("3g.20gb", "2g.10gb", "1g.5gb", "1g.5gb"):
         placement = free_placement(BY_NAME[name], occupied)
@@ -110,7 +109,7 @@ def test_balanced_packing_sequence_from_hami() -> None:
     pytest.param(placements((4, 1)), "3g.20gb", True, id="3g-at-0-beside-a-1g-at-4"),
     pytest.param(placements((2, 1), (5, 1)), "3g.20gb", False, id="both-3g-ranges-touched"),
 ])
-def test_overlap(occupied: tuple[MigPlacement, ...], profile: str, free: bool) -> None:
+def test_overlap(occupied: tuple[SliceRange, ...], profile: str, free: bool) -> None:
     assert (free_placement(BY_NAME[profile], occupied) is not None) is free
 
 
@@ -118,7 +117,7 @@ def test_overlap(occupied: tuple[MigPlacement, ...], profile: str, free: bool) -
     ("1g.5gb", (), 7), ("2g.10gb", (), 3), ("3g.20gb", (), 2), ("7g.40gb", (), 1),
     ("2g.10gb", placements((6, 1)), 3), ("2g.10gb", placements((1, 1)), 2), ("1g.5gb", placements((0, 8)), 0),
 ])
-def test_instances_that_fit(profile: str, occupied: tuple[MigPlacement, ...], count: int) -> None:
+def test_instances_that_fit(profile: str, occupied: tuple[SliceRange, ...], count: int) -> None:
     assert instances_that_fit(BY_NAME[profile], occupied) == count
 
 
@@ -179,7 +178,7 @@ def picks(result: PodFit | FitFailure, container: int = 0) -> list[tuple[str, st
     """Per grant (uuid, profile, placement start, memory, cores), or the failure."""
     if isinstance(result, FitFailure):
         return result.summary()
-    return [(g.uuid, g.instance.profile if g.instance else "", g.instance.placement.start if g.instance else -1,
+    return [(g.uuid, g.placed.profile if g.placed else "", g.placed.placement.start if g.placed else -1,
              g.memory_mib, g.cores) for g in result.grants[container]]
 
 
@@ -190,7 +189,7 @@ def fit(view: NodeView, *containers: ContainerRequest, annotations: Mapping[str,
 
 def held(*instances: tuple[str, int, int], tasks: int | None = None) -> DeviceUsage:
     """A MIG GPU's usage: instances of (profile, start, size), with their profiles' memory and cores booked."""
-    made = tuple(MigInstance(profile=name, placement=MigPlacement(start, size), pod="default/other")
+    made = tuple(PlacedPartition(profile=name, placement=SliceRange(start, size), pod="default/other")
                  for name, start, size in instances)
     return DeviceUsage(len(made) if tasks is None else tasks, sum(BY_NAME[i.profile].memory_mib for i in made),
                        sum(BY_NAME[i.profile].cores for i in made), made)
@@ -276,7 +275,7 @@ def test_an_init_containers_instance_is_kept_apart_from_the_containers() -> None
     assert picks(fit(view, ask(memory_mib=15000, init=True), ask(memory_mib=15000), ask(memory_mib=15000))) == (
         "1/1 CardMigTopologyInfeasible")
     booking = pod_booking(result.grants if isinstance(result, PodFit) else (), init_count=1)
-    assert booking["GPU-a"].tasks == 2 and len(booking["GPU-a"].instances) == 3
+    assert booking["GPU-a"].tasks == 2 and len(booking["GPU-a"].placed) == 3
 
 
 def two_gpus(**changes: Any) -> NodeView:
@@ -357,13 +356,13 @@ def reservations(*entries: Mapping[str, object]) -> str:
 
 def test_encode_and_decode_round_trip() -> None:
     # TestEncodeDecodeMigAllocations.
-    grants = ((DeviceGrant("GPU-a", 4864, 14, instance=MigInstance("1g.5gb", MigPlacement(6, 1))),),)
+    grants = ((DeviceGrant("GPU-a", 4864, 14, placed=PlacedPartition("1g.5gb", SliceRange(6, 1))),),)
     written = booking_annotations(grants, DEFAULT_CATALOG)
     assert written[names.POD_MIG_RESERVATIONS] == reservations(RESERVATION).replace(" ", "")
     assert written[names.POD_DEVICES_ALLOCATED] == "GPU-a,NVIDIA,4864,14:;"
     decoded = decode_reservations(written[names.POD_MIG_RESERVATIONS])
     assert [(r.container_index, r.device_index, r.gpu_uuid, r.instance.profile, r.instance.placement)
-            for r in decoded] == [(0, 0, "GPU-a", "1g.5gb", MigPlacement(6, 1))]
+            for r in decoded] == [(0, 0, "GPU-a", "1g.5gb", SliceRange(6, 1))]
 
 
 def test_no_reservation_annotation_without_instances() -> None:
@@ -372,7 +371,7 @@ def test_no_reservation_annotation_without_instances() -> None:
 
 def test_device_index_is_the_position_in_the_container_entry() -> None:
     first = DeviceGrant("GPU-core", 1000, 0)
-    mig = DeviceGrant("GPU-a", 4864, 14, instance=MigInstance("1g.5gb", MigPlacement(5, 1)))
+    mig = DeviceGrant("GPU-a", 4864, 14, placed=PlacedPartition("1g.5gb", SliceRange(5, 1)))
     written = booking_annotations(((), (first, mig)), DEFAULT_CATALOG)
     assert json.loads(written[names.POD_MIG_RESERVATIONS]) == [
         {**RESERVATION, "containerIndex": 1, "deviceIndex": 1, "placement": {"start": 5, "size": 1}}]
@@ -382,13 +381,13 @@ def test_runtime_identity_and_zero_ids_are_kept() -> None:
     # TestDecodeMigAllocationsPreservesZeroRuntimeInstanceIDs.
     text = reservations({**RESERVATION, "migUUID": "MIG-a", "gpuInstanceID": 4, "computeInstanceID": 0})
     instance = decode_reservations(text)[0].instance
-    assert (instance.mig_uuid, instance.gpu_instance_id, instance.compute_instance_id) == ("MIG-a", 4, 0)
+    assert (instance.uuid, instance.ids) == ("MIG-a", (4, 0))
 
 
 def test_keys_match_case_insensitively_as_in_go() -> None:
     text = ('[{"ContainerIndex":0,"DEVICEINDEX":0,"gpuuuid":"GPU-a","Profile":"1g.5gb",'
             '"Placement":{"Start":6,"SIZE":1}}]')
-    assert decode_reservations(text)[0].instance.placement == MigPlacement(6, 1)
+    assert decode_reservations(text)[0].instance.placement == SliceRange(6, 1)
 
 
 @pytest.mark.parametrize(("text", "message"), [
@@ -446,9 +445,9 @@ def test_restores_a_reservation_by_profile_and_placement() -> None:
     # TestGetNodesUsageRestoresMigAllocationByProfileAndPlacement.
     text = reservations({**RESERVATION, "migUUID": "MIG-a", "gpuInstanceID": 7, "computeInstanceID": 0})
     view = rebuilt(mig_node(gpu_a()), mig_pod("p1", "GPU-a,NVIDIA,4864,14:;", text))
-    (instance,) = view.usage[0].instances
-    assert instance == MigInstance("1g.5gb", MigPlacement(6, 1), "default/p1", "MIG-a", 7, 0)
-    assert view.inventory.devices[0].healthy and not view.mig_faults
+    (instance,) = view.usage[0].placed
+    assert instance == PlacedPartition("1g.5gb", SliceRange(6, 1), "default/p1", "MIG-a", (7, 0))
+    assert view.inventory.devices[0].healthy and not view.partition_faults
     assert picks(fit(view, ask(memory_mib=4000))) == [("GPU-a", "1g.5gb", 5, 4864, 14)]
 
 
@@ -477,9 +476,9 @@ def test_restores_unconsumed_reservations() -> None:
 def test_the_rebuild_fails_closed(devices: str, mig: str | None, failed: list[str], reason: str) -> None:
     inventory = mig_node(gpu_a(0, "GPU-a"), gpu_a(1, "GPU-b"), replace(CORE_GPU, index=2))
     view = rebuilt(inventory, mig_pod("bad", devices, mig))
-    assert sorted(fault.uuid for fault in view.mig_faults) == failed
-    assert all(fault.reason.startswith(reason) for fault in view.mig_faults)
-    assert all(fault.pods == ("default/bad",) for fault in view.mig_faults)
+    assert sorted(fault.uuid for fault in view.partition_faults) == failed
+    assert all(fault.reason.startswith(reason) for fault in view.partition_faults)
+    assert all(fault.pods == ("default/bad",) for fault in view.partition_faults)
     assert [d.uuid for d in view.inventory.devices if not d.healthy] == failed
     result = picks(fit(view, ask(len(failed), memory_mib=1000), annotations={names.POD_USE_GPU_UUID: ",".join(failed)}))
     assert result == f"{len(failed)}/3 CardNotHealth, {3 - len(failed)}/3 CardUuidMismatch"
@@ -490,22 +489,22 @@ def test_an_unclaimed_reservation_occupies_its_gpu() -> None:
     text = reservations(RESERVATION, {**RESERVATION, "deviceIndex": 1, "gpuUUID": "GPU-b"})
     view = rebuilt(inventory, mig_pod("p", "GPU-a,NVIDIA,4864,14:;", text))
     assert [used.occupied for used in view.usage] == [placements((6, 1)), placements((6, 1))]
-    assert not view.mig_faults
+    assert not view.partition_faults
 
 
 def test_an_ordinary_pod_on_a_hami_core_gpu_is_no_fault() -> None:
     view = rebuilt(mig_node(gpu_a(0), CORE_GPU), mig_pod("ok", "GPU-core,NVIDIA,1000,0:;", None))
-    assert not view.mig_faults and all(device.healthy for device in view.inventory.devices)
+    assert not view.partition_faults and all(device.healthy for device in view.inventory.devices)
 
 
 def test_a_fault_goes_when_its_pod_goes() -> None:
     bad = pod_usage(mig_pod("bad", "GPU-a,NVIDIA,4864,14:;", None))
     assert bad is not None
     faulted = build_node_view(mig_node(gpu_a()), bad.booking)
-    assert faulted.mig_faults and not faulted.inventory.devices[0].healthy
+    assert faulted.partition_faults and not faulted.inventory.devices[0].healthy
     emptied = {uuid: used - bad.booking[uuid] for uuid, used in bad.booking.items()}
     assert emptied["GPU-a"] == DeviceUsage() and emptied["GPU-a"].unreserved == ()
-    assert not build_node_view(mig_node(gpu_a()), {}).mig_faults
+    assert not build_node_view(mig_node(gpu_a()), {}).partition_faults
 
 
 def test_legacy_geometry_entries_count_on_their_parent() -> None:
@@ -514,21 +513,21 @@ def test_legacy_geometry_entries_count_on_their_parent() -> None:
     view = rebuilt(mig_node(legacy), mig_pod("old", "GPU-x[1-0],NVIDIA,10240,28:GPU-x[2-1],NVIDIA,10240,28:;", None,
                                              count=2))
     assert view.usage[0] == DeviceUsage(2, 20480, 56, legacy_entries=2)
-    assert not view.mig_faults
+    assert not view.partition_faults
     assert picks(fit(view, ask(memory_mib=1000))) == "1/1 CardMigLegacyGeometry"
 
 
 def test_our_booking_carries_the_pod_name_on_its_instances() -> None:
-    grants = ((DeviceGrant("GPU-a", 4864, 14, instance=MigInstance("1g.5gb", MigPlacement(6, 1))),),)
+    grants = ((DeviceGrant("GPU-a", 4864, 14, placed=PlacedPartition("1g.5gb", SliceRange(6, 1))),),)
     booking = pod_booking(grants, init_count=0, owner="ns/p")
-    assert booking["GPU-a"].instances == (MigInstance("1g.5gb", MigPlacement(6, 1), "ns/p"),)
+    assert booking["GPU-a"].placed == (PlacedPartition("1g.5gb", SliceRange(6, 1), "ns/p"),)
 
 
 # --- verification at bind --------------------------------------------------------------------------------------
 
 def booked_instance(start: int, size: int, profile: str = "1g.5gb", pod: str = "") -> Mapping[str, DeviceUsage]:
     grants = ((DeviceGrant("GPU-a", BY_NAME[profile].memory_mib, BY_NAME[profile].cores,
-                           instance=MigInstance(profile, MigPlacement(start, size))),),)
+                           placed=PlacedPartition(profile, SliceRange(start, size))),),)
     return pod_booking(grants, init_count=0, owner=pod)
 
 
@@ -564,7 +563,7 @@ def test_the_profile_table_builder_matches_hami_names() -> None:
     pytest.param(((DeviceGrant("GPU-core", 1000, 0),),), {names.POD_MIG_RESERVATIONS: None}, id="no-instance"),
     pytest.param(((DeviceGrant("DCU-0", 1000, 0, vendor="DCU"),),), {names.POD_MIG_RESERVATIONS: None},
                  id="another-family-only"),
-    pytest.param(((DeviceGrant("GPU-a", 4864, 14, instance=MigInstance("1g.5gb", MigPlacement(6, 1))),),), {},
+    pytest.param(((DeviceGrant("GPU-a", 4864, 14, placed=PlacedPartition("1g.5gb", SliceRange(6, 1))),),), {},
                  id="instances-written"),
 ])
 def test_a_booking_clears_the_reservations_it_does_not_write(grants: tuple[tuple[DeviceGrant, ...], ...],

@@ -158,10 +158,10 @@ def test_two_servers_scheduling_mig_pods_never_overlap_placements(apiserver: Loc
             continue
         bound += 1
         entries = [grant for container in usage.grants for grant in container]
-        assert all(grant.instance is not None for grant in entries), pod["metadata"]["name"]
+        assert all(grant.placed is not None for grant in entries), pod["metadata"]["name"]
         for grant in entries:
-            assert grant.instance is not None
-            placement = grant.instance.placement
+            assert grant.placed is not None
+            placement = grant.placed.placement
             occupied.setdefault(grant.uuid, []).append((placement.start, placement.end, pod["metadata"]["name"]))
     assert bound >= 8
     for uuid, ranges in occupied.items():
@@ -207,7 +207,7 @@ def test_an_entry_without_a_reservation_fails_the_gpu_closed(apiserver: LocalClu
     stray["spec"]["nodeName"] = "a100"
     apiserver.load([_mig_node("a100", "GPU-a"), stray, gpu_pod("next", gpu_limits(1, memory_mib=4000))])
     # The watches bring both (a relist here would do too, but the deletion below must come by the watch).
-    wait_for(lambda: (view := runtime.cache.node_views().get("a100")) is not None and view.mig_faults,
+    wait_for(lambda: (view := runtime.cache.node_views().get("a100")) is not None and view.partition_faults,
              what="the stray pod's booking")
 
     assert scheduler.filter("next", ["a100"])["FailedNodes"] == {"a100": "1/1 CardNotHealth"}
@@ -217,7 +217,7 @@ def test_an_entry_without_a_reservation_fails_the_gpu_closed(apiserver: LocalClu
         {"node": "a100", "device_uuid": "GPU-a", "reason": UNRESERVED_ENTRY, "pod": "default/stray"}]
 
     delete_pod(apiserver, "stray")
-    wait_for(lambda: not runtime.cache.node_views()["a100"].mig_faults, what="the fault gone with its pod")
+    wait_for(lambda: not runtime.cache.node_views()["a100"].partition_faults, what="the fault gone with its pod")
     assert scheduler.schedule("next", ["a100"]) == "a100"
 
 

@@ -21,8 +21,7 @@ from hami_web.core.devices import Device
 from hami_web.core.families import config
 from hami_web.core.families.family import Family, ResourceNames
 from hami_web.core.families.spec import FamilySpec
-from hami_web.core.mig import MigInstance, MigPlacement
-from hami_web.core.partitions import PartitionFault, Restored
+from hami_web.core.partitions import PartitionFault, PlacedPartition, Restored, SliceRange
 
 if TYPE_CHECKING:
     from hami_web.core.grants import PodGrants
@@ -66,29 +65,29 @@ class OpuQuarters:
     def may_repeat(self, devices: Sequence[Device], modes: str | None) -> bool:
         return any(map(self.carves, devices))
 
-    def place(self, device: Device, occupied: Sequence[MigPlacement],
-              memory_mib: int) -> tuple[int, int, MigInstance] | None:
+    def place(self, device: Device, occupied: Sequence[SliceRange],
+              memory_mib: int) -> tuple[int, int, PlacedPartition] | None:
         for name, quarters, profile_mib, cores in PROFILES:
             if profile_mib < memory_mib:
                 continue
             for start in range(0, QUARTERS, quarters):
-                placement = MigPlacement(start, quarters)
+                placement = SliceRange(start, quarters)
                 if not any(placement.overlaps(taken) for taken in occupied):
-                    return profile_mib, cores, MigInstance(profile=name, placement=placement)
+                    return profile_mib, cores, PlacedPartition(profile=name, placement=placement)
         return None
 
     def restore(self, grants: PodGrants, annotations: Mapping[str, str], containers: Sequence[str],
                 owner: str) -> Restored:
         """Each grant with the next partition written for its OPU (``{uuid: [[profile, start, size], …]}``)."""
         written = json.loads(annotations.get(PARTITIONS_KEY) or "{}")
-        left = {uuid: [MigInstance(profile, MigPlacement(start, size), pod=owner) for profile, start, size in entries]
+        left = {uuid: [PlacedPartition(profile, SliceRange(start, size), pod=owner) for profile, start, size in entries]
                 for uuid, entries in written.items()}
-        restored = tuple(tuple(replace(grant, instance=left[grant.uuid].pop(0)) if left.get(grant.uuid) else grant
+        restored = tuple(tuple(replace(grant, placed=left[grant.uuid].pop(0)) if left.get(grant.uuid) else grant
                                for grant in entry) for entry in grants)
         return Restored(restored, {uuid: tuple(instances) for uuid, instances in left.items() if instances})
 
-    def faults(self, devices: Sequence[Device], usage: Sequence[tuple[tuple[MigInstance, ...], tuple[str, ...]]],
-               elsewhere: Mapping[str, tuple[MigInstance, ...]]) -> tuple[PartitionFault, ...]:
+    def faults(self, devices: Sequence[Device], usage: Sequence[tuple[tuple[PlacedPartition, ...], tuple[str, ...]]],
+               elsewhere: Mapping[str, tuple[PlacedPartition, ...]]) -> tuple[PartitionFault, ...]:
         return ()
 
     def conflict(self, device: Device, theirs: DeviceUsage, ours: DeviceUsage) -> str:
@@ -104,9 +103,9 @@ def partitions_written(grants: Sequence[Sequence[Any]]) -> dict[str, str]:
     written: dict[str, list[list[object]]] = {}
     for entry in grants:
         for grant in entry:
-            if grant.instance is not None:
-                placement = grant.instance.placement
-                written.setdefault(grant.uuid, []).append([grant.instance.profile, placement.start, placement.size])
+            if grant.placed is not None:
+                placement = grant.placed.placement
+                written.setdefault(grant.uuid, []).append([grant.placed.profile, placement.start, placement.size])
     return {PARTITIONS_KEY: json.dumps(written, separators=(",", ":"))} if written else {}
 
 
