@@ -24,7 +24,7 @@ import jsonpatch
 from hami_web.admission.pod_shape import PodShapeError, check_pod_shape, iter_containers
 from hami_web.core import names
 from hami_web.core.families import AdmissionAsk, AdmissionRewrite, Family, ResourceNames
-from hami_web.core.limits import MAX_QUANTITY, quote
+from hami_web.core.limits import MAX_GPUS_PER_CONTAINER, MAX_QUANTITY, quote
 from hami_web.core.options import GO_FALSE, GO_TRUE, OptionsError, parse_scoring_weights, policy_warnings
 from hami_web.core.policy import AdmissionPolicy
 from hami_web.core.quantities import QuantityError, parse_whole_quantity
@@ -261,7 +261,7 @@ def _mutate_for_family(container: dict[str, Any], name: str, family: Family, ann
     rules = family.admission
     asked = _read_quantities(container, name, family)
     if rules.any_resource_routes:
-        return _route_any_resource(container, name, names, asked)
+        return _route_any_resource(container, name, names, asked, warnings)
     limits = ((container.get("resources") or {}).get("limits") or {})
     count = asked.get(names.count) if rules.count_in_requests or names.count in limits else None
     if count is None and rules.default_count and any(
@@ -313,16 +313,23 @@ def _mutate_for_family(container: dict[str, Any], name: str, family: Family, ann
     return True
 
 
-def _route_any_resource(container: dict[str, Any], name: str, names: ResourceNames, asked: dict[str, int]) -> bool:
+def _route_any_resource(container: dict[str, Any], name: str, names: ResourceNames, asked: dict[str, int],
+                        warnings: list[str]) -> bool:
     """`AdmissionRules.any_resource_routes` (HAMi v2.10's Enflame DRS ``MutateAdmission``): the count, else the memory
     or the cores, make the container the family's; each given is written to limits and requests where one lacks it.
-    `FamilyRefusal` in HAMi's words for a count or memory of 0 or less, or cores outside (0, 100]."""
+    `FamilyRefusal` in HAMi's words for a count or memory of 0 or less, or cores outside (0, 100]; a count of more
+    slices than any device is carved into is admitted, as HAMi admits it, with a warning that it cannot place."""
     given = [resource for resource in (names.count, names.memory, names.cores) if resource and resource in asked]
     if not given:
         return False
     if names.count in asked:
         if asked[names.count] <= 0:
             raise FamilyRefusal(f"container {name}: {names.count} must be greater than 0")
+        if asked[names.count] > MAX_GPUS_PER_CONTAINER:
+            warnings.append(f"container {name}: {names.count} {asked[names.count]} asks a partition of that many "
+                            f"slices, far more than a device is carved into (its profiles hold a handful), so no "
+                            f"node's profile fits it and the filter answers ModeNotFit; admitted, as HAMi v2.10 "
+                            f"admits it")
         given = [names.count]
     elif names.memory in asked and asked[names.memory] <= 0:
         raise FamilyRefusal(f"container {name}: {names.memory} must be greater than 0")
@@ -382,8 +389,7 @@ def _read_quantities(container: dict[str, Any], name: str, family: Family) -> di
             raw = section[resource]
             value = family.read_memory(raw, name, resource) if resource == names.memory and family.read_memory \
                 else parse_whole_quantity(raw, container=name, resource=resource,
-                                          maximum=quantity_maximum(names, resource,
-                                                                   memory_factor=family.memory_factor))
+                                          maximum=quantity_maximum(family, resource))
             if resource == names.memory_percentage and value > FULL_CARD_PERCENT:
                 raise QuantityError(f"container {name}: {resource}: {quote(raw)} is outside 0..100")
             values.setdefault(resource, value)

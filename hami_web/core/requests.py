@@ -188,10 +188,15 @@ class RequestDefaults:
         return self.catalog[NVIDIA]
 
 
-def quantity_maximum(names: ResourceNames, resource: str, *, memory_factor: int = 1) -> int:
-    """The largest value accepted for ``resource``: a count or MiB a device could hold, else `MAX_QUANTITY`."""
-    return {names.count: MAX_GPUS_PER_CONTAINER,
-            names.memory: MAX_DEVICE_MEMORY_MIB // max(memory_factor, 1)}.get(resource, MAX_QUANTITY)
+def quantity_maximum(family: Family, resource: str) -> int:
+    """The largest value accepted for ``family``'s ``resource``: a count of devices or MiB a device could hold, else
+    `MAX_QUANTITY`. A partitioned family's count is a profile's slices, not devices (Enflame DRS's ``drs-gcu``), read up
+    to `MAX_QUANTITY` as HAMi v2.10 reads it (an int32): a count no profile has is the filter's ``ModeNotFit``."""
+    names = family.resources
+    slices = family.partitioning is not None and family.partitioning.asks_profiles
+    count_maximum = MAX_QUANTITY if slices else MAX_GPUS_PER_CONTAINER
+    return {names.count: count_maximum,
+            names.memory: MAX_DEVICE_MEMORY_MIB // max(family.memory_factor, 1)}.get(resource, MAX_QUANTITY)
 
 
 def _resource_value(resources: Mapping[str, Any], name: str) -> Any:
@@ -243,7 +248,7 @@ def _read_resource(resources: Mapping[str, Any], name: str, family: Family, reso
         if resource == names.memory and family.read_memory is not None:
             return family.read_memory(raw, name, resource)
         return parse_whole_quantity(raw, container=name, resource=resource,
-                                    maximum=quantity_maximum(names, resource, memory_factor=family.memory_factor))
+                                    maximum=quantity_maximum(family, resource))
     except QuantityError as error:
         raise RequestError(str(error)) from None
 

@@ -122,6 +122,8 @@ def test_an_ask_books_its_profile(request_: ContainerRequest, profile: str, memo
 
 @pytest.mark.parametrize(("request_", "used", "annotations", "reason"), [
     (ask(drs_gcu="2"), None, None, "1/2 ModeNotFit"),  # TestFit_ProfileNotFound
+    (ask(drs_gcu="200"), None, None, "1/2 ModeNotFit"),  # more slices than any profile: read, then not found
+    (ask(drs_gcu=str(2**31 - 1)), None, None, "1/2 ModeNotFit"),  # GenerateResourceRequests reads up to an int32
     (ask(gcu_memory="41"), None, None, "1/2 ModeNotFit"),
     (ask(drs_gcu="1"), {"node-a-enflame-drs-0": (1, 6144, 17), "node-a-enflame-drs-1": (1, 6144, 17)},
      # TestFit_MutexRejectsUsedDevice

@@ -2,7 +2,8 @@
 (docs/device-families.md#device-families, partitioned devices).
 
 Covers: the webhook routing a slice count, or memory and cores alone, copying them to limits and requests, and
-refusing HAMi's way; a pod placed on the GCUs read from ``enflame.com/gcu-drs-capacity``, booked under
+refusing HAMi's way; a slice count over 128 admitted, as HAMi admits it, with a warning naming it, and refused at
+the filter with ``ModeNotFit``; a pod placed on the GCUs read from ``enflame.com/gcu-drs-capacity``, booked under
 ``hami.io/enflame-vgpu-devices-allocated`` only with the profile's memory and cores and the DRS plugin's annotations,
 bound under hami-web's own lock (removed once bound); a restarted server rebuilding the slices each partition took from
 ``assigned-containers``; a namespace quota on ``limits.enflame.com/gcu-memory`` counting profiles; the GCUs as
@@ -54,6 +55,26 @@ def test_the_webhook_routes_slices_or_memory_and_cores(runtime: Runtime) -> None
     assert refused["status"]["message"] == "container main: enflame.com/gcu-core must be in range (0,100]"
     refused = review(runtime, drs_pod("z", {"enflame.com/drs-gcu": "0"}))
     assert refused["status"]["message"] == "container main: enflame.com/drs-gcu must be greater than 0"
+
+
+def test_a_slice_count_no_profile_holds_is_admitted_with_a_warning_and_never_placed(apiserver: LocalCluster,
+                                                                                   runtime: Runtime) -> None:
+    """HAMi v2.10.0's DRS ``MutateAdmission`` admits any count above 0 and ``GenerateResourceRequests`` reads it up to
+    an int32; ``Fit`` finds no profile of that size (``selectProfileByRequest``, TestFit_ProfileNotFound) and answers
+    ``ModeNotFit``. We admit it too, saying why it cannot place, and the filter answers the same."""
+    pod = drs_pod("huge", {"enflame.com/drs-gcu": "200"})
+    answer = review(runtime, pod)
+    assert answer["allowed"] is True
+    assert answer["warnings"] == [
+        "container main: enflame.com/drs-gcu 200 asks a partition of that many slices, far more than a device is "
+        "carved into (its profiles hold a handful), so no node's profile fits it and the filter answers ModeNotFit; "
+        "admitted, as HAMi v2.10 admits it"]
+    assert review(runtime, drs_pod("small", {"enflame.com/drs-gcu": "128"})).get("warnings") is None
+    apiserver.load([drs_node("gcu"), pod])
+    runtime.sync.sync_now()
+    answer = Scheduler(runtime.app.test_client(), apiserver).filter("huge", ["gcu"])
+    assert answer["Error"] == ""
+    assert answer["FailedNodes"] == {"gcu": f"1/2 {names.MODE_NOT_FIT}"}
 
 
 def test_a_drs_pod_gets_its_profile_and_the_plugins_annotations(apiserver: LocalCluster, runtime: Runtime) -> None:
