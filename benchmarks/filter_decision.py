@@ -24,6 +24,9 @@ besides NVIDIA, DCU and MLU; compare with the NVIDIA figures at the same size (t
 with the A100's ``migProfiles``, read through the cache's own node reader), the others 8 A100s shared by HAMi-core; the
 pods alternate between the typical pods and pods naming ``nvidia.com/vgpu-mode: mig`` (1, 2 and 3 instances, which one
 GPU may give one container), so that a placement on either kind is compared by ``--check`` (docs/mig.md#dynamic-mig).
+``--family Metax-SGPU --online SHARE``: that share of the nodes runs online sGPU pods (0-3 a card, 8 GiB each, a card in
+ten an ordinary whole-card pod), and the pods placed are online pods of 1 and 2 sGPUs, whose node score (HAMi's online
+term, × 10,000) depends on the online pods of the cards they get.
 ``--record FILE`` writes every placement (node and devices); ``--check FILE`` compares this run's placements with such
 a file, so a change to the core can show it decides exactly as before.
 
@@ -236,9 +239,10 @@ def mig_pods() -> tuple[tuple[str, PodRequest, PodOptions], ...]:
     )
 
 
-def generate_family_cluster(size: int, rng: random.Random, family: str
+def generate_family_cluster(size: int, rng: random.Random, family: str, online: float = 0.0
                             ) -> tuple[dict[str, NodeView], dict[str, dict[str, DeviceUsage]]]:
-    """``size`` nodes of 8 devices of ``family`` read by the cache's node reader, some in use, some nodes full."""
+    """``size`` nodes of 8 devices of ``family`` read by the cache's node reader, some in use, some nodes full;
+    ``online``: that share of the nodes (Metax sGPU) runs online pods instead (`online_usage`)."""
     views: dict[str, NodeView] = {}
     usages: dict[str, dict[str, DeviceUsage]] = {}
     for number in range(size):
@@ -247,6 +251,8 @@ def generate_family_cluster(size: int, rng: random.Random, family: str
         full = rng.random() < FULL_NODE_SHARE
         usage = {device.uuid: DeviceUsage(device.count, device.memory_mib, device.cores)
                  for device in state.inventory.devices if full or rng.random() < BUSY_GPU_SHARE}
+        if online and not full and rng.random() < online:
+            usage = online_usage(state.inventory.devices, rng)
         views[state.name] = build_node_view(state.inventory, usage)
         usages[state.name] = usage
     return views, usages
@@ -260,6 +266,35 @@ def family_pods(family: str) -> tuple[tuple[str, PodRequest, PodOptions], ...]:
         pod = {"metadata": {"name": "p"}, "spec": {"containers": [{"name": "c", "resources": {
             "limits": {count: str(devices)}}}]}}
         shapes.append((f"{family} x{devices} {policy}", pod_request(pod, RequestDefaults.of(DEFAULT_CATALOG)),
+                       PodOptions(node_policy=policy)))
+    return tuple(shapes)
+
+
+ONLINE_POD_GIB = 8  # each online pod booked or asked: 8 GiB of a card, no cores (HAMi's online class books none)
+
+
+def online_usage(devices: tuple[Device, ...], rng: random.Random) -> dict[str, DeviceUsage]:
+    """A node running online Metax sGPU pods: each card 0 to 3 of them (8 GiB each, no cores, the online class as the
+    sharing rule's tags hold it), a card in ten an ordinary whole-card pod instead."""
+    usage: dict[str, DeviceUsage] = {}
+    for device in devices:
+        if rng.random() < 0.1:
+            usage[device.uuid] = DeviceUsage(1, device.memory_mib, device.cores, tags=("qos:",))
+        elif pods := rng.randint(0, 3):
+            usage[device.uuid] = DeviceUsage(pods, pods * ONLINE_POD_GIB * 1024, 0, tags=("class:online",) * pods)
+    return usage
+
+
+def online_pods(family: str) -> tuple[tuple[str, PodRequest, PodOptions], ...]:
+    """Online Metax sGPU pods of 1 and 2 sGPUs, 8 GiB each, under binpack and spread: HAMi's online class, ranked by
+    how many online pods the cards they get already run (docs/device-families.md#metax-sgpus)."""
+    names = DEFAULT_CATALOG[family].resources
+    shapes = []
+    for devices, policy in ((1, "binpack"), (2, "spread"), (2, "binpack"), (1, "spread")):
+        pod = {"metadata": {"name": "p", "annotations": {"metax-tech.com/sgpu-app-class": "online"}},
+               "spec": {"containers": [{"name": "c", "resources": {"limits": {
+                   names.count: str(devices), names.memory: str(ONLINE_POD_GIB)}}}]}}
+        shapes.append((f"{family} online x{devices} {policy}", pod_request(pod, RequestDefaults.of(DEFAULT_CATALOG)),
                        PodOptions(node_policy=policy)))
     return tuple(shapes)
 
@@ -365,10 +400,10 @@ QUOTA_FAMILIES = family_quota_names(DEFAULT_CATALOG)
 
 
 def run(size: int, pods: int, seed: int, *, mixed: bool = False, ascend: bool = False,
-        quota: QuotaBook | None = None, family: str = "", mig: bool = False) -> list[str]:
+        quota: QuotaBook | None = None, family: str = "", mig: bool = False, online: float = 0.0) -> list[str]:
     """Generate one cluster, place ``pods`` pods, time the all-fail path, print the figures; the placements."""
     rng = random.Random(seed)
-    build_ms, (views, usages) = timed(lambda: generate_family_cluster(size, rng, family) if family
+    build_ms, (views, usages) = timed(lambda: generate_family_cluster(size, rng, family, online) if family
                                       else generate_ascend_cluster(size, rng) if ascend
                                       else generate_mig_cluster(size, rng) if mig
                                       else generate_cluster(size, rng, mixed=mixed))
@@ -376,8 +411,8 @@ def run(size: int, pods: int, seed: int, *, mixed: bool = False, ascend: bool = 
     per_pod: list[float] = []
     unplaced = 0
     placements: list[str] = []
-    shapes = family_pods(family) if family else ascend_pods() if ascend else mig_pods() if mig else \
-        TYPICAL_PODS + mixed_pods() if mixed else TYPICAL_PODS
+    shapes = (online_pods(family) if online else family_pods(family)) if family else ascend_pods() if ascend else \
+        mig_pods() if mig else TYPICAL_PODS + mixed_pods() if mixed else TYPICAL_PODS
     impossible = family_pods(family)[0][1] if family else npu_ask(1, 200_000) if ascend else IMPOSSIBLE_POD
     if family:  # a pod asking more devices than any node has
         impossible = PodRequest(node_terms=impossible.node_terms, containers=tuple(
@@ -415,7 +450,8 @@ def run(size: int, pods: int, seed: int, *, mixed: bool = False, ascend: bool = 
         elapsed, result = timed(decide)
         assert isinstance(result, NoPlacement) and len(result.reasons) == size
         retry_runs.append(elapsed)
-    kind = (f" ({family})" if family else " (Ascend 910B3 NPUs, two HCCS groups)" if ascend else
+    kind = (f" ({family}, online pods on {online:.0%} of the nodes)" if online else f" ({family})" if family else
+            " (Ascend 910B3 NPUs, two HCCS groups)" if ascend else
             " (A100s: half the nodes dynamic MIG)" if mig else
             " (a third DCU nodes, a third GPUs + DCUs)" if mixed else "")
     if quota is not None:
@@ -440,6 +476,8 @@ def main() -> None:
     parser.add_argument("--mig", action="store_true", help="half the nodes with dynamic MIG A100s, MIG pods too")
     parser.add_argument("--family", default="", metavar="CW",
                         help="8 devices of this family per node (a common word), or all: a row per family")
+    parser.add_argument("--online", type=float, default=0.0, metavar="SHARE",
+                        help="with --family Metax-SGPU: online pods run on this share of the nodes, and are the pods")
     parser.add_argument("--record", help="write every placement to this file")
     parser.add_argument("--check", help="compare every placement with this file (written by --record)")
     parser.add_argument("--cpu-time", action="store_true",
@@ -459,7 +497,7 @@ def main() -> None:
                     if arguments.family == "all" else [arguments.family])
         for family in families:
             placements += run(size, arguments.pods, arguments.seed, mixed=arguments.mixed, ascend=arguments.ascend,
-                              quota=quota, family=family, mig=arguments.mig)
+                              quota=quota, family=family, mig=arguments.mig, online=arguments.online)
     if arguments.record:
         Path(arguments.record).write_text("\n".join(placements) + "\n")
     if arguments.check:

@@ -85,11 +85,14 @@ def group_score_bound(request: PodRequest, view: NodeView, policy: str) -> float
     of the view's shape."""
     bound = 0.0
     stats = view.family_stats
+    shared: set[str] = set()
     for container in request.containers:
         if not (container.count and container.grouped) or container.busy_term is not None:
             continue
-        if container.sharing_rule is not None:  # a sharing rule's term has no bound from the aggregates
-            bound += container.group_weight
+        if container.sharing_rule is not None:  # one term for the family's cards (`sharing_score`), from their usage
+            if container.family not in shared:
+                shared.add(container.family)
+                bound += _sharing_bound(request, container, view)
             continue
         family = stats.get(container.family)
         if family is None or not family.group_free_memory:
@@ -98,6 +101,18 @@ def group_score_bound(request: PodRequest, view: NodeView, policy: str) -> float
         most = max(sum(1 for free in group if free >= wanted) for group in family.group_free_memory)
         bound += container.group_weight * min(container.count, most) / container.count
     return bound + busy_term_bound(request, view.busy_key, policy)
+
+
+def _sharing_bound(request: PodRequest, scored: ContainerRequest, view: NodeView) -> float:
+    """The most `sharing_score` can be on ``view`` for the family of ``scored`` (its first scored container, whose rule
+    judges all the pod's cards of the family together)."""
+    rule = scored.sharing_rule
+    if rule is None:
+        return 0.0
+    first, end = view.inventory.groups.get(scored.family, (0, 0))
+    counts = [c.count for c in request.containers if c.family == scored.family]
+    return rule.bound(scored.sharing, scored.cores, counts, [row[0] == 0 for row in view.usage_rows[first:end]],
+                      [used.tags for used in view.usage[first:end]])
 
 
 def busy_term_bound(request: PodRequest, key: str, policy: str, alike: Collection[str] = ()) -> float:

@@ -14,6 +14,7 @@ gets it.
 from __future__ import annotations
 
 import heapq
+import itertools
 import json
 from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -70,6 +71,9 @@ class _Ask:
     # For an ask whose group term depends on the node's busy devices: its bound per node shape, made on the canonical
     # ask's first decision (`hami_web.core.busyrank.BusyBounds`).
     busy_bounds: BusyBounds | None = None
+    # Set once canonical (`_canonical`), never reused: the key of the per-view group bounds, hashed at C level (the
+    # group search looks a bound up on every node it passes).
+    serial: int = 0
 
     def __hash__(self) -> int:
         return self.digest
@@ -125,6 +129,7 @@ class _NoFits:
 
 _NO_FITS = _NoFits(NO_FIT_ASKS)
 _ASKS: dict[_Ask, _Ask] = {}
+_SERIALS = itertools.count(1)
 
 
 def _canonical(ask: _Ask) -> _Ask:
@@ -135,17 +140,18 @@ def _canonical(ask: _Ask) -> _Ask:
         return known
     if len(_ASKS) >= MAX_ASKS:
         _ASKS.clear()
+    object.__setattr__(ask, "serial", next(_SERIALS))
     _ASKS[ask] = ask
     return ask
 
 
 def _group_bound(ask: _Ask, view: NodeView) -> float:
     """`group_score_bound`, remembered on the (immutable) view for the next identical ask."""
-    bound = view.group_bounds.get(ask)
+    bound = view.group_bounds.get(ask.serial)
     if bound is None:
         if len(view.group_bounds) >= MEMO_ENTRIES_PER_NODE:
             view.group_bounds.clear()
-        bound = view.group_bounds[ask] = group_score_bound(ask.request, view, ask.options.node_policy)
+        bound = view.group_bounds[ask.serial] = group_score_bound(ask.request, view, ask.options.node_policy)
     return bound
 
 
@@ -227,12 +233,11 @@ def _choose(ask: _Ask, known: list[NodeView], reasons: dict[str, str], candidate
             busy: Collection[str]) -> Placement | NoPlacement:
     """`choose_node` among ``known`` (the candidates not already in ``reasons``)."""
     request, options = ask.request, ask.options
-    reach = request.group_score_reach
-    if reach and any(container.busy_term is not None for container in request.containers):
+    if request.group_scored and any(container.busy_term is not None for container in request.containers):
         return _choose_with_busy_term(ask, reasons, candidates, busy, known)
-    if reach:
+    if request.group_scored:
         ranked = _busy_last(rank_nodes(known, options.node_policy), busy)
-        return _choose_with_group_score(ask, ranked, reasons, candidates, busy, reach)
+        return _choose_with_group_score(ask, ranked, reasons, candidates, busy, request.group_score_reach)
     terms, same_term = _with_family_terms(request, known, options.node_policy)
     plain = rank_nodes(known, options.node_policy)
     ranked = _busy_last(plain if terms is None else _with_terms(plain, terms, options.node_policy), busy)
@@ -312,13 +317,17 @@ def _choose_with_group_score(ask: _Ask, ranked: Iterator[NodeView], reasons: dic
     gain = ask.request.spread_gain_reach  # under spread a node's total is at least its score less this
     best: tuple[float, NodeView, PodFit] | None = None
     skipped: list[NodeView] = []
+    serial = ask.serial
     for view in ranked:
         if best is not None:
             bound = view.score - gain if spread else view.score + reach
-            if (bound >= best[0] if spread else bound <= best[0]) or (view.name in busy and best[1].name not in busy):
+            if (bound >= best[0] if spread else bound <= best[0]) or (busy and view.name in busy
+                                                                       and best[1].name not in busy):
                 break
-            # This node's own groups may hold less than the whole term: no fit when even that cannot win.
-            own = _group_bound(ask, view)
+            # This node's own groups (or cards) may hold less than the whole term: no fit when even that cannot win.
+            own = view.group_bounds.get(serial)
+            if own is None:
+                own = _group_bound(ask, view)
             if view.score - own >= best[0] if spread else view.score + own <= best[0]:
                 continue
         if not may_fit(ask.request, view, ask.options):

@@ -119,6 +119,13 @@ class PodRequest:
         return self._blocks
 
     @property
+    def group_scored(self) -> bool:
+        """Whether a placement's group term may differ from node to node, so that nodes are ranked by score plus term
+        (`group_score_reach` may be 0: Metax sGPU's online pods earn at most 0)."""
+        return any(c.grouped and (c.count > 1 or c.sharing_rule is not None or c.busy_term is not None)
+                   for c in self.containers)
+
+    @property
     def group_score_reach(self) -> int:
         """The most the grouped containers of several devices can add to the node score
         (docs/device-families.md#ascend-npus); one device earns the same term on every node, so it bounds nothing,
@@ -343,8 +350,8 @@ def _shared(block: list[ContainerRequest], rule: SharingRule, pod: Mapping[str, 
     shared = [replace(request, sharing=ask, sharing_rule=rule, cores=request.cores if books else 0) if request.count
               else request for request in block]
     return [replace(request, grouped=True, group_weight=reach) if (reach := rule.reach(ask, request.cores,
-                                                                                        request.count)) else request
-            for request in shared]
+                                                                                        request.count)) is not None
+            else request for request in shared]
 
 
 def family_asks_devices(container: Mapping[str, Any], family: Family) -> int:

@@ -181,7 +181,7 @@ class NodeView:
     # nodes whose usage changed since the last identical ask.
     fits: dict[object, object] = field(default_factory=dict, compare=False, repr=False)
     # The most network-group term an ask can earn here (`fit.group_score_bound`), remembered per ask as the failures.
-    group_bounds: dict[object, float] = field(default_factory=dict, compare=False, repr=False)
+    group_bounds: dict[int, float] = field(default_factory=dict, compare=False, repr=False)
 
     @property
     def name(self) -> str:

@@ -1,12 +1,16 @@
-"""Small builders for the core tests: GPUs, nodes, views, container asks and the booking of a placement."""
+"""Small builders for the core tests: GPUs, nodes, views, container asks, the booking of a placement and the placement
+fitting every node gives."""
 
 from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
 
+from hami_web.core.choose import rank_nodes
 from hami_web.core.devices import Device, NodeInventory
-from hami_web.core.grants import DeviceGrant
+from hami_web.core.fit import PodFit, fit_pod
+from hami_web.core.grants import DeviceGrant, PodGrants
+from hami_web.core.options import PodOptions
 from hami_web.core.requests import ContainerRequest, PodRequest
 from hami_web.core.usage import DeviceUsage, NodeView, build_node_view, pod_booking, with_booking
 
@@ -52,6 +56,24 @@ def grant(uuid: str, memory_mib: int, cores: int) -> DeviceGrant:
 def book(node_view: NodeView, grants: Sequence[Sequence[DeviceGrant]], *, init_count: int) -> NodeView:
     """``node_view`` after a pod holding ``grants`` is added to its usage, as the cache would rebuild it."""
     return with_booking(node_view, pod_booking(tuple(tuple(c) for c in grants), init_count=init_count))
+
+
+def fitted_everywhere(request: PodRequest, options: PodOptions, views: Sequence[NodeView],
+                      busy: frozenset[str]) -> tuple[str, float, PodGrants] | None:
+    """The placement without any bound (node, total, grants), against which the filter's bounded searches are checked:
+    every node fitted in rank order (busy nodes last, only when no other fits), the best total wins, ties to the
+    earlier node (HAMi fits every node and sorts by score)."""
+    spread = options.node_policy == "spread"
+    best: tuple[float, NodeView, PodFit] | None = None
+    for node in rank_nodes(views, options.node_policy, busy):
+        if best is not None and node.name in busy and best[1].name not in busy:
+            break
+        fit = fit_pod(request, node, options)
+        if isinstance(fit, PodFit):
+            total = node.score - fit.group_score if spread else node.score + fit.group_score
+            if best is None or (total < best[0] if spread else total > best[0]):
+                best = (total, node, fit)
+    return None if best is None else (best[1].name, best[0], best[2].grants)
 
 
 # HAMi's A100-SXM4-40GB dynamic MIG table as its device plugin registers it (``migProfiles``; memory in MiB, cores

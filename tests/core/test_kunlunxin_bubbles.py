@@ -16,15 +16,15 @@ from collections.abc import Sequence
 import pytest
 
 from hami_web.core.busyrank import BusyBounds, by_busy_bound
-from hami_web.core.choose import Placement, choose_node, rank_nodes
+from hami_web.core.choose import Placement, choose_node
 from hami_web.core.devices import Device, NodeInventory
 from hami_web.core.families import build_catalog
 from hami_web.core.families.kunlunxin import CARD_MEMORY_MIB, VXPU_CW, XPU_CW
-from hami_web.core.fit import PodFit, fit_pod
-from hami_web.core.grants import PodGrants
 from hami_web.core.options import PodOptions, pod_options
 from hami_web.core.requests import ContainerRequest, PodRequest, family_request
-from hami_web.core.usage import DeviceUsage, NodeView, build_node_view, pod_booking
+from hami_web.core.usage import DeviceUsage, NodeView, build_node_view
+
+from .builders import book, fitted_everywhere
 
 CATALOG = build_catalog()
 XPU = CATALOG[XPU_CW]
@@ -103,23 +103,6 @@ def test_vxpus_earn_no_term() -> None:
     assert placement.node_score == max(first.score, second.score)
 
 
-def reference(request: PodRequest, options: PodOptions, views: Sequence[NodeView],
-              busy: frozenset[str]) -> tuple[str, float, PodGrants] | None:
-    """The placement without any bound: every node fitted in rank order (busy nodes last, only when no other fits),
-    the best total wins, ties to the earlier node (HAMi fits every node and sorts by score)."""
-    spread = options.node_policy == "spread"
-    best: tuple[float, NodeView, PodFit] | None = None
-    for node in rank_nodes(views, options.node_policy, busy):
-        if best is not None and node.name in busy and best[1].name not in busy:
-            break
-        fit = fit_pod(request, node, options)
-        if isinstance(fit, PodFit):
-            total = node.score - fit.group_score if spread else node.score + fit.group_score
-            if best is None or (total < best[0] if spread else total > best[0]):
-                best = (total, node, fit)
-    return None if best is None else (best[1].name, best[0], best[2].grants)
-
-
 def random_node(rng: random.Random, number: int) -> NodeView:
     """Eight whole XPUs (sometimes four; sometimes a card of half the memory, or of a type whole-XPU pods do not
     take), some busy, a few unhealthy or cordoned, some with a part of a card booked (scores of every size)."""
@@ -175,18 +158,14 @@ def test_the_ranking_by_bound_places_as_fitting_every_node(seed: int) -> None:
     for _ in range(120):
         busy = frozenset(rng.sample(sorted(views), 6))
         request, options = random_pod(rng, sorted(views))
-        expected = reference(request, options, list(views.values()), busy)
+        expected = fitted_everywhere(request, options, list(views.values()), busy)
         placement = choose_node(request, options, sorted(views), views, busy=busy)
         if expected is None:
             assert not isinstance(placement, Placement)
             continue
         assert isinstance(placement, Placement)
         assert (placement.node, placement.node_score, placement.grants) == expected
-        node = views[placement.node]
-        usage = dict(zip((device.uuid for device in node.inventory.devices), node.usage, strict=True))
-        for uuid, held in pod_booking(placement.grants, init_count=request.init_count).items():
-            usage[uuid] = usage[uuid] + held
-        views[node.name] = build_node_view(node.inventory, usage)
+        views[placement.node] = book(views[placement.node], placement.grants, init_count=request.init_count)
 
 
 @pytest.mark.parametrize("policy", ["binpack", "spread"])

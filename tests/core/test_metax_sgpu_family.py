@@ -6,12 +6,13 @@ cards read from ``metax-tech.com/node-gpu-devices`` with their reported QoS and 
 (GiB memory unless a unit, 100 cores by default, none for an online pod); the fit through the common loop with the
 sharing rule (QoS of the card's bookings, app classes, in HAMi's order); what a booking holds and its card state; the
 bind's annotations; MetaLink zones for whole cards and the fewest online pods for an online pod, on a card and
-between nodes (the ±10,000 node-score term).
+between nodes (the ±10,000 node-score term), and online pods on random clusters placed as fitting every node would.
 """
 
 from __future__ import annotations
 
 import json
+import random
 from collections.abc import Mapping
 from typing import Any
 
@@ -27,6 +28,8 @@ from hami_web.core.grants import bind_annotations
 from hami_web.core.options import pod_options
 from hami_web.core.requests import PodRequest, RequestDefaults, pod_request
 from hami_web.core.usage import DeviceUsage, NodeView, build_node_view, pod_booking
+
+from .builders import book, fitted_everywhere
 
 CATALOG = build_catalog()
 SGPU = CATALOG[CW]
@@ -216,3 +219,46 @@ def test_an_online_pod_prefers_the_node_with_fewer_online_pods() -> None:
     options = pod_options({}, node_policy="binpack", gpu_policy="binpack", catalog=CATALOG)
     placed = choose_node(request(SLICE, {CLASS: "online"}), options, ["busy", "calm"], views)
     assert isinstance(placed, Placement) and placed.node == "calm"
+
+
+def random_sgpu_node(rng: random.Random, number: int) -> NodeView:
+    """Four to eight cards in MetaLink zones, each idle or running online, offline or ordinary pods (sometimes
+    full), some nodes with none."""
+    name = f"n{number:03d}"
+    view = node_view(name, tuple(rng.choice((0, 1, 2)) for _ in range(rng.choice((4, 8)))))
+    used = {}
+    for device in view.inventory.devices:
+        kind = rng.choice(("idle", "idle", "online", "online", "offline", "ordinary", "full"))
+        pods = rng.randint(1, 3)
+        if kind in ("online", "offline"):
+            used[device.uuid] = held(app_class=kind, qos="" if kind == "online" else "best-effort",
+                                     cores=0 if kind == "online" else 10, pods=pods)
+        elif kind == "ordinary":
+            used[device.uuid] = held(pods=pods)
+        elif kind == "full":
+            used[device.uuid] = DeviceUsage(16, 65536, 100, tags=("class:online",) * 16)
+    return build_node_view(view.inventory, used)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_online_pods_are_placed_as_fitting_every_node(seed: int) -> None:
+    """The filter skips a node whose online term cannot reach the best total (`QosSharing.bound`: the term of the
+    cards of least penalty) and stops once no node can beat the best (an online pod's term is at most 0): on random
+    clusters of online, offline and ordinary pods, online pods of one or two cards (two containers too), both
+    policies, nodes busy binding, one placed after another, every placement is the one fitting every node gives."""
+    rng = random.Random(seed)
+    views = {view.name: view for view in (random_sgpu_node(rng, number) for number in range(40))}
+    for _ in range(80):
+        limits = {"metax-tech.com/sgpu": str(rng.choice((1, 1, 2))), "metax-tech.com/vmemory": "4"}
+        asked = request(limits, {CLASS: "online"})
+        if rng.random() < 0.2:
+            asked = PodRequest(containers=asked.containers * 2)
+        options = pod_options({}, node_policy=rng.choice(("binpack", "spread")), gpu_policy="binpack", catalog=CATALOG)
+        busy = frozenset(rng.sample(sorted(views), 4))
+        expected = fitted_everywhere(asked, options, list(views.values()), busy)
+        placed = choose_node(asked, options, sorted(views), views, busy=busy)
+        if expected is None:
+            assert not isinstance(placed, Placement)
+            continue
+        assert isinstance(placed, Placement) and (placed.node, placed.node_score, placed.grants) == expected
+        views[placed.node] = book(views[placed.node], placed.grants, init_count=asked.init_count)

@@ -97,7 +97,7 @@ class SharingRule(Protocol):
     the state is rebuilt from the pods after a restart and two servers agree); ``problem`` is the check a card fails
     for the ask given its tasks, the tags held on it and what its device plugin reports (``Device.sharing``), "" when
     none; ``pick`` may choose among the passing cards itself; ``score`` is the placement's node-score term (at most
-    ``reach``).
+    ``reach``, and on one node at most ``bound``).
     """
 
     def ask(self, annotations: Mapping[str, str]) -> str: ...
@@ -114,8 +114,16 @@ class SharingRule(Protocol):
         the policy's choice."""
         ...
 
-    def reach(self, ask: str, cores: int, count: int) -> int:
-        """The most `score` can add for an ask of ``count`` devices; 0 when the rule scores it not at all."""
+    def reach(self, ask: str, cores: int, count: int) -> int | None:
+        """The most `score` can add for an ask of ``count`` devices on any node; None when the rule scores it not at
+        all (a term of at most 0, Metax sGPU's online pods, is still a term)."""
+        ...
+
+    def bound(self, ask: str, cores: int, counts: Sequence[int], idle: Sequence[bool],
+              held: Sequence[tuple[str, ...]]) -> float:
+        """The most `score` can add for a pod whose containers ask ``counts`` devices of the family on a node whose
+        devices are ``idle`` or not and hold ``held``, whichever of them the pod gets (the filter skips a node this
+        cannot make win, without fitting it); -inf when the pod cannot fit there."""
         ...
 
     def score(self, ask: str, cores: int, granted: Sequence[Device], devices: Sequence[Device],

@@ -11,6 +11,8 @@ cache as a value) says which cards the device plugin has yet to switch.
 
 from __future__ import annotations
 
+import functools
+import math
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -306,15 +308,30 @@ class QosSharing:
         return [index[uuid] for uuid in chosen]
 
 
-    def reach(self, ask: str, cores: int, count: int) -> int:
-        """An online pod's term is at most 0 (1 keeps it ranked by its term); whole cards placed by MetaLink earn at
-        most 10 × `DIRECT_LINK_SCORE` a pair of them, × 10,000; any other ask is not scored."""
+    def reach(self, ask: str, cores: int, count: int) -> int | None:
+        """An online pod's term is at most 0; whole cards placed by MetaLink earn at most 10 × `DIRECT_LINK_SCORE` a
+        pair of them, × 10,000; any other ask is not scored (None)."""
         pod = _pod(ask, cores)
         if pod.app_class == ONLINE:
-            return 1
+            return 0
         if cores == 100 and ask.endswith("/1"):
             return 10 * DIRECT_LINK_SCORE * count * (count - 1) // 2 * SCORE_WEIGHT + 1
-        return 0
+        return None
+
+    def bound(self, ask: str, cores: int, counts: Sequence[int], idle: Sequence[bool],
+              held: Sequence[tuple[str, ...]]) -> float:
+        """An online pod's term on a node: at most `online_score` of the cards of least penalty among those an online
+        pod may join (`app_class_fits`: idle, or running app-class pods), as many as its largest container asks (each
+        card's penalty is its own, at most 0, and a container's cards are distinct), whichever pass; -inf when too few
+        may (no fit); any other ask's, its `reach` for all its cards."""
+        if _pod(ask, cores).app_class != ONLINE:
+            return float(self.reach(ask, cores, sum(counts)) or 0)
+        count = max(counts, default=0)
+        penalties = sorted(_online_penalty(tags) for free, tags in zip(idle, held, strict=True)
+                           if free or _ONLINE_TAG in tags or _OFFLINE_TAG in tags)
+        if count > len(penalties):
+            return -math.inf
+        return weighted_score(sum(penalties[-count:]) if count > 0 else 0, spread=False)
 
     def score(self, ask: str, cores: int, granted: Sequence[Device], devices: Sequence[Device],
               idle: Sequence[bool], held: Sequence[tuple[str, ...]]) -> float:
@@ -327,6 +344,14 @@ class QosSharing:
                           topology_default=ask.endswith("/1"), topology_annotation=None, spread=False)
 
 
+def _online_penalty(tags: tuple[str, ...]) -> int:
+    """`online_score` of one card from the tags its grants hold, without building its `CardState` (the filter's bound
+    reads every card of every node it looks at)."""
+    online, offline = tags.count(_ONLINE_TAG), tags.count(_OFFLINE_TAG)
+    return -100 * offline if offline and not online else -(20 * online + 2 * offline)
+
+
+@functools.lru_cache(maxsize=1024)
 def _pod(ask: str, cores: int) -> SharingPod:
     app_class, _, rest = ask.partition("/")
     qos = rest.rpartition("/")[0] if rest.count("/") else rest
@@ -335,6 +360,13 @@ def _pod(ask: str, cores: int) -> SharingPod:
 
 def card_state(held: Iterable[str]) -> CardState:
     """A card's `CardState` from the tags its grants hold (`QosSharing.tags`)."""
+    return _card_state(tuple(held))
+
+
+@functools.lru_cache(maxsize=4096)
+def _card_state(held: tuple[str, ...]) -> CardState:
+    """`card_state`, remembered by the tags: a fit reads each card's state several times (check, pick, score) and a
+    cluster's cards hold few distinct sets of tags."""
     tags = Counter(held)
     return CardState(qos=_tally(Counter({tag[len(_QOS_TAG):]: n for tag, n in tags.items()
                                          if tag.startswith(_QOS_TAG)})),
