@@ -96,8 +96,9 @@ class SharingRule(Protocol):
     pod of that class books its cores; ``tags`` is what a grant of it holds on its card (the card's usage sums them, so
     the state is rebuilt from the pods after a restart and two servers agree); ``problem`` is the check a card fails
     for the ask given its tasks, the tags held on it and what its device plugin reports (``Device.sharing``), "" when
-    none; ``pick`` may choose among the passing cards itself; ``score`` is the placement's node-score term (at most
-    ``reach``, and on one node at most ``bound``).
+    none; ``pick`` may choose among the passing cards itself; ``score`` is the placement's node-score term: at most
+    ``reach`` on any node (None: the ask is not scored; 0 is a term, Metax sGPU's online pods'), at most ``bound`` on a
+    node whose devices are idle or not and hold those tags (-inf: the pod cannot fit there).
     """
 
     def ask(self, annotations: Mapping[str, str]) -> str: ...
@@ -114,17 +115,10 @@ class SharingRule(Protocol):
         the policy's choice."""
         ...
 
-    def reach(self, ask: str, cores: int, count: int) -> int | None:
-        """The most `score` can add for an ask of ``count`` devices on any node; None when the rule scores it not at
-        all (a term of at most 0, Metax sGPU's online pods, is still a term)."""
-        ...
+    def reach(self, ask: str, cores: int, count: int) -> int | None: ...
 
     def bound(self, ask: str, cores: int, counts: Sequence[int], idle: Sequence[bool],
-              held: Sequence[tuple[str, ...]]) -> float:
-        """The most `score` can add for a pod whose containers ask ``counts`` devices of the family on a node whose
-        devices are ``idle`` or not and hold ``held``, whichever of them the pod gets (the filter skips a node this
-        cannot make win, without fitting it); -inf when the pod cannot fit there."""
-        ...
+              held: Sequence[tuple[str, ...]]) -> float: ...
 
     def score(self, ask: str, cores: int, granted: Sequence[Device], devices: Sequence[Device],
               idle: Sequence[bool], held: Sequence[tuple[str, ...]]) -> float:
