@@ -51,9 +51,18 @@ class LocalServer:
 
 def free_port() -> int:
     """A TCP port nobody listens on right now (127.0.0.1)."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
+    return free_ports(1)[0]
+
+
+def free_ports(count: int) -> list[int]:
+    """``count`` distinct TCP ports nobody listens on right now (127.0.0.1): the probes stay bound until all are
+    chosen, so the kernel cannot hand one port out twice (four probes one after another once drew the same port for
+    two listeners)."""
+    with contextlib.ExitStack() as stack:
+        probes = [stack.enter_context(socket.socket()) for _ in range(count)]
+        for probe in probes:
+            probe.bind(("127.0.0.1", 0))
+        return [int(probe.getsockname()[1]) for probe in probes]
 
 
 def write_kubeconfig(directory: Path, server: str) -> Path:
@@ -87,7 +96,7 @@ def run_local_server(api_url: str, directory: Path, *, threads: int = 4, extra_a
     """
     certificates = make_local_certificates(directory / "certs")
     kubeconfig = write_kubeconfig(directory, api_url)
-    webhook, extender, metrics, ui = free_port(), free_port(), free_port(), free_port()
+    webhook, extender, metrics, ui = free_ports(4)
     log_path = directory / "server.log"
     command = [sys.executable, "-m", "hami_web", "serve", "--kubeconfig", str(kubeconfig),
                "--cert-file", str(certificates.cert_path), "--key-file", str(certificates.key_path),

@@ -26,7 +26,6 @@ import json
 import os
 import re
 import signal
-import socket
 import ssl
 import subprocess
 import sys
@@ -51,6 +50,8 @@ from kubernetes.client.rest import ApiException
 from hami_web.certs import make_local_certificates
 from hami_web.core import names
 from hami_web.core.devices import Device, encode_register_json
+from hami_web.server.local import free_port as free_port  # re-exported for the e2e tests
+from hami_web.server.local import free_ports as free_ports
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 K8S_DIR = REPO_ROOT / "k8s"
@@ -72,13 +73,6 @@ def find_assets() -> dict[str, Path] | None:
     if all(path.is_file() and os.access(path, os.X_OK) for path in paths.values()):
         return paths
     return None
-
-
-def free_port() -> int:
-    """A TCP port of 127.0.0.1 nobody listens on right now."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 def wait_until(condition: Callable[[], Any], *, timeout_seconds: float, what: str,
@@ -415,10 +409,9 @@ class ControlPlane:
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.logs = self.workdir / "logs"
         self.logs.mkdir(exist_ok=True)
-        self.etcd_port, self.etcd_peer_port = free_port(), free_port()
-        self.apiserver_port = free_port()
+        self.etcd_port, self.etcd_peer_port, self.apiserver_port, *hami_web = free_ports(6)
         # Per hami-web replica: (webhook, extender, metrics) ports. The webhook registration calls "hami-web".
-        self.listeners: dict[str, tuple[int, int, int]] = {"hami-web": (free_port(), free_port(), free_port())}
+        self.listeners: dict[str, tuple[int, int, int]] = {"hami-web": (hami_web[0], hami_web[1], hami_web[2])}
         self.api_url = f"https://127.0.0.1:{self.apiserver_port}"
         self.api_client: kubernetes.client.ApiClient | None = None
         self.device_plugin: DevicePluginStandIn | None = None
@@ -594,7 +587,9 @@ class ControlPlane:
 
     def start_hami_web(self, name: str = "hami-web") -> Process:
         """Start (or restart, on the same ports) a hami-web replica; ``hami-web`` is the one the webhook calls."""
-        self.listeners.setdefault(name, (free_port(), free_port(), free_port()))
+        if name not in self.listeners:
+            webhook, extender, metrics = free_ports(3)
+            self.listeners[name] = (webhook, extender, metrics)
         process = Process(name, self.hami_web_command(name), self.logs / f"{name}.log",
                           self._python_environment()).start()
         self.processes[name] = process

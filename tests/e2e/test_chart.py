@@ -44,6 +44,7 @@ from .controlplane import (
     Process,
     find_assets,
     free_port,
+    free_ports,
     gpu_container,
     pod_manifest,
     wait_until,
@@ -245,7 +246,7 @@ def plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
 @pytest.fixture(scope="module")
 def installed(plane: ControlPlane, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Installed]:
     release = Installed(plane, tmp_path_factory.mktemp("chart-release"),
-                        {"webhook": free_port(), "extender": free_port(), "metrics": free_port()})
+                        dict(zip(("webhook", "extender", "metrics"), free_ports(3), strict=True)))
     result = release.helm("install", RELEASE, str(CHART), "--namespace", NAMESPACE, "--create-namespace",
                           *release.port_values())
     assert result.returncode == 0, result.stderr

@@ -53,6 +53,7 @@ from .controlplane import (
     Process,
     find_assets,
     free_port,
+    free_ports,
     gpu_container,
     pod_manifest,
     wait_until,
@@ -155,7 +156,7 @@ def _install(chart: Chart, plane: ControlPlane) -> Installed:
     command = list(container["command"])
     http_bind = next(arg for arg in command if arg.startswith("--http_bind="))
     chart_port = http_bind.rsplit(":", 1)[1]
-    port, metrics_port = free_port(), free_port()
+    port, metrics_port = free_ports(2)
     tls = any(arg.startswith("--cert_file=") for arg in command)
     ca: Path | None = None
     paths = {"/device-config.yaml": str(workdir / "device-config.yaml")}

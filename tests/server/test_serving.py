@@ -37,7 +37,7 @@ from hami_web.certs.stores import write_file_atomically
 from hami_web.cli import main
 from hami_web.core.devices import Device, encode_register_json
 from hami_web.localcluster import LocalCluster
-from hami_web.server.local import run_local_server
+from hami_web.server.local import free_ports, run_local_server
 from hami_web.server.logs import GunicornLogger
 from hami_web.server.serving import gunicorn_options, load_tls
 from hami_web.server.tlsreload import ReloadingTLSContext
@@ -62,12 +62,6 @@ settings = Settings.of(bind=bind, extender_bind=extender_bind, metrics_bind_addr
 tls = None if settings.serving.insecure_http else ReloadingTLSContext(cert_file, key_file, check_interval_seconds=0.2)
 sys.exit(run_gunicorn(create_app(settings), settings.serving, tls=tls))
 """
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 def _wait_for_port(port: int, process: subprocess.Popen, timeout_seconds: float = 15.0) -> None:
@@ -97,7 +91,7 @@ def start_server() -> Iterator[Callable[..., Ports]]:
     processes: list[subprocess.Popen] = []
 
     def start(cert_file: str = "", key_file: str = "", *, insecure: bool = False) -> Ports:
-        ports = Ports(_free_port(), _free_port(), _free_port())
+        ports = Ports(*free_ports(3))
         environment = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
         process = subprocess.Popen(
             [sys.executable, "-c", SERVER_SCRIPT, cert_file, key_file, *(f"127.0.0.1:{port}" for port in ports),

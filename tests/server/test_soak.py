@@ -28,7 +28,7 @@ from hami_web.core import names
 from hami_web.core.devices import Device, encode_register_json
 from hami_web.kube import Kube, KubeError
 from hami_web.localcluster import LocalCluster
-from hami_web.server.local import free_port, write_kubeconfig
+from hami_web.server.local import free_ports, write_kubeconfig
 from hami_web.state.pods import pod_usage
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -70,7 +70,7 @@ class Server:
 
     def __init__(self, apiserver: LocalCluster, tmp_path: Path) -> None:
         kubeconfig = write_kubeconfig(tmp_path, apiserver.url)
-        service, extender, metrics = free_port(), free_port(), free_port()
+        service, extender, metrics = free_ports(3)
         # The three listeners agreed for this round, in plain HTTP.
         self.arguments = ["serve", "--insecure-http", "--bind", f"127.0.0.1:{service}",
                           "--extender-bind", f"127.0.0.1:{extender}", "--metrics-bind-address", f"127.0.0.1:{metrics}",
