@@ -50,8 +50,8 @@ class BusyBounds(dict[str, float]):
         self.request, self.policy = request, options.node_policy
         self.alike = busy_alike(request, options, quota)
         others = [c for c in request.containers if c.busy_term is None]
-        self.other = float(sum(c.group_weight for c in others if c.grouped and (
-            c.count > 1 or c.sharing_rule is not None) and (self.policy != SPREAD or c.spread_gain)))
+        self.other = float(sum(c.group_weight for c in others
+                               if c.node_dependent_term and (self.policy != SPREAD or c.spread_gain)))
         self._distinct: tuple[int, list[float]] = (0, [])
 
     def __missing__(self, key: str) -> float:

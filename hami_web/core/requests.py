@@ -73,6 +73,13 @@ class ContainerRequest:
         """How many of a device's shares (``count``) one grant of this container takes: its profile's slices, else 1."""
         return self.profile.slices if self.profile is not None else 1
 
+    @property
+    def node_dependent_term(self) -> bool:
+        """Whether this container's group term may differ from node to node: several devices of a grouped family, or
+        one scored by a sharing rule (Metax sGPU's online pods, by the card's pods) or by the node's busy devices
+        (Kunlunxin's bubbles); one device otherwise earns the same term on every node."""
+        return self.grouped and (self.count > 1 or self.sharing_rule is not None or self.busy_term is not None)
+
     def with_profile(self, profile: PartitionProfile) -> ContainerRequest:
         """This ask as it books ``profile``: the profile's memory and cores."""
         return replace(self, memory_mib=profile.memory_mib, memory_percent=0, cores=profile.cores, profile=profile)
@@ -122,17 +129,14 @@ class PodRequest:
     def group_scored(self) -> bool:
         """Whether a placement's group term may differ from node to node, so that nodes are ranked by score plus term
         (`group_score_reach` may be 0: Metax sGPU's online pods earn at most 0)."""
-        return any(c.grouped and (c.count > 1 or c.sharing_rule is not None or c.busy_term is not None)
-                   for c in self.containers)
+        return any(c.node_dependent_term for c in self.containers)
 
     @property
     def group_score_reach(self) -> int:
-        """The most the grouped containers of several devices can add to the node score
-        (docs/device-families.md#ascend-npus); one device earns the same term on every node, so it bounds nothing,
-        unless a sharing rule scores it (Metax sGPU's online pods, whose term depends on the card's pods) or the term
-        depends on the node's busy devices (Kunlunxin's bubbles)."""
-        return sum(c.group_weight for c in self.containers
-                   if c.grouped and (c.count > 1 or c.sharing_rule is not None or c.busy_term is not None))
+        """The most the containers whose group term differs from node to node (`ContainerRequest.node_dependent_term`)
+        can add to the node score (docs/device-families.md#ascend-npus); the others earn the same term on every node, so
+        they bound nothing."""
+        return sum(c.group_weight for c in self.containers if c.node_dependent_term)
 
     @property
     def spread_gain_reach(self) -> int:
