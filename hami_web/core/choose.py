@@ -13,12 +13,9 @@ gets it.
 
 from __future__ import annotations
 
-import heapq
 import itertools
-import json
 from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from itertools import compress
 from operator import attrgetter
 
 from hami_web.core.busyrank import BusyBounds, RankOrder, busy_last, by_busy_bound
@@ -29,6 +26,7 @@ from hami_web.core.grants import PodGrants
 from hami_web.core.options import SPREAD, PodOptions
 from hami_web.core.quota import PodQuota
 from hami_web.core.requests import PodRequest
+from hami_web.core.termrank import FamilyTerms, by_family_term, present_terms
 from hami_web.core.usage import NodeView
 
 NODE_UNREGISTERED = "node unregistered"
@@ -57,7 +55,6 @@ class NoPlacement:
 
 _BY_NAME = attrgetter("inventory.name")
 _BY_SCORE = attrgetter("score")
-_ANNOTATIONS = attrgetter("inventory.annotations")
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -71,6 +68,9 @@ class _Ask:
     # For an ask whose group term depends on the node's busy devices: its bound per node shape, made on the canonical
     # ask's first decision (`hami_web.core.busyrank.BusyBounds`).
     busy_bounds: BusyBounds | None = None
+    # For an ask whose families add their own node-score term: the term by annotation set (`FamilyTerms`), filled as
+    # the canonical ask's decisions meet the sets.
+    family_terms: FamilyTerms | None = None
     # Set once canonical (`_canonical`), never reused: the key of the per-view group bounds, hashed at C level (the
     # group search looks a bound up on every node it passes).
     serial: int = 0
@@ -155,6 +155,18 @@ def _group_bound(ask: _Ask, view: NodeView) -> float:
     return bound
 
 
+def _family_terms(ask: _Ask, views: Sequence[NodeView]) -> tuple[dict[str, float] | None, float]:
+    """`present_terms` for the ask's families' node-score terms, judged once per annotation set per canonical ask;
+    ``(None, 0)`` for an ask without such terms."""
+    if not ask.request.node_terms:
+        return None, 0.0
+    terms = ask.family_terms
+    if terms is None:
+        terms = FamilyTerms(ask.request, ask.options.node_policy)
+        object.__setattr__(ask, "family_terms", terms)
+    return present_terms(terms, views)
+
+
 def _fit_or_reason(ask: _Ask, view: NodeView) -> PodFit | str:
     """`fit_pod`, or the node's reason, remembered on the (immutable) view for the next identical ask."""
     known = view.fits.get(ask)
@@ -176,23 +188,6 @@ def rank_nodes(views: Sequence[NodeView], policy: str, busy: Collection[str] = (
     ranked = sorted(views, key=_BY_NAME)
     ranked.sort(key=_BY_SCORE, reverse=policy != SPREAD)
     return list(_busy_last(ranked, busy)) if busy else ranked
-
-
-def _with_terms(ranked: list[NodeView], terms: Mapping[str, float], policy: str) -> Iterator[NodeView]:
-    """``ranked`` (`rank_nodes`' order) re-ranked by score plus the term of each node's node-score annotations (a
-    pod's families' terms: `_with_family_terms`), ties by name, lazily: the nodes of one annotation set keep their
-    order, so the sets' runs (picked out at C level as they are consumed) are merged, and a filter that stops at the
-    first node that fits looks no further than that."""
-    sign = 1.0 if policy == SPREAD else -1.0
-    return (view for _, _, view in heapq.merge(*(
-        _keyed(compress(ranked, map(text.__eq__, map(_ANNOTATIONS, ranked))), term, sign)
-        for text, term in terms.items())))
-
-
-def _keyed(run: Iterable[NodeView], term: float, sign: float) -> Iterator[tuple[float, str, NodeView]]:
-    """A run of nodes as merge keys: the signed total (binpack: highest first), then the name."""
-    for view in run:
-        yield sign * (view.score + term), view.inventory.name, view
 
 
 def _busy_last(ranked: Iterable[NodeView], busy: Collection[str]) -> Iterator[NodeView]:
@@ -238,9 +233,9 @@ def _choose(ask: _Ask, known: list[NodeView], reasons: dict[str, str], candidate
     if request.group_scored:
         ranked = _busy_last(rank_nodes(known, options.node_policy), busy)
         return _choose_with_group_score(ask, ranked, reasons, candidates, busy, request.group_score_reach)
-    terms, same_term = _with_family_terms(request, known, options.node_policy)
+    terms, same_term = _family_terms(ask, known)
     plain = rank_nodes(known, options.node_policy)
-    ranked = _busy_last(plain if terms is None else _with_terms(plain, terms, options.node_policy), busy)
+    ranked = _busy_last(plain if terms is None else by_family_term(plain, terms, options.node_policy), busy)
     skipped: list[NodeView] = []
     for view in ranked:
         if not may_fit(request, view, options):
@@ -261,30 +256,9 @@ def _with_group_term(score: float, fit: PodFit, policy: str) -> float:
     return score - fit.group_score if policy == SPREAD else score + fit.group_score
 
 
-def _with_family_terms(request: PodRequest, views: Sequence[NodeView],
-                       policy: str) -> tuple[dict[str, float] | None, float]:
-    """The asked families' own node-score terms (`hami_web.core.families.family.NodeScore`: Metax GPU's topology
-    loss) by node-score annotation set, for `_with_terms`; ``(None, term)`` when every node earns the same ``term``
-    (none asked: 0), whose order is the scores' own.
-
-    Nodes carry few distinct annotation sets (none, or the same tables): each set is judged once, in one C-level pass
-    over the nodes, and `_with_terms` merges the sets' runs lazily, so ranking a thousand nodes costs little more than
-    without the terms."""
-    if not request.node_terms:
-        return None, 0.0
-    terms: dict[str, float] = {}
-    for distinct in set(map(_ANNOTATIONS, views)):
-        given = json.loads(distinct) if distinct else {}
-        terms[distinct] = sum(rule.term(given, devices, policy) for rule, devices in request.node_terms) if given \
-            else 0.0
-    if len(set(terms.values())) <= 1:
-        return None, next(iter(terms.values()), 0.0)
-    return terms, 0.0
-
-
 def _node_score(view: NodeView, terms: Mapping[str, float] | None, same_term: float) -> float:
-    """The node's score with its family terms, as `_with_terms` ranked it."""
-    return view.score + (terms[view.inventory.annotations] if terms is not None else same_term)
+    """The node's score with its family terms, as `by_family_term` ranked it."""
+    return view.score + (terms[view.score_annotations] if terms is not None else same_term)
 
 
 def _first_skipped(ask: _Ask, skipped: Sequence[NodeView], reasons: dict[str, str], candidates: Sequence[str],

@@ -342,14 +342,15 @@ def may_fit(request: PodRequest, view: NodeView, options: PodOptions) -> bool:
         family = stats.get(container.family)
         if family is None:
             return False
-        if not any(options.selection(container.family).type_allowed(device_type)
-                   for device_type in family.device_types):
-            return False
+        # The cheap counts first: under binpack the filter meets the full nodes first, one after another.
         # A device carved per grant may give one container several partitions (docs/mig.md#dynamic-mig).
         wanted = min(container.count, 1) if view.carved else container.count
         if wanted > family.usable_devices:
             return False
-        if container.cores > family.max_free_cores and not options.selection(container.family).soft_split \
+        selection = options.selection(container.family)
+        if not any(map(selection.type_allowed, family.device_types)):
+            return False
+        if container.cores > family.max_free_cores and not selection.soft_split \
                 and container.core_booking is None:
             # A soft-split device offers 100 cores whatever it registered; a family's own core booking (compute
             # units, a core bitmask) counts in other units than the ask.

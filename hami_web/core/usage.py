@@ -175,6 +175,9 @@ class NodeView:
     # The node's shape for each family whose group term depends on its busy devices (`busy_key`), "" for none: the
     # ranking bounds that term by it, one judgement per distinct key (`hami_web.core.groups.BusyTerm`).
     busy_key: str = ""
+    # The inventory's node-score annotation set (`NodeInventory.annotations`), one attribute away: a pod whose families
+    # score nodes by it (Metax GPU's topology) has every node's read on each decision.
+    score_annotations: str = ""
     # What an ask's fit gave on this exact state: the placement (a `fit.PodFit`) or the failure's summary. The view
     # is immutable and replaced when its usage changes, so entries never go stale; a pod kube-scheduler keeps retrying
     # costs one fit per node, and a search that fits many nodes (a group term, Kunlunxin's bubbles) refits only the
@@ -242,6 +245,7 @@ def build_node_view(inventory: NodeInventory, usage_by_uuid: Mapping[str, Device
         carved=carved,
         partition_faults=faults,
         busy_key=busy_key(inventory, usage),
+        score_annotations=inventory.annotations,
     )
 
 
@@ -276,7 +280,8 @@ def trial_view(view: NodeView, usage: tuple[DeviceUsage, ...]) -> NodeView:
                     usage_rows=tuple((used.tasks, used.memory_mib, used.cores) for used in usage), score=view.score,
                     usable_devices=view.usable_devices, max_free_memory_mib=view.max_free_memory_mib,
                     max_free_cores=view.max_free_cores, device_types=view.device_types,
-                    idle_devices=view.idle_devices, family_stats=view.family_stats, busy_key=view.busy_key)
+                    idle_devices=view.idle_devices, family_stats=view.family_stats, busy_key=view.busy_key,
+                    score_annotations=view.score_annotations)
 
 
 def _partition_faults(inventory: NodeInventory, usage: tuple[DeviceUsage, ...],

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 
-from hami_web.core.choose import rank_nodes
+from hami_web.core.choose import Placement, choose_node, rank_nodes
 from hami_web.core.devices import Device, NodeInventory
 from hami_web.core.fit import PodFit, fit_pod
 from hami_web.core.grants import DeviceGrant, PodGrants
@@ -62,18 +62,45 @@ def fitted_everywhere(request: PodRequest, options: PodOptions, views: Sequence[
                       busy: frozenset[str]) -> tuple[str, float, PodGrants] | None:
     """The placement without any bound (node, total, grants), against which the filter's bounded searches are checked:
     every node fitted in rank order (busy nodes last, only when no other fits), the best total wins, ties to the
-    earlier node (HAMi fits every node and sorts by score)."""
+    earlier node (HAMi fits every node and sorts by score). A pod whose families add their own node-score term (Metax
+    GPU's topology) counts it in the total, read from each node's annotations here, and its ties go to the node first
+    by name (the term reorders the plain ranking)."""
     spread = options.node_policy == "spread"
+    ranked = rank_nodes(views, options.node_policy, busy)
+    if request.node_terms:
+        ranked = sorted(ranked, key=lambda node: (node.name in busy, node.name))
     best: tuple[float, NodeView, PodFit] | None = None
-    for node in rank_nodes(views, options.node_policy, busy):
+    for node in ranked:
         if best is not None and node.name in busy and best[1].name not in busy:
             break
         fit = fit_pod(request, node, options)
         if isinstance(fit, PodFit):
-            total = node.score - fit.group_score if spread else node.score + fit.group_score
+            score = node.score + node_terms_on(request, node, options.node_policy)
+            total = score - fit.group_score if spread else score + fit.group_score
             if best is None or (total < best[0] if spread else total > best[0]):
                 best = (total, node, fit)
     return None if best is None else (best[1].name, best[0], best[2].grants)
+
+
+def place_as_everywhere(request: PodRequest, options: PodOptions, views: dict[str, NodeView],
+                        busy: frozenset[str]) -> None:
+    """One step of a random cross-check: the filter's placement of ``request`` among ``views`` (all candidates, ``busy``
+    binding) is `fitted_everywhere`'s (node, reported score, grants), or none where nothing fits; the placement is then
+    booked into ``views``, as the cache books it, for the next step."""
+    expected = fitted_everywhere(request, options, list(views.values()), busy)
+    placed = choose_node(request, options, sorted(views), views, busy=busy)
+    if expected is None:
+        assert not isinstance(placed, Placement)
+        return
+    assert isinstance(placed, Placement)
+    assert (placed.node, placed.node_score, placed.grants) == expected
+    views[placed.node] = book(views[placed.node], placed.grants, init_count=request.init_count)
+
+
+def node_terms_on(request: PodRequest, node: NodeView, policy: str) -> float:
+    """The pod's families' own node-score terms on ``node``, from the annotations its inventory keeps (0 without)."""
+    annotations = json.loads(node.inventory.annotations) if node.inventory.annotations else {}
+    return sum((rule.term(annotations, devices, policy) for rule, devices in request.node_terms), 0.0)
 
 
 # HAMi's A100-SXM4-40GB dynamic MIG table as its device plugin registers it (``migProfiles``; memory in MiB, cores

@@ -5,18 +5,15 @@ and the node's score; binpack / spread node choice with ties by name; candidates
 (``node unregistered``) and nodes whose register annotation is broken (``InvalidRegisterAnnotation: <error>``,
 with the decoder's own message); a reason for every candidate when nothing fits, including nodes skipped by
 the cheap pre-check; duplicate candidates; nodes outside the candidate list are never chosen; a pod that
-asks for no GPU; a pod no node takes, decided again, fitted again only on the nodes whose view changed; a family's
-node-score terms (Metax GPU) ranking the nodes as a full sort by score plus term would, under both policies.
+asks for no GPU; a pod no node takes, decided again, fitted again only on the nodes whose view changed (a family's
+node-score terms in the ranking: tests/core/test_metax_ranking.py).
 """
 
 from __future__ import annotations
 
-import random
-from dataclasses import replace
-
 import pytest
 
-from hami_web.core.choose import NoPlacement, Placement, _with_terms, choose_node, rank_nodes
+from hami_web.core.choose import NoPlacement, Placement, choose_node
 from hami_web.core.devices import AnnotationError, decode_register
 from hami_web.core.options import PodOptions
 from hami_web.core.usage import DeviceUsage, NodeView
@@ -145,17 +142,3 @@ def test_a_pod_no_node_takes_decided_again_reads_back_only_the_unchanged_nodes()
     assert choose_node(request, options, ["a", "b", "c"], nodes) == NoPlacement(reasons={
         "a": "2/2 CardTimeSlicingExhausted", "b": "1/2 CardInsufficientMemory, 1/2 CardTimeSlicingExhausted",
         "c": "2/2 CardTimeSlicingExhausted"})
-
-
-@pytest.mark.parametrize("policy", ["binpack", "spread"])
-def test_family_terms_rank_nodes_as_a_full_sort_would(policy: str) -> None:
-    """Metax GPU's topology terms: the lazy merge of each annotation set's run (`_with_terms`) gives the order of a
-    full sort by score plus the set's term, ties by name, under both policies."""
-    rng = random.Random(3)
-    terms = {"": 0.0, '{"a":1}': 5.0, '{"b":2}': -2.5}
-    texts = list(terms)
-    views = [view(replace(inventory(f"n{n:02d}", [gpu(0)]), annotations=texts[n % 3]),
-                  {"GPU-0": DeviceUsage(rng.randint(0, 3), 0, 0)}) for n in range(60)]
-    sign = 1 if policy == "spread" else -1
-    expected = sorted(views, key=lambda v: (sign * (v.score + terms[v.inventory.annotations]), v.name))
-    assert [v.name for v in _with_terms(rank_nodes(views, policy), terms, policy)] == [v.name for v in expected]
