@@ -16,6 +16,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from itertools import compress
 from operator import attrgetter
 
 from hami_web.core.busyrank import BusyBounds, RankOrder, busy_last, by_busy_bound
@@ -55,6 +56,7 @@ class NoPlacement:
 
 _BY_NAME = attrgetter("inventory.name")
 _BY_SCORE = attrgetter("score")
+_CONTAINER_DEVICES = attrgetter("container_devices")
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -235,7 +237,8 @@ def _choose(ask: _Ask, known: list[NodeView], reasons: dict[str, str], candidate
         return _choose_with_group_score(ask, ranked, reasons, candidates, busy, request.group_score_reach)
     terms, same_term = _family_terms(ask, known)
     plain = rank_nodes(known, options.node_policy)
-    ranked = _busy_last(plain if terms is None else by_family_term(plain, terms, options.node_policy), busy)
+    eligible = _could_hold(plain, request.largest_count)  # nodes of too few usable devices are not even looked at
+    ranked = _busy_last(eligible if terms is None else by_family_term(eligible, terms, options.node_policy), busy)
     skipped: list[NodeView] = []
     for view in ranked:
         if not may_fit(request, view, options):
@@ -247,7 +250,19 @@ def _choose(ask: _Ask, known: list[NodeView], reasons: dict[str, str], candidate
                              node_score=_with_group_term(_node_score(view, terms, same_term),
                                                          result, ask.options.node_policy))
         reasons[view.name] = result
+    if request.largest_count:  # the nodes `_could_hold` left out join those `may_fit` ruled out, in rank order
+        ranked = _busy_last(plain if terms is None else by_family_term(plain, terms, options.node_policy), busy)
+        skipped = [view for view in ranked if view.name not in reasons]
     return _first_skipped(ask, skipped, reasons, candidates, busy, terms, same_term)
+
+
+def _could_hold(ranked: list[NodeView], devices: int) -> Iterator[NodeView]:
+    """The nodes of ``ranked``, in order, on which one container may get ``devices`` by the count alone
+    (`NodeView.container_devices`; all of them for 0), lazily and at C level: under binpack the ranking meets the full
+    nodes first, and each one the filter looks at costs it a pre-check in Python."""
+    if not devices:
+        return iter(ranked)
+    return compress(ranked, map(devices.__le__, map(_CONTAINER_DEVICES, ranked)))
 
 
 def _with_group_term(score: float, fit: PodFit, policy: str) -> float:

@@ -121,6 +121,11 @@ class PodRequest:
         """True when at least one container wants a device of any family."""
         return any(c.count > 0 for c in self.containers)
 
+    @property
+    def largest_count(self) -> int:
+        """The most devices one container asks (0 when none asks any): a node with fewer usable cannot fit it."""
+        return max((c.count for c in self.containers), default=0)
+
     def blocks(self) -> tuple[tuple[str, tuple[ContainerRequest, ...]], ...]:
         """``(family, one ask per container)`` for each family the request covers, in order."""
         return self._blocks

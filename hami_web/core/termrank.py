@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import heapq
 import json
-from collections.abc import Iterator, Mapping, Sequence
-from itertools import compress
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from itertools import compress, tee
 from operator import attrgetter
 
 from hami_web.core.options import SPREAD
@@ -51,16 +51,19 @@ def present_terms(terms: FamilyTerms, views: Sequence[NodeView]) -> tuple[dict[s
     return present, 0.0
 
 
-def by_family_term(ranked: list[NodeView], terms: Mapping[str, float], policy: str) -> Iterator[NodeView]:
-    """``ranked`` (the plain ranking: score, then name) re-ranked by score plus each node's term (``terms``, by
-    annotation set), ties by name, lazily: each set's run keeps the plain order and is picked out at C level as it is
-    consumed; the merge stays on the leading run while its nodes beat the other runs' heads (a comparison a node, a
-    heap operation only when the lead changes), and once one run is left it is passed on as it is.
+def by_family_term(eligible: Iterable[NodeView], terms: Mapping[str, float], policy: str) -> Iterator[NodeView]:
+    """``eligible`` (the plain ranking, score then name, of the nodes the filter may look at) re-ranked
+    by score plus each node's term (``terms``, by annotation set), ties by name, lazily: each set's run keeps the plain
+    order and is picked out at C level as it is consumed (each node read once, then handed to every run); the merge
+    stays on the leading run while its nodes beat the other runs' heads (a comparison a node, a heap operation only when
+    the lead changes), and once one run is left it is passed on as it is.
 
     Binpack takes the highest total first, spread the lowest: the key is the total signed so that the best is the
     lowest (exactly the float `hami_web.core.choose` reports as the node's score, negated under binpack)."""
     sign = 1.0 if policy == SPREAD else -1.0
-    runs = [(compress(ranked, map(text.__eq__, map(_ANNOTATIONS, ranked))), term) for text, term in terms.items()]
+    copies = tee(eligible, 2 * len(terms))  # per run: the nodes, and the nodes its selector reads
+    runs = [(compress(copies[2 * number], map(text.__eq__, map(_ANNOTATIONS, copies[2 * number + 1]))), term)
+            for number, (text, term) in enumerate(terms.items())]
     heads: list[tuple[float, str, int, NodeView]] = []
     for number, (run, term) in enumerate(runs):
         view = next(run, None)

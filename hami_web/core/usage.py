@@ -178,6 +178,10 @@ class NodeView:
     # The inventory's node-score annotation set (`NodeInventory.annotations`), one attribute away: a pod whose families
     # score nodes by it (Metax GPU's topology) has every node's read on each decision.
     score_annotations: str = ""
+    # The most devices one container may ask and still pass `fit.may_fit`'s count check here: the usable devices, or any
+    # number while one is usable where devices are carved per grant (one device gives a container several partitions).
+    # The ranking skips a node of fewer than the pod's largest ask at C level, without a look at it.
+    container_devices: int = 0
     # What an ask's fit gave on this exact state: the placement (a `fit.PodFit`) or the failure's summary. The view
     # is immutable and replaced when its usage changes, so entries never go stale; a pod kube-scheduler keeps retrying
     # costs one fit per node, and a search that fits many nodes (a group term, Kunlunxin's bubbles) refits only the
@@ -190,6 +194,9 @@ class NodeView:
     def name(self) -> str:
         """The node's name."""
         return self.inventory.name
+
+
+ANY_COUNT = sys.maxsize  # `NodeView.container_devices` of a node whose devices are carved per grant
 
 
 def node_score(inventory: NodeInventory, usage: tuple[DeviceUsage, ...]) -> float:
@@ -246,6 +253,7 @@ def build_node_view(inventory: NodeInventory, usage_by_uuid: Mapping[str, Device
         partition_faults=faults,
         busy_key=busy_key(inventory, usage),
         score_annotations=inventory.annotations,
+        container_devices=(ANY_COUNT if usable else 0) if carved else usable,
     )
 
 
@@ -281,7 +289,7 @@ def trial_view(view: NodeView, usage: tuple[DeviceUsage, ...]) -> NodeView:
                     usable_devices=view.usable_devices, max_free_memory_mib=view.max_free_memory_mib,
                     max_free_cores=view.max_free_cores, device_types=view.device_types,
                     idle_devices=view.idle_devices, family_stats=view.family_stats, busy_key=view.busy_key,
-                    score_annotations=view.score_annotations)
+                    score_annotations=view.score_annotations, container_devices=view.container_devices)
 
 
 def _partition_faults(inventory: NodeInventory, usage: tuple[DeviceUsage, ...],

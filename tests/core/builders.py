@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 
-from hami_web.core.choose import Placement, choose_node, rank_nodes
+from hami_web.core.choose import NoPlacement, Placement, choose_node, rank_nodes
 from hami_web.core.devices import Device, NodeInventory
 from hami_web.core.fit import PodFit, fit_pod
 from hami_web.core.grants import DeviceGrant, PodGrants
@@ -85,12 +85,14 @@ def fitted_everywhere(request: PodRequest, options: PodOptions, views: Sequence[
 def place_as_everywhere(request: PodRequest, options: PodOptions, views: dict[str, NodeView],
                         busy: frozenset[str]) -> None:
     """One step of a random cross-check: the filter's placement of ``request`` among ``views`` (all candidates, ``busy``
-    binding) is `fitted_everywhere`'s (node, reported score, grants), or none where nothing fits; the placement is then
-    booked into ``views``, as the cache books it, for the next step."""
+    binding) is `fitted_everywhere`'s (node, reported score, grants), or, where nothing fits, a reason for every node
+    (its fit's); the placement is then booked into ``views``, as the cache books it, for the next step."""
     expected = fitted_everywhere(request, options, list(views.values()), busy)
     placed = choose_node(request, options, sorted(views), views, busy=busy)
-    if expected is None:
-        assert not isinstance(placed, Placement)
+    if expected is None:  # a reason for every node, the full fit's, those the ranking left out unseen included
+        assert isinstance(placed, NoPlacement)
+        assert placed.reasons == {name: failure.summary() for name in sorted(views)
+                                  if not isinstance(failure := fit_pod(request, views[name], options), PodFit)}
         return
     assert isinstance(placed, Placement)
     assert (placed.node, placed.node_score, placed.grants) == expected

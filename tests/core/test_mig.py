@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 
 from hami_web.core import names
+from hami_web.core.choose import Placement, choose_node
 from hami_web.core.devices import AnnotationError, Device, NodeInventory, decode_register
 from hami_web.core.families import DEFAULT_CATALOG
 from hami_web.core.fit import FitFailure, PodFit, fit_pod, may_fit
@@ -333,8 +334,13 @@ def test_a_mixed_node_serves_both_kinds() -> None:
 
 
 def test_may_fit_does_not_rule_out_more_instances_than_gpus() -> None:
+    """Nor does the ranking, which leaves out at C level the nodes of fewer usable devices than the largest ask
+    (`NodeView.container_devices`): one MIG GPU gives a container several instances."""
     request = PodRequest(containers=(ask(5, memory_mib=4000),))
     assert may_fit(request, two_gpus(), options())
+    assert two_gpus().container_devices >= request.largest_count
+    placed = choose_node(request, options(), ["node-1"], {"node-1": two_gpus()})
+    assert isinstance(placed, Placement) and len(placed.grants[0]) == 5
 
 
 def test_legacy_geometry_stays_refused() -> None:

@@ -9,7 +9,8 @@ scores and prior usage that is itself within limits) and random pods (1–3 cont
   NUMA node under numa-bind, booked with the container's memory and
   cores; encode∘decode of the grants is identity;
 - a refusal accounts for every GPU of the node once (or is ``NodeInsufficientDevice`` alone);
-- `may_fit` False ⇒ `fit_pod` fails;
+- `may_fit` False ⇒ `fit_pod` fails, and so do fewer usable devices than the largest container asks
+  (`NodeView.container_devices`, by which the ranking leaves nodes out);
 - `choose_node` picks the first node in policy rank order that fits, or gives a reason for every candidate
   (and then no candidate fits);
 - decoders never raise anything but `AnnotationError`, and register / pod device codecs round-trip.
@@ -147,6 +148,7 @@ def test_fit_pod_never_overbooks_a_gpu(data: st.DataObject, node: tuple[NodeInve
     result = fit_pod(request, view, pod_options)
     if isinstance(result, PodFit):
         assert may_fit(request, view, pod_options)
+        assert view.container_devices >= request.largest_count  # the ranking never leaves out a node that fits
         assert_placement_is_sound(request, view, pod_options, result.grants)
         return
     counts = dict(result.reasons)
