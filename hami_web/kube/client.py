@@ -1,7 +1,9 @@
 """`Kube`: the requests hami-web makes, built here and carried by `Transport`.
 
-The only place that uses the official ``kubernetes`` client's API classes. Objects travel as plain JSON dicts
-(see `hami_web.kube.transport`), and every list, paged or not, goes through one loop over ``continue`` tokens.
+The only place that uses the official ``kubernetes`` client. Objects travel as plain JSON dicts (see
+`hami_web.kube.transport`), and every list, paged or not, goes through one loop over ``continue`` tokens. The
+calls a burst makes per pod (node and pod reads and patches, the Binding, Events) go through the client's request
+layer directly (`Transport.get`, `Transport.send`); the rarer ones through its generated API classes.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from urllib.parse import quote
 
 import kubernetes.client
 
-from hami_web.kube.config import load_client_configuration
+from hami_web.kube.config import load_client_configuration, throttle_token_refresh
 from hami_web.kube.errors import TooLargeResourceVersionError
 from hami_web.kube.transport import (
     LIST_PAGE_TIMEOUT_SECONDS,
@@ -52,6 +54,14 @@ def join_pages(pages: Iterable[ListPage]) -> tuple[list[JsonObject], str]:
     return items, version
 
 
+def _node_path(name: str) -> str:
+    return f"/api/v1/nodes/{quote(name, safe='')}"
+
+
+def _pod_path(namespace: str, name: str) -> str:
+    return f"/api/v1/namespaces/{quote(namespace, safe='')}/pods/{quote(name, safe='')}"
+
+
 class Kube:
     """Thin, typed wrapper over the official client for exactly the calls hami-web makes."""
 
@@ -62,6 +72,7 @@ class Kube:
         before the request's deadline, or None) and answers None when its wait would be longer. A request whose
         answer is late is never sent again by the transport (`LateAnswersNotResent`)."""
         configuration.retries = LateAnswersNotResent(3)
+        throttle_token_refresh(configuration)
         self._api_client = kubernetes.client.ApiClient(configuration)
         self._transport = Transport(self._api_client, timeout_seconds=timeout_seconds, throttle=throttle)
 
@@ -190,28 +201,28 @@ class Kube:
 
     def get_node(self, name: str) -> JsonObject:
         """One node; `NotFoundError` when it does not exist."""
-        return self._call(f"get node {name}", self._core.read_node, name)
+        return self._transport.get(f"get node {name}", _node_path(name), [])
 
     def patch_node(self, name: str, patch: JsonObject) -> JsonObject:
         """JSON merge patch a node; a ``metadata.resourceVersion`` in ``patch`` makes it a compare-and-swap."""
-        return self._call(f"patch node {name}", self._core.patch_node, name, patch, _content_type=MERGE_PATCH)
+        return self._transport.send(f"patch node {name}", "PATCH", _node_path(name), patch, content_type=MERGE_PATCH)
 
     # -- pods -------------------------------------------------------------------------------------
 
     def get_pod(self, namespace: str, name: str) -> JsonObject:
         """One pod; `NotFoundError` when it does not exist."""
-        return self._call(f"get pod {namespace}/{name}", self._core.read_namespaced_pod, name, namespace)
+        return self._transport.get(f"get pod {namespace}/{name}", _pod_path(namespace, name), [])
 
     def patch_pod(self, namespace: str, name: str, patch: JsonObject) -> JsonObject:
         """JSON merge patch a pod (annotations and labels)."""
-        return self._call(f"patch pod {namespace}/{name}", self._core.patch_namespaced_pod, name, namespace,
-                          patch, _content_type=MERGE_PATCH)
+        return self._transport.send(f"patch pod {namespace}/{name}", "PATCH", _pod_path(namespace, name), patch,
+                                    content_type=MERGE_PATCH)
 
     def patch_pod_status(self, namespace: str, name: str, patch: JsonObject) -> JsonObject:
         """JSON merge patch a pod's ``status`` subresource (conditions, ``nominatedNodeName``); a
         ``metadata.resourceVersion`` in ``patch`` makes it a compare-and-swap."""
-        return self._call(f"patch pod {namespace}/{name} status", self._core.patch_namespaced_pod_status, name,
-                          namespace, patch, _content_type=MERGE_PATCH)
+        return self._transport.send(f"patch pod {namespace}/{name} status", "PATCH",
+                                    f"{_pod_path(namespace, name)}/status", patch, content_type=MERGE_PATCH)
 
     def delete_pod(self, namespace: str, name: str, *, uid: str) -> JsonObject:
         """Delete a pod with its own grace period, only while it is still the pod ``uid`` (409 otherwise)."""
@@ -221,7 +232,7 @@ class Kube:
 
     def bind_pod(self, namespace: str, name: str, node: str, *, uid: str = "", resource_version: str = "",
                  annotations: Mapping[str, str] | None = None) -> None:
-        """Create the pod's Binding to ``node``. The API answers a Status, so the body is read raw.
+        """Create the pod's Binding to ``node``. The API answers a Status, which nobody reads: drained, not decoded.
 
         ``uid`` and ``resource_version`` are preconditions on the pod (409 when it is another pod, or changed since
         that version); ``annotations`` are written onto the pod in the same write that sets ``spec.nodeName``
@@ -236,8 +247,8 @@ class Kube:
             metadata["annotations"] = dict(annotations)
         binding = {"apiVersion": "v1", "kind": "Binding", "metadata": metadata,
                    "target": {"apiVersion": "v1", "kind": "Node", "name": node}}
-        self._call(f"bind pod {namespace}/{name} to {node}", self._core.create_namespaced_pod_binding,
-                   name, namespace, binding)
+        self._transport.send(f"bind pod {namespace}/{name} to {node}", "POST",
+                             f"{_pod_path(namespace, name)}/binding", binding, read_answer=False)
 
     # -- watches ----------------------------------------------------------------------------------
 
@@ -276,12 +287,14 @@ class Kube:
     def create_event(self, event: JsonObject) -> None:
         """Record a core/v1 Event in the event's namespace."""
         namespace = event.get("metadata", {}).get("namespace") or "default"
-        self._call("create event", self._core.create_namespaced_event, namespace, event)
+        self._transport.send("create event", "POST", f"/api/v1/namespaces/{quote(namespace, safe='')}/events", event,
+                             read_answer=False)
 
     def patch_event(self, namespace: str, name: str, patch: JsonObject) -> None:
         """JSON merge patch an Event (a repeat of it: count, lastTimestamp, message); `NotFoundError` if gone."""
-        self._call(f"patch event {namespace}/{name}", self._core.patch_namespaced_event, name, namespace, patch,
-                   _content_type=MERGE_PATCH)
+        self._transport.send(f"patch event {namespace}/{name}", "PATCH",
+                             f"/api/v1/namespaces/{quote(namespace, safe='')}/events/{quote(name, safe='')}", patch,
+                             content_type=MERGE_PATCH, read_answer=False)
 
     def list_pods_in_namespace(self, namespace: str, *, label_selector: str) -> list[JsonObject]:
         """The pods of ``namespace`` matching ``label_selector`` (the scheduler's own pods, for HAMi's role label)."""

@@ -7,7 +7,8 @@ laptop talks to the cluster the server would, and an error names the file or the
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping, Sequence
+import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,6 +22,8 @@ from hami_web.kube.errors import KubeError
 from hami_web.kube.untyped import load_incluster_config, load_kube_config
 
 IN_CLUSTER_NAMESPACE_FILE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
+# Seconds between two runs of the loaders' token refresh hook (see `throttle_token_refresh`).
+TOKEN_REFRESH_CHECK_SECONDS = 1.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,3 +134,39 @@ def _in_cluster_namespace() -> str:
 def load_client_configuration(kubeconfig: str = "", *, context: str = "") -> kubernetes.client.Configuration:
     """The configuration of `resolve_client` (the server needs nothing else)."""
     return resolve_client(kubeconfig, context=context).configuration
+
+
+class _ThrottledRefresh:
+    """A loader's ``refresh_api_key_hook`` run at most once per ``period`` seconds (see `throttle_token_refresh`)."""
+
+    def __init__(self, hook: Callable[[Any], None], period: float, clock: Callable[[], float]) -> None:
+        self._hook = hook
+        self._period = period
+        self._clock = clock
+        self._next = 0.0
+
+    def __call__(self, configuration: Any) -> None:
+        now = self._clock()
+        if now < self._next:
+            return
+        self._next = now + self._period
+        self._hook(configuration)
+        installed = configuration.refresh_api_key_hook
+        if installed is not self:  # the loaders install their hook again on every run: wrap the new one
+            self._hook = installed
+            configuration.refresh_api_key_hook = self
+
+
+def throttle_token_refresh(configuration: kubernetes.client.Configuration, *,
+                           period: float = TOKEN_REFRESH_CHECK_SECONDS,
+                           clock: Callable[[], float] = time.monotonic) -> None:
+    """Run the configuration's token refresh hook at most once per ``period`` seconds instead of before every request.
+
+    The official loaders (kubeconfig and in-cluster) install a hook the client calls before each request; it checks the
+    token's expiry (or the service-account file's one-minute re-read) and then sets host, CA and TLS settings again,
+    the host's setter reading the proxy environment: a tenth of the CPU of a write on a burst's hot path. A token is
+    still renewed when it expires, at most ``period`` later; nothing else the hook sets changes while we run.
+    """
+    hook = configuration.refresh_api_key_hook
+    if hook is not None and not isinstance(hook, _ThrottledRefresh):
+        configuration.refresh_api_key_hook = _ThrottledRefresh(hook, period, clock)

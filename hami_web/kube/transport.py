@@ -89,6 +89,17 @@ class Transport:
             return self.call(what, self._get_raw, path, query)
         return self.call(what, self._get_raw, path, query, _request_timeout=timeout_seconds)
 
+    def send(self, what: str, method: str, path: str, body: JsonObject | list[JsonObject], *,
+             content_type: str = "application/json", read_answer: bool = True) -> JsonObject:
+        """``method`` (POST, PATCH, PUT) ``body`` to ``path`` through the client's request layer, as `get` does.
+
+        The generated API methods validate every argument with pydantic and serialise through per-method helpers
+        before the same request layer: a third of the CPU of a write on a burst's hot paths (the lock, the Binding,
+        two Events per pod). ``read_answer`` False drains the answer without decoding it (an Event, a Binding's
+        Status: nobody reads them) and answers ``{}``.
+        """
+        return self.call(what, self._send_raw, method, path, body, content_type, _read_answer=read_answer)
+
     def call(self, what: str, method: Any, *args: Any, **kwargs: Any) -> JsonObject:
         """Call ``method`` (a generated API method, or `_get_raw`) and decode its answer; ``what`` names the call
         in errors."""
@@ -139,11 +150,12 @@ class Transport:
 
     def _request(self, what: str, method: Any, args: tuple[Any, ...], kwargs: dict[str, Any], *,
                  end: float | None, responses: list[Any] | None = None) -> JsonObject:
+        decode = kwargs.pop("_read_answer", True)
         try:
             response = method(*args, _preload_content=False, **kwargs)
             if responses is not None:
                 responses.append(response)
-            return _read(response, end)
+            return _read(response, end, decode=decode)
         except _DeadlineExceeded:
             raise KubeError(f"{what}: the answer was still arriving at the request's deadline",
                             outcome_unknown=True) from None
@@ -162,29 +174,43 @@ class Transport:
 
     def _get_raw(self, path: str, query: list[tuple[str, str]], *, _preload_content: bool = False,
                  _request_timeout: float | tuple[float, float] = REQUEST_TIMEOUT_SECONDS) -> Any:
-        """GET through the client's request layer (auth, TLS, pool) without the generated API classes.
+        """GET through the client's request layer (auth, TLS, pool) without the generated API classes."""
+        return self._raw("GET", path, query, None, {}, _request_timeout)
+
+    def _send_raw(self, method: str, path: str, body: JsonObject | list[JsonObject], content_type: str, *,
+                  _preload_content: bool = False,
+                  _request_timeout: float | tuple[float, float] = REQUEST_TIMEOUT_SECONDS) -> Any:
+        return self._raw(method, path, [], body, {"Content-Type": content_type}, _request_timeout)
+
+    def _raw(self, method: str, path: str, query: list[tuple[str, str]], body: Any, headers: dict[str, str],
+             request_timeout: float | tuple[float, float]) -> Any:
+        """One request through the client's request layer; the urllib3 response, unread.
 
         A non-2xx answer raises `ApiException`, as the generated methods do with ``_preload_content=False``.
         """
-        request = self.api_client.param_serialize(method="GET", resource_path=path, query_params=query,
-                                                  header_params={"Accept": "application/json"},
-                                                  auth_settings=["BearerToken"])
-        response = self.api_client.call_api(*request, _request_timeout=_request_timeout)
+        request = self.api_client.param_serialize(method=method, resource_path=path, query_params=query,
+                                                  header_params={"Accept": "application/json", **headers},
+                                                  body=body, auth_settings=["BearerToken"])
+        response = self.api_client.call_api(*request, _request_timeout=request_timeout)
         if not 200 <= response.status <= 299:
             drain_response(response)
             raise ApiException.from_response(http_resp=response, body=None, data=None)
         return response.response
 
 
-def _read(response: Any, end: float | None) -> JsonObject:
+def _read(response: Any, end: float | None, *, decode: bool = True) -> JsonObject:
     try:
         if end is None:
-            return json.loads(response.data or b"{}")  # type: ignore[no-any-return]
-        chunks = []
-        while chunk := response.read1(READ_CHUNK_BYTES):  # whatever has arrived, not a full chunk
-            chunks.append(chunk)
-            if time.monotonic() > end:
-                raise _DeadlineExceeded
-        return json.loads(b"".join(chunks) or b"{}")  # type: ignore[no-any-return]
+            data = response.data
+        else:
+            chunks = []
+            while chunk := response.read1(READ_CHUNK_BYTES):  # whatever has arrived, not a full chunk
+                chunks.append(chunk)
+                if time.monotonic() > end:
+                    raise _DeadlineExceeded
+            data = b"".join(chunks)
+        if not decode:
+            return {}
+        return json.loads(data or b"{}")  # type: ignore[no-any-return]
     finally:
         response.release_conn()
