@@ -14,7 +14,7 @@ import json
 import logging
 import sys
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -234,17 +234,41 @@ def _groupings(devices: list[Device], catalog: DeviceCatalog) -> dict[str, Group
     return groupings
 
 
-def node_state(record: NodeRecord, *, now: float, catalog: DeviceCatalog = DEFAULT_CATALOG) -> NodeState:
+def _family_inventory(record: FamilyRecord) -> tuple[object, ...]:
+    """What of a family's record its devices are read from (not its handshake, whose effect is `family_plugin_gone`)."""
+    return record.family, record.register, record.devices, record.soft_split, record.capacity_gone
+
+
+def same_inventory_source(first: NodeRecord, second: NodeRecord) -> bool:
+    """Whether two records of a node are read into the same inventory once the same families' plugins are gone: they
+    differ at most in the lock, the resourceVersion and the handshakes (each bind's lock and release, and each
+    handshake's request and answer, are node writes that change none of the devices)."""
+    return (first.name == second.name and first.error == second.error and first.pair_scores == second.pair_scores
+            and first.cordon == second.cordon and first.score_annotations == second.score_annotations
+            and len(first.families) == len(second.families)
+            and all(_family_inventory(a) == _family_inventory(b) for a, b in zip(first.families, second.families,
+                                                                                 strict=True)))
+
+
+def node_state(record: NodeRecord, *, now: float, catalog: DeviceCatalog = DEFAULT_CATALOG,
+               previous: NodeState | None = None) -> NodeState:
     """Read a node's inventory of every family, the health of each device plugin, and which handshakes are due.
 
     A family whose register annotation does not parse is left out of the inventory and named in ``broken`` (and
     ``error``); the node's other families stay usable. Only when no family is readable is the node unusable.
+
+    ``previous`` is the node's state before this record: when the record changes nothing its inventory is read from
+    (`same_inventory_source`) and the same plugins are gone, its inventory is kept instead of decoding the register
+    annotations again (most node events of a burst are a lock, a release or a handshake).
     """
     name = record.name
     if not record.families:
         return NodeState(name=name, inventory=None, error=record.error, record=record)
     due = handshake_due(record)
     gone = device_plugin_gone(record, now=now)
+    if (previous is not None and previous.record is not None and previous.plugin_gone == gone
+            and same_inventory_source(previous.record, record)):
+        return replace(previous, handshake_due=due, record=record)
     devices: list[Device] = []
     broken: dict[str, str] = {}
     errors = [record.error] if record.error else []

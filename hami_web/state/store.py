@@ -117,8 +117,10 @@ class CacheStore:
         return seen.resource_version if seen is not None else None
 
     def judge_node(self, record: NodeRecord, now: float) -> NodeState:
+        # The previous state is read without the lock: any earlier state of the node will do, since it is reused
+        # only when this record changes nothing its inventory is read from.
         try:
-            return node_state(record, now=now, catalog=self.catalog)
+            return node_state(record, now=now, catalog=self.catalog, previous=self.nodes.get(record.name))
         except Exception as error:  # one bad object must not stop the loop that reads all the others
             log.exception("node %s: unexpected error reading its GPU inventory", record.name)
             return NodeState(name=record.name, inventory=None, error=f"unreadable node: {type(error).__name__}",
