@@ -333,7 +333,8 @@ class Metrics:
         self._webhook = Counter("hami_web_webhook_reviews", "admission reviews by verdict", ["allowed"],
                                 registry=self.registry)
         self._lock_waits = Counter("hami_web_node_lock_waits", "gang pods that found their node locked and waited, "
-                                   "by outcome (started, acquired, timed_out, failed, no_slot)", ["outcome"],
+                                   "by outcome (started, acquired, timed_out, failed, no_slot), and binds queued "
+                                   "behind a held lock (queued, queue_released, queue_timed_out)", ["outcome"],
                                    registry=self.registry)
         self._preemptions = Counter("hami_web_preemptions", "device-aware preemptions by result (done, failed, "
                                     "fenced: another server's stood, abandoned: the pod went away)", ["result"],
@@ -389,7 +390,8 @@ class Metrics:
         self._bind_calls.observe(calls)
 
     def observe_lock_wait(self, outcome: str) -> None:
-        """Count a gang pod's wait for a held node lock (started, acquired, timed_out, failed, no_slot)."""
+        """Count a gang pod's wait for a held node lock (started, acquired, timed_out, failed, no_slot), or a bind's
+        in-process queue behind one (queued, queue_released, queue_timed_out)."""
         self._lock_waits.labels(outcome=outcome).inc()
 
     def observe_webhook(self, seconds: float, allowed: bool) -> None:

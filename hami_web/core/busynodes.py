@@ -39,6 +39,24 @@ class FamilyLock:
     value: str
 
 
+# A lock's time is written in whole seconds (RFC 3339, as HAMi writes it): its age may read up to this much too old.
+LOCK_TIME_RESOLUTION = 1.0
+
+# A bind in line waits for the holds before it and for each hand-over (the watch showing the release, the next lock's
+# write): a hold's time is stretched by this much to size the line.
+HANDOVER_FACTOR = 1.25
+
+
+def line_depth(max_depth: int, line_seconds: float, hold_seconds: float) -> int:
+    """How many binds may be under way on one node under binpack (`busy_nodes`' ``depth``): as many as get the lock
+    within the line's wait when each holds it ``hold_seconds`` (the average the watch shows), at most ``max_depth``
+    (``--binpack-lock-queue-depth``), at least the lock's holder. On a loaded cluster the holds grow and the line
+    shortens, so that binds do not wait in line only to be refused."""
+    if line_seconds <= 0:
+        return 1
+    return max(1, min(max_depth, 1 + int(line_seconds / max(hold_seconds * HANDOVER_FACTOR, 1e-3))))
+
+
 # A placement of ours not yet bound: its node and when it was assumed (None: no longer an assumption). A plain
 # tuple: one is made per placement on every filter.
 PendingPlacement = tuple[str, float | None]
@@ -46,14 +64,22 @@ PendingPlacement = tuple[str, float | None]
 
 def busy_nodes(locked: Iterable[LockedNode], placements: Iterable[PendingPlacement], *, now: float,
                lock_timeout_seconds: float, grace_seconds: float,
-               family_locks: Iterable[FamilyLock] = ()) -> frozenset[str]:
-    """The nodes busy binding: a live HAMi lock or family lock, or a placement assumed within ``grace_seconds``.
+               family_locks: Iterable[FamilyLock] = (), depth: int = 1,
+               line_seconds: float = 0.0) -> frozenset[str]:
+    """The nodes busy binding: a live family lock, or ``depth`` binds under way there (a live HAMi lock, each
+    placement assumed within ``grace_seconds``).
 
-    A lock whose owner is unknown for longer than ``grace_seconds`` after it was taken counts as ownerless-gone
-    (the owner's bind failed or it was deleted); one with no owner named is judged by its age alone.
+    ``depth`` above 1 is binpack's in-process line (``--binpack-lock-queue``): the binds after the lock's holder wait
+    for it in the process, first come first served, instead of being refused, so the node keeps taking pods until
+    ``depth`` are under way; but a lock held longer than the line's wait (``line_seconds``) makes its node busy at
+    once: its owner is stuck, or another scheduler's, and the binds behind it would only wait to be refused.
+
+    A lock whose owner is unknown for longer than ``grace_seconds`` after it was taken counts as ownerless-gone (the
+    owner's bind failed or it was deleted); one with no owner named is judged by its age alone.
     """
     busy = {entry.node for entry in family_locks
             if bare_lock_live(entry.rule, entry.value, now=now, default_timeout_seconds=lock_timeout_seconds)}
+    under_way: dict[str, int] = {}
     for entry in locked:
         lock, owner = entry.lock, Owner.UNKNOWN
         if entry.owner_known:
@@ -62,9 +88,13 @@ def busy_nodes(locked: Iterable[LockedNode], placements: Iterable[PendingPlaceme
             owner = Owner.GONE
         if not stale_reason(lock, now=now, timeout_seconds=lock_timeout_seconds, owner=owner,
                             owner_bind_phase=entry.owner_phase):
-            busy.add(entry.node)
+            if depth > 1 and (lock.taken_at is None or now - lock.taken_at > line_seconds + LOCK_TIME_RESOLUTION):
+                busy.add(entry.node)
+            else:
+                under_way[entry.node] = under_way.get(entry.node, 0) + 1
     fresh_since = now - grace_seconds
     for node, assumed_at in placements:
         if assumed_at is not None and assumed_at >= fresh_since:
-            busy.add(node)
+            under_way[node] = under_way.get(node, 0) + 1
+    busy.update(node for node, count in under_way.items() if count >= depth)
     return frozenset(busy)

@@ -62,7 +62,7 @@ from hami_web.kube import (
     counting_calls,
     deadline,
 )
-from hami_web.state.faces import Placements
+from hami_web.state.faces import LockLines, Placements
 from hami_web.state.pods import PodUsage
 
 log = logging.getLogger(__name__)
@@ -98,9 +98,12 @@ class Binder:
     def __init__(self, *, cache: Placements, kube: Kube, events: EventSink, node_lock: NodeLock,
                  metrics: BindMetrics | None = None, clock: Callable[[], float] = time.time,
                  deadline_seconds: float = 15.0, lock_wait_seconds: float = 0.0, max_lock_waiters: int = 1,
-                 catalog: DeviceCatalog = DEFAULT_CATALOG, pods_version: Callable[[], str] = str) -> None:
+                 catalog: DeviceCatalog = DEFAULT_CATALOG, pods_version: Callable[[], str] = str,
+                 lock_queue_seconds: float = 0.0, max_queued: int = 1, lines: LockLines | None = None) -> None:
         """``deadline_seconds`` is ``--extender-deadline``; ``lock_wait_seconds`` (``--node-lock-retry-timeout``)
         is the whole deadline of a gang member's bind that waits for a held lock (0: nobody waits);
+        ``lock_queue_seconds`` (``--binpack-lock-queue``) how long a bind waits in its node's line (``lines``; None: no
+        line) for the lock, ``max_queued`` binds at once;
         ``pods_version`` the resourceVersion up to which the cache has applied the pod stream ("" unknown: every
         placement is then checked against a list of the node's pods)."""
         self._deadline_seconds = deadline_seconds
@@ -113,7 +116,9 @@ class Binder:
         self._clock = clock
         self._reads = BindReads(kube=kube, cache=cache, catalog=catalog, pods_version=pods_version)
         self._waiter = LockWaiter(lock=node_lock, cache=cache, reads=self._reads, metrics=metrics,
-                                  wait_seconds=lock_wait_seconds, max_waiters=max_lock_waiters)
+                                  wait_seconds=lock_wait_seconds, max_waiters=max_lock_waiters,
+                                  lines=lines, queue_seconds=lock_queue_seconds, max_queued=max_queued)
+        self._lines = lines
         self._request_defaults = RequestDefaults.of(catalog)
 
     def bind(self, request: BindRequest | UnreadableArgs) -> BindOutcome:
@@ -180,6 +185,8 @@ class Binder:
         locked_at = ""
         with contextlib.ExitStack() as scope:
             bind_deadline = BindDeadline(scope, self._deadline_seconds)
+            if self._lines is not None:  # binpack's in-process line (`extender.lockwait`)
+                scope.callback(self._lines.leave_line, node, placed.uid)
             try:
                 locked_at = self._lock_node(placed, node, bind_deadline)
                 self._cache.reassume(placed)  # written from here on; the watch confirms it
@@ -228,7 +235,8 @@ class Binder:
         failed lock write may still have landed: the cleanup releases it (release only removes ours).
         """
         try:
-            return self._waiter.acquire(placed.namespace, placed.name, node, bind_deadline, self._locks(placed))
+            return self._waiter.acquire(placed.uid, placed.namespace, placed.name, node, bind_deadline,
+                                        self._locks(placed))
         except NodeLockError as error:
             raise _Abort(str(error), kind=BindFailure.LOCKED) from None
         except KubeError as error:

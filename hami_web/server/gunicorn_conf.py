@@ -22,7 +22,8 @@ _settings = build_settings(None)
 configure_logging(_settings.serving.log_level, _settings.serving.log_format)
 _runtime: Any = None
 
-globals().update(gunicorn_options(_settings.serving, tls=load_tls(_settings.serving)))
+globals().update(gunicorn_options(_settings.serving, tls=load_tls(_settings.serving),
+                                  waiting_threads=_settings.binding.queued_binds))
 wsgi_app = "hami_web.server.gunicorn_conf:application"
 
 

@@ -92,7 +92,10 @@ def build_runtime(settings: Settings, *, kube: Kube | None = None, clock: Callab
     settings, preemption_off = _preemption_setting(settings, kube)
     cache = ClusterCache(catalog=settings.devices, clock=clock,
                          busy_nodes_last=settings.busy_nodes_last,
-                         node_lock_timeout_seconds=settings.binding.node_lock_timeout_seconds)
+                         node_lock_timeout_seconds=settings.binding.node_lock_timeout_seconds,
+                         lock_queue_depth=settings.binding.binpack_lock_queue_depth,
+                         lock_queue_slots=settings.binding.queued_binds,
+                         lock_queue_seconds=settings.binding.binpack_lock_queue_seconds)
     sync = ClusterSync(cache, kube, refresh_interval_seconds=settings.watch.refresh_interval_seconds,
                        relist_interval_seconds=settings.watch.relist_interval_seconds,
                        node_label_selector=settings.watch.node_label_selector, clock=clock,
@@ -114,7 +117,9 @@ def build_runtime(settings: Settings, *, kube: Kube | None = None, clock: Callab
                       deadline_seconds=settings.binding.extender_deadline_seconds,
                       lock_wait_seconds=settings.binding.node_lock_retry_timeout_seconds,
                       max_lock_waiters=max(1, settings.serving.threads // 2),
-                      catalog=settings.devices, pods_version=lambda: sync.pods.resource_version),
+                      catalog=settings.devices, pods_version=lambda: sync.pods.resource_version,
+                      lock_queue_seconds=settings.binding.binpack_lock_queue_seconds,
+                      max_queued=settings.binding.queued_binds, lines=cache),
         events=events, cache=cache, decisions=decisions,
         preempter=PreemptVerb(policy=settings.policy, cache=cache),
     )

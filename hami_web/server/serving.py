@@ -56,7 +56,8 @@ def serve(settings: Settings) -> int:
     from hami_web.server.runtime import build_runtime
 
     runtime = build_runtime(settings)
-    return run_gunicorn(runtime.app, settings.serving, tls=tls, on_started=runtime.start, on_stopped=runtime.stop)
+    return run_gunicorn(runtime.app, settings.serving, tls=tls, waiting_threads=settings.binding.queued_binds,
+                        on_started=runtime.start, on_stopped=runtime.stop)
 
 
 def load_tls(serving: ServingSettings) -> ReloadingTLSContext | None:
@@ -87,17 +88,19 @@ def load_tls(serving: ServingSettings) -> ReloadingTLSContext | None:
         raise SettingsError(f"invalid value for --cert-file/--key-file: {error}") from None
 
 
-def gunicorn_options(serving: ServingSettings, *, tls: ReloadingTLSContext | None) -> dict[str, Any]:
+def gunicorn_options(serving: ServingSettings, *, tls: ReloadingTLSContext | None,
+                     waiting_threads: int = 0) -> dict[str, Any]:
     """The gunicorn settings hami-web runs with (also used by ``hami_web.server.gunicorn_conf``).
 
     TLS is not gunicorn's: it would apply to every listener, and the metrics listener is plain HTTP. The
-    worker wraps each TLS listener itself with ``tls``.
+    worker wraps each TLS listener itself with ``tls``. ``waiting_threads``: threads the extender's listener has
+    beyond ``--threads`` for binds that wait in binpack's lines (`BindSettings.queued_binds`).
     """
     listeners = plan_listeners(serving)
     options: dict[str, Any] = {
         "bind": [listener.address for listener in listeners],
         "workers": 1,  # never more: see the module docstring
-        "worker_class": front_worker_class(listeners, tls),
+        "worker_class": front_worker_class(listeners, tls, waiting_threads),
         "threads": serving.threads,
         "worker_connections": MAX_CONNECTIONS,
         "keepalive": KEEPALIVE_SECONDS,
@@ -135,6 +138,7 @@ class _EmbeddedGunicorn(BaseApplication):
 
 
 def run_gunicorn(app: Flask, serving: ServingSettings, *, tls: ReloadingTLSContext | None = None,
+                 waiting_threads: int = 0,
                  on_started: Callable[[], None] | None = None,
                  on_stopped: Callable[[], None] | None = None) -> int:
     """Serve ``app`` with gunicorn until a signal stops it; returns the exit status.
@@ -144,7 +148,7 @@ def run_gunicorn(app: Flask, serving: ServingSettings, *, tls: ReloadingTLSConte
     """
     if tls is None and not serving.plain_http:
         raise SettingsError("invalid value for --cert-file/--key-file: no TLS context and no --insecure-http")
-    options = gunicorn_options(serving, tls=tls)
+    options = gunicorn_options(serving, tls=tls, waiting_threads=waiting_threads)
     listening = ", ".join(f"{listener.audience} on {listener.scheme}://{listener.address}"
                           for listener in plan_listeners(serving))
     options["when_ready"] = lambda _arbiter: log.info("hami-web listening: %s", listening)

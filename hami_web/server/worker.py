@@ -42,11 +42,13 @@ class ThreadLanes:
     when binds are slow, kube-scheduler's serial filter waits for a thread, so it places no more pods than hami-web
     can bind — every placement not yet bound makes its node busy (`state.cache`), and a filter running far ahead of
     the binds would spread a binpack burst over as many nodes as placements are waiting. Pools are made on first
-    use, from the event loop's thread only.
+    use, from the event loop's thread only. Binds that wait in binpack's lines (``--binpack-lock-queue``) have
+    ``waiting_threads`` more in the extender's pool, so that they never hold the threads the filter runs on.
     """
 
-    def __init__(self, threads: int) -> None:
+    def __init__(self, threads: int, *, waiting_threads: int = 0) -> None:
         self._threads = threads
+        self._waiting_threads = waiting_threads
         self._pools: dict[str, ThreadPoolExecutor] = {}
 
     def for_path(self, listener: Listener, path: str) -> ThreadPoolExecutor:
@@ -57,8 +59,9 @@ class ThreadLanes:
             lane = f"{listener.flag}-webhook"
         pool = self._pools.get(lane)
         if pool is None:
+            extra = self._waiting_threads if lane == listener.flag and listener.audience in (EXTENDER, SHARED) else 0
             pool = self._pools[lane] = ThreadPoolExecutor(
-                max_workers=self._threads, thread_name_prefix=f"hami-web-{lane.lstrip('-')}")
+                max_workers=self._threads + extra, thread_name_prefix=f"hami-web-{lane.lstrip('-')}")
         return pool
 
     def shutdown(self) -> None:
@@ -73,6 +76,7 @@ class FrontWorker(Worker):
     listeners: ClassVar[tuple[Listener, ...]] = ()
     tls: ClassVar[ReloadingTLSContext | None] = None
     deadlines: ClassVar[Deadlines] = Deadlines()
+    waiting_threads: ClassVar[int] = 0
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -91,7 +95,7 @@ class FrontWorker(Worker):
 
     async def _serve(self) -> None:
         deadlines = replace(self.deadlines, idle_seconds=float(self.cfg.keepalive or self.deadlines.idle_seconds))
-        lanes = ThreadLanes(self.cfg.threads)
+        lanes = ThreadLanes(self.cfg.threads, waiting_threads=self.waiting_threads)
         servers = []
         for wrapped in self.sockets:
             listening = getattr(wrapped, "sock", wrapped)
@@ -149,7 +153,8 @@ class FrontWorker(Worker):
             task.cancel()
 
 
-def front_worker_class(listeners: tuple[Listener, ...], tls: ReloadingTLSContext | None) -> type[FrontWorker]:
+def front_worker_class(listeners: tuple[Listener, ...], tls: ReloadingTLSContext | None,
+                       waiting_threads: int = 0) -> type[FrontWorker]:
     """A `FrontWorker` bound to these listeners and TLS context (gunicorn takes a class as its worker)."""
     return type("HamiWebWorker", (FrontWorker,), {"listeners": listeners, "tls": tls,
-                                                  "__module__": __name__})
+                                                  "waiting_threads": waiting_threads, "__module__": __name__})

@@ -266,6 +266,14 @@ _OPTIONS: tuple[_Option, ...] = (
     _Option("--node-lock-retry-timeout", "binding.node_lock_retry_timeout_seconds", bind_deadline(allow_zero=True),
             "how long the bind of a PodGroup member that finds its node locked may take, the wait for the lock "
             "and the bind's API calls together, e.g. 25s; 0 = fail at once; at most 27s (25s)"),
+    _Option("--binpack-lock-queue", "binding.binpack_lock_queue_seconds", bind_deadline(allow_zero=True),
+            "under binpack, a node whose HAMi lock is held still takes pods (up to --binpack-lock-queue-depth binds "
+            "under way), whose binds wait in line in the process for the lock, at most this long, e.g. 10s; packs "
+            "bursts tighter at some pace (docs/performance.md); 0 = off: a locked node is tried last, a bind that "
+            "finds it locked is refused (0)"),
+    _Option("--binpack-lock-queue-depth", "binding.binpack_lock_queue_depth", positive_int,
+            "with --binpack-lock-queue, how many binds may be under way on one node at most, the lock's holder "
+            "included; fewer when the locks are held so long that they would not all get it within the wait (6)"),
     _Option("--kube-qps", "api.kube_qps", non_negative_float,
             "requests per second to kube-apiserver, sustained; 0 = no client-side limit (0)"),
     _Option("--kube-burst", "api.kube_burst", non_negative_int,

@@ -73,6 +73,11 @@ class WatchSettings:
     watch_silence_bound_seconds: float = 90.0
 
 
+# How many binds may wait in binpack's in-process lines at once (``--binpack-lock-queue``), each on a thread of its own:
+# a 300-pod burst at 40 pods/s keeps up to ~170 waiting (docs/performance.md, "Binpack's in-process line").
+QUEUED_BINDS = 256
+
+
 @dataclass(frozen=True, slots=True)
 class BindSettings:
     """How ``/filter`` and ``/bind`` spend their time and treat node locks (HAMi v2.10's names and meanings)."""
@@ -80,6 +85,13 @@ class BindSettings:
     extender_deadline_seconds: float = 15.0
     node_lock_timeout_seconds: float = 300.0
     node_lock_retry_timeout_seconds: float = 25.0
+    binpack_lock_queue_seconds: float = 0.0
+    binpack_lock_queue_depth: int = 6
+
+    @property
+    def queued_binds(self) -> int:
+        """How many binds may wait in binpack's lines at once, each on a thread of its own (0: no line)."""
+        return QUEUED_BINDS if self.binpack_lock_queue_seconds > 0 else 0
 
 
 @dataclass(frozen=True, slots=True)

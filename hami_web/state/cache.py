@@ -27,20 +27,19 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
-from dataclasses import replace
 from typing import Any
 
-from hami_web.core.busynodes import FamilyLock, LockedNode, busy_nodes
+from hami_web.core.busynodes import line_depth
 from hami_web.core.choose import NoPlacement, Placement, choose_node
 from hami_web.core.families import DEFAULT_CATALOG, DeviceCatalog
 from hami_web.core.grants import encode_pod_devices
-from hami_web.core.names import NODE_LOCK
 from hami_web.core.nodelocks import SeenNode
-from hami_web.core.options import PodOptions
+from hami_web.core.options import BINPACK, PodOptions
 from hami_web.core.preemption import DisruptionBudget, NodeVictims, Preemptor
 from hami_web.core.quota import NamespaceQuota, QuotaObject
 from hami_web.core.requests import PodRequest
 from hami_web.core.usage import NodeView, pod_booking
+from hami_web.state.bindlines import BindLines, busy_nodes_locked, lock_turn_locked
 from hami_web.state.claims import Claims
 from hami_web.state.holds import Holds, HoldState, PreemptionDecision
 from hami_web.state.lockstats import LOCK_HOLD_BUCKETS_SECONDS, LockHolds
@@ -79,10 +78,13 @@ class ClusterCache:
     """
 
     def __init__(self, *, catalog: DeviceCatalog = DEFAULT_CATALOG, clock: Clock = time.time,
-                 busy_nodes_last: bool = True, node_lock_timeout_seconds: float = 300.0) -> None:
-        """``busy_nodes_last``: a filter tries nodes busy binding after the others (see `busy_nodes`);
-        ``node_lock_timeout_seconds`` is ``--node-lock-timeout``, after which a node lock no longer makes it busy.
-        """
+                 busy_nodes_last: bool = True, node_lock_timeout_seconds: float = 300.0,
+                 lock_queue_depth: int = 1, lock_queue_slots: int = 0, lock_queue_seconds: float = 0.0) -> None:
+        """``busy_nodes_last``: a filter tries nodes busy binding after the others (see `busy_nodes`); after
+        ``node_lock_timeout_seconds`` (``--node-lock-timeout``) a node lock no longer makes it busy; under binpack
+        a node is busy with ``lock_queue_depth`` binds under way (``--binpack-lock-queue``: the later ones wait in line,
+        `state.bindlines`, at most ``lock_queue_seconds``) while fewer than ``lock_queue_slots`` binds wait, else with
+        one."""
         self._store = CacheStore(catalog=catalog, clock=clock)
         self._holds = Holds(self._store)
         self.catalog = catalog
@@ -90,6 +92,9 @@ class ClusterCache:
         self._clock = clock
         self._busy_nodes_last = busy_nodes_last
         self._node_lock_timeout_seconds = node_lock_timeout_seconds
+        self._queue_depth, self._queue_slots = lock_queue_depth, lock_queue_slots
+        self._queue_seconds = lock_queue_seconds
+        self._lines = BindLines()
         self._synced = threading.Event()
         # Pods this process placed and has not seen bound, deleted or abandoned, and the bookings it gave up
         # (`state.claims`: the lifecycle and its table of states). `/bind` writes the placement it finds there.
@@ -175,20 +180,27 @@ class ClusterCache:
         with self._store.locked("nodes"):
             self._store.note_seen_locked([(record.name, None if kind == "DELETED" else record)
                                           for kind, record in events])
+        self._lines.changed(record.name for _, record in events)
         self._store.commit_nodes([(record.name, None if kind == "DELETED" else self._store.judge_node(record, now))
                                   for kind, record in events])
 
     def seen_node(self, name: str) -> SeenNode | None:
         """The GPU node's resourceVersion and lock as the watch last showed them (None when unknown)."""
         with self._store.locked("read"):
-            seen = self._store.seen_nodes.get(name)
-            lock = self._store.node_locks.get(name)
-            if seen is None or lock is None or not lock.pod:
-                return seen
-            held = self._store.lock_owner_locked(lock)
-            if held is None or not self._store.lock_owner_done_locked(held):
-                return seen
-            return replace(seen, owner_done=True)
+            return self._store.seen_node_locked(name)
+
+    def lock_turn(self, node: str, uid: str, namespace: str, name: str) -> tuple[bool, SeenNode | None, int]:
+        """Whether the pod's bind may try the node's lock now (`state.bindlines.lock_turn_locked`)."""
+        with self._store.locked("read"):
+            return lock_turn_locked(self._store, self._claims, self._lines, node, uid, namespace, name)
+
+    def await_lock_turn(self, node: str, version: int, timeout: float) -> None:
+        """Sleep until the node changes or a bind leaves its line, at most ``timeout`` seconds."""
+        self._lines.wait(node, version, timeout)
+
+    def leave_line(self, node: str, uid: str) -> None:
+        """The pod's bind ended: the next in the node's line may go."""
+        self._lines.leave(node, uid)
 
     # -- pods -------------------------------------------------------------------------------------
 
@@ -305,7 +317,9 @@ class ClusterCache:
                                     f"({held.usage.devices_text}); it is not placed again")
             shadowed = held.api_usage if held is not None else None
             self._store.release_locked(uid)
-            busy = self._busy_nodes_locked(uid, namespace, name, self._lock_keys(request)) \
+            depth = line_depth(self._queue_depth, self._queue_seconds, self._store.node_lock_holds.estimate) \
+                if options.node_policy == BINPACK and self._lines.waiting() < self._queue_slots else 1
+            busy = self._busy_nodes_locked(uid, namespace, name, self._lock_keys(request), depth=depth) \
                 if self._busy_nodes_last else frozenset()
             quota = self._store.quota_ledger.pod_quota(namespace, request)
             views: Mapping[str, NodeView] = self._store.views
@@ -391,32 +405,12 @@ class ClusterCache:
         rules = self.catalog.locks_for(request.families)
         return frozenset(rule.key for rule in rules) if rules else None
 
-    def _busy_nodes_locked(self, uid: str, namespace: str, name: str,
-                           lock_keys: frozenset[str] | None = None) -> frozenset[str]:
-        """`busy_nodes`, leaving out what belongs to the pod being placed (``uid``, ``namespace/name``); only the locks
-        in ``lock_keys`` (those its bind would take; None: all) make a node busy for it (`core.busynodes`).
-
-        A lock is live by the rules `/bind` applies (`core.nodelocks.stale_reason`), with the owner's bind-phase
-        as the watch showed it; an owner without a booking in the cache for `ASSUMPTION_GRACE_SECONDS` after it
-        took the lock counts as gone (its bind failed or it was deleted). A placement counts for as long as its
-        assumption is fresh (kube-scheduler binds at once, so an older one is a bind that never came).
-        """
-        now = self._clock()
-        family_locks = [FamilyLock(node, self.catalog.lock_rule(key), value)
-                        for node, others in self._store.other_locks.items() for key, value in others
-                        if lock_keys is None or key in lock_keys]
-        locked = []
-        for node, lock in self._store.node_locks.items() if lock_keys is None or NODE_LOCK in lock_keys else ():
-            if lock.owned_by(namespace, name):
-                continue
-            held = self._store.lock_owner_locked(lock)
-            phase = held.usage.bind_phase if held is not None and self._store.lock_owner_done_locked(held) else ""
-            locked.append(LockedNode(node, lock, owner_known=held is not None, owner_phase=phase))
-        placements = [(usage.node, held.assumed_at) for placed_uid, usage in self._claims.placed.items()
-                      if placed_uid != uid and (held := self._store.held.get(placed_uid)) is not None]
-        placements.extend(self._claims.due_locks(self._store.seen_version_locked, since=now - ASSUMPTION_GRACE_SECONDS))
-        return busy_nodes(locked, placements, now=now, lock_timeout_seconds=self._node_lock_timeout_seconds,
-                          grace_seconds=ASSUMPTION_GRACE_SECONDS, family_locks=family_locks)
+    def _busy_nodes_locked(self, uid: str, namespace: str, name: str, lock_keys: frozenset[str] | None = None,
+                           depth: int = 1) -> frozenset[str]:
+        """`state.bindlines.busy_nodes_locked` for the pod being placed."""
+        return busy_nodes_locked(self._store, self._claims, uid, namespace, name, lock_keys=lock_keys, depth=depth,
+                                 now=self._clock(), lock_timeout_seconds=self._node_lock_timeout_seconds,
+                                 line_seconds=self._queue_seconds)
 
     def forget(self, uid: str, *, keep_booking: bool = False) -> PodUsage | None:
         """Drop the pod's placement and our assumption of its booking (abandoned); returns what was dropped.

@@ -89,6 +89,12 @@ class Claims:
             else:
                 yield node, bound_at
 
+    def lock_due_on(self, node: str, seen_version: str | None, *, besides: str) -> bool:
+        """Whether a pod other than ``besides`` was bound by us on ``node`` and the node, seen at ``seen_version``, does
+        not show its lock yet (`due_locks`): its lock is about to appear, the node is not free."""
+        return any(due_node == node and seen_version is not None and not newer(seen_version, locked_at)
+                   for uid, (due_node, locked_at, _) in self.locks_due.items() if uid != besides)
+
     def keep_only(self, alive: Collection[str], held: Container[str]) -> None:
         """After a full list: forget the claims of pods the list did not show alive (placements still held stay)."""
         for uid in [uid for uid in self.placed if uid not in alive and uid not in held]:

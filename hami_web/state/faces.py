@@ -115,6 +115,16 @@ class Placements(Protocol):
     def namespace_quota(self, namespace: str) -> NamespaceQuota: ...
 
 
+class LockLines(Protocol):
+    """How a bind waits in line for a node's lock under binpack (`state.bindlines`): its turn, a wake-up, leaving."""
+
+    def lock_turn(self, node: str, uid: str, namespace: str, name: str) -> tuple[bool, SeenNode | None, int]: ...
+
+    def await_lock_turn(self, node: str, version: int, timeout: float) -> None: ...
+
+    def leave_line(self, node: str, uid: str) -> None: ...
+
+
 class Preemption(Protocol):
     """What device-aware preemption decides with: a preemption (or the wait for one) for a pod `Placements.place` found
     no node for, the device victims kube-scheduler's own victims on a node need beside them, and the end of a hold

@@ -67,3 +67,34 @@ class TimedLock:
         with self._lock:
             return {work: LockHolds(h.count, h.total_seconds, h.max_seconds, list(h.bucket_counts),
                                     h.max_cpu_seconds) for work, h in self.holds.items()}
+
+
+# The weight of the latest node-lock hold in `NodeLockHolds.estimate`, and the estimate before any was seen.
+HOLD_WEIGHT = 0.2
+FIRST_HOLD_SECONDS = 1.0
+# A hold longer than this is a stuck or foreign lock, not the pace of allocation: it does not move the estimate.
+LONGEST_HOLD_SECONDS = 30.0
+
+
+class NodeLockHolds:
+    """How long HAMi node locks stay held, as the node watch shows them (a moving average): binpack's line sends no more
+    pods to a locked node than can get the lock within the line's wait (`core.busynodes.line_depth`), and the time
+    from a bind's lock to the device plugin's release is the cluster's, not ours to know in advance."""
+
+    def __init__(self) -> None:
+        self.estimate = FIRST_HOLD_SECONDS
+        self._taken: dict[str, tuple[str, float]] = {}  # node -> (the lock as seen, when it was first seen)
+
+    def observe(self, node: str, lock: str, now: float) -> None:
+        """The watch shows ``node`` with ``lock`` ("" when none) at ``now``."""
+        taken = self._taken.get(node)
+        if taken is not None and taken[0] == lock:
+            return
+        if taken is not None:
+            held = now - taken[1]
+            if 0.0 <= held <= LONGEST_HOLD_SECONDS:
+                self.estimate += HOLD_WEIGHT * (held - self.estimate)
+        if lock:
+            self._taken[node] = (lock, now)
+        else:
+            self._taken.pop(node, None)

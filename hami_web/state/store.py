@@ -13,12 +13,12 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from hami_web.core.families import DeviceCatalog
 from hami_web.core.nodelocks import LockValue, SeenNode, parse_lock
 from hami_web.core.usage import NodeView, build_node_view
-from hami_web.state.lockstats import LockHolds, TimedLock
+from hami_web.state.lockstats import LockHolds, NodeLockHolds, TimedLock
 from hami_web.state.nodes import NodeRecord, NodeState, node_state
 from hami_web.state.planning import (
     Held,
@@ -74,6 +74,7 @@ class CacheStore:
         # conditional write), the nodes whose lock is set, and the pod of each namespace/name (whose lock it is).
         self.seen_nodes: dict[str, SeenNode] = {}
         self.node_locks: dict[str, LockValue] = {}
+        self.node_lock_holds = NodeLockHolds()
         # The families' own locks set on each node (key, value), e.g. Cambricon's: live ones make a node busy too.
         self.other_locks: dict[str, tuple[tuple[str, str], ...]] = {}
         self.uid_by_name: dict[tuple[str, str], str] = {}
@@ -94,7 +95,9 @@ class CacheStore:
 
     def note_seen_locked(self, records: Iterable[tuple[str, NodeRecord | None]]) -> None:
         """Remember each GPU node's resourceVersion and lock as the API showed them (None: the node is gone)."""
+        now = self.clock()
         for name, record in records:
+            self.node_lock_holds.observe(name, record.lock if record is not None and record.has_devices else "", now)
             if record is None or not record.has_devices:
                 self.seen_nodes.pop(name, None)
                 self.node_locks.pop(name, None)
@@ -110,6 +113,18 @@ class CacheStore:
                 self.node_locks[name] = parse_lock(record.lock)
             else:
                 self.node_locks.pop(name, None)
+
+    def seen_node_locked(self, name: str) -> SeenNode | None:
+        """The GPU node's resourceVersion and lock as the watch last showed them, the lock's owner marked done when
+        the watch showed it so (None when unknown)."""
+        seen = self.seen_nodes.get(name)
+        lock = self.node_locks.get(name)
+        if seen is None or lock is None or not lock.pod:
+            return seen
+        held = self.lock_owner_locked(lock)
+        if held is None or not self.lock_owner_done_locked(held):
+            return seen
+        return replace(seen, owner_done=True)
 
     def seen_version_locked(self, node: str) -> str | None:
         """The node's resourceVersion as the node stream last showed it (None: not a GPU node of the cache)."""

@@ -111,6 +111,22 @@ def test_the_shared_listener_runs_the_webhook_on_its_own_threads() -> None:
         lanes.shutdown()
 
 
+@pytest.mark.parametrize("serving", [{"http_bind": "0.0.0.0:443"}, {}], ids=["HAMi's one listener", "three"])
+def test_binds_waiting_in_line_have_threads_of_their_own_on_the_extenders_listener(serving: dict[str, str]) -> None:
+    """Binpack's in-process line (``--binpack-lock-queue``): waiting binds never take the threads /filter runs on, and
+    the webhook's and metrics' pools stay as ``--threads`` says."""
+    listeners = plan_listeners(Settings.of(**serving).serving)
+    lanes = ThreadLanes(2, waiting_threads=5)
+    try:
+        for listener in listeners:
+            for path in ("/filter", "/webhook", "/metrics"):
+                pool = lanes.for_path(listener, path)
+                serves_binds = lanes.for_path(listener, "/bind") is pool and listener.audience in ("extender", "shared")
+                assert pool._max_workers == (7 if serves_binds else 2), (listener.flag, path)
+    finally:
+        lanes.shutdown()
+
+
 def test_the_shared_listener_needs_its_own_port() -> None:
     with pytest.raises(SettingsError, match="each listener needs its own port"):
         build_settings(None, environ={"HAMI_HTTP_BIND": "0.0.0.0:9395"})

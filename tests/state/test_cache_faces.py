@@ -30,7 +30,7 @@ from hami_web.state.store import CacheStore
 from hami_web.state.sync import ClusterSync, NodeCacheSink, PodCacheSink
 
 FACES = (faces.CacheFeed, faces.QuotaFeed, faces.BudgetFeed, faces.ClusterFeed, faces.Placements, faces.Preemption,
-         faces.CacheReads)
+         faces.CacheReads, faces.LockLines)
 MAX_FACE_METHODS = 10
 
 
@@ -63,6 +63,7 @@ def test_the_cache_has_every_member_of_every_face_with_its_parameters(face: type
     (Filter.__init__, "cache", faces.Placements),
     (Binder.__init__, "cache", faces.Placements),
     (BindReads.__init__, "cache", faces.Placements),
+    (Binder.__init__, "lines", faces.LockLines | None),
     (ClusterSync.__init__, "cache", faces.ClusterFeed),
     (ClusterSync.__init__, "budgets", faces.BudgetFeed | None),
     (NodeCacheSink, "cache", faces.CacheFeed),
