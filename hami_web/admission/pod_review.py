@@ -15,6 +15,7 @@ device plugins and GPU exporters run privileged and rely on ``NVIDIA_VISIBLE_DEV
 from __future__ import annotations
 
 import copy
+import json
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, cast
@@ -450,8 +451,34 @@ def _set_env(container: dict[str, Any], name: str, value: str) -> None:
 
 def _allow(original: dict[str, Any], mutated: dict[str, Any], message: str,
            warnings: Iterable[str] = ()) -> AdmissionDecision:
-    operations = jsonpatch.make_patch(original, mutated).patch
+    operations = jsonpatch.make_patch(*_differing_parts(original, mutated)).patch
     return AdmissionDecision(allowed=True, message=message, patch=operations, warnings=tuple(warnings))
+
+
+def _differing_parts(original: dict[str, Any], mutated: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Both documents without the members the mutation left as they were, at every level of maps: the patch
+    ``jsonpatch.make_patch`` makes of them is the one it makes of the whole pod, for a fraction of its time.
+
+    ``make_patch`` walks every member in Python, most of a pod unchanged (half the webhook's time on a pod with one
+    change); a member is left out only when both sides serialise alike, ``make_patch``'s own test of a change, and the
+    members left keep their order, so the operations and their order are the same. Lists are kept whole: their
+    operations are by index.
+    """
+    kept_original: dict[str, Any] = {}
+    kept_mutated: dict[str, Any] = {}
+    for key, before in original.items():
+        if key not in mutated:
+            kept_original[key] = before
+            continue
+        after = mutated[key]
+        if isinstance(before, dict) and isinstance(after, dict):
+            kept_original[key], kept_mutated[key] = _differing_parts(before, after)
+        elif json.dumps(before) != json.dumps(after):
+            kept_original[key], kept_mutated[key] = before, after
+    for key, after in mutated.items():
+        if key not in original:
+            kept_mutated[key] = after
+    return kept_original, kept_mutated
 
 
 def _deny(code: int, message: str) -> AdmissionDecision:
