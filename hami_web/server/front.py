@@ -55,7 +55,12 @@ class Deadlines:
     """How long each phase of a connection may take before the front gives up on the client."""
 
     handshake_seconds: float = 5.0  # TLS handshake, from accept
-    idle_seconds: float = 5.0  # first byte of a request (a new connection, or the next on a kept-alive one)
+    idle_seconds: float = 5.0  # first byte of the first request on a new connection
+    # First byte of the next request on a kept-alive connection: longer than the 90 s after which Go's HTTP clients
+    # (kube-apiserver calling the webhook, kube-scheduler calling the extender) close an idle connection themselves.
+    # A server that closes first races the request the client may be sending on it, and Go does not send a POST again:
+    # kube-apiserver saw EOF, and with failurePolicy Ignore admitted a GPU pod unmutated.
+    keepalive_seconds: float = 120.0
     header_seconds: float = 5.0  # the whole request header, from its first byte
     body_seconds: float = 10.0  # the whole body, after the header (kube-apiserver gives the webhook 10 s)
     write_seconds: float = 10.0  # the client takes the response
@@ -232,11 +237,12 @@ class Connection:
 
     async def _serve_requests(self) -> None:
         leftover = b""
+        wait = self._deadlines.idle_seconds
         while True:
             message = _Message(self._max_body_bytes)
             message.feed(leftover)
             if not message.started:
-                first = await self._read(self._deadlines.idle_seconds)
+                first = await self._read(wait)
                 if not first:
                     return
                 message.feed(first)
@@ -246,6 +252,7 @@ class Connection:
             if not keep_open or self.closing:
                 return
             leftover = message.parser.remaining()
+            wait = self._deadlines.keepalive_seconds
 
     async def _serve_one(self, message: _Message) -> bool:
         async with asyncio.timeout(self._deadlines.header_seconds):

@@ -37,8 +37,9 @@ from hami_web.settings import ServingSettings, Settings, SettingsError
 
 log = logging.getLogger(__name__)
 
-# Seconds an idle client connection is kept open for its next request (kube-scheduler, API server).
-KEEPALIVE_SECONDS = 5
+# Seconds a kept-alive client connection waits for its next request (kube-scheduler, API server): longer than the 90 s
+# after which Go's HTTP clients close idle connections themselves, so they close first (`server.front.Deadlines`).
+KEEPALIVE_SECONDS = 120
 # Open connections at once (all listeners); more are closed on accept. Idle ones cost memory, not threads.
 MAX_CONNECTIONS = 1000
 # Seconds a request may run before gunicorn restarts the worker; above kube-scheduler's 30 s httpTimeout.

@@ -94,7 +94,8 @@ class FrontWorker(Worker):
         raise RuntimeError(f"no listener planned for port {port}")
 
     async def _serve(self) -> None:
-        deadlines = replace(self.deadlines, idle_seconds=float(self.cfg.keepalive or self.deadlines.idle_seconds))
+        deadlines = replace(self.deadlines,
+                            keepalive_seconds=float(self.cfg.keepalive or self.deadlines.keepalive_seconds))
         lanes = ThreadLanes(self.cfg.threads, waiting_threads=self.waiting_threads)
         servers = []
         for wrapped in self.sockets:

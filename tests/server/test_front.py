@@ -18,6 +18,7 @@ import json
 import re
 import socket
 import ssl
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -242,6 +243,22 @@ def test_pipelined_requests_on_one_kept_alive_connection(server: LocalServer) ->
             received += chunk
         statuses = [int(status) for status in re.findall(rb"HTTP/1\.1 (\d{3}) ", received)]
         assert statuses == [200, 200]
+
+
+def test_a_kept_alive_connection_outlasts_the_first_requests_idle_deadline(server: LocalServer) -> None:
+    """Go's HTTP clients (kube-apiserver's webhook client, kube-scheduler's extender client) keep an idle connection
+    90 s and close it themselves; a server that closed it after 5 s raced a POST sent on it (EOF, not resent). A new
+    connection that says nothing is still dropped within seconds (`test_slow_and_idle_clients_...`)."""
+    with _raw_tls(server, server.webhook_url) as connection:
+        for _ in range(2):
+            connection.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+            received = b""
+            while not received.rstrip().endswith(b"}"):
+                chunk = connection.recv(4096)
+                assert chunk, "the server closed the kept-alive connection"
+                received += chunk
+            assert received.startswith(b"HTTP/1.1 200 ")
+            time.sleep(6.5)  # past the 5 s a new connection gets for its first request
 
 
 @pytest.mark.parametrize(("request_bytes", "status"), [
