@@ -51,7 +51,7 @@ class LockWaiter:
         self._metrics = metrics
         self._wait_seconds = wait_seconds
         self._lines = lines
-        self._queue_seconds = queue_seconds if lines is not None else 0.0
+        self._queue_seconds = queue_seconds
         self._slots = WaitSlots(max_waiters)
         self._queue_slots = WaitSlots(max_queued)
 
@@ -61,12 +61,13 @@ class LockWaiter:
         node's line for the lock's turn; a gang member whose node is locked waits for them, its bind's deadline then
         ``--node-lock-retry-timeout`` from the bind's start, the wait ending a little early so the calls after it
         still have time. The bind leaves the line when it ends (`Placements.leave_line`)."""
-        seen = self._cache.seen_node(node)
         if self._lines is not None and self._queue_seconds > 0 and self._queue_slots.try_take():
             try:
                 seen = self._in_line(self._lines, node, uid, namespace, name)
             finally:
                 self._queue_slots.give_back()
+        else:
+            seen = self._cache.seen_node(node)
         try:
             return self._lock.acquire(node, namespace, name, seen=seen, rules=rules)
         except NodeLockHeld as held:
@@ -122,4 +123,3 @@ class LockWaiter:
     def _count(self, outcome: str) -> None:
         if self._metrics is not None:
             self._metrics.observe_lock_wait(outcome)
-

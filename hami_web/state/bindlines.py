@@ -16,7 +16,7 @@ from collections.abc import Iterable
 
 from hami_web.core.busynodes import FamilyLock, LockedNode, busy_nodes
 from hami_web.core.names import NODE_LOCK
-from hami_web.core.nodelocks import SeenNode, parse_lock
+from hami_web.core.nodelocks import SeenNode
 from hami_web.state.claims import Claims
 from hami_web.state.planning import ASSUMPTION_GRACE_SECONDS
 from hami_web.state.store import CacheStore
@@ -97,7 +97,8 @@ def lock_turn_locked(store: CacheStore, claims: Claims, lines: BindLines, node: 
     seen = store.seen_node_locked(node)
     if not first or seen is None:
         return first and seen is None, seen, version
-    held = bool(seen.lock) and not seen.owner_done and not parse_lock(seen.lock).owned_by(namespace, name)
+    lock = store.node_locks.get(node)  # the seen lock, parsed when the watch brought it
+    held = lock is not None and not seen.owner_done and not lock.owned_by(namespace, name)
     return not held and not claims.lock_due_on(node, seen.resource_version, besides=uid), seen, version
 
 
