@@ -127,6 +127,15 @@ FRESH_HANDSHAKE = "Requesting_2099-01-01 00:00:00"
 ALL_FAMILIES = build_catalog(enable={spec.name for spec in gated_specs()})
 
 
+def bound_gpu_pod(name: str, node: str, devices: str, limits: dict[str, str] | None = None) -> dict[str, Any]:
+    """A GPU pod another binder already bound to ``node`` with ``devices`` (HAMi's pod-devices text), its device
+    plugin done with it (``bind-phase=success``)."""
+    pod = gpu_pod(name, limits, annotations={names.POD_ASSIGNED_NODE: node, names.POD_DEVICES_ALLOCATED: devices,
+                                             names.POD_BIND_PHASE: "success"})
+    pod["spec"]["nodeName"] = node
+    return pod
+
+
 def dcus(node: str, how_many: int = 2, *, count: int = 4, memory_mib: int = 65520, cores: int = 100,
          type: str = DCU_TYPE) -> list[Device]:
     """``how_many`` identical Hygon DCUs named ``<node>-dcu<i>``."""
@@ -320,6 +329,16 @@ def busy_nodes(cache: ClusterCache) -> frozenset[str]:
     because only tests ask it without a pod)."""
     with cache._store.locked("read"):
         return cache._busy_nodes_locked("", "", "")
+
+
+def metric_value(runtime: Runtime, name: str, **labels: str) -> float:
+    """A sample of the runtime's metrics (0 when it was never observed)."""
+    return runtime.metrics.registry.get_sample_value(name, labels) or 0.0
+
+
+def lock_waits(runtime: Runtime, outcome: str) -> float:
+    """``hami_web_node_lock_waits_total`` of ``outcome``: a gang member's wait for a held lock, or a bind in line."""
+    return metric_value(runtime, "hami_web_node_lock_waits_total", outcome=outcome)
 
 
 def release_lock(kube: Kube, name: str, node: str, *, namespace: str = NAMESPACE, phase: str = "success") -> None:

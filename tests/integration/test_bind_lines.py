@@ -28,11 +28,13 @@ from .helpers import (
     RuntimeFactory,
     Scheduler,
     annotations_of,
+    bound_gpu_pod,
     busy_nodes,
     gpu_limits,
     gpu_node,
     gpu_pod,
     gpus,
+    lock_waits,
     release_lock,
     wait_for,
 )
@@ -52,17 +54,10 @@ def make_runtime(make_runtime: RuntimeFactory) -> RuntimeFactory:
 def cluster(apiserver: LocalCluster) -> None:
     """``full`` (one GPU half booked by ``resident``), ``empty`` (one GPU), pending binpack pods ``pod1``…``pod5`` and
     a spread pod ``spread1``."""
-    resident = gpu_pod("resident", SMALL, annotations={names.POD_ASSIGNED_NODE: "full",
-                                                       names.POD_DEVICES_ALLOCATED: "full-gpu0,NVIDIA,4000,10:;",
-                                                       names.POD_BIND_PHASE: "success"})
-    resident["spec"]["nodeName"] = "full"
-    apiserver.load([gpu_node("full", gpus("full", 1)), gpu_node("empty", gpus("empty", 1)), resident,
+    apiserver.load([gpu_node("full", gpus("full", 1)), gpu_node("empty", gpus("empty", 1)),
+                    bound_gpu_pod("resident", "full", "full-gpu0,NVIDIA,4000,10:;", SMALL),
                     *(gpu_pod(f"pod{index}", SMALL) for index in range(1, 6)),
                     gpu_pod("spread1", SMALL, annotations={names.POD_NODE_POLICY: "spread"})])
-
-
-def _metric(runtime: Runtime, name: str, **labels: str) -> float:
-    return runtime.metrics.registry.get_sample_value(name, labels) or 0.0
 
 
 def _lock_seen(runtime: Runtime, node: str, pod: str) -> None:
@@ -97,11 +92,8 @@ def test_binpack_sends_pods_to_a_locked_node_until_depth_binds_are_under_way(
 def test_spread_keeps_trying_a_locked_node_last(cluster: None, apiserver: LocalCluster, runtime: Runtime,
                                                  scheduler: Scheduler) -> None:
     """The line serves binpack only: a spread pod that would rank ``full`` first still goes around its lock."""
-    resident = gpu_pod("resident2", SMALL, annotations={names.POD_ASSIGNED_NODE: "empty",
-                                                       names.POD_DEVICES_ALLOCATED: "empty-gpu0,NVIDIA,6000,10:;",
-                                                       names.POD_BIND_PHASE: "success"})
-    resident["spec"]["nodeName"] = "empty"
-    apiserver.load([resident])  # now "empty" is the fuller node: spread ranks "full" first
+    # now "empty" is the fuller node: spread ranks "full" first
+    apiserver.load([bound_gpu_pod("resident2", "empty", "empty-gpu0,NVIDIA,6000,10:;", SMALL)])
 
     def booked() -> bool:
         view = runtime.cache.node_view("empty")
@@ -142,9 +134,9 @@ def test_binds_in_line_go_first_come_first_served_and_send_nothing_while_they_wa
         return thread
 
     second = bind("pod2")
-    wait_for(lambda: _metric(runtime, "hami_web_node_lock_waits_total", outcome="queued") == 1, what="pod2 in line")
+    wait_for(lambda: lock_waits(runtime, "queued") == 1, what="pod2 in line")
     third = bind("pod3")
-    wait_for(lambda: _metric(runtime, "hami_web_node_lock_waits_total", outcome="queued") == 2, what="pod3 in line")
+    wait_for(lambda: lock_waits(runtime, "queued") == 2, what="pod3 in line")
     time.sleep(0.3)
     assert _node_writes(apiserver, before) == []  # waiting in line sends nothing
 
@@ -162,8 +154,8 @@ def test_binds_in_line_go_first_come_first_served_and_send_nothing_while_they_wa
     assert annotations_of(apiserver, "nodes", "full")[names.NODE_LOCK].endswith(",default,pod3")
     # Each bind wrote the lock once, each release once: no write refused for a stale version, none retried.
     assert _node_writes(apiserver, before) == ["PATCH"] * 4
-    assert _metric(runtime, "hami_web_node_lock_waits_total", outcome="queue_released") == 2
-    assert _metric(runtime, "hami_web_node_lock_waits_total", outcome="queue_timed_out") == 0
+    assert lock_waits(runtime, "queue_released") == 2
+    assert lock_waits(runtime, "queue_timed_out") == 0
 
 
 def test_a_bind_whose_lock_is_not_released_within_the_lines_wait_is_refused(
@@ -178,7 +170,7 @@ def test_a_bind_whose_lock_is_not_released_within_the_lines_wait_is_refused(
     started = time.monotonic()
     assert scheduler.bind("pod2", "full") == {"Error": "node full is locked by default/pod1"}
     assert time.monotonic() - started >= 2.0
-    assert _metric(runtime, "hami_web_node_lock_waits_total", outcome="queue_timed_out") == 1
+    assert lock_waits(runtime, "queue_timed_out") == 1
     assert scheduler.pod("pod2")["spec"].get("nodeName") is None
 
 
@@ -191,4 +183,4 @@ def test_with_the_line_off_a_locked_node_is_tried_last_and_its_bind_refused_at_o
     assert scheduler.filter("pod2", ["full", "empty"])["NodeNames"] == ["empty"]
     assert scheduler.filter("pod3", ["full"])["NodeNames"] == ["full"]  # the only candidate: still placed there
     assert scheduler.bind("pod3", "full") == {"Error": "node full is locked by default/pod1"}
-    assert _metric(runtime, "hami_web_node_lock_waits_total", outcome="queued") == 0
+    assert lock_waits(runtime, "queued") == 0

@@ -34,11 +34,13 @@ from .helpers import (
     RuntimeFactory,
     Scheduler,
     booking_apart_quota,
+    bound_gpu_pod,
     busy_nodes,
     gpu_limits,
     gpu_node,
     gpu_pod,
     gpus,
+    metric_value,
     observe_node,
     release_lock,
     wait_for,
@@ -50,10 +52,7 @@ SMALL = gpu_limits(1, memory_mib=1000, cores=10)
 @pytest.fixture
 def cluster(apiserver: LocalCluster) -> None:
     """``full`` (one GPU half booked by ``resident``), ``empty`` (one GPU), and pending pods ``pod1``…``pod4``."""
-    resident = gpu_pod("resident", SMALL, annotations={names.POD_ASSIGNED_NODE: "full",
-                                                       names.POD_DEVICES_ALLOCATED: "full-gpu0,NVIDIA,4000,10:;",
-                                                       names.POD_BIND_PHASE: "success"})
-    resident["spec"]["nodeName"] = "full"
+    resident = bound_gpu_pod("resident", "full", "full-gpu0,NVIDIA,4000,10:;", SMALL)
     apiserver.load([gpu_node("full", gpus("full", 1)), gpu_node("empty", gpus("empty", 1)), resident,
                     *(gpu_pod(f"pod{index}", SMALL) for index in range(1, 5))])
 
@@ -63,10 +62,6 @@ def _api_requests(apiserver: LocalCluster, since: int) -> list[tuple[str, str, d
     the publication at start-up lands during the test's bind on a loaded machine)."""
     return [(method, path, query) for method, path, query in apiserver.logged_requests()[since:]
             if query.get("watch") not in ("true", "1") and "/events" not in path and "/configmaps" not in path]
-
-
-def _metric(runtime: Runtime, name: str, **labels: str) -> float:
-    return runtime.metrics.registry.get_sample_value(name, labels) or 0.0
 
 
 def _busy(runtime: Runtime, *nodes: str) -> None:
@@ -96,8 +91,8 @@ def test_a_bind_on_the_happy_path_sends_two_requests(cluster: None, apiserver: L
     assert pod["spec"]["nodeName"] == annotations[names.POD_ASSIGNED_NODE] == "full"
     assert annotations[names.POD_BIND_PHASE] == "allocating"
     assert annotations[names.POD_DEVICES_ALLOCATED] == annotations[names.POD_DEVICES_TO_ALLOCATE] != ""
-    assert _metric(runtime, "hami_web_bind_api_calls_sum") == 2
-    assert _metric(runtime, "hami_web_bind_api_calls_count") == 1
+    assert metric_value(runtime, "hami_web_bind_api_calls_sum") == 2
+    assert metric_value(runtime, "hami_web_bind_api_calls_count") == 1
 
 
 def test_a_bind_the_cache_cannot_vouch_for_lists_the_nodes_pods_once(
@@ -122,7 +117,7 @@ def test_a_bind_the_cache_cannot_vouch_for_lists_the_nodes_pods_once(
     listed = sent[3][2]
     assert listed["fieldSelector"] == "spec.nodeName=full"
     assert listed["resourceVersionMatch"] == "NotOlderThan" and listed["resourceVersion"]
-    assert _metric(runtime, "hami_web_bind_rereads_total", what="node_pods") == 1
+    assert metric_value(runtime, "hami_web_bind_rereads_total", what="node_pods") == 1
 
 
 def test_a_bind_whose_list_the_watch_cache_cannot_serve_reads_once_more_consistently(
@@ -184,7 +179,7 @@ def test_a_bind_booked_apart_sends_its_booking_before_the_binding(cluster: None,
         ("POST", "/api/v1/namespaces/default/pods/pod1/binding"),
     ]
     assert all(query["resourceVersionMatch"] == "NotOlderThan" for _, _, query in sent[2:4])
-    assert _metric(runtime, "hami_web_bind_api_calls_sum") == 5
+    assert metric_value(runtime, "hami_web_bind_api_calls_sum") == 5
 
 
 def test_a_pod_changed_since_the_filter_is_read_once_and_bound(cluster: None, apiserver: LocalCluster, kube: Kube,
@@ -199,7 +194,7 @@ def test_a_pod_changed_since_the_filter_is_read_once_and_bound(cluster: None, ap
     assert sent[1:] == [("POST", "/api/v1/namespaces/default/pods/pod1/binding"),  # 409: the pod changed
                         ("GET", "/api/v1/namespaces/default/pods/pod1"),
                         ("POST", "/api/v1/namespaces/default/pods/pod1/binding")]
-    assert _metric(runtime, "hami_web_bind_rereads_total", what="pod") == 1
+    assert metric_value(runtime, "hami_web_bind_rereads_total", what="pod") == 1
     pod = scheduler.pod("pod1")
     assert pod["metadata"]["labels"] == {"team": "vision"}
     assert pod["metadata"]["annotations"][names.POD_ASSIGNED_NODE] == pod["spec"]["nodeName"] == "full"
@@ -217,7 +212,7 @@ def test_a_node_changed_since_the_watch_is_read_once_and_locked(cluster: None, a
     # The node did not really change (the 409 was injected): the cache's pod stream has seen its version.
     assert sent == [("PATCH", "/api/v1/nodes/full"), ("GET", "/api/v1/nodes/full"), ("PATCH", "/api/v1/nodes/full"),
                     ("POST", "/api/v1/namespaces/default/pods/pod1/binding")]
-    assert _metric(runtime, "hami_web_bind_rereads_total", what="node") == 1
+    assert metric_value(runtime, "hami_web_bind_rereads_total", what="node") == 1
 
 
 def test_a_lock_whose_owner_succeeded_is_busy_a_moment_then_taken_with_one_write(

@@ -33,6 +33,7 @@ from .helpers import (
     gpu_limits,
     gpu_node,
     gpu_pod,
+    lock_waits,
     release_lock,
     wait_for,
 )
@@ -47,11 +48,6 @@ def _member(name: str, *, how: str) -> dict[str, Any]:
     elif how == "schedulingGroup":
         pod["spec"]["schedulingGroup"] = "train"
     return pod
-
-
-def _lock_waits(runtime: Runtime, outcome: str) -> float:
-    value = runtime.metrics.registry.get_sample_value("hami_web_node_lock_waits_total", {"outcome": outcome})
-    return value or 0.0
 
 
 def _pod1_holds_node1(apiserver: LocalCluster, runtime: Runtime, member: dict[str, Any]) -> Scheduler:
@@ -70,7 +66,7 @@ def test_a_gang_pod_waits_for_a_held_lock_and_then_binds(apiserver: LocalCluster
     answers: list[dict[str, Any]] = []
     binding = threading.Thread(target=lambda: answers.append(scheduler.bind("member", "node1")))
     binding.start()
-    wait_for(lambda: _lock_waits(runtime, "started") == 1, what="the gang pod to find the lock held and wait")
+    wait_for(lambda: lock_waits(runtime, "started") == 1, what="the gang pod to find the lock held and wait")
 
     device_plugin = threading.Thread(target=release_lock, args=(Kube.for_url(apiserver.url), "pod1", "node1"))
     device_plugin.start()
@@ -80,7 +76,7 @@ def test_a_gang_pod_waits_for_a_held_lock_and_then_binds(apiserver: LocalCluster
     assert answers == [{"Error": ""}]
     assert annotations_of(apiserver, "nodes", "node1")[names.NODE_LOCK].endswith(",default,member")
     assert scheduler.pod("member")["spec"].get("nodeName") == "node1"
-    assert _lock_waits(runtime, "acquired") == 1
+    assert lock_waits(runtime, "acquired") == 1
 
 
 def test_a_gang_pod_still_locked_out_at_the_retry_timeout_is_refused_unchanged(
@@ -95,7 +91,7 @@ def test_a_gang_pod_still_locked_out_at_the_retry_timeout_is_refused_unchanged(
     assert answer["Error"].startswith("node node1 is locked by default/pod1 (waited 0.")
     assert annotations_of(apiserver, "nodes", "node1")[names.NODE_LOCK] == lock_before
     assert names.POD_BIND_PHASE not in scheduler.pod("member")["metadata"]["annotations"]
-    assert _lock_waits(runtime, "timed_out") == 1
+    assert lock_waits(runtime, "timed_out") == 1
 
 
 @pytest.mark.parametrize(("how", "retry_seconds"), [
@@ -108,7 +104,7 @@ def test_other_pods_are_refused_at_once(apiserver: LocalCluster, make_runtime: R
     scheduler = _pod1_holds_node1(apiserver, runtime, _member("loner", how=how))
 
     assert scheduler.bind("loner", "node1") == {"Error": "node node1 is locked by default/pod1"}
-    assert _lock_waits(runtime, "started") == 0
+    assert lock_waits(runtime, "started") == 0
 
 
 def test_a_member_is_refused_at_once_when_half_the_threads_already_wait(apiserver: LocalCluster,
@@ -121,10 +117,10 @@ def test_a_member_is_refused_at_once_when_half_the_threads_already_wait(apiserve
     answers: list[dict[str, Any]] = []
     binding = threading.Thread(target=lambda: answers.append(scheduler.bind("member1", "node1")))
     binding.start()
-    wait_for(lambda: _lock_waits(runtime, "started") == 1, what="member1 to wait for the lock")
+    wait_for(lambda: lock_waits(runtime, "started") == 1, what="member1 to wait for the lock")
 
     assert scheduler.bind("member2", "node1") == {"Error": "node node1 is locked by default/pod1"}
-    assert _lock_waits(runtime, "no_slot") == 1
+    assert lock_waits(runtime, "no_slot") == 1
 
     release_lock(Kube.for_url(apiserver.url), "pod1", "node1")
     binding.join(timeout=30)
@@ -157,7 +153,7 @@ def test_a_waiting_gang_pod_runs_under_the_retry_timeout_not_the_extender_deadli
     answers: list[dict[str, Any]] = []
     binding = threading.Thread(target=lambda: answers.append(scheduler.bind("member", "node1")))
     binding.start()
-    wait_for(lambda: _lock_waits(runtime, "started") == 1, what="the gang pod to wait")
+    wait_for(lambda: lock_waits(runtime, "started") == 1, what="the gang pod to wait")
     time.sleep(1.0)  # well past the extender deadline
 
     release_lock(Kube.for_url(apiserver.url), "pod1", "node1")
@@ -176,13 +172,13 @@ def test_the_wait_and_the_binds_calls_share_one_deadline(apiserver: LocalCluster
     answers: list[dict[str, Any]] = []
     binding = threading.Thread(target=lambda: answers.append(scheduler.bind("member", "node1")))
     binding.start()
-    wait_for(lambda: _lock_waits(runtime, "started") == 1, what="the gang pod to wait")
+    wait_for(lambda: lock_waits(runtime, "started") == 1, what="the gang pod to wait")
 
     release_lock(Kube.for_url(apiserver.url), "pod1", "node1")
     binding.join(timeout=30)
 
     assert not binding.is_alive()
-    assert _lock_waits(runtime, "acquired") == 1
+    assert lock_waits(runtime, "acquired") == 1
     assert "within the request's deadline" in answers[0]["Error"]
     # Read back within the cleanup budget, the pod is not bound: our lock is released and the bind marked failed.
     assert names.NODE_LOCK not in annotations_of(apiserver, "nodes", "node1")
