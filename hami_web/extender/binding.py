@@ -115,6 +115,7 @@ class Binder:
         self._metrics = metrics
         self._clock = clock
         self._reads = BindReads(kube=kube, cache=cache, catalog=catalog, pods_version=pods_version)
+        lines = lines if lock_queue_seconds > 0 else None  # no line: no bind joins or leaves one
         self._waiter = LockWaiter(lock=node_lock, cache=cache, reads=self._reads, metrics=metrics,
                                   wait_seconds=lock_wait_seconds, max_waiters=max_lock_waiters,
                                   lines=lines, queue_seconds=lock_queue_seconds, max_queued=max_queued)
