@@ -3,7 +3,9 @@
 A worker thread is only taken once a request has fully arrived, so a client that connects and says
 nothing, stalls in the TLS handshake, or sends half a header holds a few kilobytes of memory and no
 thread, and is dropped when its deadline passes. Parsing is gunicorn's own sans-IO HTTP/1.1 parser (the
-one its asyncio worker uses); calling the WSGI app is the stdlib's `wsgiref.handlers`.
+one its asyncio worker uses); the app is called on a thread by `hami_web.server.wsgi`, and its whole answer
+written in one write. Each connection is an `asyncio.Protocol` with one timer for its deadlines: no task,
+stream, future or timeout object per read (`benchmarks/front_cpu.py` measures the CPU per request).
 
 Bodies: at most `MAX_BODY_BYTES` are kept. A larger body (declared by Content-Length, or a chunked body
 that grows past the limit) is handed to the app truncated, so the app answers its own "too large"; the
@@ -19,14 +21,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import io
+import enum
 import json
 import logging
-import wsgiref.handlers
-import wsgiref.headers
-from collections.abc import Callable, Iterable
-from concurrent.futures import Executor
+import math
+from collections.abc import Callable
+from concurrent.futures import Executor, Future
 from dataclasses import dataclass
+from functools import partial
 from http import HTTPStatus
 from typing import Any
 from urllib.parse import unquote_to_bytes
@@ -42,12 +44,9 @@ from gunicorn.asgi.parser import (
 from hami_web.routes.health import PROBE_PATHS, ProbeAnswers
 from hami_web.server.app import MAX_BODY_BYTES
 from hami_web.server.listeners import LISTENER_ENVIRON_KEY, ROUTES_BY_AUDIENCE, Listener
+from hami_web.server.wsgi import WsgiApp, run_app
 
 log = logging.getLogger(__name__)
-
-WsgiApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
-
-READ_CHUNK_BYTES = 64 * 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,12 +78,9 @@ class _Message:
         self.body_bytes_seen = 0
         self.parser = PythonProtocol(on_headers_complete=self._on_headers_complete, on_body=self._on_body,
                                      on_message_complete=self._on_message_complete)
-        self.started = False
 
     def feed(self, data: bytes) -> None:
-        if data:
-            self.started = True
-            self.parser.feed(data)
+        self.parser.feed(data)
 
     @property
     def over_limit(self) -> bool:
@@ -105,47 +101,9 @@ class _Message:
         self.complete = True
 
 
-class _BufferedWsgiHandler(wsgiref.handlers.SimpleHandler):
-    """Runs the app once and keeps the whole HTTP response in memory, to be written by the event loop."""
-
-    os_environ: dict[str, str] = {}
-    http_version = "1.1"
-    server_software = "hami-web"
-    # Set by wsgiref's BaseHandler as it runs the app (setup_environ, start_response); its stubs leave them out.
-    environ: dict[str, Any]
-    headers: wsgiref.headers.Headers
-
-    def __init__(self, environ: dict[str, Any], body: bytes, *, close: bool) -> None:
-        self._response = io.BytesIO()
-        super().__init__(io.BytesIO(body), self._response, io.StringIO(), environ, multithread=True,
-                         multiprocess=False)
-        self.close_connection = close
-
-    def cleanup_headers(self) -> None:
-        super().cleanup_headers()
-        if "Content-Length" not in self.headers:
-            self.close_connection = True  # the end of the body is the end of the connection
-        if self.close_connection:
-            self.headers["Connection"] = "close"
-
-    def log_exception(self, exc_info: Any) -> None:
-        log.error("%s %s: the app failed", self.environ.get("REQUEST_METHOD"), self.environ.get("PATH_INFO"),
-                  exc_info=exc_info)
-
-    def response_bytes(self) -> bytes:
-        return self._response.getvalue()
-
-
-def run_app(app: WsgiApp, environ: dict[str, Any], body: bytes, *, close: bool) -> tuple[bytes, bool]:
-    """Call the WSGI app (on a worker thread); the response bytes and whether to close the connection."""
-    handler = _BufferedWsgiHandler(environ, body, close=close)
-    handler.run(app)
-    return handler.response_bytes(), handler.close_connection
-
-
 def build_environ(request: CallbackRequest, *, listener: Listener, peer: Any, body_length: int
                   ) -> dict[str, Any]:
-    """The CGI part of the WSGI environ of one request (wsgiref adds the ``wsgi.*`` keys)."""
+    """The CGI part of the WSGI environ of one request (`hami_web.server.wsgi` adds the ``wsgi.*`` keys)."""
     environ: dict[str, Any] = {
         "REQUEST_METHOD": request.method,
         "SCRIPT_NAME": "",
@@ -202,99 +160,277 @@ def _parse_error_response(error: ParseError) -> bytes:
     return _error_response(400, "Bad Request", f"malformed HTTP request: {error}")
 
 
-class Connection:
-    """Serves one client connection: request after request while the client keeps it alive."""
+class _Phase(enum.Enum):
+    """What a connection waits for, and so which deadline holds."""
 
-    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, *, listener: Listener,
-                 app: WsgiApp, executor_for: Callable[[str], Executor], deadlines: Deadlines,
-                 max_body_bytes: int = MAX_BODY_BYTES, probes: ProbeAnswers | None = None) -> None:
-        self._reader = reader
-        self._writer = writer
+    IDLE = "the first byte of a request"
+    HEADER = "the rest of the request header"
+    BODY = "the rest of the body"
+    APP = "the app's answer"  # no deadline: the app bounds its own work
+    WRITE = "the client taking our answer"
+    DRAIN = "the rest of a body we refused"
+
+
+class Connection(asyncio.Protocol):
+    """Serves one client connection: request after request while the client keeps it alive.
+
+    An `asyncio.Protocol`: the loop hands it the decrypted bytes as they arrive and it feeds them to the parser,
+    with no task, stream or future per read. One timer per connection enforces the deadline of the phase it is in:
+    moving to a later deadline only moves a number, the timer re-arms itself when it fires early.
+    """
+
+    def __init__(self, *, listener: Listener, app: WsgiApp, executor_for: Callable[[str], Executor],
+                 deadlines: Deadlines, max_body_bytes: int = MAX_BODY_BYTES, probes: ProbeAnswers | None = None,
+                 on_open: Callable[[Connection], bool] = lambda _: True,
+                 on_closed: Callable[[Connection], None] = lambda _: None) -> None:
         self._listener = listener
         self._app = app
         self._executor_for = executor_for  # the threads that run the app for a path (`server.worker.ThreadLanes`)
         self._deadlines = deadlines
         self._max_body_bytes = max_body_bytes
         self._probes = probes  # answered on the loop when the listener serves them (None: the app answers)
-        self._peer = writer.get_extra_info("peername")
+        self._on_open = on_open  # the worker admits the connection or not (its connection limit, its stop)
+        self._on_closed = on_closed
+        self._loop = asyncio.get_running_loop()
+        self._transport: asyncio.Transport | None = None
+        self._peer: Any = None
+        self._message = _Message(max_body_bytes)
+        self._request: CallbackRequest | None = None
+        self._declared_too_large = False
+        self._too_large = False
+        self._draining: _Message | None = None  # the refused message whose body is discarded (None: until EOF)
+        self._drained_bytes = 0
+        self._phase = _Phase.IDLE
+        self._deadline = math.inf
+        self._timer: asyncio.TimerHandle | None = None
+        self._write_paused = False
+        self._after_write: Callable[[], None] | None = None
         self.busy = False  # a request is being read or answered (graceful stop waits only for those)
         self.closing = False  # set on graceful stop: finish the request in flight, then close
+        self.closed: asyncio.Future[None] = self._loop.create_future()
 
-    async def serve(self) -> None:
-        """Answer requests until the client closes, a deadline passes, or the answer closes the connection."""
+    # -- the loop's calls ------------------------------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self._transport = transport
+        self._peer = transport.get_extra_info("peername")
+        if not self._on_open(self):
+            transport.close()
+            return
+        self._expect(_Phase.IDLE, self._deadlines.idle_seconds)
+
+    def data_received(self, data: bytes) -> None:
         try:
-            await self._serve_requests()
-        except ParseError as error:
-            with contextlib.suppress(TimeoutError, OSError):
-                await self._write(_parse_error_response(error))
-                await self._drain(None)  # the client may still be sending what we refused
-        except (TimeoutError, OSError):
-            pass  # a client too slow or gone: nothing to answer, nothing to log per connection
+            if self._phase is _Phase.DRAIN:
+                self._discard(data)
+                return
+            try:
+                self._received(data)
+            except ParseError as error:
+                self._refuse(error)
         except Exception:
             log.exception("connection from %s failed", self._peer)
-        finally:
-            self._writer.close()
+            self.abort()
 
-    async def _serve_requests(self) -> None:
-        leftover = b""
-        wait = self._deadlines.idle_seconds
-        while True:
-            message = _Message(self._max_body_bytes)
-            message.feed(leftover)
-            if not message.started:
-                first = await self._read(wait)
-                if not first:
-                    return
-                message.feed(first)
+    def eof_received(self) -> bool:
+        self.close()  # the client is done sending; a request it left unfinished is not answered
+        return False
+
+    def pause_writing(self) -> None:
+        self._write_paused = True
+
+    def resume_writing(self) -> None:
+        self._write_paused = False
+        step, self._after_write = self._after_write, None
+        if step is not None:
+            step()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        self.busy = False
+        self._after_write = None
+        if not self.closed.done():
+            self.closed.set_result(None)
+        self._on_closed(self)
+
+    # -- the worker's calls ----------------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Close once what was written is sent (graceful stop closes idle connections so)."""
+        if self._transport is not None and not self._transport.is_closing():
+            self._transport.close()
+
+    def abort(self) -> None:
+        """Drop the connection now, whatever is unsent."""
+        if self._transport is not None:
+            self._transport.abort()
+
+    # -- reading a request -----------------------------------------------------------------------------------
+
+    def _received(self, data: bytes) -> None:
+        message = self._message
+        if self._phase is _Phase.IDLE:
             self.busy = True
-            keep_open = await self._serve_one(message)
-            self.busy = False
-            if not keep_open or self.closing:
+            self._expect(_Phase.HEADER, self._deadlines.header_seconds)
+        message.feed(data)
+        if self._phase is _Phase.HEADER:
+            if not message.headers_complete:
                 return
-            leftover = message.parser.remaining()
-            wait = self._deadlines.keepalive_seconds
+            request = self._request = CallbackRequest.from_parser(message.parser, is_ssl=self._listener.tls)
+            self._declared_too_large = request.content_length > self._max_body_bytes
+            if self._declared_too_large:
+                self._dispatch(request)
+                return
+            if _expects_continue(request) and not message.complete:
+                self._write(b"HTTP/1.1 100 Continue\r\n\r\n")
+            self._expect(_Phase.BODY, self._deadlines.body_seconds)
+        if self._phase is _Phase.BODY and (message.complete or message.over_limit) and self._request is not None:
+            self._dispatch(self._request)
 
-    async def _serve_one(self, message: _Message) -> bool:
-        async with asyncio.timeout(self._deadlines.header_seconds):
-            while not message.headers_complete:
-                data = await self._reader.read(READ_CHUNK_BYTES)
-                if not data:
-                    return False
-                message.feed(data)
-        request = CallbackRequest.from_parser(message.parser, is_ssl=self._listener.tls)
-        declared_too_large = request.content_length > self._max_body_bytes
-        if _expects_continue(request) and not declared_too_large and not message.complete:
-            self._writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
-        if not declared_too_large:
-            async with asyncio.timeout(self._deadlines.body_seconds):
-                while not message.complete and not message.over_limit:
-                    data = await self._reader.read(READ_CHUNK_BYTES)
-                    if not data:
-                        return False
-                    message.feed(data)
-        too_large = declared_too_large or message.over_limit
+    def _dispatch(self, request: CallbackRequest) -> None:
+        """The whole request (or as much of an oversized one as the app is given) is here: answer it."""
+        assert self._transport is not None
+        self._transport.pause_reading()  # the next request waits until this one is answered
+        self._phase, self._deadline = _Phase.APP, math.inf
+        message = self._message
+        too_large = self._too_large = self._declared_too_large or message.over_limit
         body = bytes(message.body)
         # Over the limit, the app is told the length declared or seen so far (werkzeug then refuses it with a
         # 413 before reading: a truncated stream alone would be read as a short body).
-        if declared_too_large:
+        if self._declared_too_large:
             body_length = request.content_length
         else:
             body_length = message.body_bytes_seen if too_large else len(body)
         environ = build_environ(request, listener=self._listener, peer=self._peer, body_length=body_length)
+        close = too_large or request.should_close()
         probe = self._probe(environ)
         if probe is not None:
-            close = too_large or request.should_close()
-            await self._write(_json_response(*probe, close=close))  # as the app would answer
-            return not close
-        loop = asyncio.get_running_loop()
-        response, close = await loop.run_in_executor(
-            self._executor_for(environ["PATH_INFO"]),
-            lambda: run_app(self._app, environ, body, close=too_large or request.should_close()))
-        await self._write(response)
-        if too_large:
-            await self._drain(message)
-            return False
-        return not close
+            self._answer(_json_response(*probe, close=close), close=close)  # as the app would answer
+            return
+        try:
+            future = self._executor_for(environ["PATH_INFO"]).submit(run_app, self._app, environ, body, close=close)
+        except RuntimeError:  # the pools are shut down: the worker is stopping
+            self.abort()
+            return
+        future.add_done_callback(self._from_thread)
+
+    def _from_thread(self, future: Future[tuple[bytes, bool]]) -> None:
+        """On the app's thread: hand the answer to the loop (one callback, no future chained to the loop's)."""
+        with contextlib.suppress(RuntimeError):  # the loop is closed: the worker has stopped
+            self._loop.call_soon_threadsafe(self._answered, future)
+
+    def _answered(self, future: Future[tuple[bytes, bool]]) -> None:
+        if self._transport is None or self._transport.is_closing():
+            return  # the client left (or the worker dropped it) while the app ran
+        if future.cancelled() or future.exception() is not None:
+            if not future.cancelled():
+                log.error("connection from %s: the app's thread failed", self._peer, exc_info=future.exception())
+            self.abort()
+            return
+        response, close = future.result()
+        self._answer(response, close=close)
+
+    def _answer(self, response: bytes, *, close: bool) -> None:
+        """Write the answer (status line, headers and body at once), then go on once the client has taken it."""
+        self._write(response)
+        if self._too_large:
+            self._then(partial(self._start_drain, self._message))
+        elif close or self.closing:
+            self._then(self.close)
+        else:
+            self._then(self._next_request)
+
+    def _next_request(self) -> None:
+        assert self._transport is not None
+        if self.closing:
+            self.close()
+            return
+        leftover = self._message.parser.remaining()  # a pipelined request already received
+        self._message, self._request = _Message(self._max_body_bytes), None
+        self._declared_too_large = self._too_large = False
+        self.busy = False
+        self._expect(_Phase.IDLE, self._deadlines.keepalive_seconds)
+        if leftover:
+            self.data_received(leftover)
+        if self._phase is not _Phase.APP and not self._transport.is_closing():
+            self._transport.resume_reading()
+
+    # -- refusing --------------------------------------------------------------------------------------------
+
+    def _refuse(self, error: ParseError) -> None:
+        """A request we cannot parse: say why, then read what the client still sends (until EOF) and close."""
+        assert self._transport is not None
+        self._transport.pause_reading()
+        self._phase, self._deadline = _Phase.APP, math.inf
+        self._write(_parse_error_response(error))
+        self._then(partial(self._start_drain, None))
+
+    def _start_drain(self, message: _Message | None) -> None:
+        """Read and discard what the client is still sending (bounded), so our answer is not lost to a reset.
+
+        With a message, until its body is complete; without (a request we could not parse), until EOF.
+        """
+        assert self._transport is not None
+        if message is not None and message.complete:
+            self.close()
+            return
+        self._draining, self._drained_bytes = message, 0
+        self._expect(_Phase.DRAIN, self._deadlines.drain_seconds)
+        self._transport.resume_reading()
+
+    def _discard(self, data: bytes) -> None:
+        self._drained_bytes += len(data)
+        message = self._draining
+        if message is not None:
+            try:
+                message.feed(data)
+            except ParseError:
+                self.close()
+                return
+        if self._drained_bytes >= self._deadlines.drain_bytes or (message is not None and message.complete):
+            self.close()
+
+    # -- writing and deadlines -------------------------------------------------------------------------------
+
+    def _write(self, data: bytes) -> None:
+        assert self._transport is not None
+        if not self._transport.is_closing():
+            self._transport.write(data)
+
+    def _then(self, step: Callable[[], None]) -> None:
+        """Run ``step`` once the client has taken what was written: at once unless the transport's buffer is full,
+        else when it drains, within the write deadline."""
+        if not self._write_paused:
+            step()
+            return
+        self._after_write = step
+        self._expect(_Phase.WRITE, self._deadlines.write_seconds)
+
+    def _expect(self, phase: _Phase, seconds: float) -> None:
+        """Enter ``phase``, which must end within ``seconds``."""
+        self._phase = phase
+        self._deadline = self._loop.time() + seconds
+        if self._timer is not None and self._timer.when() <= self._deadline:
+            return  # it fires first and re-arms for the later deadline
+        if self._timer is not None:
+            self._timer.cancel()
+        self._timer = self._loop.call_at(self._deadline, self._on_timer)
+
+    def _on_timer(self) -> None:
+        self._timer = None
+        if self._deadline == math.inf or self._transport is None or self._transport.is_closing():
+            return  # the app is running (no deadline), or the connection is ending anyway
+        if self._loop.time() < self._deadline:
+            self._timer = self._loop.call_at(self._deadline, self._on_timer)
+            return
+        # A client too slow or gone: nothing to answer, nothing to log per connection.
+        if self._phase is _Phase.WRITE:
+            self.abort()  # it does not read: what we wrote would never be sent
+        else:
+            self.close()
 
     def _probe(self, environ: dict[str, Any]) -> tuple[int, dict[str, str]] | None:
         """The answer to a probe this listener serves, given here on the loop (None: not a probe, the app answers)."""
@@ -307,30 +443,3 @@ class Connection:
         except Exception:  # a bug in what the app publishes: the app's own route answers (and logs) instead
             log.exception("answering %s on the event loop failed", path)
             return None
-
-    async def _read(self, timeout_seconds: float) -> bytes:
-        async with asyncio.timeout(timeout_seconds):
-            return await self._reader.read(READ_CHUNK_BYTES)
-
-    async def _write(self, data: bytes) -> None:
-        self._writer.write(data)
-        async with asyncio.timeout(self._deadlines.write_seconds):
-            await self._writer.drain()
-
-    async def _drain(self, message: _Message | None) -> None:
-        """Read and discard what the client is still sending (bounded), so our answer is not lost to a reset.
-
-        With a message, until its body is complete; without (a request we could not parse), until EOF.
-        """
-        discarded = 0
-        try:
-            async with asyncio.timeout(self._deadlines.drain_seconds):
-                while discarded < self._deadlines.drain_bytes and not (message is not None and message.complete):
-                    data = await self._reader.read(READ_CHUNK_BYTES)
-                    if not data:
-                        return
-                    discarded += len(data)
-                    if message is not None:
-                        message.feed(data)
-        except (TimeoutError, ParseError, ConnectionError, OSError):
-            return

@@ -29,8 +29,6 @@ from hami_web.server.tlsreload import ReloadingTLSContext
 
 # Seconds between two heartbeats to the arbiter (it kills a worker silent for ``timeout``).
 HEARTBEAT_SECONDS = 1.0
-# Bytes read ahead from one client before the loop stops reading it (asyncio's flow control).
-READ_BUFFER_BYTES = 64 * 1024
 
 
 class ThreadLanes:
@@ -80,7 +78,7 @@ class FrontWorker(Worker):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self._served: dict[asyncio.Task[None], Connection] = {}
+        self._served: set[Connection] = set()
 
     def run(self) -> None:
         """The worker's main loop (gunicorn calls it after ``post_worker_init``)."""
@@ -97,6 +95,8 @@ class FrontWorker(Worker):
         deadlines = replace(self.deadlines,
                             keepalive_seconds=float(self.cfg.keepalive or self.deadlines.keepalive_seconds))
         lanes = ThreadLanes(self.cfg.threads, waiting_threads=self.waiting_threads)
+        probes = probe_answers_for(self.wsgi)
+        loop = asyncio.get_running_loop()
         servers = []
         for wrapped in self.sockets:
             listening = getattr(wrapped, "sock", wrapped)
@@ -104,11 +104,12 @@ class FrontWorker(Worker):
             if listener.tls and self.tls is None:
                 raise RuntimeError(f"{listener.flag} is a TLS listener but the worker has no TLS context")
             context = self.tls.current() if listener.tls and self.tls is not None else None
-            servers.append(await asyncio.start_server(
-                partial(self._accept, listener=listener, lanes=lanes, deadlines=deadlines),
-                sock=listening, ssl=context,
-                ssl_handshake_timeout=deadlines.handshake_seconds if context is not None else None,
-                limit=READ_BUFFER_BYTES))
+            connection = partial(Connection, listener=listener, app=self.wsgi, deadlines=deadlines, probes=probes,
+                                 executor_for=partial(lanes.for_path, listener), on_open=self._admit,
+                                 on_closed=self._served.discard)
+            servers.append(await loop.create_server(
+                connection, sock=listening, ssl=context,
+                ssl_handshake_timeout=deadlines.handshake_seconds if context is not None else None))
         try:
             while self.alive:
                 self.notify()
@@ -120,38 +121,26 @@ class FrontWorker(Worker):
             await self._stop(servers)
             lanes.shutdown()
 
-    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, *, listener: Listener,
-                      lanes: ThreadLanes, deadlines: Deadlines) -> None:
-        task = asyncio.current_task()
-        if task is None or len(self._served) >= self.cfg.worker_connections or not self.alive:
-            writer.close()
-            return
-        connection = Connection(reader, writer, listener=listener, app=self.wsgi,
-                                executor_for=partial(lanes.for_path, listener), deadlines=deadlines,
-                                probes=probe_answers_for(self.wsgi))
-        self._served[task] = connection
-        try:
-            await connection.serve()
-        except asyncio.CancelledError:
-            # Our own shutdown cancels connections still open. Ending the task normally keeps asyncio's
-            # start_server callback (Python 3.11) from logging the cancellation as an unhandled error.
-            pass
-        finally:
-            del self._served[task]
+    def _admit(self, connection: Connection) -> bool:
+        """Whether a new connection is served: not past ``worker_connections``, not while stopping."""
+        if len(self._served) >= self.cfg.worker_connections or not self.alive:
+            return False
+        self._served.add(connection)
+        return True
 
     async def _stop(self, servers: list[asyncio.Server]) -> None:
         """Stop accepting, drop idle connections, give requests in flight ``graceful_timeout`` to finish."""
         for server in servers:
             server.close()
-        for task, connection in list(self._served.items()):
+        for connection in list(self._served):
             connection.closing = True
             if not connection.busy:
-                task.cancel()
-        pending = [task for task in self._served if not task.done()]
+                connection.close()
+        pending = [connection.closed for connection in self._served if connection.busy]
         if pending:
             await asyncio.wait(pending, timeout=self.cfg.graceful_timeout)
-        for task in pending:
-            task.cancel()
+        for connection in list(self._served):
+            connection.abort()
 
 
 def front_worker_class(listeners: tuple[Listener, ...], tls: ReloadingTLSContext | None,
