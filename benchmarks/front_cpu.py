@@ -172,7 +172,8 @@ def _measure(server: LocalServer, worker: int, args: argparse.Namespace) -> dict
     count = len(ordered)
     return {"cpu_per_1000": (after[0] - before[0]) / count * 1000,
             "loop_cpu_per_1000": (after[1] - before[1]) / count * 1000,
-            "idle_cpu_per_second": (before[0] - idle_before[0]) / args.idle_seconds, "requests_per_second": count / report["elapsed"],
+            "idle_cpu_per_second": (before[0] - idle_before[0]) / args.idle_seconds,
+            "requests_per_second": count / report["elapsed"],
             "p50_ms": statistics.median(ordered) * 1000, "p95_ms": _percentile(ordered, 0.95) * 1000,
             "p99_ms": _percentile(ordered, 0.99) * 1000, "requests": count}
 

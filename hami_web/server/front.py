@@ -30,7 +30,7 @@ from concurrent.futures import Executor, Future
 from dataclasses import dataclass
 from functools import partial
 from http import HTTPStatus
-from typing import Any
+from typing import Any, cast
 from urllib.parse import unquote_to_bytes
 
 from gunicorn.asgi.parser import (
@@ -212,11 +212,10 @@ class Connection(asyncio.Protocol):
     # -- the loop's calls ------------------------------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self._transport = transport
+        self._transport = cast(asyncio.Transport, transport)  # a stream transport (uvloop's is not a subclass)
         self._peer = transport.get_extra_info("peername")
         if not self._on_open(self):
-            transport.close()
+            self._transport.close()
             return
         self._expect(_Phase.IDLE, self._deadlines.idle_seconds)
 

@@ -272,3 +272,49 @@ def test_a_malformed_request_gets_a_clear_status(server: LocalServer, request_by
     with _raw_tls(server, server.webhook_url) as connection:
         connection.sendall(request_bytes)
         assert _read_response(connection)[0] == status
+
+
+def _read_until_closed(connection: ssl.SSLSocket) -> bytes:
+    received = b""
+    while chunk := connection.recv(65536):
+        received += chunk
+    return received
+
+
+def test_a_kept_alive_connection_carries_app_answers_in_turn_and_closes_when_the_client_asks(
+        server: LocalServer) -> None:
+    """The app's answer is written in one write with its Content-Length, so the next request on the connection is
+    read; ``Connection: close`` from the client is honoured: the answer says so and the server closes."""
+    body = json.dumps(_review()).encode()
+    request = (b"POST /webhook HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n%s\r\n"
+               % (len(body), b"%s")) + body
+    with _raw_tls(server, server.webhook_url) as connection:
+        for _ in range(2):
+            connection.sendall(request.replace(b"%s", b"", 1))
+            response = http.client.HTTPResponse(connection)  # type: ignore[arg-type]
+            response.begin()
+            assert response.status == 200 and json.loads(response.read())["response"]["allowed"] is True
+            assert response.getheader("Content-Length") and response.getheader("Connection") is None
+        connection.sendall(request.replace(b"%s", b"Connection: close\r\n", 1))
+        answer = _read_until_closed(connection)  # returns only because the server closed
+    head, _, payload = answer.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 200 ") and b"\r\nConnection: close" in head
+    assert json.loads(payload)["response"]["allowed"] is True
+
+
+def test_head_is_answered_without_a_body_on_a_connection_that_stays_open(server: LocalServer) -> None:
+    """A HEAD answer ends with its header: a body written after it would be read as the next answer."""
+    with _raw_tls(server, server.extender_url) as connection:
+        connection.sendall(b"HEAD /filter HTTP/1.1\r\nHost: x\r\n\r\nGET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        head = http.client.HTTPResponse(connection, method="HEAD")  # type: ignore[arg-type]
+        head.begin()
+        assert head.status == 405 and head.read() == b""
+        status, payload = _read_response(connection)
+        assert status == 200 and json.loads(payload)
+
+
+def test_an_http_1_0_request_is_answered_then_closed(server: LocalServer) -> None:
+    with _raw_tls(server, server.webhook_url) as connection:
+        connection.sendall(b"GET /healthz HTTP/1.0\r\nHost: x\r\n\r\n")
+        answer = _read_until_closed(connection)
+    assert answer.startswith(b"HTTP/1.1 200 ") and b"\r\nConnection: close" in answer
