@@ -5,6 +5,8 @@ server stalling every node-lock write and binds in flight on every app thread of
 queued), ``/healthz`` and ``/readyz`` on both TLS listeners still answer, repeatedly, each within a generous bound,
 with the app's own answers (readiness with its reason and the extender's activity); a probe on a listener that
 does not serve it is still a 404 from the app; probes keep a kept-alive connection open for the next request.
+Graceful stop (SIGTERM, as kubelet sends it) with binds stalled on the API: an idle kept-alive connection is closed
+at once, the binds in flight are answered, and the server exits 0.
 Latency figures come from ``benchmarks/probe_latency.py``, not from here.
 """
 
@@ -12,6 +14,8 @@ from __future__ import annotations
 
 import http.client
 import json
+import signal
+import socket
 import ssl
 import time
 from collections.abc import Iterator
@@ -164,3 +168,28 @@ def test_probes_keep_the_connection_alive_for_the_next_request(server: LocalServ
             assert json.loads(response.read())["status"] in ("ok", "ready")
     finally:
         connection.close()
+
+
+def test_graceful_stop_answers_the_binds_in_flight_and_closes_idle_connections(tmp_path: Path) -> None:
+    with LocalCluster(bookmark_interval_seconds=0.5) as cluster:
+        cluster.load([gpu_node(f"node{index}") for index in range(2)] + [gpu_pod(f"pod{index}") for index in range(2)])
+        with run_local_server(cluster.url, tmp_path, threads=APP_THREADS) as server:
+            parts = urlsplit(server.webhook_url)
+            context = ssl.create_default_context(cafile=str(server.ca_path))
+            idle = context.wrap_socket(socket.create_connection((parts.hostname, parts.port), timeout=30),
+                                       server_hostname="127.0.0.1")
+            with idle:
+                idle.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+                response = http.client.HTTPResponse(idle)  # type: ignore[arg-type]
+                response.begin()
+                assert response.status == 200 and json.loads(response.read()) == {"status": "ok"}
+                with stalled_binds(cluster, server, pods=2) as binds:
+                    server.process.send_signal(signal.SIGTERM)
+                    stopping = time.monotonic()
+                    assert idle.recv(4096) == b""  # closed by the server (a TLS close_notify, then EOF)
+                    assert time.monotonic() - stopping < STALL_SECONDS - 2  # not after the binds
+                    assert not any(bind.done() for bind in binds)
+                    for bind in binds:  # answered (bound, or the API's timeout as an Error), not dropped
+                        status, answer = bind.result(timeout=60)
+                        assert status == 200 and "Error" in answer, answer
+            assert server.process.wait(30) == 0
