@@ -30,6 +30,7 @@ with the same shape is the burst to compare with.
 from __future__ import annotations
 
 import argparse
+import functools
 import itertools
 import math
 import os
@@ -53,8 +54,10 @@ from core.builders import a100_mig_register  # tests/core/builders.py: HAMi's A1
 from e2e.controlplane import (
     SKIP_REASON,
     ControlPlane,
+    drained,
     find_assets,
     gpu_container,
+    listed_then_watched,
     pod_manifest,
 )
 
@@ -121,12 +124,13 @@ class Timeline:
         self.bound: dict[str, tuple[float, str]] = {}
         self.succeeded: dict[str, float] = {}
 
-    def see(self, pod: Any) -> None:
+    def see(self, pod: dict[str, Any]) -> None:
         now = time.monotonic() - self.started
-        name = pod.metadata.name
-        if pod.spec.node_name and name not in self.bound:
-            self.bound[name] = (now, pod.spec.node_name)
-        if (pod.metadata.annotations or {}).get("hami.io/bind-phase") == "success" and name not in self.succeeded:
+        name, node = pod["metadata"]["name"], pod["spec"].get("nodeName")
+        if node and name not in self.bound:
+            self.bound[name] = (now, node)
+        if (pod["metadata"].get("annotations") or {}).get("hami.io/bind-phase") == "success" \
+                and name not in self.succeeded:
             self.succeeded[name] = now
 
     def report(self) -> str:
@@ -157,19 +161,24 @@ class Timeline:
 def time_pods(plane: ControlPlane, namespace: str, manifests: list[dict[str, Any]], *,
               timeout_seconds: float, timeline: Timeline | None = None) -> float:
     """Seconds from the first create to the last pod bound (a watch on the namespace counts bindings); ``timeline``
-    notes when each pod was seen bound and allocated."""
+    notes when each pod was seen bound and allocated.
+
+    The watch and the creating threads read JSON, not the client's models: decoding a pod into them costs about a
+    millisecond of this machine's CPU, and a burst's events (three or four per GPU pod) would charge that to the
+    run being measured. The API calls are the same."""
     bound: set[str] = set()
     done = threading.Event()
     resumes = [0]
     core = kubernetes.client.CoreV1Api(plane.api_client)
     wanted = {manifest["metadata"]["name"] for manifest in manifests}
 
-    def count(pods: list[Any]) -> None:
+    def count(pods: list[dict[str, Any]]) -> None:
         if timeline is not None:
             for pod in pods:
-                if pod.metadata.name in wanted:
+                if pod["metadata"]["name"] in wanted:
                     timeline.see(pod)
-        bound.update(pod.metadata.name for pod in pods if pod.spec.node_name and pod.metadata.name in wanted)
+        bound.update(pod["metadata"]["name"] for pod in pods
+                     if pod["spec"].get("nodeName") and pod["metadata"]["name"] in wanted)
         if len(bound) == len(wanted):
             done.set()
 
@@ -181,19 +190,9 @@ def time_pods(plane: ControlPlane, namespace: str, manifests: list[dict[str, Any
         # Python reader), and the client's stream then just ends: list again and resume, counting what was missed.
         deadline = time.monotonic() + timeout_seconds
         while not finished() and time.monotonic() < deadline:
-            listing = core.list_namespaced_pod(namespace)
-            count(listing.items)
-            stream = kubernetes.watch.Watch()
-            try:
-                for event in stream.stream(core.list_namespaced_pod, namespace,
-                                           resource_version=listing.metadata.resource_version
-                                           if listing.metadata else None,
+            for pod in listed_then_watched(functools.partial(core.list_namespaced_pod, namespace), stop=finished,
                                            timeout_seconds=max(1, int(deadline - time.monotonic()))):
-                    count([event["object"]])
-                    if finished():
-                        stream.stop()
-            except kubernetes.client.ApiException:  # 410: the version expired meanwhile; the next list resumes
-                pass
+                count([pod])
             if not done.is_set():
                 resumes[0] += 1
 
@@ -203,7 +202,8 @@ def time_pods(plane: ControlPlane, namespace: str, manifests: list[dict[str, Any
     if timeline is not None:
         timeline.started = started
     with ThreadPoolExecutor(CREATE_THREADS) as pool:
-        list(pool.map(lambda manifest: core.create_namespaced_pod(namespace, manifest), manifests))
+        list(pool.map(lambda manifest: drained(core.create_namespaced_pod(namespace, manifest,
+                                                                          _preload_content=False)), manifests))
     created = time.monotonic() - started
     if not done.wait(timeout_seconds):
         raise SystemExit(f"only {len(bound)}/{len(manifests)} pods bound within {timeout_seconds:.0f} s "
