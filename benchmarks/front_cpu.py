@@ -16,7 +16,8 @@ threads: watches, heartbeats), requests per second, and latency percentiles as t
 
 A/B in one sitting: each ``--source DIR`` is a source tree (e.g. ``git archive main | tar -x -C /tmp/main``)
 whose ``hami_web`` the server runs from (PYTHONPATH); one server per source, started together, and rounds
-alternate between them. Without ``--source``, this tree.
+alternate between them; printed last, each source's CPU per request over the first's, round by round (the
+machine's load moves both sides of a round alike). Without ``--source``, this tree.
 """
 
 from __future__ import annotations
@@ -227,6 +228,12 @@ def main() -> int:
         for source, measured in results.items():
             medians = {key: statistics.median(result[key] for result in measured) for key in measured[0]}
             print(_line(f"median {Path(source).name}", medians))
+        baseline = results[sources[0]]
+        for source in sources[1:]:  # round by round: the machine's load moves both sides of a pair alike
+            ratios = sorted(result["cpu_per_1000"] / base["cpu_per_1000"]
+                            for result, base in zip(results[source], baseline, strict=True))
+            print(f"{Path(source).name} / {Path(sources[0]).name}, CPU per request round by round: median "
+                  f"{statistics.median(ratios):.2f} ({', '.join(f'{ratio:.2f}' for ratio in ratios)})")
     return 0
 
 
