@@ -269,8 +269,8 @@ _OPTIONS: tuple[_Option, ...] = (
     _Option("--binpack-lock-queue", "binding.binpack_lock_queue_seconds", bind_deadline(allow_zero=True),
             "under binpack, a node whose HAMi lock is held still takes pods (up to --binpack-lock-queue-depth binds "
             "under way), whose binds wait in line in the process for the lock, at most this long, e.g. 10s; packs "
-            "bursts tighter at some pace (docs/performance.md); 0 = off: a locked node is tried last, a bind that "
-            "finds it locked is refused (0)"),
+            "bursts tighter at some pace (docs/performance.md); 0 = off (HAMi's way): a locked node is tried last, a "
+            "bind that finds it locked is refused (10s)"),
     _Option("--binpack-lock-queue-depth", "binding.binpack_lock_queue_depth", positive_int,
             "with --binpack-lock-queue, how many binds may be under way on one node at most, the lock's holder "
             "included; fewer when the locks are held so long that they would not all get it within the wait (6)"),

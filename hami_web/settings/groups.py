@@ -85,7 +85,7 @@ class BindSettings:
     extender_deadline_seconds: float = 15.0
     node_lock_timeout_seconds: float = 300.0
     node_lock_retry_timeout_seconds: float = 25.0
-    binpack_lock_queue_seconds: float = 0.0
+    binpack_lock_queue_seconds: float = 10.0
     binpack_lock_queue_depth: int = 6
 
     @property

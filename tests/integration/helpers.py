@@ -39,6 +39,13 @@ NAMESPACE = "default"
 SYNC_TIMEOUT_SECONDS = 30.0
 
 RuntimeFactory = Callable[..., Runtime]
+
+
+def with_defaults(make_runtime: RuntimeFactory, **defaults: Any) -> RuntimeFactory:
+    """``make_runtime`` whose runtimes take ``defaults`` (settings fields) unless a test passes its own."""
+    def make(**overrides: Any) -> Runtime:
+        return make_runtime(**{**defaults, **overrides})
+    return make
 # ``sync_on(apiserver, **options)`` (the fixture in conftest.py)
 SyncOn = Callable[..., ClusterSync]
 """``make_runtime(clock=..., start=True, **settings_fields)`` (the fixture in conftest)."""

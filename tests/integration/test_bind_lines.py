@@ -37,6 +37,7 @@ from .helpers import (
     lock_waits,
     release_lock,
     wait_for,
+    with_defaults,
 )
 
 SMALL = gpu_limits(1, memory_mib=1000, cores=10)
@@ -44,10 +45,8 @@ SMALL = gpu_limits(1, memory_mib=1000, cores=10)
 
 @pytest.fixture
 def make_runtime(make_runtime: RuntimeFactory) -> RuntimeFactory:
-    """Runtimes with binpack's line (``--binpack-lock-queue=10s``; off by default) unless a test says otherwise."""
-    def make(**overrides: Any) -> Runtime:
-        return make_runtime(**{"binpack_lock_queue_seconds": 10.0, **overrides})
-    return make
+    """Runtimes with binpack's line at 10 s (the default) unless a test says otherwise."""
+    return with_defaults(make_runtime, binpack_lock_queue_seconds=10.0)
 
 
 @pytest.fixture
