@@ -297,8 +297,13 @@ class Binder:
     def _verify_placement(self, placed: PodUsage, node: str, locked_at: str) -> None:
         """Step 2 of the two-call bind: the placement must fit beside every other booking on the node, all written
         before ``locked_at`` (`BindReads.conflicts`): the cache tells when it has caught up with that version
-        (`BindReads.cached_conflicts`, no call); otherwise, or when it sees a conflict, one list decides."""
+        (`BindReads.cached_conflicts`, no call), given `bindreads.POD_STREAM_WAIT_SECONDS` to do so (a bind that
+        took a lock just released, as binpack's line does, is often a few milliseconds ahead of the pod stream);
+        otherwise, or when it sees a conflict, one list decides."""
         if self._reads.cached_conflicts(placed, node, not_older_than=locked_at) == "":
+            return
+        waited = self._reads.wait_for_pods(locked_at)
+        if waited and self._reads.cached_conflicts(placed, node, not_older_than=locked_at) == "":
             return
         if self._metrics is not None:
             self._metrics.observe_bind_reread("node_pods")

@@ -8,6 +8,7 @@ watch brings the same objects in order.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
@@ -25,6 +26,11 @@ from hami_web.state.faces import Placements
 from hami_web.state.pods import PodUsage, pod_key, pod_usage
 
 log = logging.getLogger(__name__)
+
+# How long a bind whose lock is newer than the cache's pod stream waits for the stream before it lists the node's pods,
+# and how often it looks.
+POD_STREAM_WAIT_SECONDS = 0.1
+POD_STREAM_POLL_SECONDS = 0.005
 
 
 class BindReads:
@@ -92,6 +98,17 @@ class BindReads:
         conflicts = placement_conflicts(view.inventory, other_bookings(bookings), placed.booking, placed.grants,
                                         self._catalog.core_bookings())
         return "; ".join(conflict.describe() for conflict in conflicts)
+
+    def wait_for_pods(self, not_older_than: str, *, timeout_seconds: float = POD_STREAM_WAIT_SECONDS) -> bool:
+        """Whether the cache's pod stream reaches ``not_older_than`` within ``timeout_seconds`` (no call: it looks
+        every few milliseconds). In a burst other pods' events pass the version of a lock just taken within
+        milliseconds; a list of the node's pods is an API call and a read for kube-apiserver."""
+        deadline = time.monotonic() + timeout_seconds
+        while not not_older(self._pods_version(), not_older_than):
+            if not not_older_than.isdigit() or time.monotonic() >= deadline:
+                return False
+            time.sleep(POD_STREAM_POLL_SECONDS)
+        return True
 
     def cached_conflicts(self, placed: PodUsage, node: str, *, not_older_than: str) -> str | None:
         """`conflicts` from the cache, without a call: None when the cache cannot tell.

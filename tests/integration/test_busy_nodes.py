@@ -14,13 +14,14 @@ whose lock a live owner holds, is tried last — until the lock is released, sta
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 import pytest
 
 from hami_web.core import names
 from hami_web.core.choose import Placement
-from hami_web.core.nodelocks import format_lock
+from hami_web.core.nodelocks import SeenNode, format_lock
 from hami_web.core.options import pod_options
 from hami_web.core.requests import RequestDefaults, pod_request
 from hami_web.kube import Kube
@@ -126,6 +127,38 @@ def test_a_bind_the_cache_cannot_vouch_for_lists_the_nodes_pods_once(
     assert listed["fieldSelector"] == "spec.nodeName=full"
     assert listed["resourceVersionMatch"] == "NotOlderThan" and listed["resourceVersion"]
     assert metric_value(runtime, "hami_web_bind_rereads_total", what="node_pods") == 1
+
+
+def test_a_bind_ahead_of_the_pod_stream_waits_for_it_instead_of_listing(
+        cluster: None, apiserver: LocalCluster, kube: Kube, runtime: Runtime, scheduler: Scheduler) -> None:
+    """The node changed after the pod stream's last event (as when binpack's line takes a lock the device plugin just
+    released): the lock is newer than the cache's pods, and the bind gives the pod stream ``POD_STREAM_WAIT_SECONDS``
+    to pass it (other pods' events, every few milliseconds in a burst) before it lists the node's pods."""
+    assert scheduler.filter("pod1", ["full", "empty"])["NodeNames"] == ["full"]
+    touched = kube.patch_node("full", {"metadata": {"annotations": {"example.com/touched": "yes"}}})
+    version = touched["metadata"]["resourceVersion"]
+    wait_for(lambda: (runtime.cache.seen_node("full") or SeenNode("", "")).resource_version == version,
+             what="the node watch to show the touched node")
+    done = threading.Event()
+
+    def other_pods_change() -> None:  # a burst's other pods: their events move the pod stream on
+        count = 0
+        while not done.wait(0.02):
+            count += 1
+            kube.patch_pod(NAMESPACE, "pod4", {"metadata": {"annotations": {"example.com/beat": str(count)}}})
+
+    beats = threading.Thread(target=other_pods_change, daemon=True)
+    before = len(apiserver.logged_requests())
+    beats.start()
+    try:
+        assert scheduler.bind("pod1", "full") == {"Error": ""}
+    finally:
+        done.set()
+        beats.join(5)
+
+    sent = [(method, path) for method, path, _query in _api_requests(apiserver, before) if "/pods/pod4" not in path]
+    assert sent == [("PATCH", "/api/v1/nodes/full"), ("POST", "/api/v1/namespaces/default/pods/pod1/binding")]
+    assert metric_value(runtime, "hami_web_bind_rereads_total", what="node_pods") == 0
 
 
 def test_a_bind_whose_list_the_watch_cache_cannot_serve_reads_once_more_consistently(
