@@ -300,10 +300,10 @@ class Binder:
         (`BindReads.cached_conflicts`, no call), given `bindreads.POD_STREAM_WAIT_SECONDS` to do so (a bind that
         took a lock just released, as binpack's line does, is often a few milliseconds ahead of the pod stream);
         otherwise, or when it sees a conflict, one list decides."""
-        if self._reads.cached_conflicts(placed, node, not_older_than=locked_at) == "":
-            return
-        waited = self._reads.wait_for_pods(locked_at)
-        if waited and self._reads.cached_conflicts(placed, node, not_older_than=locked_at) == "":
+        cached = self._reads.cached_conflicts(placed, node, not_older_than=locked_at)
+        if cached is None and self._reads.wait_for_pods(locked_at):  # the cache could not tell: wait, then ask again
+            cached = self._reads.cached_conflicts(placed, node, not_older_than=locked_at)
+        if cached == "":
             return
         if self._metrics is not None:
             self._metrics.observe_bind_reread("node_pods")

@@ -103,9 +103,11 @@ class BindReads:
         """Whether the cache's pod stream reaches ``not_older_than`` within ``timeout_seconds`` (no call: it looks
         every few milliseconds). In a burst other pods' events pass the version of a lock just taken within
         milliseconds; a list of the node's pods is an API call and a read for kube-apiserver."""
+        if not not_older_than.isdigit():
+            return False  # not an etcd revision: the stream's version cannot be compared with it
         deadline = time.monotonic() + timeout_seconds
         while not not_older(self._pods_version(), not_older_than):
-            if not not_older_than.isdigit() or time.monotonic() >= deadline:
+            if time.monotonic() >= deadline:
                 return False
             time.sleep(POD_STREAM_POLL_SECONDS)
         return True

@@ -39,13 +39,6 @@ NAMESPACE = "default"
 SYNC_TIMEOUT_SECONDS = 30.0
 
 RuntimeFactory = Callable[..., Runtime]
-
-
-def with_defaults(make_runtime: RuntimeFactory, **defaults: Any) -> RuntimeFactory:
-    """``make_runtime`` whose runtimes take ``defaults`` (settings fields) unless a test passes its own."""
-    def make(**overrides: Any) -> Runtime:
-        return make_runtime(**{**defaults, **overrides})
-    return make
 # ``sync_on(apiserver, **options)`` (the fixture in conftest.py)
 SyncOn = Callable[..., ClusterSync]
 """``make_runtime(clock=..., start=True, **settings_fields)`` (the fixture in conftest)."""
@@ -132,6 +125,13 @@ DCU_TYPE = "DCU-BW100"
 FRESH_HANDSHAKE = "Requesting_2099-01-01 00:00:00"
 # Every family hami-web knows, Iluvatar's and Ascend's chips included: the builders look register keys up here.
 ALL_FAMILIES = build_catalog(enable={spec.name for spec in gated_specs()})
+
+
+def with_defaults(make_runtime: RuntimeFactory, **defaults: Any) -> RuntimeFactory:
+    """``make_runtime`` whose runtimes take ``defaults`` (settings fields) unless a test passes its own."""
+    def make(**overrides: Any) -> Runtime:
+        return make_runtime(**{**defaults, **overrides})
+    return make
 
 
 def bound_gpu_pod(name: str, node: str, devices: str, limits: dict[str, str] | None = None) -> dict[str, Any]:
