@@ -273,7 +273,7 @@ _OPTIONS: tuple[_Option, ...] = (
             "bind that finds it locked is refused (10s)"),
     _Option("--binpack-lock-queue-depth", "binding.binpack_lock_queue_depth", positive_int,
             "with --binpack-lock-queue, how many binds may be under way on one node at most, the lock's holder "
-            "included; fewer when the locks are held so long that they would not all get it within the wait (6)"),
+            "included; fewer when the locks are held so long that they would not all get it within the wait (7)"),
     _Option("--kube-qps", "api.kube_qps", non_negative_float,
             "requests per second to kube-apiserver, sustained; 0 = no client-side limit (0)"),
     _Option("--kube-burst", "api.kube_burst", non_negative_int,

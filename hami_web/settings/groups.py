@@ -86,7 +86,7 @@ class BindSettings:
     node_lock_timeout_seconds: float = 300.0
     node_lock_retry_timeout_seconds: float = 25.0
     binpack_lock_queue_seconds: float = 10.0
-    binpack_lock_queue_depth: int = 6
+    binpack_lock_queue_depth: int = 7
 
     @property
     def queued_binds(self) -> int:

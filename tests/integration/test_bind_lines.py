@@ -1,5 +1,5 @@
-"""Binpack's in-process line (``--binpack-lock-queue``, here 10 s, depth up to 6), through the routes and the in-process
-API server.
+"""Binpack's in-process line (``--binpack-lock-queue``, here 10 s, the default depth of 7), through the routes and
+the in-process API server.
 
 Covers: under binpack a node whose HAMi lock an allocating pod holds still takes pods until ``depth`` binds are under
 way there (the lock and the placements not yet bound), then the next goes elsewhere; spread is unchanged; a lock held
