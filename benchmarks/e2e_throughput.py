@@ -480,6 +480,10 @@ def main() -> int:
     print(f"binds:             {bind_calls:.0f} for {arguments.pods} pods = {bind_calls / arguments.pods:.2f} per pod; "
           + ", ".join(f"{result} {count:.0f}" for result, count in sorted(binds.items())))
     print(f"lock refusals:     {binds.get('locked', 0):.0f} = {percent(binds.get('locked', 0), bind_calls)} of binds")
+    waits = counter_values(metrics["hami_web_node_lock_waits"], "outcome") if "hami_web_node_lock_waits" in metrics \
+        else {}
+    print("lock waits:        " + (", ".join(f"{outcome} {count:.0f}" for outcome, count in sorted(waits.items()))
+                                   or "none"))
     rereads = counter_values(metrics["hami_web_bind_rereads"], "what")
     call_counts = histogram_buckets(calls)
     exact = {int(bound): count - previous for (bound, count), (_b, previous) in

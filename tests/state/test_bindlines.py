@@ -4,8 +4,9 @@ Covers: the first to join a node's line is first, later ones are not, joining tw
 node; leaving lets the next be first and wakes the node's waiters at once; a change of the node wakes them, a change of
 another node does not (they sleep until their timeout); a wait after a change it has not seen returns at once;
 ``waiting`` counts every bind in a line and an emptied line is forgotten. `NodeLockHolds`: a lock seen taken and then
-released (or replaced) moves the average by its hold; a lock seen again unchanged, one longer than a stuck lock's bound
-and a node that never showed a lock do not.
+released (or replaced) moves the mean and the mean deviation by its hold; a lock seen again unchanged, one longer than a
+stuck lock's bound and a node that never showed a lock do not; steady holds keep the line's depth, swinging ones
+shorten it.
 """
 
 from __future__ import annotations
@@ -13,8 +14,11 @@ from __future__ import annotations
 import threading
 import time
 
+import pytest
+
+from hami_web.core.busynodes import HANDOVER_FACTOR, line_depth
 from hami_web.state.bindlines import BindLines
-from hami_web.state.lockstats import FIRST_HOLD_SECONDS, HOLD_WEIGHT, NodeLockHolds
+from hami_web.state.lockstats import DEVIATION_WEIGHT, DEVIATIONS, FIRST_HOLD_SECONDS, HOLD_WEIGHT, NodeLockHolds
 
 
 def _waiter(lines: BindLines, node: str, version: int, timeout: float) -> tuple[threading.Thread, list[float]]:
@@ -97,11 +101,41 @@ def test_the_hold_average_moves_with_each_lock_seen_taken_and_released() -> None
     holds.observe("n1", "t1,ns,a", 10.0)
     holds.observe("n1", "t1,ns,a", 10.2)  # the same lock again (another write to the node): still held
     holds.observe("n1", "", 10.5)  # released after 0.5 s
-    assert holds.estimate == FIRST_HOLD_SECONDS + HOLD_WEIGHT * (0.5 - FIRST_HOLD_SECONDS)
-    after_first = holds.estimate
+    mean = FIRST_HOLD_SECONDS + HOLD_WEIGHT * (0.5 - FIRST_HOLD_SECONDS)
+    deviation = DEVIATION_WEIGHT * 0.5
+    assert holds.mean_seconds == pytest.approx(mean) and holds.deviation_seconds == pytest.approx(deviation)
+    assert holds.estimate == pytest.approx(mean + DEVIATIONS * deviation)
     holds.observe("n1", "t2,ns,b", 11.0)
     holds.observe("n1", "t3,ns,c", 11.5)  # replaced: b held it 0.5 s, c holds it from now
-    assert holds.estimate == after_first + HOLD_WEIGHT * (0.5 - after_first)
+    deviation += DEVIATION_WEIGHT * (abs(0.5 - mean) - deviation)
+    mean += HOLD_WEIGHT * (0.5 - mean)
+    assert holds.mean_seconds == pytest.approx(mean) and holds.deviation_seconds == pytest.approx(deviation)
     steady = holds.estimate
     holds.observe("n1", "", 11.5 + 100.0)  # a stuck lock: not the pace of allocation
     assert holds.estimate == steady
+
+
+def _settle(holds: NodeLockHolds, durations: list[float]) -> None:
+    clock = 0.0
+    for number, held in enumerate(durations):
+        holds.observe("n1", f"t{number},ns,p{number}", clock)
+        clock += held
+        holds.observe("n1", "", clock)
+        clock += 0.01
+
+
+def test_steady_holds_size_the_line_by_their_mean_and_swinging_holds_by_the_slow_ones() -> None:
+    """Device plugins that release in a steady 0.5 s keep binpack's line at its full depth (7 within 10 s); holds of
+    0.8 s that take 2 s one time in five (a loaded cluster, as the 1,000-node burst showed) shorten it, so that the
+    last bind in line still gets the lock within the wait: sized by the mean alone it stayed at 7, and binds that waited
+    behind the slow holds were refused at 10 s."""
+    steady, swinging = NodeLockHolds(), NodeLockHolds()
+    _settle(steady, [0.5, 0.52, 0.51, 0.5, 0.53] * 20)
+    _settle(swinging, [0.8, 0.8, 0.8, 0.8, 2.0] * 20)
+    assert steady.estimate < 0.6
+    assert line_depth(7, 10.0, steady.estimate) == 7
+    assert 1.0 < swinging.mean_seconds < 1.2 and swinging.estimate > 1.5
+    assert line_depth(7, 10.0, swinging.mean_seconds) == 7  # the mean alone: the whole depth
+    depth = line_depth(7, 10.0, swinging.estimate)
+    assert depth <= 5
+    assert (depth - 1) * 2.0 * HANDOVER_FACTOR <= 10.0  # even if every hold before the last bind is a slow one
