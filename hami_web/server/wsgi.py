@@ -84,7 +84,8 @@ def complete_environ(environ: dict[str, Any], body: bytes) -> dict[str, Any]:
 def run_app(app: WsgiApp, environ: dict[str, Any], body: bytes, *, close: bool) -> tuple[bytes, bool]:
     """Call the WSGI app (on a worker thread); the whole response as bytes, and whether to close the connection.
 
-    An app that raises is logged and answered 500, and the connection closed (the same as a crash half-way).
+    An app that raises, or answers a status or header the wire cannot carry, is logged and answered 500, and the
+    connection closed (the same as a crash half-way).
     """
     response = _Response()
     try:
@@ -97,11 +98,12 @@ def run_app(app: WsgiApp, environ: dict[str, Any], body: bytes, *, close: bool) 
                 closer()
         if not response.status:
             raise RuntimeError("the app returned without calling start_response")
+        # Encoded inside the try: a status or header the wire cannot carry (not latin-1, no code) is the app's failure.
+        return encode_response(response.status, response.headers, b"".join(response.chunks),
+                               head=environ.get("REQUEST_METHOD") == "HEAD", close=close)
     except Exception:
         log.error("%s %s: the app failed", environ.get("REQUEST_METHOD"), environ.get("PATH_INFO"), exc_info=True)
         return _SERVER_ERROR, True
-    return encode_response(response.status, response.headers, b"".join(response.chunks),
-                           head=environ.get("REQUEST_METHOD") == "HEAD", close=close)
 
 
 def encode_response(status: str, headers: list[tuple[str, str]], body: bytes, *, head: bool, close: bool

@@ -4,7 +4,8 @@ Covers `hami_web.server.wsgi`: the status line and the app's headers as given, `
 unless the app set them, the body's ``Content-Length`` added when the app gave none (never for HEAD, 1xx, 204 or
 304, which have no body; a HEAD keeps the app's own length and sends no body), ``Connection: close`` exactly when
 closing, ``wsgi.*`` keys of PEP 3333 in the environ, a body the app writes through ``write`` or returns as an
-iterable (closed afterwards), and an app that raises answered 500 with the connection closed. The front over real
+iterable (closed afterwards), and an app that raises, or answers a header or status the wire cannot carry, answered
+500 with the connection closed. The front over real
 sockets is tests/server/test_front.py.
 """
 
@@ -93,3 +94,19 @@ def test_an_app_that_raises_is_answered_500_and_the_connection_closed(caplog: py
     assert line == "HTTP/1.1 500 Internal Server Error" and closes is True and written["Connection"] == "close"
     assert int(written["Content-Length"]) == len(body) and b"server log" in body
     assert "GET /x: the app failed" in caplog.text and "boom" in caplog.text
+
+
+@pytest.mark.parametrize(("status", "headers"), [
+    ("200 OK", [("X-Owner", "gpu-team-\u5f20")]),  # not latin-1: http.client would refuse it too
+    ("OK", [("Content-Type", "text/plain")]),  # no status code
+])
+def test_a_response_the_wire_cannot_carry_is_answered_500(status: str, headers: list[tuple[str, str]],
+                                                          caplog: pytest.LogCaptureFixture) -> None:
+    def app(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
+        start_response(status, headers)
+        return [b"hello"]
+
+    response, closes = run_app(app, {"REQUEST_METHOD": "GET", "PATH_INFO": "/y"}, b"", close=False)
+    line, written, _ = _split(response)
+    assert line == "HTTP/1.1 500 Internal Server Error" and closes is True and written["Connection"] == "close"
+    assert "GET /y: the app failed" in caplog.text
