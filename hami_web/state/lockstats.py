@@ -87,7 +87,8 @@ class NodeLockHolds:
 
     The estimate is a moving mean plus twice the moving mean deviation, as TCP estimates its retransmission timeout:
     where device plugins release in a steady 0.5 s it is about the mean, but where holds swing (0.8 s typical, 2 s one
-    in ten, on a loaded cluster) a line sized by the mean had its last binds wait past the line's time and refused.
+    in ten, on a loaded cluster) a line sized by the mean would let its last binds wait past the line's time, to be
+    refused.
     """
 
     def __init__(self) -> None:
