@@ -73,9 +73,11 @@ class WatchSettings:
     watch_silence_bound_seconds: float = 90.0
 
 
-# How many binds may wait in binpack's in-process lines at once (``--binpack-lock-queue``), each on a thread of its own:
-# a 300-pod burst at 40 pods/s keeps up to ~170 waiting (docs/performance.md, "Binpack's in-process line").
-QUEUED_BINDS = 256
+# How many binds may wait in binpack's in-process lines at once (``--binpack-lock-queue``), each on a thread of its own
+# (made when needed). At 256, a burst of 1,000 pods on 1,000 nodes filled them: the filter then fell back to one bind
+# per node, the binds beyond them tried held locks at once, and 4-8 % of all binds were refused; at 1,024 none were
+# (docs/performance.md, "Binpack's in-process line").
+QUEUED_BINDS = 1024
 
 
 @dataclass(frozen=True, slots=True)
