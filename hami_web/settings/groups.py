@@ -74,9 +74,9 @@ class WatchSettings:
 
 
 # How many binds may wait in binpack's in-process lines at once (``--binpack-lock-queue``), each on a thread of its own
-# (made when needed). At 256, a burst of 1,000 pods on 1,000 nodes filled them: the filter then fell back to one bind
-# per node, the binds beyond them tried held locks at once, and 4-8 % of all binds were refused; at 1,024 none were
-# (docs/performance.md, "Binpack's in-process line").
+# (made when needed; 1,024 waiting threads hold about 20 MiB). At 256, a burst of 1,000 pods on 1,000 nodes filled them:
+# the filter then fell back to one bind per node, the binds beyond them tried held locks at once, and 4-8 % of all
+# binds were refused; at 1,024 none were (docs/performance.md, "Binpack's in-process line").
 QUEUED_BINDS = 1024
 
 
