@@ -134,6 +134,14 @@ def with_defaults(make_runtime: RuntimeFactory, **defaults: Any) -> RuntimeFacto
     return make
 
 
+@pytest.fixture(name="make_runtime")
+def make_runtime_refusing_locked_binds(make_runtime: RuntimeFactory) -> RuntimeFactory:
+    """``make_runtime`` without binpack's line (``--binpack-lock-queue=0``: HAMi's refusal of a bind that finds its
+    node locked) unless a test says otherwise. A test module about that refusal imports this fixture, which then
+    stands for ``make_runtime`` (and so ``runtime``) in the module."""
+    return with_defaults(make_runtime, binpack_lock_queue_seconds=0.0)
+
+
 def bound_gpu_pod(name: str, node: str, devices: str, limits: dict[str, str] | None = None) -> dict[str, Any]:
     """A GPU pod another binder already bound to ``node`` with ``devices`` (HAMi's pod-devices text), its device
     plugin done with it (``bind-phase=success``)."""

@@ -34,19 +34,12 @@ from .helpers import (
     gpu_node,
     gpu_pod,
     lock_waits,
+    make_runtime_refusing_locked_binds,  # noqa: F401  (the fixture: make_runtime, and so runtime, here)
     release_lock,
     wait_for,
-    with_defaults,
 )
 
 SMALL = gpu_limits(1, memory_mib=1000, cores=10)
-
-@pytest.fixture
-def make_runtime(make_runtime: RuntimeFactory) -> RuntimeFactory:
-    """Runtimes without binpack's line (``--binpack-lock-queue=0``: HAMi's refusal of a bind that finds its node
-    locked, what these tests are about) unless a test says otherwise."""
-    return with_defaults(make_runtime, binpack_lock_queue_seconds=0.0)
-
 
 
 def _member(name: str, *, how: str) -> dict[str, Any]:

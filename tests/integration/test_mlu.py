@@ -45,21 +45,14 @@ from .helpers import (
     gpu_limits,
     gpu_pod,
     gpus,
+    make_runtime_refusing_locked_binds,  # noqa: F401  (the fixture: make_runtime, and so runtime, here)
     mlu_limits,
     mlu_node,
     release_lock,
     wait_for,
-    with_defaults,
 )
 
 MLU_KEYS = ("hami.io/cambricon-mlu-devices-to-allocate", "hami.io/cambricon-mlu-devices-allocated")
-
-@pytest.fixture
-def make_runtime(make_runtime: RuntimeFactory) -> RuntimeFactory:
-    """Runtimes without binpack's line (``--binpack-lock-queue=0``: HAMi's refusal of a bind that finds its node
-    locked, what these tests are about) unless a test says otherwise."""
-    return with_defaults(make_runtime, binpack_lock_queue_seconds=0.0)
-
 
 
 def _lock(apiserver: LocalCluster, node: str, key: str = DSMLU_LOCK) -> str:
